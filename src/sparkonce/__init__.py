@@ -1,0 +1,81 @@
+"""sparkonce: exactly-once streaming for PySpark and Delta Lake, without the JVM connectors.
+
+``sparkonce.register(spark)`` registers the Python data sources with a SparkSession:
+
+* ``delta`` (unless the Delta JVM connector already provides it) and ``sparkonce.delta``: Delta Lake tables for
+  batch and streaming reads and writes, with exactly-once streaming commits (one Delta commit per batch
+  carrying ``txn(appId = query id, version = batch id)``);
+* ``sparkonce.kafka``: a Kafka source faithful to Spark's own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sparkonce.errors import (
+    BrokerError,
+    CheckpointError,
+    CommitConflictError,
+    DeltaLogError,
+    OptionError,
+    PipelineConfigError,
+    SchemaMismatchError,
+    SinkError,
+    SourceOffsetError,
+    SparkonceError,
+    TableNotFoundError,
+    UnsupportedFeatureError,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__version__ = "0.1.0"
+
+
+def register(spark: SparkSession) -> list[str]:
+    """Register sparkonce's data sources with ``spark`` and return the format names now served by them.
+
+    ``delta`` is registered only when the Delta JVM connector is not on the classpath, so code written for Delta
+    keeps using the connector where it exists; ``sparkonce.delta`` and ``sparkonce.kafka`` always point here.
+    """
+    from sparkonce.delta.source import DeltaDataSource, SparkonceDeltaDataSource
+    from sparkonce.kafka.source import KafkaDataSource
+
+    names = []
+    if not _jvm_delta_available(spark):
+        spark.dataSource.register(DeltaDataSource)
+        names.append(DeltaDataSource.name())
+    for source in (SparkonceDeltaDataSource, KafkaDataSource):
+        spark.dataSource.register(source)
+        names.append(source.name())
+    return names
+
+
+def _jvm_delta_available(spark: SparkSession) -> bool:
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no JVM here to ask; the server has no Delta unless configured.
+        return False
+    try:
+        jvm.java.lang.Class.forName("org.apache.spark.sql.delta.sources.DeltaDataSource")
+    except Exception:
+        return False
+    return True
+
+
+__all__ = [
+    "BrokerError",
+    "CheckpointError",
+    "CommitConflictError",
+    "DeltaLogError",
+    "OptionError",
+    "PipelineConfigError",
+    "SchemaMismatchError",
+    "SinkError",
+    "SourceOffsetError",
+    "SparkonceError",
+    "TableNotFoundError",
+    "UnsupportedFeatureError",
+    "__version__",
+    "register",
+]

@@ -1,0 +1,77 @@
+"""One error tree for everything sparkonce raises.
+
+Every error is a :class:`SparkonceError`. Subclasses name the domain that failed, and every message names the
+file, option, table version or record that is wrong, so a user can act on it without a traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "CheckpointError",
+    "CommitConflictError",
+    "DeltaLogError",
+    "OptionError",
+    "PipelineConfigError",
+    "SchemaMismatchError",
+    "SinkError",
+    "SourceOffsetError",
+    "SparkonceError",
+    "TableNotFoundError",
+    "UnsupportedFeatureError",
+]
+
+
+class SparkonceError(Exception):
+    """Base class of every error raised by sparkonce."""
+
+
+class OptionError(SparkonceError, ValueError):
+    """An option (data source option, CLI flag, config key) has a missing, unknown or invalid value."""
+
+    def __init__(self, option: str, value: object, problem: str) -> None:
+        self.option = option
+        self.value = value
+        self.problem = problem
+        shown = "<missing>" if value is None else repr(value)
+        super().__init__(f"option {option!r} = {shown}: {problem}")
+
+
+class TableNotFoundError(SparkonceError):
+    """A path that should hold a Delta table does not."""
+
+
+class DeltaLogError(SparkonceError):
+    """A Delta transaction log could not be read: a corrupted or missing file, or an impossible state."""
+
+
+class UnsupportedFeatureError(DeltaLogError):
+    """A Delta table uses a protocol feature that sparkonce cannot honour; reading it would give wrong rows."""
+
+
+class SchemaMismatchError(SparkonceError):
+    """The data written does not match the table schema and no schema option allows the change."""
+
+
+class CommitConflictError(SparkonceError):
+    """A Delta commit lost to concurrent writers more times than the retry budget allows."""
+
+
+class CheckpointError(SparkonceError):
+    """A Spark checkpoint directory is missing, unreadable or inconsistent."""
+
+
+class SourceOffsetError(SparkonceError):
+    """Source offsets are malformed or point at data that no longer exists (data loss)."""
+
+
+class BrokerError(SparkonceError):
+    """The Kafka broker is unreachable or refused a request."""
+
+
+class SinkError(SparkonceError):
+    """An external sink (PostgreSQL, fan-out) failed to commit a batch."""
+
+
+class PipelineConfigError(SparkonceError):
+    """A pipeline definition file is invalid; the message names the key and the problem."""

@@ -1,0 +1,35 @@
+"""Shared fixtures. One local SparkSession per test run; real Delta tables in tmp dirs; fixture files from
+../shared/fixtures (set SPARKONCE_FIXTURES to point elsewhere)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(os.environ.get("SPARKONCE_FIXTURES", REPO.parent / "shared" / "fixtures"))
+
+pytest_plugins: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    if not FIXTURES.is_dir():
+        pytest.fail(f"fixture folder {FIXTURES} is missing: clone the repo with ../shared beside it")
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from sparkonce.spark import local_session
+
+    session = local_session(app_name="sparkonce-tests")
+    yield session
+    session.stop()
