@@ -1,0 +1,643 @@
+"""A pure-Python reader of a Delta table's ``_delta_log`` (no delta-rs, no Spark).
+
+It reads JSON commits, classic single-file and multi-part Parquet checkpoints, V2 checkpoints with
+sidecars and
+``_last_checkpoint``, following the Delta protocol (``PROTOCOL.md``, "Delta Log Entries", "Checkpoints",
+"Action Reconciliation"). It runs on the driver or in a CLI process; nothing here is shipped to executors.
+
+Vocabulary: a *table version* is a Delta log version (``NNN.json``); a *Delta commit* is one such file.
+Streaming
+writers record ``txn(appId = query id, version = batch id)`` and, for Delta-JVM writers, a ``commitInfo`` with
+``operation: "STREAMING UPDATE"``; sparkonce's own sink adds a ``sparkonce`` object to ``commitInfo`` (see
+:func:`streaming_info`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from sparkonce.errors import DeltaLogError, TableNotFoundError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CheckpointRef",
+    "CommitEntry",
+    "DeltaLog",
+    "Snapshot",
+    "Txn",
+    "dv_relative_path",
+    "streaming_info",
+]
+
+_COMMIT_RE = re.compile(r"^(\d{20})\.json$")
+_CLASSIC_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+_MULTI_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
+_V2_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
+
+_CHECKPOINT_COLUMNS = ("add", "remove", "txn", "metaData", "protocol")
+
+
+@dataclass(frozen=True)
+class Txn:
+    """A Delta ``txn`` action: the latest ``txn_version`` committed by ``app_id`` (for streaming: the
+    query id)."""
+
+    app_id: str
+    txn_version: int
+    last_updated: int | None
+
+
+@dataclass(frozen=True)
+class CommitEntry:
+    """One Delta commit (one table version), like a row of ``DESCRIBE HISTORY``.
+
+    ``operation`` and ``operation_parameters`` present sparkonce's own streaming commits as Delta would
+    (``STREAMING UPDATE`` with ``outputMode``/``queryId``/``epochId``), reading the ``sparkonce`` object of
+    ``commitInfo`` when present. ``query_id``/``batch_id`` come from that object, from a Delta-JVM
+    ``STREAMING UPDATE`` commitInfo, or else from the commit's single ``txn`` action.
+    """
+
+    table_version: int
+    timestamp_ms: int | None
+    operation: str | None
+    operation_parameters: dict[str, Any]
+    operation_metrics: dict[str, Any]
+    read_version: int | None
+    is_blind_append: bool | None
+    user_metadata: str | None
+    engine_info: str | None
+    txns: tuple[Txn, ...]
+    num_added_files: int
+    num_removed_files: int
+    added_bytes: int
+    added_rows: int | None
+    commit_info: dict[str, Any]
+    query_id: str | None
+    batch_id: int | None
+    added_paths: tuple[str, ...] = ()
+    """Raw (URL-encoded, table-relative) ``add.path`` of every file this commit added."""
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A Delta checkpoint found in ``_delta_log``: its table version and the files that make it up."""
+
+    table_version: int
+    kind: str  # "classic", "multi-part" or "v2"
+    files: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The state of a table at ``table_version``: metadata, protocol, active files and app transactions."""
+
+    table_version: int
+    metadata: dict[str, Any]
+    protocol: dict[str, Any]
+    files: dict[str, dict[str, Any]]
+    """Active files: raw ``add.path`` (URL-encoded, usually relative) -> the ``add`` action."""
+    txns: dict[str, Txn]
+    checkpoint_version: int | None = None
+    """The Delta checkpoint the snapshot started from, or ``None`` when replayed from table version 0."""
+    tombstones: frozenset[str] = frozenset()
+    """Raw paths of ``remove`` actions still in the log (checkpoint tombstones and later removes), not
+    re-added."""
+    notes: tuple[str, ...] = field(default=())
+    """Things worth knowing about how the snapshot was built (e.g. a corrupt ``_last_checkpoint`` was
+    ignored)."""
+
+    def txn_version(self, app_id: str) -> int | None:
+        """Return the latest ``txn_version`` committed by ``app_id``, or ``None`` if it never committed."""
+        txn = self.txns.get(app_id)
+        return None if txn is None else txn.txn_version
+
+    @property
+    def configuration(self) -> dict[str, str]:
+        """The table properties (``metaData.configuration``)."""
+        conf = self.metadata.get("configuration") or {}
+        return dict(conf)
+
+
+@dataclass
+class _Listing:
+    commits: dict[int, Path]
+    checkpoints: list[CheckpointRef]
+    last_checkpoint: Path | None
+
+
+def streaming_info(commit_info: dict[str, Any], txns: Iterable[Txn] = ()) -> tuple[str | None, int | None]:
+    """Return ``(query_id, batch_id)`` of a Delta commit, or ``(None, None)`` if it is not a streaming write.
+
+    Reads, in order: the ``sparkonce`` object in ``commitInfo`` (our sink), a Delta-JVM ``STREAMING UPDATE``
+    ``operationParameters`` (``queryId``/``epochId``), then a single ``txn`` action (``appId``/``version``).
+    """
+    ours = commit_info.get("sparkonce")
+    if isinstance(ours, dict):
+        params = ours.get("operationParameters") or {}
+        query_id = params.get("queryId") or params.get("txnAppId")
+        batch = ours.get("batchId", params.get("epochId", params.get("txnVersion")))
+        batch_id = _as_int(batch)
+        if query_id is not None and batch_id is not None:
+            return str(query_id), batch_id
+    params = commit_info.get("operationParameters") or {}
+    if commit_info.get("operation") == "STREAMING UPDATE" and "queryId" in params:
+        return str(params["queryId"]), _as_int(params.get("epochId"))
+    txn_list = list(txns)
+    if len(txn_list) == 1:
+        return txn_list[0].app_id, txn_list[0].txn_version
+    return None, None
+
+
+def _as_int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class DeltaLog:
+    """Reads the ``_delta_log`` of one Delta table.
+
+    Runs on the driver (or in the CLI). Every call lists ``_delta_log`` afresh, so a long-lived instance
+    sees new
+    Delta commits.
+
+    Args:
+        table_path: The table root (the folder that holds ``_delta_log``).
+
+    Raises:
+        TableNotFoundError: ``_delta_log`` is missing or holds neither a commit nor a checkpoint.
+    """
+
+    def __init__(self, table_path: str | os.PathLike[str]) -> None:
+        self.table_path = Path(table_path)
+        self.log_dir = self.table_path / "_delta_log"
+        if not self.log_dir.is_dir():
+            raise TableNotFoundError(f"{self.table_path} is not a Delta table: no _delta_log folder")
+        listing = self._list()
+        if not listing.commits and not listing.checkpoints:
+            raise TableNotFoundError(
+                f"{self.table_path} is not a Delta table: _delta_log holds no commit or checkpoint"
+            )
+
+    # ------------------------------------------------------------------ listing
+    def _list(self) -> _Listing:
+        commits: dict[int, Path] = {}
+        multi: dict[tuple[int, int], dict[int, Path]] = {}
+        checkpoints: list[CheckpointRef] = []
+        last: Path | None = None
+        try:
+            entries = list(os.scandir(self.log_dir))
+        except OSError as err:
+            raise TableNotFoundError(f"cannot list {self.log_dir}: {err}") from err
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".json") and (m := _COMMIT_RE.match(name)):
+                commits[int(m.group(1))] = Path(entry.path)
+            elif name == "_last_checkpoint":
+                last = Path(entry.path)
+            elif ".checkpoint." in name:
+                if m := _CLASSIC_CP_RE.match(name):
+                    checkpoints.append(CheckpointRef(int(m.group(1)), "classic", (Path(entry.path),)))
+                elif m := _MULTI_CP_RE.match(name):
+                    key = (int(m.group(1)), int(m.group(3)))
+                    multi.setdefault(key, {})[int(m.group(2))] = Path(entry.path)
+                elif m := _V2_CP_RE.match(name):
+                    checkpoints.append(CheckpointRef(int(m.group(1)), "v2", (Path(entry.path),)))
+        for (table_version, parts), found in multi.items():
+            if len(found) == parts and set(found) == set(range(1, parts + 1)):
+                files = tuple(found[i] for i in range(1, parts + 1))
+                checkpoints.append(CheckpointRef(table_version, "multi-part", files))
+            else:
+                logger.warning(
+                    "incomplete multi-part checkpoint at table version %d: %d of %d parts",
+                    table_version,
+                    len(found),
+                    parts,
+                )
+        checkpoints.sort(key=lambda c: (c.table_version, c.kind != "v2"))
+        return _Listing(commits, checkpoints, last)
+
+    def latest_version(self) -> int:
+        """Return the newest table version (the newest JSON commit or checkpoint)."""
+        listing = self._list()
+        versions = list(listing.commits) + [c.table_version for c in listing.checkpoints]
+        if not versions:
+            raise TableNotFoundError(f"{self.table_path}: _delta_log holds no commit or checkpoint")
+        return max(versions)
+
+    def commit_versions(self) -> list[int]:
+        """Return the table versions whose JSON commit is present, ascending."""
+        return sorted(self._list().commits)
+
+    def checkpoints(self) -> list[CheckpointRef]:
+        """Return the complete Delta checkpoints present, oldest first."""
+        return self._list().checkpoints
+
+    def commit_path(self, table_version: int) -> Path:
+        """Return the path of the JSON commit of ``table_version`` (which may not exist)."""
+        return self.log_dir / f"{table_version:020d}.json"
+
+    def read_last_checkpoint(self) -> dict[str, Any] | None:
+        """Return the parsed ``_last_checkpoint``, or ``None`` when it is absent.
+
+        Raises:
+            DeltaLogError: The file is not a JSON object with an integer ``version``.
+        """
+        path = self.log_dir / "_last_checkpoint"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            raise DeltaLogError(f"{path}: cannot read: {err}") from err
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DeltaLogError(f"{path}: not valid JSON ({err.msg} at char {err.pos})") from err
+        if not isinstance(data, dict) or not isinstance(data.get("version"), int):
+            raise DeltaLogError(f"{path}: expected a JSON object with an integer 'version'")
+        return data
+
+    # ------------------------------------------------------------------ commits
+    def read_actions(self, table_version: int) -> list[dict[str, Any]]:
+        """Return the actions of the JSON commit of ``table_version``, in file order.
+
+        Raises:
+            DeltaLogError: The file is missing (e.g. removed by log clean-up) or a line is not a JSON object.
+        """
+        path = self.commit_path(table_version)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError as err:
+            raise DeltaLogError(
+                f"{path}: the Delta commit of table version {table_version} is missing"
+            ) from err
+        except OSError as err:
+            raise DeltaLogError(f"{path}: cannot read table version {table_version}: {err}") from err
+        actions: list[dict[str, Any]] = []
+        for lineno, line in enumerate(raw.split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                action = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise DeltaLogError(
+                    f"{path}: line {lineno} of table version {table_version} is not valid JSON ({err})"
+                ) from err
+            if not isinstance(action, dict):
+                raise DeltaLogError(
+                    f"{path}: line {lineno} of table version {table_version} is not a JSON object"
+                )
+            actions.append(action)
+        return actions
+
+    def commit_entry(self, table_version: int) -> CommitEntry:
+        """Return the :class:`CommitEntry` of one table version (see :meth:`history`)."""
+        actions = self.read_actions(table_version)
+        return _entry_from_actions(table_version, actions, self.commit_path(table_version))
+
+    def history(self, *, start: int | None = None, end: int | None = None) -> list[CommitEntry]:
+        """Return one :class:`CommitEntry` per JSON commit with ``start <= table_version <= end``, newest
+        first.
+
+        Like ``DESCRIBE HISTORY``, only commits still present in ``_delta_log`` are listed.
+
+        Raises:
+            DeltaLogError: A commit in the range is not valid JSON.
+        """
+        versions = [
+            v
+            for v in sorted(self._list().commits, reverse=True)
+            if (start is None or v >= start) and (end is None or v <= end)
+        ]
+        return [self.commit_entry(v) for v in versions]
+
+    def iter_history(self) -> Iterator[CommitEntry]:
+        """Yield commit entries newest first, reading each JSON commit only when asked for."""
+        for v in sorted(self._list().commits, reverse=True):
+            yield self.commit_entry(v)
+
+    # ------------------------------------------------------------------ snapshot
+    def snapshot(self, table_version: int | None = None) -> Snapshot:
+        """Return the table state at ``table_version`` (default: the latest).
+
+        Starts from the newest complete Delta checkpoint at or below ``table_version`` (classic, multi-part or
+        V2), then replays the later JSON commits. ``_last_checkpoint`` is only a hint: when it is missing,
+        corrupt or points at a missing checkpoint, the listing decides; a checkpoint that cannot be read is
+        skipped in favour of an older one (noted in :attr:`Snapshot.notes`).
+
+        Raises:
+            DeltaLogError: The table version does not exist, or the commits needed to reach it are missing or
+                corrupt.
+        """
+        listing = self._list()
+        latest = max(list(listing.commits) + [c.table_version for c in listing.checkpoints])
+        target = latest if table_version is None else table_version
+        if target < 0 or target > latest:
+            raise DeltaLogError(
+                f"{self.table_path}: table version {target} does not exist (latest is {latest})"
+            )
+        notes: list[str] = []
+        try:
+            last = self.read_last_checkpoint()
+        except DeltaLogError as err:
+            notes.append(f"ignored _last_checkpoint: {err}")
+            last = None
+        if (
+            last is not None
+            and last["version"] <= target
+            and not any(c.table_version == last["version"] for c in listing.checkpoints)
+        ):
+            notes.append(
+                f"_last_checkpoint points at table version {last['version']}, whose checkpoint is "
+                "missing or incomplete; used the listing instead"
+            )
+        candidates = [c for c in listing.checkpoints if c.table_version <= target]
+        state = _State()
+        start = 0
+        checkpoint_version: int | None = None
+        for ref in reversed(candidates):
+            if any(v not in listing.commits for v in range(ref.table_version + 1, target + 1)):
+                continue
+            try:
+                state = self._load_checkpoint(ref)
+            except DeltaLogError as err:
+                notes.append(f"skipped checkpoint at table version {ref.table_version}: {err}")
+                continue
+            checkpoint_version = ref.table_version
+            start = ref.table_version + 1
+            break
+        if checkpoint_version is None:
+            missing = [v for v in range(0, target + 1) if v not in listing.commits]
+            if missing:
+                raise DeltaLogError(
+                    f"{self.table_path}: cannot rebuild table version {target}: no usable checkpoint and the "
+                    f"Delta commit of table version {missing[0]} is missing from _delta_log"
+                )
+        for v in range(start, target + 1):
+            state.apply(self.read_actions(v))
+        if not state.protocol or not state.metadata:
+            raise DeltaLogError(
+                f"{self.table_path}: table version {target} has no "
+                f"{'protocol' if not state.protocol else 'metaData'} action"
+            )
+        return Snapshot(
+            table_version=target,
+            metadata=state.metadata,
+            protocol=state.protocol,
+            files=state.files,
+            txns=state.txns,
+            checkpoint_version=checkpoint_version,
+            tombstones=frozenset(state.tombstones),
+            notes=tuple(notes),
+        )
+
+    def _load_checkpoint(self, ref: CheckpointRef) -> _State:
+        state = _State()
+        for path in ref.files:
+            for action in _read_checkpoint_file(path):
+                state.apply_checkpoint_action(action)
+        if ref.kind == "v2":
+            for sidecar in list(state.sidecars):
+                sidecar_path = self.log_dir / "_sidecars" / unquote(sidecar)
+                for action in _read_checkpoint_file(sidecar_path):
+                    state.apply_checkpoint_action(action)
+        return state
+
+    # ------------------------------------------------------------------ files
+    def data_file_path(self, raw_path: str) -> Path | None:
+        """Turn a raw ``add``/``remove`` path into a local filesystem path, or ``None`` if it is not local.
+
+        Relative paths are URL-decoded and joined to the table root; ``file:`` URIs are decoded as well.
+        """
+        if "://" in raw_path or raw_path.startswith("file:"):
+            parsed = urlparse(raw_path)
+            if parsed.scheme != "file":
+                return None
+            return Path(unquote(parsed.path))
+        return self.table_path / unquote(raw_path)
+
+
+class _State:
+    """Mutable replay state; actions are reconciled as PROTOCOL.md "Action Reconciliation" says."""
+
+    def __init__(self) -> None:
+        self.metadata: dict[str, Any] = {}
+        self.protocol: dict[str, Any] = {}
+        self.files: dict[str, dict[str, Any]] = {}
+        self.txns: dict[str, Txn] = {}
+        self.sidecars: list[str] = []
+        self.tombstones: set[str] = set()
+
+    def apply_checkpoint_action(self, action: dict[str, Any]) -> None:
+        if "add" in action:
+            add = action["add"]
+            self.files[add["path"]] = add
+        elif "txn" in action:
+            self._txn(action["txn"])
+        elif "metaData" in action:
+            self.metadata = action["metaData"]
+        elif "protocol" in action:
+            self.protocol = action["protocol"]
+        elif "remove" in action:
+            self.tombstones.add(action["remove"]["path"])
+        elif "sidecar" in action:
+            self.sidecars.append(action["sidecar"]["path"])
+
+    def apply(self, actions: list[dict[str, Any]]) -> None:
+        # Removes first: a deletion-vector update is remove(path, old DV) + add(path, new DV) in one commit.
+        for action in actions:
+            if "remove" in action:
+                path = action["remove"]["path"]
+                self.files.pop(path, None)
+                self.tombstones.add(path)
+        for action in actions:
+            if "add" in action:
+                add = action["add"]
+                self.files[add["path"]] = add
+                self.tombstones.discard(add["path"])
+            elif "txn" in action:
+                self._txn(action["txn"])
+            elif "metaData" in action:
+                self.metadata = action["metaData"]
+            elif "protocol" in action:
+                self.protocol = action["protocol"]
+
+    def _txn(self, txn: dict[str, Any]) -> None:
+        app_id = str(txn["appId"])
+        self.txns[app_id] = Txn(app_id, int(txn["version"]), _as_int(txn.get("lastUpdated")))
+
+
+def _entry_from_actions(table_version: int, actions: list[dict[str, Any]], path: Path) -> CommitEntry:
+    commit_info: dict[str, Any] = {}
+    txns: list[Txn] = []
+    added: list[dict[str, Any]] = []
+    removed = 0
+    for action in actions:
+        if "commitInfo" in action and isinstance(action["commitInfo"], dict):
+            commit_info = action["commitInfo"]
+        elif "add" in action:
+            added.append(action["add"])
+        elif "remove" in action:
+            removed += 1
+        elif "txn" in action:
+            t = action["txn"]
+            txns.append(Txn(str(t["appId"]), int(t["version"]), _as_int(t.get("lastUpdated"))))
+    ours = commit_info.get("sparkonce") if isinstance(commit_info.get("sparkonce"), dict) else None
+    operation = commit_info.get("operation")
+    params = dict(commit_info.get("operationParameters") or {})
+    if ours is not None:
+        operation = ours.get("operation", operation)
+        params = dict(ours.get("operationParameters") or params)
+    metrics = dict(commit_info.get("operationMetrics") or {})
+    timestamp = _as_int(commit_info.get("inCommitTimestamp", commit_info.get("timestamp")))
+    if timestamp is None:
+        try:
+            timestamp = int(path.stat().st_mtime * 1000)
+        except OSError:
+            timestamp = None
+    query_id, batch_id = streaming_info(commit_info, txns)
+    return CommitEntry(
+        table_version=table_version,
+        timestamp_ms=timestamp,
+        operation=operation,
+        operation_parameters=params,
+        operation_metrics=metrics,
+        read_version=_as_int(commit_info.get("readVersion")),
+        is_blind_append=commit_info.get("isBlindAppend"),
+        user_metadata=commit_info.get("userMetadata"),
+        engine_info=commit_info.get("engineInfo"),
+        txns=tuple(txns),
+        num_added_files=len(added),
+        num_removed_files=removed,
+        added_bytes=sum(int(a.get("size") or 0) for a in added),
+        added_rows=_added_rows(added, metrics),
+        commit_info=commit_info,
+        query_id=query_id,
+        batch_id=batch_id,
+        added_paths=tuple(str(a.get("path")) for a in added),
+    )
+
+
+def _added_rows(added: list[dict[str, Any]], metrics: dict[str, Any]) -> int | None:
+    if not added:
+        return 0
+    total = 0
+    for add in added:
+        stats = add.get("stats")
+        if not stats:
+            break
+        try:
+            records = json.loads(stats).get("numRecords")
+        except (json.JSONDecodeError, AttributeError):
+            break
+        if not isinstance(records, int):
+            break
+        total += records
+    else:
+        return total
+    for key in ("numOutputRows", "num_added_rows"):
+        value = _as_int(metrics.get(key))
+        if value is not None:
+            return value
+    return None
+
+
+def _read_checkpoint_file(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield the actions of one checkpoint file (Parquet, or JSON lines for V2 checkpoints)."""
+    if path.suffix == ".json":
+        try:
+            lines = path.read_bytes().split(b"\n")
+        except OSError as err:
+            raise DeltaLogError(f"{path}: cannot read checkpoint: {err}") from err
+        for lineno, line in enumerate(lines, start=1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise DeltaLogError(f"{path}: line {lineno} is not valid JSON ({err})") from err
+        return
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+        columns = [c for c in (*_CHECKPOINT_COLUMNS, "sidecar") if c in schema.names]
+        table = pq.read_table(path, columns=columns)
+    except FileNotFoundError as err:
+        raise DeltaLogError(f"{path}: checkpoint file is missing") from err
+    except Exception as err:  # pyarrow raises ArrowInvalid/OSError subclasses on garbled files
+        raise DeltaLogError(f"{path}: not a readable Parquet checkpoint ({err})") from err
+    for name in columns:
+        column = table.column(name)
+        valid = column.is_valid()
+        filtered = column.filter(valid)
+        if len(filtered) == 0:
+            continue
+        arrow_type = filtered.type
+        for value in filtered.to_pylist():
+            yield {name: _normalize(value, arrow_type)}
+
+
+def _normalize(value: Any, arrow_type: Any) -> Any:
+    """Turn pyarrow's Python values into what the JSON log holds: maps as dicts, no ``*_parsed`` columns."""
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_map(arrow_type):
+        return {k: _normalize(v, arrow_type.item_type) for k, v in value}
+    if pa.types.is_struct(arrow_type):
+        out: dict[str, Any] = {}
+        for i in range(arrow_type.num_fields):
+            f = arrow_type.field(i)
+            if f.name.endswith("_parsed"):
+                continue
+            v = value.get(f.name)
+            if v is not None:
+                out[f.name] = _normalize(v, f.type)
+        return out
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return [_normalize(v, arrow_type.value_type) for v in value]
+    return value
+
+
+_Z85_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_Z85_INDEX = {c: i for i, c in enumerate(_Z85_CHARS)}
+
+
+def dv_relative_path(deletion_vector: dict[str, Any]) -> str | None:
+    """Return the table-relative path of a deletion vector file (storage type ``u``), else ``None``.
+
+    ``pathOrInlineDv`` is ``<random prefix><20 Z85 chars of a UUID>``; the file is
+    ``<prefix>/deletion_vector_<uuid>.bin`` (PROTOCOL.md, "Deletion Vector Descriptor Schema").
+    """
+    if deletion_vector.get("storageType") != "u":
+        return None
+    encoded = str(deletion_vector.get("pathOrInlineDv", ""))
+    if len(encoded) < 20:
+        return None
+    prefix, z85 = encoded[:-20], encoded[-20:]
+    raw = bytearray()
+    try:
+        for i in range(0, 20, 5):
+            n = 0
+            for c in z85[i : i + 5]:
+                n = n * 85 + _Z85_INDEX[c]
+            raw += n.to_bytes(4, "big")
+    except (KeyError, OverflowError):
+        return None
+    name = f"deletion_vector_{uuid.UUID(bytes=bytes(raw))}.bin"
+    return f"{prefix}/{name}" if prefix else name
