@@ -11,6 +11,9 @@ from sparkonce import __version__
 # (module, attribute) of every subcommand; each module holds a few thin click commands.
 _COMMANDS: list[tuple[str, str]] = [
     ("sparkonce.cli.demo", "demo"),
+    ("sparkonce.cli.doctor", "doctor"),
+    ("sparkonce.cli.doctor", "history"),
+    ("sparkonce.cli.doctor", "verify"),
 ]
 
 

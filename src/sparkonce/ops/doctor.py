@@ -210,7 +210,7 @@ def _checkpoint_findings(state: CheckpointState) -> list[Finding]:
             Finding(
                 "offsets-gap",
                 "error",
-                f"offsets/ has gaps: batches {_range_text(gaps)} are missing between "
+                f"offsets/ has gaps: no offsets file for batch(es) {_range_text(gaps)} between "
                 f"{offsets[0]} and {offsets[-1]}",
                 "restore the missing offsets files from a backup; do not restart until they exist",
                 path=f"{cp}/offsets",

@@ -1,0 +1,226 @@
+"""``sparkonce doctor``, ``history`` and ``verify``: thin commands over :mod:`sparkonce.ops`.
+
+Exit codes: 0 healthy, 1 a finding at warning or above, 2 usage error (including unknown paths), 3 a table or
+broker that cannot be reached. ``--json`` output follows the schema in ``docs/doctor.md``.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from sparkonce.cli.common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    console,
+    handle_errors,
+    print_json,
+    to_jsonable,
+)
+from sparkonce.ops.doctor import DoctorReport, diagnose
+from sparkonce.ops.findings import SEVERITY_RANK, Finding
+from sparkonce.ops.history import table_history
+from sparkonce.ops.verify import OffsetRange, expected_from_watermarks, parse_range, verify_table
+
+__all__ = ["doctor", "history", "verify"]
+
+JSON_SCHEMA_VERSION = 1
+_STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
+_existing = click.Path(exists=True, file_okay=False, dir_okay=True, path_type=Path)
+
+
+def _exit_code(findings: tuple[Finding, ...]) -> int:
+    worst = max((SEVERITY_RANK[f.severity] for f in findings), default=0)
+    return EXIT_FINDINGS if worst >= SEVERITY_RANK["warning"] else EXIT_OK
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _print_findings(findings: tuple[Finding, ...]) -> None:
+    if not findings:
+        console.print("[green]No findings.[/green]")
+        return
+    table = Table(title="Findings", show_lines=False)
+    table.add_column("severity")
+    table.add_column("code")
+    table.add_column("what")
+    table.add_column("fix")
+    for f in sorted(findings, key=lambda f: -SEVERITY_RANK[f.severity]):
+        table.add_row(f"[{_STYLE[f.severity]}]{f.severity}[/]", f.code, f.message, f.fix)
+    console.print(table)
+
+
+def _print_doctor(report: DoctorReport) -> None:
+    console.print(f"[bold]checkpoint[/bold] {report.checkpoint_dir}")
+    console.print(f"query id:        {report.query_id or '[red]unknown (no readable metadata)[/red]'}")
+    console.print(f"last planned:    {'-' if report.last_planned is None else report.last_planned}")
+    console.print(f"last committed:  {'-' if report.last_committed is None else report.last_committed}")
+    for t in report.tables:
+        txn = "-" if t.txn_version is None else str(t.txn_version)
+        at = f" (table version {t.txn_table_version})" if t.txn_table_version is not None else ""
+        console.print(
+            f"table:           {t.table_path} [{t.kind}] table version {t.table_version}, "
+            f"txn_version for this query {txn}{at}"
+        )
+    for k in report.kafka:
+        console.print(
+            f"kafka:           {k.topic}-{k.partition} next start {k.next_start_offset}, "
+            f"broker earliest {k.earliest} latest {k.latest}"
+        )
+    console.print()
+    console.print(f"[bold]Next start:[/bold] {report.next_start}")
+    console.print()
+    _print_findings(report.findings)
+
+
+def _doctor_json(report: DoctorReport) -> dict[str, object]:
+    data = to_jsonable(report)
+    assert isinstance(data, dict)
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "kind": "doctor",
+        "severity": report.severity,
+        "healthy": report.healthy,
+        **data,
+    }
+
+
+@click.command()
+@click.argument("checkpoint", type=_existing)
+@click.option("--table", "tables", multiple=True, type=_existing, help="A sink table (Delta or file sink).")
+@click.option("--kafka", "kafka", metavar="BOOTSTRAP", help="Check offsets against this Kafka broker.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (see docs/doctor.md).")
+@click.option("--html", "html", type=click.Path(dir_okay=False, path_type=Path), help="Write an HTML report.")
+@click.option(
+    "--history-scan",
+    type=click.Choice(["auto", "full", "window"]),
+    default="auto",
+    show_default=True,
+    help="How much Delta history to read.",
+)
+@handle_errors
+def doctor(
+    checkpoint: Path,
+    tables: tuple[Path, ...],
+    kafka: str | None,
+    as_json: bool,
+    html: Path | None,
+    history_scan: str,
+) -> None:
+    """Explain what restarting the query of CHECKPOINT will do, and what is wrong with it."""
+    report = diagnose(checkpoint, tables=tables, kafka_bootstrap=kafka, history_scan=history_scan)  # type: ignore[arg-type]
+    if html is not None:
+        from sparkonce.cli.html_report import render_html
+
+        html.write_text(render_html(report), encoding="utf-8")
+    if as_json:
+        print_json(_doctor_json(report))
+    else:
+        _print_doctor(report)
+        if html is not None:
+            console.print(f"HTML report written to {html}")
+    sys.exit(_exit_code(report.findings))
+
+
+@click.command()
+@click.argument("table", type=_existing)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show only the N newest commits.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (see docs/doctor.md).")
+@handle_errors
+def history(table: Path, limit: int | None, as_json: bool) -> None:
+    """Show TABLE's Delta commits like DESCRIBE HISTORY, read straight from _delta_log."""
+    report = table_history(table, limit=limit)
+    if as_json:
+        data = to_jsonable(report)
+        assert isinstance(data, dict)
+        print_json({"schema_version": JSON_SCHEMA_VERSION, "kind": "history", **data})
+        return
+    out = Table(title=f"{table} (latest table version {report.latest_table_version})")
+    for name in ("table version", "time (UTC)", "operation", "query id", "batch", "rows", "files", "txn"):
+        out.add_column(
+            name, justify="right" if name in ("table version", "batch", "rows", "files") else "left"
+        )
+    for e in report.entries:
+        out.add_row(
+            str(e.table_version),
+            _when(e.timestamp_ms),
+            e.operation or "",
+            e.query_id or "",
+            "" if e.batch_id is None else str(e.batch_id),
+            "" if e.added_rows is None else str(e.added_rows),
+            f"+{e.num_added_files} -{e.num_removed_files}",
+            ", ".join(f"{t.app_id}={t.txn_version}" for t in e.txns),
+        )
+    console.print(out)
+
+
+@click.command()
+@click.option("--table", "table", required=True, type=_existing, help="The raw Delta table to check.")
+@click.option(
+    "--kafka", "kafka", metavar="BOOTSTRAP", help="Expect each partition's earliest..latest offsets."
+)
+@click.option("--topic", "topics", multiple=True, help="Topic to check against --kafka (repeatable).")
+@click.option("--range", "ranges", multiple=True, metavar="TOPIC:PARTITION:START-END", help="End exclusive.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (see docs/doctor.md).")
+@handle_errors
+def verify(
+    table: Path, kafka: str | None, topics: tuple[str, ...], ranges: tuple[str, ...], as_json: bool
+) -> None:
+    """Reconcile a raw table's topic/partition/offset columns with Kafka or explicit offset ranges."""
+    if kafka and not topics:
+        raise click.UsageError("--kafka needs at least one --topic")
+    if topics and not kafka:
+        raise click.UsageError("--topic needs --kafka")
+    if not kafka and not ranges:
+        raise click.UsageError("give --kafka BOOTSTRAP --topic T, or one or more --range")
+    expected: list[OffsetRange] = [parse_range(r) for r in ranges]
+    if kafka:
+        from sparkonce.ops.kafka_offsets import fetch_watermarks, list_partitions
+
+        partitions = [(t, p) for t in topics for p in list_partitions(kafka, t)]
+        expected.extend(expected_from_watermarks(fetch_watermarks(kafka, partitions)))
+    report = verify_table(table, expected=expected)
+    if as_json:
+        data = to_jsonable(report)
+        assert isinstance(data, dict)
+        print_json(
+            {"schema_version": JSON_SCHEMA_VERSION, "kind": "verify", "severity": report.severity, **data}
+        )
+    else:
+        out = Table(title=f"{table} at table version {report.table_version}: {report.rows_scanned} rows")
+        for name in ("topic", "partition", "expected", "covered", "rows", "duplicated", "missing", "beyond"):
+            out.add_column(name, justify="left" if name == "topic" else "right")
+        for p in report.partitions:
+            exp = "" if p.expected_start is None else f"[{p.expected_start}, {p.expected_end})"
+            cov = "" if p.min_offset is None else f"{p.min_offset}..{p.max_offset}"
+            out.add_row(
+                p.topic,
+                str(p.partition),
+                exp,
+                cov,
+                str(p.rows),
+                _count(p.duplicated_offsets),
+                _count(p.missing_offsets),
+                _count(p.unexpected_offsets),
+            )
+        console.print(out)
+        for p in report.partitions:
+            for d in p.duplicates[:5]:
+                console.print(
+                    f"  {p.topic}-{p.partition} offset {d.offset} x{d.count}: table versions "
+                    f"{list(d.table_versions)}, files {list(d.files)}"
+                )
+        _print_findings(report.findings)
+    sys.exit(_exit_code(report.findings))
+
+
+def _count(n: int) -> str:
+    return "[green]0[/green]" if n == 0 else f"[bold red]{n}[/bold red]"
