@@ -38,10 +38,14 @@ def register(spark: SparkSession) -> list[str]:
 
     ``delta`` is registered only when the Delta JVM connector is not on the classpath, so code written for Delta
     keeps using the connector where it exists; ``sparkonce.delta`` and ``sparkonce.kafka`` always point here.
+    It also turns on ``spark.sql.python.filterPushdown.enabled`` (the Delta reader prunes files by partition
+    filters and needs Spark to pass them).
     """
     from sparkonce.delta.source import DeltaDataSource, SparkonceDeltaDataSource
     from sparkonce.kafka.source import KafkaDataSource
 
+    # The Delta reader prunes files with partition filters; Spark hands Python sources filters only with this on.
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     names = []
     if not _jvm_delta_available(spark):
         spark.dataSource.register(DeltaDataSource)

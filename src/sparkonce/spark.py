@@ -11,7 +11,10 @@ if TYPE_CHECKING:
 
 
 def local_session(
-    *, app_name: str = "sparkonce", master: str = "local[2]", shuffle_partitions: int = 2,
+    *,
+    app_name: str = "sparkonce",
+    master: str = "local[2]",
+    shuffle_partitions: int = 2,
     extra_conf: dict[str, str] | None = None,
 ) -> SparkSession:
     """Build (or get) a SparkSession whose Python workers run this interpreter, with sparkonce registered.

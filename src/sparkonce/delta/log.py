@@ -282,9 +282,7 @@ class DeltaLog:
         try:
             raw = path.read_bytes()
         except FileNotFoundError as err:
-            raise DeltaLogError(
-                f"{path}: the Delta commit of table version {table_version} is missing"
-            ) from err
+            raise DeltaLogError(f"{path}: the Delta commit of table version {table_version} is missing") from err
         except OSError as err:
             raise DeltaLogError(f"{path}: cannot read table version {table_version}: {err}") from err
         actions: list[dict[str, Any]] = []
@@ -298,9 +296,7 @@ class DeltaLog:
                     f"{path}: line {lineno} of table version {table_version} is not valid JSON ({err})"
                 ) from err
             if not isinstance(action, dict):
-                raise DeltaLogError(
-                    f"{path}: line {lineno} of table version {table_version} is not a JSON object"
-                )
+                raise DeltaLogError(f"{path}: line {lineno} of table version {table_version} is not a JSON object")
             actions.append(action)
         return actions
 
@@ -347,9 +343,7 @@ class DeltaLog:
         latest = max(list(listing.commits) + [c.table_version for c in listing.checkpoints])
         target = latest if table_version is None else table_version
         if target < 0 or target > latest:
-            raise DeltaLogError(
-                f"{self.table_path}: table version {target} does not exist (latest is {latest})"
-            )
+            raise DeltaLogError(f"{self.table_path}: table version {target} does not exist (latest is {latest})")
         notes: list[str] = []
         try:
             last = self.read_last_checkpoint()

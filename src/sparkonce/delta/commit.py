@@ -1,0 +1,224 @@
+"""Driver side: one Delta commit per batch, carrying the batch's files and its ``txn`` action.
+
+This is where exactly-once lives. For a batch with ``(app_id, txn_version)``:
+
+1. load the newest table snapshot; if the table's ``txn_version(app_id) >= txn_version`` the batch is already in
+   the table: skip it (and delete the files this attempt wrote, which nothing references);
+2. otherwise commit the files and ``txn(app_id, txn_version)`` as table version ``read_version + 1``, with no
+   automatic rebase (delta-rs ``max_commit_retries=0``): the log's put-if-absent makes exactly one writer win that
+   version;
+3. on a lost race, reload and go back to 1. A concurrent run of the same batch that won makes this one skip;
+   an unrelated writer that won makes this one retry on top of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from sparkonce._types import TableVersion
+from sparkonce.delta.files import WrittenFile, remove_files
+from sparkonce.delta.schema import delta_fields, reconcile, table_fields
+from sparkonce.errors import CommitConflictError, DeltaLogError, SchemaMismatchError
+
+log = logging.getLogger(__name__)
+
+CommitMode = Literal["append", "overwrite"]
+
+
+@dataclass(frozen=True)
+class BatchTxn:
+    """The Delta ``txn`` action of a batch: ``appId`` and ``version``."""
+
+    app_id: str
+    txn_version: int
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What the driver-side commit did."""
+
+    table_version: TableVersion | None
+    """The Delta commit made for these files, or None when the batch was skipped."""
+    skipped: bool
+    """True when the table already held this batch's txn (a replayed batch), or mode ``ignore`` found a table."""
+    attempts: int
+    files_added: int
+    rows_added: int
+
+
+def table_exists(table_uri: str) -> bool:
+    from deltalake import DeltaTable
+
+    return bool(DeltaTable.is_deltatable(table_uri))
+
+
+def load_table(table_uri: str, *, table_version: int | None = None) -> Any:
+    """Open a Delta table, turning delta-rs errors into sparkonce errors naming the table."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+    from deltalake.exceptions import TableNotFoundError as RsTableNotFound
+
+    from sparkonce.errors import TableNotFoundError
+
+    try:
+        return DeltaTable(table_uri, version=table_version)
+    except RsTableNotFound as err:
+        raise TableNotFoundError(f"{table_uri} is not a Delta table (no _delta_log commits found)") from err
+    except DeltaError as err:
+        where = f" at table version {table_version}" if table_version is not None else ""
+        raise DeltaLogError(f"cannot read the Delta log of {table_uri}{where}: {err}") from err
+
+
+def commit_files(
+    table_uri: str,
+    files: Iterable[WrittenFile],
+    *,
+    data_schema: pa.Schema,
+    partition_by: tuple[str, ...] = (),
+    mode: CommitMode = "append",
+    txn: BatchTxn | None = None,
+    merge_schema: bool = False,
+    overwrite_schema: bool = False,
+    custom_metadata: Mapping[str, Any] | None = None,
+    max_attempts: int = 100,
+    before_commit: Any = None,
+) -> CommitResult:
+    """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
+
+    Creates the table from ``data_schema`` and ``partition_by`` when it does not exist yet.
+
+    Raises:
+        SchemaMismatchError: the data does not fit the table and no schema option allows the change.
+        CommitConflictError: lost ``max_attempts`` races in a row.
+    """
+    from deltalake import CommitProperties, Transaction
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction
+
+    files = list(files)
+    table_root = _local_root(table_uri)
+    partition_by = tuple(partition_by)
+    _ensure_table(table_uri, data_schema, partition_by)
+
+    for attempt in range(1, max_attempts + 1):
+        table = load_table(table_uri)
+        read_version = table.version()
+        if txn is not None:
+            committed = table.transaction_version(txn.app_id)
+            if committed is not None and committed >= txn.txn_version:
+                removed = remove_files(table_root, (f.path for f in files)) if table_root else 0
+                log.info(
+                    "skipping batch: table %s already holds txn(app_id=%s, txn_version=%s) >= %s "
+                    "(table_version %s); removed %d unreferenced file(s) of this attempt",
+                    table_uri,
+                    txn.app_id,
+                    committed,
+                    txn.txn_version,
+                    read_version,
+                    removed,
+                )
+                return CommitResult(None, True, attempt, 0, 0)
+        table_partitions = tuple(table.metadata().partition_columns)
+        if partition_by and table_partitions != partition_by:
+            raise SchemaMismatchError(
+                f"partition columns {list(partition_by)} do not match the table's {list(table_partitions)} "
+                f"at {table_uri}"
+            )
+        schema = _schema_for_commit(table, table_uri, data_schema, mode, merge_schema, overwrite_schema)
+        actions = [AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats) for f in files]
+        properties = CommitProperties(
+            custom_metadata=dict(custom_metadata or {}),
+            max_commit_retries=0,
+            app_transactions=[Transaction(txn.app_id, txn.txn_version, int(time.time() * 1000))] if txn else None,
+        )
+        if before_commit is not None:
+            before_commit()
+        try:
+            table.create_write_transaction(
+                actions, mode, schema, partition_by=list(table_partitions), commit_properties=properties
+            )
+        except CommitFailedError as err:
+            log.info(
+                "Delta commit on %s at table_version %s lost a race (attempt %d, txn %s): %s",
+                table_uri,
+                read_version + 1,
+                attempt,
+                txn,
+                err,
+            )
+            continue
+        table_version = TableVersion(read_version + 1)
+        rows = sum(f.num_records for f in files)
+        log.info(
+            "Delta commit table_version %s on %s: %d file(s), %d row(s), txn %s",
+            table_version,
+            table_uri,
+            len(files),
+            rows,
+            txn,
+        )
+        return CommitResult(table_version, False, attempt, len(files), rows)
+    raise CommitConflictError(
+        f"gave up committing to {table_uri} after {max_attempts} attempts lost to concurrent writers (txn {txn})"
+    )
+
+
+def _schema_for_commit(
+    table: Any,
+    table_uri: str,
+    data_schema: pa.Schema,
+    mode: CommitMode,
+    merge_schema: bool,
+    overwrite_schema: bool,
+) -> Any:
+    """The schema to commit with; adds merged columns first (a metadata-only Delta commit) when allowed."""
+    from deltalake import Schema
+
+    if mode == "overwrite" and overwrite_schema:
+        return Schema.from_arrow(data_schema)
+    current = table_fields(table)
+    new_fields = reconcile(
+        current,
+        delta_fields(data_schema),
+        merge_schema=merge_schema,
+        table_id=table.metadata().id,
+        table_path=table_uri,
+    )
+    if new_fields:
+        from deltalake.schema import Field
+
+        table.alter.add_columns([Field.from_json(json.dumps(f)) for f in new_fields])
+        log.info("added column(s) %s to %s (mergeSchema)", [f["name"] for f in new_fields], table_uri)
+        table.update_incremental()
+    return table.schema()
+
+
+def _ensure_table(table_uri: str, data_schema: pa.Schema, partition_by: tuple[str, ...]) -> None:
+    from deltalake import DeltaTable
+
+    if DeltaTable.is_deltatable(table_uri):
+        return
+    unknown = [c for c in partition_by if c not in data_schema.names]
+    if unknown:
+        raise SchemaMismatchError(f"partition column(s) {unknown} are not columns of the data {data_schema.names}")
+    # mode="ignore": a concurrent creator may win; its table is then used.
+    DeltaTable.create(table_uri, schema=data_schema, partition_by=list(partition_by) or None, mode="ignore")
+
+
+def _local_root(table_uri: str) -> str | None:
+    if table_uri.startswith("file://"):
+        return table_uri[len("file://") :]
+    if "://" in table_uri:
+        return None
+    return os.path.abspath(table_uri)
+
+
+__all__ = ["BatchTxn", "CommitMode", "CommitResult", "commit_files", "load_table", "table_exists"]

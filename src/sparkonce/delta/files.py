@@ -1,0 +1,286 @@
+"""Executor side: writing a task's Arrow batches into Parquet data files inside a Delta table directory.
+
+Nothing written here is visible to readers: a file becomes part of the table only when the driver's Delta commit
+adds it. Files of failed or aborted attempts stay unreferenced (vacuum candidates).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
+_STRING_STATS_LIMIT = 32
+# Characters Hive/Spark escape in partition directory names.
+_ESCAPE = set("\"#%'*/:=?\\\x7f{[]^") | {chr(c) for c in range(0x20)}
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """One Parquet file written by a task, described as a Delta ``add`` action needs it."""
+
+    path: str
+    """Relative to the table root, ``/``-separated, not URL-encoded (delta-rs encodes it in the log)."""
+    size: int
+    partition_values: dict[str, str | None]
+    modification_time: int
+    num_records: int
+    stats: str
+
+
+@dataclass
+class FileWriterOptions:
+    """What an executor needs to know to write data files (pickled to executors)."""
+
+    table_root: str
+    partition_by: tuple[str, ...] = ()
+    max_records_per_file: int | None = None
+    compression: str = "snappy"
+    file_prefix: str = "part"
+
+
+def escape_partition_value(value: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPE else c for c in value)
+
+
+def partition_value_string(value: Any) -> str | None:
+    """Delta's string form of a partition value (protocol: "Partition Value Serialization")."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return str(value)
+
+
+def _json_stat(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            return value.isoformat(timespec="milliseconds")
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value
+
+
+def delta_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> tuple[int, str]:
+    """numRecords, minValues, maxValues and nullCount of top-level primitive columns, from the Parquet footer."""
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    top_level = {f.name: f for f in schema}
+    for rg_index in range(metadata.num_row_groups):
+        row_group = metadata.row_group(rg_index)
+        for col_index in range(row_group.num_columns):
+            column = row_group.column(col_index)
+            name = column.path_in_schema
+            if name not in top_level or pa.types.is_nested(top_level[name].type):
+                continue
+            stats = column.statistics
+            if stats is None:
+                mins[name] = maxs[name] = None  # unknown: poison this column's min/max
+                continue
+            nulls[name] = nulls.get(name, 0) + (stats.null_count or 0)
+            if (
+                not stats.has_min_max
+                or pa.types.is_boolean(top_level[name].type)
+                or pa.types.is_binary(top_level[name].type)
+            ):
+                continue
+            lo, hi = _json_stat(stats.min), _json_stat(stats.max)
+            if isinstance(lo, str) and (len(lo) > _STRING_STATS_LIMIT or len(str(hi)) > _STRING_STATS_LIMIT):
+                lo = hi = None
+            if lo is None or hi is None or (name in mins and mins[name] is None):
+                mins[name] = maxs[name] = None
+                continue
+            mins[name] = lo if name not in mins else min(mins[name], lo)
+            maxs[name] = hi if name not in maxs else max(maxs[name], hi)
+    stats_json = {
+        "numRecords": metadata.num_rows,
+        "minValues": {k: v for k, v in mins.items() if v is not None},
+        "maxValues": {k: v for k, v in maxs.items() if v is not None},
+        "nullCount": nulls,
+    }
+    return metadata.num_rows, json.dumps(stats_json, separators=(",", ":"))
+
+
+@dataclass
+class _OpenFile:
+    writer: pq.ParquetWriter
+    relative_path: str
+    partition_values: dict[str, str | None]
+    collector: list[pq.FileMetaData] = field(default_factory=list)
+    rows: int = 0
+
+
+class TableFileWriter:
+    """Writes one task's rows into Parquet files under the table root (runs on an executor).
+
+    Partition columns are not stored in the files; they go to the directory name and the ``add`` action, as Delta
+    does. Files roll over at ``max_records_per_file``.
+    """
+
+    def __init__(self, options: FileWriterOptions, *, task_id: int = 0) -> None:
+        self.options = options
+        self.task_id = task_id
+        self._open: dict[tuple[str | None, ...], _OpenFile] = {}
+        self._done: list[WrittenFile] = []
+
+    def write_batches(self, batches: Iterable[pa.RecordBatch]) -> None:
+        for batch in batches:
+            if batch.num_rows:
+                self.write(batch)
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        for key, values, part in self._split(table):
+            self._append(key, values, part)
+
+    def close(self) -> list[WrittenFile]:
+        """Close every open file and return all files written by this task."""
+        for key in list(self._open):
+            self._close(key)
+        return list(self._done)
+
+    def abort(self) -> None:
+        """Close and delete everything this task wrote (best effort; unreferenced files are harmless)."""
+        for key in list(self._open):
+            self._open.pop(key).writer.close()
+        for written in self._done:
+            try:
+                os.remove(os.path.join(self.options.table_root, written.path))
+            except FileNotFoundError:
+                pass
+
+    # -- internals ---------------------------------------------------------------------------------------------
+
+    def _split(self, table: pa.Table) -> Iterator[tuple[tuple[str | None, ...], dict[str, str | None], pa.Table]]:
+        names = self.options.partition_by
+        if not names:
+            yield (), {}, table
+            return
+        missing = [n for n in names if n not in table.column_names]
+        if missing:
+            raise KeyError(f"partition column(s) {missing} not in the data columns {table.column_names}")
+        data = table.drop_columns(list(names))
+        codes = np.zeros(table.num_rows, dtype=np.int64)
+        dictionaries = []
+        for name in names:
+            encoded = pc.dictionary_encode(table.column(name)).combine_chunks()
+            indices = encoded.indices.to_numpy(zero_copy_only=False)
+            null_code = len(encoded.dictionary)
+            indices = np.where(encoded.indices.is_null().to_numpy(zero_copy_only=False), null_code, indices)
+            codes = codes * (null_code + 1) + indices.astype(np.int64)
+            dictionaries.append((encoded.dictionary, null_code))
+        order = np.argsort(codes, kind="stable")
+        sorted_codes = codes[order]
+        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+        ends = np.r_[starts[1:], len(order)]
+        for start, end in zip(starts, ends):
+            rows = order[start:end]
+            first = int(rows[0])
+            values: dict[str, str | None] = {}
+            for name in names:
+                values[name] = partition_value_string(table.column(name)[first].as_py())
+            key = tuple(values[n] for n in names)
+            yield key, values, data.take(pa.array(rows))
+
+    def _append(self, key: tuple[str | None, ...], values: dict[str, str | None], table: pa.Table) -> None:
+        limit = self.options.max_records_per_file
+        offset = 0
+        while offset < table.num_rows:
+            current = self._open.get(key)
+            if current is None:
+                current = self._new_file(key, values, table.schema)
+            take = table.num_rows - offset
+            if limit:
+                take = min(take, limit - current.rows)
+            chunk = table.slice(offset, take)
+            current.writer.write_table(
+                chunk.cast(current.writer.schema) if chunk.schema != current.writer.schema else chunk
+            )
+            current.rows += take
+            offset += take
+            if limit and current.rows >= limit:
+                self._close(key)
+
+    def _new_file(self, key: tuple[str | None, ...], values: dict[str, str | None], schema: pa.Schema) -> _OpenFile:
+        directory = "/".join(
+            f"{escape_partition_value(n)}={NULL_PARTITION_DIR if v is None else escape_partition_value(v)}"
+            for n, v in values.items()
+        )
+        suffix = f".{self.options.compression}" if self.options.compression != "none" else ""
+        name = f"{self.options.file_prefix}-{self.task_id:05d}-{uuid.uuid4()}.c000{suffix}.parquet"
+        relative = f"{directory}/{name}" if directory else name
+        absolute = os.path.join(self.options.table_root, relative)
+        os.makedirs(os.path.dirname(absolute), exist_ok=True)
+        collector: list[pq.FileMetaData] = []
+        writer = pq.ParquetWriter(absolute, schema, compression=self.options.compression, metadata_collector=collector)
+        opened = _OpenFile(writer, relative, values, collector)
+        self._open[key] = opened
+        return opened
+
+    def _close(self, key: tuple[str | None, ...]) -> None:
+        opened = self._open.pop(key)
+        opened.writer.close()
+        absolute = os.path.join(self.options.table_root, opened.relative_path)
+        num_records, stats = delta_stats(opened.collector[0], opened.writer.schema)
+        self._done.append(
+            WrittenFile(
+                path=opened.relative_path,
+                size=os.path.getsize(absolute),
+                partition_values=opened.partition_values,
+                modification_time=int(time.time() * 1000),
+                num_records=num_records,
+                stats=stats,
+            )
+        )
+
+
+def remove_files(table_root: str, paths: Iterable[str]) -> int:
+    """Delete data files (relative paths) that no Delta commit references; returns how many were removed."""
+    removed = 0
+    for path in paths:
+        try:
+            os.remove(os.path.join(table_root, path))
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+__all__ = [
+    "NULL_PARTITION_DIR",
+    "FileWriterOptions",
+    "TableFileWriter",
+    "WrittenFile",
+    "delta_stats",
+    "escape_partition_value",
+    "partition_value_string",
+    "remove_files",
+]

@@ -1,0 +1,170 @@
+"""Options of the Delta data source, parsed once into frozen dataclasses (driver side)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from sparkonce.errors import OptionError
+from sparkonce.options import get_bool, get_bytes, get_choice, get_int, get_json, get_str, lookup
+
+SaveMode = Literal["append", "overwrite", "error", "ignore"]
+SAVE_MODE_OPTION = "sparkonce.saveMode"
+PARTITION_BY_OPTION = "partitionBy"
+COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
+
+
+def table_path(options: Mapping[str, str]) -> str:
+    path = get_str(options, "path")
+    if path is None:
+        raise OptionError("path", None, "is required: pass the table location to load()/save()/start()")
+    return path
+
+
+def partition_columns(options: Mapping[str, str]) -> tuple[str, ...]:
+    """``partitionBy`` as a JSON list or comma-separated names (the DataFrameWriter.partitionBy shim sets it)."""
+    for name in (COMPAT_PARTITION_OPTION, PARTITION_BY_OPTION):
+        raw = lookup(options, name)
+        if raw is None:
+            continue
+        text = raw.strip()
+        if text.startswith("["):
+            value = get_json(options, name)
+            if not isinstance(value, list) or not all(isinstance(c, str) and c for c in value):
+                raise OptionError(name, raw, "must be a JSON list of column names")
+            return tuple(value)
+        columns = tuple(c.strip() for c in text.split(",") if c.strip())
+        if not columns:
+            raise OptionError(name, raw, "must name at least one column")
+        return columns
+    return ()
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Options of batch and streaming writes."""
+
+    path: str
+    partition_by: tuple[str, ...]
+    merge_schema: bool
+    overwrite_schema: bool
+    txn_app_id: str | None
+    txn_version: int | None
+    max_records_per_file: int | None
+    compression: str
+    user_metadata: str | None
+    save_mode: SaveMode | None
+    checkpoint_location: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        app_id = get_str(options, "txnAppId")
+        raw_version = lookup(options, "txnVersion")
+        txn_version: int | None = None
+        if raw_version is not None:
+            try:
+                txn_version = int(raw_version.strip())
+            except ValueError:
+                raise OptionError("txnVersion", raw_version, "must be a non-negative integer") from None
+            if txn_version < 0:
+                raise OptionError("txnVersion", raw_version, "must be a non-negative integer")
+        if (app_id is None) != (txn_version is None):
+            missing = "txnAppId" if app_id is None else "txnVersion"
+            given = "txnVersion" if app_id is None else "txnAppId"
+            raise OptionError(
+                missing,
+                None,
+                f"both txnVersion and txnAppId must be specified for idempotent writes ({given} was)",
+            )
+        compression = get_choice(options, "compression", ("snappy", "zstd", "gzip", "lz4", "none"), "snappy")
+        save_mode_raw = get_choice(options, SAVE_MODE_OPTION, ("append", "overwrite", "error", "ignore", ""), "")
+        return cls(
+            path=table_path(options),
+            partition_by=partition_columns(options),
+            merge_schema=get_bool(options, "mergeSchema", False),
+            overwrite_schema=get_bool(options, "overwriteSchema", False),
+            txn_app_id=app_id,
+            txn_version=txn_version,
+            max_records_per_file=get_int(options, "maxRecordsPerFile", None, minimum=1),
+            compression=compression,
+            user_metadata=get_str(options, "userMetadata"),
+            save_mode=save_mode_raw or None,  # type: ignore[arg-type]
+            checkpoint_location=get_str(options, "checkpointLocation"),
+        )
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Options of batch reads (time travel)."""
+
+    path: str
+    version_as_of: int | None
+    timestamp_as_of: dt.datetime | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        version = get_int(options, "versionAsOf", None, minimum=0)
+        raw_ts = get_str(options, "timestampAsOf")
+        if version is not None and raw_ts is not None:
+            raise OptionError("timestampAsOf", raw_ts, "cannot be combined with versionAsOf; give one of the two")
+        return cls(table_path(options), version, parse_timestamp("timestampAsOf", raw_ts) if raw_ts else None)
+
+
+def parse_timestamp(option: str, raw: str) -> dt.datetime:
+    """Parse a timestamp option (``2019-05-14 09:00:00``, ISO 8601, or a date); naive means UTC."""
+    text = raw.strip().replace("Z", "+00:00")
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise OptionError(option, raw, "must be a timestamp such as '2019-05-14 09:00:00' or a date") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class StreamReadOptions:
+    """Options of the Delta streaming source."""
+
+    path: str
+    starting_version: int | Literal["latest"] | None
+    starting_timestamp: dt.datetime | None
+    max_files_per_trigger: int | None
+    max_bytes_per_trigger: int | None
+    skip_change_commits: bool
+    ignore_deletes: bool
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StreamReadOptions:
+        raw_start = get_str(options, "startingVersion")
+        starting_version: int | Literal["latest"] | None = None
+        if raw_start is not None:
+            if raw_start.strip().lower() == "latest":
+                starting_version = "latest"
+            else:
+                starting_version = get_int(options, "startingVersion", None, minimum=0)
+        raw_ts = get_str(options, "startingTimestamp")
+        if raw_start is not None and raw_ts is not None:
+            raise OptionError("startingTimestamp", raw_ts, "cannot be combined with startingVersion")
+        max_files = get_int(options, "maxFilesPerTrigger", None, minimum=1)
+        return cls(
+            path=table_path(options),
+            starting_version=starting_version,
+            starting_timestamp=parse_timestamp("startingTimestamp", raw_ts) if raw_ts else None,
+            max_files_per_trigger=max_files,
+            max_bytes_per_trigger=get_bytes(options, "maxBytesPerTrigger"),
+            skip_change_commits=get_bool(options, "skipChangeCommits", False),
+            ignore_deletes=get_bool(options, "ignoreDeletes", False),
+        )
+
+
+__all__ = [
+    "COMPAT_PARTITION_OPTION",
+    "PARTITION_BY_OPTION",
+    "SAVE_MODE_OPTION",
+    "ReadOptions",
+    "SaveMode",
+    "StreamReadOptions",
+    "WriteOptions",
+    "parse_timestamp",
+]

@@ -1,0 +1,353 @@
+"""Batch reads: ``spark.read.format("delta").option("versionAsOf", 3).load(path)``.
+
+The snapshot (which files make up the table at a table version) is resolved on the driver through the Delta log,
+never by listing directories, so orphan files of failed writes are never read. Executors read the Parquet files
+of their partition and restore partition columns from the ``add`` actions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from sparkonce.delta.commit import load_table
+from sparkonce.delta.options import ReadOptions
+from sparkonce.errors import OptionError, UnsupportedFeatureError
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_READER_FEATURES = frozenset({"columnMapping", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"})
+TARGET_SPLIT_BYTES = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file of a snapshot as executors need it."""
+
+    path: str
+    """Absolute local path."""
+    size: int
+    partition_values: dict[str, Any]
+    """Logical partition column name -> typed Python value (None for null)."""
+    table_version: int | None = None
+
+
+@dataclass
+class FilesPartition(InputPartition):
+    """A Spark input partition: a group of data files read by one task."""
+
+    files: list[DataFile] = field(default_factory=list)
+
+    def __init__(self, files: list[DataFile]) -> None:
+        super().__init__(None)
+        self.files = files
+
+
+@dataclass(frozen=True)
+class ScanSchema:
+    """What an executor needs to turn a data file into rows of the table schema (pickled to executors)."""
+
+    output: pa.Schema
+    partition_columns: tuple[str, ...]
+    physical_names: dict[str, str]
+    """Logical top-level column name -> physical name in the Parquet files (column mapping), when different."""
+    nested_renames: dict[str, Any]
+    """Physical -> logical names of nested fields (column mapping), per top-level logical column."""
+
+
+def check_reader_features(table: Any, table_uri: str) -> None:
+    """Refuse tables whose reader features we cannot honour (reading them would give wrong rows)."""
+    protocol = table.protocol()
+    features = set(protocol.reader_features or [])
+    unsupported = sorted(features - SUPPORTED_READER_FEATURES)
+    if unsupported:
+        raise UnsupportedFeatureError(
+            f"the Delta table at {table_uri} uses reader feature(s) {', '.join(unsupported)} that sparkonce "
+            f"cannot honour yet (reader version {protocol.min_reader_version}); refusing to read rather than "
+            "return wrong rows"
+        )
+    if protocol.min_reader_version > 3:
+        raise UnsupportedFeatureError(
+            f"the Delta table at {table_uri} needs reader version {protocol.min_reader_version} (> 3)"
+        )
+
+
+def open_snapshot(options: ReadOptions) -> Any:
+    """Load the table at the requested table version or timestamp, with errors naming the option."""
+    table = load_table(options.path)
+    latest = table.version()
+    if options.version_as_of is not None:
+        if options.version_as_of > latest:
+            raise OptionError(
+                "versionAsOf",
+                str(options.version_as_of),
+                f"is beyond the latest table version {latest} of {options.path}",
+            )
+        table = load_table(options.path, table_version=options.version_as_of)
+    elif options.timestamp_as_of is not None:
+        _load_as_of_timestamp(table, options.timestamp_as_of, options.path)
+    check_reader_features(table, options.path)
+    return table
+
+
+def _load_as_of_timestamp(table: Any, when: dt.datetime, path: str) -> None:
+    history = table.history()
+    first = min(h["timestamp"] for h in history) if history else None
+    if first is not None and when.timestamp() * 1000 < first:
+        raise OptionError(
+            "timestampAsOf",
+            when.isoformat(),
+            f"is before the first commit of {path} ({dt.datetime.fromtimestamp(first / 1000, dt.UTC).isoformat()})",
+        )
+    try:
+        table.load_as_version(when)
+    except Exception as err:
+        raise OptionError("timestampAsOf", when.isoformat(), f"cannot be resolved on {path}: {err}") from err
+
+
+def scan_schema(table: Any) -> ScanSchema:
+    from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
+
+    logical = table_arrow_schema(table)
+    output = arrow_schema_for_spark(spark_schema(_strip_field_metadata(logical)))
+    fields = json.loads(table.schema().to_json())["fields"]
+    physical: dict[str, str] = {}
+    nested: dict[str, Any] = {}
+    for f in fields:
+        name = f.get("metadata", {}).get("delta.columnMapping.physicalName")
+        if name and name != f["name"]:
+            physical[f["name"]] = name
+        renames = _nested_renames(f["type"])
+        if renames:
+            nested[f["name"]] = renames
+    return ScanSchema(output, tuple(table.metadata().partition_columns), physical, nested)
+
+
+def _strip_field_metadata(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])
+
+
+def _nested_renames(delta_type: Any) -> Any:
+    """A tree of physical -> logical renames for struct fields inside a column (None when nothing to rename)."""
+    if not isinstance(delta_type, dict):
+        return None
+    kind = delta_type.get("type")
+    if kind == "struct":
+        out = {}
+        for f in delta_type["fields"]:
+            physical = f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])
+            out[physical] = (f["name"], _nested_renames(f["type"]))
+        return out if any(p != n or sub for p, (n, sub) in out.items()) else None
+    if kind == "array":
+        inner = _nested_renames(delta_type["elementType"])
+        return {"__element__": inner} if inner else None
+    if kind == "map":
+        key, value = _nested_renames(delta_type["keyType"]), _nested_renames(delta_type["valueType"])
+        return {"__key__": key, "__value__": value} if key or value else None
+    return None
+
+
+def snapshot_files(table: Any, table_root: str, scan: ScanSchema) -> list[DataFile]:
+    """The active files of the loaded table version, with typed partition values (from the Delta log)."""
+    adds = pa.table(table.get_add_actions(flatten=True))
+    paths = adds.column("path").to_pylist()
+    sizes = adds.column("size_bytes").to_pylist()
+    partition_cols: dict[str, list[Any]] = {}
+    for name in scan.partition_columns:
+        physical = scan.physical_names.get(name, name)
+        column = f"partition.{physical}" if f"partition.{physical}" in adds.column_names else f"partition.{name}"
+        partition_cols[name] = adds.column(column).to_pylist() if column in adds.column_names else [None] * len(paths)
+    files = []
+    for i, path in enumerate(paths):
+        local = unquote(path)
+        absolute = local if os.path.isabs(local) else os.path.join(table_root, local)
+        files.append(DataFile(absolute, int(sizes[i]), {n: v[i] for n, v in partition_cols.items()}))
+    return files
+
+
+def prune(files: Sequence[DataFile], filters: Sequence[Filter], partition_columns: Iterable[str]) -> list[DataFile]:
+    """Keep files whose partition values may satisfy every filter on partition columns."""
+    keys = set(partition_columns)
+    usable = [f for f in filters if len(getattr(f, "attribute", ())) == 1 and f.attribute[0] in keys]
+    if not usable:
+        return list(files)
+    return [f for f in files if all(_matches(flt, f.partition_values[flt.attribute[0]]) for flt in usable)]
+
+
+def _matches(flt: Filter, value: Any) -> bool:
+    try:
+        if isinstance(flt, IsNull):
+            return value is None
+        if isinstance(flt, IsNotNull):
+            return value is not None
+        if isinstance(flt, EqualNullSafe):
+            return bool(value == flt.value)
+        if value is None:
+            return False  # a comparison with null is never true
+        if isinstance(flt, EqualTo):
+            return bool(value == flt.value)
+        if isinstance(flt, In):
+            return value in flt.value
+        if isinstance(flt, GreaterThan):
+            return bool(value > flt.value)
+        if isinstance(flt, GreaterThanOrEqual):
+            return bool(value >= flt.value)
+        if isinstance(flt, LessThan):
+            return bool(value < flt.value)
+        if isinstance(flt, LessThanOrEqual):
+            return bool(value <= flt.value)
+    except TypeError:
+        return True  # cannot compare: keep the file, Spark evaluates the filter
+    return True
+
+
+def plan_partitions(files: Sequence[DataFile], *, target_bytes: int = TARGET_SPLIT_BYTES) -> list[FilesPartition]:
+    """Pack files into tasks of about ``target_bytes`` each (largest first)."""
+    partitions: list[FilesPartition] = []
+    current: list[DataFile] = []
+    size = 0
+    for data_file in sorted(files, key=lambda f: -f.size):
+        if current and size + data_file.size > target_bytes:
+            partitions.append(FilesPartition(current))
+            current, size = [], 0
+        current.append(data_file)
+        size += data_file.size
+    if current:
+        partitions.append(FilesPartition(current))
+    return partitions
+
+
+def read_files(files: Iterable[DataFile], scan: ScanSchema, *, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
+    """Executor side: stream record batches of the table schema out of data files."""
+    import pyarrow.parquet as pq
+
+    for data_file in files:
+        parquet = pq.ParquetFile(data_file.path)
+        present = set(parquet.schema_arrow.names)
+        for batch in parquet.iter_batches(batch_size=batch_size, use_threads=False):
+            yield _to_output(batch, data_file, scan, present)
+
+
+def _to_output(batch: pa.RecordBatch, data_file: DataFile, scan: ScanSchema, present: set[str]) -> pa.RecordBatch:
+    n = batch.num_rows
+    arrays = []
+    for out_field in scan.output:
+        name = out_field.name
+        if name in data_file.partition_values:
+            arrays.append(_constant(data_file.partition_values[name], out_field.type, n))
+            continue
+        physical = scan.physical_names.get(name, name)
+        if physical not in present:
+            arrays.append(pa.nulls(n, out_field.type))  # column added after this file was written
+            continue
+        column = batch.column(batch.schema.get_field_index(physical))
+        renames = scan.nested_renames.get(name)
+        if renames:
+            column = _rename_nested(column, renames)
+        arrays.append(column.cast(out_field.type) if column.type != out_field.type else column)
+    return pa.RecordBatch.from_arrays(arrays, schema=scan.output)
+
+
+def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
+    if value is None:
+        return pa.nulls(n, type_)
+    scalar = pa.array([value]).cast(type_)
+    return scalar.take(pa.array(np.zeros(n, dtype=np.int32)))
+
+
+def _rename_nested(column: pa.Array, renames: Any) -> pa.Array:
+    if pa.types.is_struct(column.type) and isinstance(renames, dict):
+        children, fields = [], []
+        for i in range(column.type.num_fields):
+            child_field = column.type.field(i)
+            logical, sub = renames.get(child_field.name, (child_field.name, None))
+            child = column.field(i)
+            if sub:
+                child = _rename_nested(child, sub)
+            children.append(child)
+            fields.append(pa.field(logical, child.type, child_field.nullable))
+        return pa.StructArray.from_arrays(children, fields=fields, mask=column.is_null() if column.null_count else None)
+    if pa.types.is_list(column.type) and renames.get("__element__"):
+        values = _rename_nested(column.flatten(), renames["__element__"])
+        return pa.ListArray.from_arrays(column.offsets, values, mask=column.is_null() if column.null_count else None)
+    if pa.types.is_map(column.type):
+        keys, items = column.keys, column.items
+        if renames.get("__key__"):
+            keys = _rename_nested(keys, renames["__key__"])
+        if renames.get("__value__"):
+            items = _rename_nested(items, renames["__value__"])
+        return pa.MapArray.from_arrays(column.offsets, keys, items)
+    return column
+
+
+class DeltaBatchReader(DataSourceReader):
+    """Batch reader: plans on the driver (snapshot, pruning, splits); ``read`` runs on executors."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        from sparkonce.delta.writer import _local_path
+
+        self.options = options
+        table = open_snapshot(options)
+        self.table_version = table.version()
+        self.table_root = _local_path(options.path)
+        self.scan = scan_schema(table)
+        self.files = snapshot_files(table, self.table_root, self.scan)
+        self.pushed: list[Filter] = []
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # driver
+        # Partition filters prune whole files; every filter is still returned so Spark evaluates it on rows.
+        self.pushed = list(filters)
+        return filters
+
+    def partitions(self) -> Sequence[InputPartition]:  # driver
+        files = prune(self.files, self.pushed, self.scan.partition_columns)
+        log.info(
+            "reading %s at table_version %s: %d of %d file(s) after partition pruning",
+            self.options.path,
+            self.table_version,
+            len(files),
+            len(self.files),
+        )
+        return plan_partitions(files)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executor
+        if isinstance(partition, FilesPartition):  # Spark plans one empty task when there are no files
+            yield from read_files(partition.files, self.scan)
+
+
+__all__ = [
+    "DataFile",
+    "DeltaBatchReader",
+    "FilesPartition",
+    "ScanSchema",
+    "check_reader_features",
+    "open_snapshot",
+    "plan_partitions",
+    "prune",
+    "read_files",
+    "scan_schema",
+    "snapshot_files",
+]

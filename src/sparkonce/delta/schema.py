@@ -1,0 +1,144 @@
+"""Schemas: Delta table schema vs the schema of data being written, and conversions between Arrow and Spark.
+
+Runs on the driver (planning and commit) and on executors (casting what is read).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sparkonce.errors import SchemaMismatchError
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql.types import StructType
+
+
+def delta_fields(arrow_schema: pa.Schema) -> list[dict[str, Any]]:
+    """Delta's JSON field list (name, type, nullable, metadata) of an Arrow schema."""
+    from deltalake import Schema
+
+    return list(json.loads(Schema.from_arrow(arrow_schema).to_json())["fields"])
+
+
+def table_fields(table: DeltaTable) -> list[dict[str, Any]]:
+    return list(json.loads(table.schema().to_json())["fields"])
+
+
+def table_arrow_schema(table: DeltaTable) -> pa.Schema:
+    """The table's logical schema as Arrow (partition columns included, in table order)."""
+    return pa.schema(table.schema().to_arrow())
+
+
+def spark_schema(arrow_schema: pa.Schema) -> StructType:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)
+
+
+def arrow_schema_for_spark(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
+
+
+def tree_string(fields: list[dict[str, Any]]) -> str:
+    """Render Delta JSON fields the way Spark prints a schema (``root`` then `` |-- name: type``)."""
+    lines = ["root"]
+
+    def type_name(t: Any) -> str:
+        if isinstance(t, str):
+            return t
+        kind = t.get("type")
+        if kind == "struct":
+            return "struct"
+        if kind == "array":
+            return f"array<{type_name(t['elementType'])}>"
+        if kind == "map":
+            return f"map<{type_name(t['keyType'])},{type_name(t['valueType'])}>"
+        return str(kind)
+
+    def walk(items: list[dict[str, Any]], depth: int) -> None:
+        for field in items:
+            prefix = " |   " * depth + " |-- "
+            lines.append(
+                f"{prefix}{field['name']}: {type_name(field['type'])} (nullable = {str(field['nullable']).lower()})"
+            )
+            if isinstance(field["type"], dict) and field["type"].get("type") == "struct":
+                walk(field["type"]["fields"], depth + 1)
+
+    walk(fields, 0)
+    return "\n".join(lines)
+
+
+def _strip_metadata(t: Any) -> Any:
+    """A type's JSON without nullability/metadata details that do not change what values fit."""
+    if isinstance(t, dict):
+        if t.get("type") == "struct":
+            return {
+                "type": "struct",
+                "fields": [(f["name"], _strip_metadata(f["type"])) for f in t["fields"]],
+            }
+        if t.get("type") == "array":
+            return {"type": "array", "elementType": _strip_metadata(t["elementType"])}
+        if t.get("type") == "map":
+            return {"type": "map", "k": _strip_metadata(t["keyType"]), "v": _strip_metadata(t["valueType"])}
+    return t
+
+
+def reconcile(
+    table: list[dict[str, Any]],
+    data: list[dict[str, Any]],
+    *,
+    merge_schema: bool,
+    table_id: str | None,
+    table_path: str,
+) -> list[dict[str, Any]]:
+    """Check data fields against table fields; return the data fields the table lacks (to be added).
+
+    A data column whose type differs from the table's is always an error. New columns are an error unless
+    ``merge_schema``. Table columns missing from the data are fine: they read as null, as in Delta.
+
+    Raises:
+        SchemaMismatchError: listing the table schema and the data schema, as Delta's message does.
+    """
+    by_name = {f["name"].lower(): f for f in table}
+    new: list[dict[str, Any]] = []
+    conflicts: list[str] = []
+    for field in data:
+        existing = by_name.get(field["name"].lower())
+        if existing is None:
+            new.append(field)
+        elif _strip_metadata(existing["type"]) != _strip_metadata(field["type"]):
+            conflicts.append(
+                f"column {field['name']!r}: table has {json.dumps(existing['type'])}, "
+                f"data has {json.dumps(field['type'])}"
+            )
+    if conflicts or (new and not merge_schema):
+        hint = (
+            'Column types differ; a type change needs an overwrite with \'.option("overwriteSchema", "true")\'.'
+            if conflicts
+            else "To enable schema migration using DataFrameWriter or DataStreamWriter, please set:\n"
+            '\'.option("mergeSchema", "true")\'.'
+        )
+        details = "\n".join(conflicts)
+        raise SchemaMismatchError(
+            f"A schema mismatch detected when writing to the Delta table at {table_path} "
+            f"(Table ID: {table_id}).\n{hint}\n{details + chr(10) if details else ''}\n"
+            f"Table schema:\n{tree_string(table)}\n\nData schema:\n{tree_string(data)}"
+        )
+    return new
+
+
+__all__ = [
+    "arrow_schema_for_spark",
+    "delta_fields",
+    "reconcile",
+    "spark_schema",
+    "table_arrow_schema",
+    "table_fields",
+    "tree_string",
+]

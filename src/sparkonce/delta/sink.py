@@ -1,0 +1,141 @@
+"""The streaming sink: ``df.writeStream.format("delta").option("checkpointLocation", ck).start(path)``.
+
+Each micro-batch: executors write data files (``write``); the driver makes ONE Delta commit carrying all of them
+and ``txn(appId = query id, version = batch id)`` (``commit``). The query id is read from the checkpoint's
+``metadata`` file. A replayed batch (Spark re-runs batch N when ``offsets/N`` exists without ``commits/N``) whose
+txn is already in the table is skipped, so a crash between the Delta commit and the checkpoint commit never
+duplicates data. The commit also records the batch's ``offsets/N`` so a lost checkpoint can be rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from sparkonce.crash import crash_point
+from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
+from sparkonce.delta.files import FileWriterOptions, remove_files
+from sparkonce.delta.options import WriteOptions
+from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, reconcile, table_fields
+from sparkonce.delta.writer import DeltaFilesMessage, _local_path, collect_files, commit_metadata, write_task
+from sparkonce.errors import CheckpointError, OptionError, SchemaMismatchError
+
+log = logging.getLogger(__name__)
+
+
+def read_query_id(checkpoint_dir: str) -> str:
+    """The streaming query id from ``<checkpoint_dir>/metadata`` (Spark writes it before the first batch)."""
+    path = os.path.join(_local_path(checkpoint_dir), "metadata")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError as err:
+        raise CheckpointError(f"checkpoint metadata {path} is missing: cannot tell the query id") from err
+    try:
+        query_id = json.loads(text.splitlines()[0])["id"]
+    except (IndexError, KeyError, TypeError, json.JSONDecodeError) as err:
+        raise CheckpointError(
+            f'checkpoint metadata {path} is not valid (expected {{"id": ...}}): {text[:200]!r}'
+        ) from err
+    return str(query_id)
+
+
+def read_offsets_log(checkpoint_dir: str, batch_id: int) -> str | None:
+    path = os.path.join(_local_path(checkpoint_dir), "offsets", str(batch_id))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+class DeltaStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming sink: created on the driver, ``write`` on executors, ``commit``/``abort`` on the driver."""
+
+    def __init__(self, options: WriteOptions, schema: StructType, overwrite: bool) -> None:
+        if options.checkpoint_location is None:
+            raise OptionError(
+                "checkpointLocation",
+                None,
+                "is required by the Delta streaming sink: the query id in <checkpointLocation>/metadata is the "
+                "app id of the txn that makes each batch idempotent",
+            )
+        if options.txn_app_id is not None:
+            raise OptionError("txnAppId", options.txn_app_id, "is for batch writes; a stream uses its query id")
+        self.options = options
+        self.arrow_schema = arrow_schema_for_spark(schema)
+        self.mode: CommitMode = "overwrite" if overwrite else "append"
+        self.output_mode = "Complete" if overwrite else "Append"
+        self.file_options = FileWriterOptions(
+            table_root=_local_path(options.path),
+            partition_by=options.partition_by,
+            max_records_per_file=options.max_records_per_file,
+            compression=options.compression,
+        )
+        self._check_table()
+
+    def _check_table(self) -> None:
+        """Fail before the first batch when the data cannot go into the existing table."""
+        missing = [c for c in self.options.partition_by if c not in self.arrow_schema.names]
+        if missing:
+            raise OptionError("partitionBy", ",".join(self.options.partition_by), f"{missing} are not data columns")
+        if not table_exists(self.options.path):
+            return
+        table = load_table(self.options.path)
+        reconcile(
+            table_fields(table),
+            delta_fields(self.arrow_schema),
+            merge_schema=self.options.merge_schema,
+            table_id=table.metadata().id,
+            table_path=self.options.path,
+        )
+        partitions = tuple(table.metadata().partition_columns)
+        if self.options.partition_by and partitions != self.options.partition_by:
+            raise SchemaMismatchError(
+                f"partition columns {list(self.options.partition_by)} do not match the table's {list(partitions)} "
+                f"at {self.options.path}"
+            )
+        self.file_options.partition_by = partitions
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
+        return write_task(self.file_options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
+        assert self.options.checkpoint_location is not None
+        query_id = read_query_id(self.options.checkpoint_location)
+        files = collect_files(messages)
+        offsets_log = read_offsets_log(self.options.checkpoint_location, batchId)
+        metadata = commit_metadata(
+            "STREAMING UPDATE",
+            {"outputMode": self.output_mode, "queryId": query_id, "epochId": str(batchId)},
+            self.options.user_metadata,
+            batchId=batchId,
+            checkpointLocation=os.path.abspath(_local_path(self.options.checkpoint_location)),
+            offsetsLog=offsets_log,
+        )
+        result = commit_files(
+            self.options.path,
+            files,
+            data_schema=self.arrow_schema,
+            partition_by=self.file_options.partition_by,
+            mode=self.mode,
+            txn=BatchTxn(query_id, batchId),
+            merge_schema=self.options.merge_schema,
+            custom_metadata=metadata,
+        )
+        if result.skipped:
+            log.info("batch %s of query %s was already in %s: skipped", batchId, query_id, self.options.path)
+        crash_point("after_delta_commit", batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
+        removed = remove_files(self.file_options.table_root, (f.path for f in collect_files(messages)))
+        log.info("batch %s to %s aborted; removed %d file(s)", batchId, self.options.path, removed)
+
+
+__all__ = ["DeltaStreamWriter", "read_offsets_log", "read_query_id"]

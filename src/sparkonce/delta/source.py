@@ -1,0 +1,81 @@
+"""The Delta Lake data source for PySpark: ``format("delta")`` and ``format("sparkonce.delta")``.
+
+Created by Spark on the driver for every read or write; it parses options once and hands out the batch reader,
+batch writer, streaming sink and streaming source. Options: see ``docs/delta.md``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from sparkonce.delta.options import ReadOptions, StreamReadOptions, WriteOptions
+
+
+class DeltaDataSource(DataSource):
+    """Delta Lake tables through delta-rs; exactly-once streaming commits with Delta ``txn`` actions."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "delta"
+
+    def schema(self) -> StructType:  # driver, for reads
+        from sparkonce.delta.commit import load_table
+        from sparkonce.delta.options import table_path
+        from sparkonce.delta.reader import check_reader_features, scan_schema
+        from sparkonce.delta.schema import spark_schema
+
+        path = table_path(self.options)
+        options = ReadOptions.parse(self.options) if _is_batch_read(self.options) else None
+        if options is not None:
+            from sparkonce.delta.reader import open_snapshot
+
+            table = open_snapshot(options)
+        else:
+            table = load_table(path)
+            check_reader_features(table, path)
+        return spark_schema(scan_schema(table).output)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from sparkonce.delta.reader import DeltaBatchReader
+
+        return DeltaBatchReader(ReadOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from sparkonce.delta.writer import DeltaBatchWriter
+
+        return DeltaBatchWriter(WriteOptions.parse(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from sparkonce.delta.sink import DeltaStreamWriter
+
+        return DeltaStreamWriter(WriteOptions.parse(self.options), schema, overwrite)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from sparkonce.delta.stream import DeltaStreamReader
+
+        return DeltaStreamReader(StreamReadOptions.parse(self.options), schema)
+
+
+class SparkonceDeltaDataSource(DeltaDataSource):
+    """The same source under a name that never collides with the Delta JVM connector."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sparkonce.delta"
+
+
+def _is_batch_read(options: object) -> bool:
+    from sparkonce.options import lookup
+
+    assert isinstance(options, dict) or hasattr(options, "items")
+    return any(lookup(options, key) is not None for key in ("versionAsOf", "timestampAsOf"))  # type: ignore[arg-type]
+
+
+__all__ = ["DeltaDataSource", "SparkonceDeltaDataSource"]

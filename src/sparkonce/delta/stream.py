@@ -1,0 +1,1 @@
+"""Placeholder for the Delta streaming source (next commit)."""

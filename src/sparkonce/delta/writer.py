@@ -1,0 +1,200 @@
+"""Batch writes: ``df.write.format("delta").mode(...).save(path)``.
+
+The writer object is created on the driver (where options and the schema are checked before any data moves),
+pickled to executors, whose ``write`` produces Parquet files, and back on the driver ``commit`` makes one Delta
+commit of all files (with a ``txn`` when ``txnAppId``/``txnVersion`` are given).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from sparkonce import __version__
+from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, remove_files
+from sparkonce.delta.options import WriteOptions
+from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, reconcile, table_fields
+from sparkonce.errors import OptionError, SchemaMismatchError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DeltaFilesMessage(WriterCommitMessage):
+    """Commit message of one write task: the data files it wrote (none visible until the Delta commit)."""
+
+    files: list[WrittenFile] = field(default_factory=list)
+    task_id: int = -1
+
+
+def _task_id() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0
+
+
+def write_task(file_options: FileWriterOptions, batches: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:
+    """Executor side of every Delta write: turn a task's Arrow batches into data files."""
+    from sparkonce.crash import crash_point
+
+    task_id = _task_id()
+    writer = TableFileWriter(file_options, task_id=task_id)
+    batch_id = _batch_id_for_diagnostics()
+    try:
+        for index, batch in enumerate(batches):
+            if batch.num_rows:
+                writer.write(batch)
+            if index == 0:
+                crash_point("mid_write", batch_id)
+        files = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return DeltaFilesMessage(files=files, task_id=task_id)
+
+
+def _batch_id_for_diagnostics() -> int | None:
+    """The streaming batch id Spark puts in the task's local properties (crash points and logs only)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    value = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+    return int(value) if value is not None else None
+
+
+def collect_files(messages: list[WriterCommitMessage | None]) -> list[WrittenFile]:
+    files: list[WrittenFile] = []
+    for message in messages:
+        if isinstance(message, DeltaFilesMessage):
+            files.extend(message.files)
+    return files
+
+
+class DeltaBatchWriter(DataSourceArrowWriter):
+    """Batch writer: created and committed on the driver, ``write`` runs on executors."""
+
+    def __init__(self, options: WriteOptions, schema: StructType, overwrite: bool) -> None:
+        self.options = options
+        self.arrow_schema = arrow_schema_for_spark(schema)
+        self.mode: CommitMode = "overwrite" if overwrite or options.save_mode == "overwrite" else "append"
+        self.file_options = FileWriterOptions(
+            table_root=_local_path(options.path),
+            partition_by=options.partition_by,
+            max_records_per_file=options.max_records_per_file,
+            compression=options.compression,
+        )
+        self.txn = (
+            BatchTxn(options.txn_app_id, options.txn_version)
+            if options.txn_app_id is not None and options.txn_version is not None
+            else None
+        )
+        self.skip_reason = self._plan()
+
+    def _plan(self) -> str | None:
+        """Decide on the driver, before any file is written, whether this write happens at all."""
+        if self.options.overwrite_schema and self.mode != "overwrite":
+            raise OptionError("overwriteSchema", "true", "needs mode overwrite (use mergeSchema to add columns)")
+        missing = [c for c in self.options.partition_by if c not in self.arrow_schema.names]
+        if missing:
+            raise OptionError("partitionBy", ",".join(self.options.partition_by), f"{missing} are not data columns")
+        if not table_exists(self.options.path):
+            return None
+        if self.options.save_mode == "error":
+            raise OptionError(
+                "mode",
+                "error",
+                f"the Delta table {self.options.path} already exists (use append or overwrite)",
+            )
+        if self.options.save_mode == "ignore":
+            return f"mode ignore: the table {self.options.path} already exists"
+        table = load_table(self.options.path)
+        if self.txn is not None:
+            committed = table.transaction_version(self.txn.app_id)
+            if committed is not None and committed >= self.txn.txn_version:
+                return (
+                    f"already completed: txn(app_id={self.txn.app_id}, txn_version={committed}) "
+                    f">= {self.txn.txn_version}"
+                )
+        if not (self.mode == "overwrite" and self.options.overwrite_schema):
+            reconcile(
+                table_fields(table),
+                delta_fields(self.arrow_schema),
+                merge_schema=self.options.merge_schema,
+                table_id=table.metadata().id,
+                table_path=self.options.path,
+            )
+            partitions = tuple(table.metadata().partition_columns)
+            if self.options.partition_by and partitions != self.options.partition_by:
+                raise SchemaMismatchError(
+                    f"partition columns {list(self.options.partition_by)} do not match the table's "
+                    f"{list(partitions)} at {self.options.path}"
+                )
+            if not self.options.partition_by:
+                self.file_options.partition_by = partitions
+        return None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
+        if self.skip_reason is not None:
+            return DeltaFilesMessage(task_id=_task_id())
+        return write_task(self.file_options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
+        if self.skip_reason is not None:
+            log.info("Delta write to %s skipped, %s", self.options.path, self.skip_reason)
+            return
+        files = collect_files(messages)
+        params: dict[str, Any] = {"mode": self.mode.capitalize()}
+        if self.txn is not None:
+            params.update(txnAppId=self.txn.app_id, txnVersion=self.txn.txn_version)
+        commit_files(
+            self.options.path,
+            files,
+            data_schema=self.arrow_schema,
+            partition_by=self.file_options.partition_by,
+            mode=self.mode,
+            txn=self.txn,
+            merge_schema=self.options.merge_schema,
+            overwrite_schema=self.options.overwrite_schema,
+            custom_metadata=commit_metadata("WRITE", params, self.options.user_metadata),
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
+        removed = remove_files(self.file_options.table_root, (f.path for f in collect_files(messages)))
+        log.info("Delta write to %s aborted; removed %d file(s) of the failed attempt", self.options.path, removed)
+
+
+def commit_metadata(
+    operation: str, parameters: dict[str, Any], user_metadata: str | None, **extra: Any
+) -> dict[str, Any]:
+    """The ``sparkonce`` object recorded in commitInfo (delta-rs cannot set ``operation`` itself)."""
+    info: dict[str, Any] = {
+        "operation": operation,
+        "operationParameters": parameters,
+        "engine": f"sparkonce/{__version__}",
+    }
+    info.update(extra)
+    metadata: dict[str, Any] = {"sparkonce": info}
+    if user_metadata is not None:
+        metadata["userMetadata"] = user_metadata
+    return metadata
+
+
+def _local_path(path: str) -> str:
+    import os
+
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    if "://" in path:
+        raise OptionError("path", path, "only local file system tables are supported by this version of sparkonce")
+    return os.path.abspath(path)
+
+
+__all__ = ["DeltaBatchWriter", "DeltaFilesMessage", "collect_files", "commit_metadata", "write_task"]
