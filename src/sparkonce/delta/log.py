@@ -112,6 +112,8 @@ class Snapshot:
     tombstones: frozenset[str] = frozenset()
     """Raw paths of ``remove`` actions still in the log (checkpoint tombstones and later removes), not
     re-added."""
+    tombstone_dvs: tuple[dict[str, Any], ...] = ()
+    """Deletion vector descriptors of those ``remove`` actions (their files stay until VACUUM)."""
     notes: tuple[str, ...] = field(default=())
     """Things worth knowing about how the snapshot was built (e.g. a corrupt ``_last_checkpoint`` was
     ignored)."""
@@ -396,6 +398,7 @@ class DeltaLog:
             txns=state.txns,
             checkpoint_version=checkpoint_version,
             tombstones=frozenset(state.tombstones),
+            tombstone_dvs=tuple(state.tombstone_dvs),
             notes=tuple(notes),
         )
 
@@ -435,6 +438,12 @@ class _State:
         self.txns: dict[str, Txn] = {}
         self.sidecars: list[str] = []
         self.tombstones: set[str] = set()
+        self.tombstone_dvs: list[dict[str, Any]] = []
+
+    def _remove(self, remove: dict[str, Any]) -> None:
+        self.tombstones.add(remove["path"])
+        if isinstance(remove.get("deletionVector"), dict):
+            self.tombstone_dvs.append(remove["deletionVector"])
 
     def apply_checkpoint_action(self, action: dict[str, Any]) -> None:
         if "add" in action:
@@ -447,7 +456,7 @@ class _State:
         elif "protocol" in action:
             self.protocol = action["protocol"]
         elif "remove" in action:
-            self.tombstones.add(action["remove"]["path"])
+            self._remove(action["remove"])
         elif "sidecar" in action:
             self.sidecars.append(action["sidecar"]["path"])
 
@@ -455,9 +464,8 @@ class _State:
         # Removes first: a deletion-vector update is remove(path, old DV) + add(path, new DV) in one commit.
         for action in actions:
             if "remove" in action:
-                path = action["remove"]["path"]
-                self.files.pop(path, None)
-                self.tombstones.add(path)
+                self.files.pop(action["remove"]["path"], None)
+                self._remove(action["remove"])
         for action in actions:
             if "add" in action:
                 add = action["add"]

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 
 from sparkonce.checkpoint.file_log import read_file_log
@@ -176,8 +176,7 @@ def _checkpoint_findings(state: CheckpointState) -> list[Finding]:
                 "the checkpoint has batches but no metadata file: the next start creates a new query id, "
                 "so a Delta sink no longer recognises the batches it already wrote (txn app id changes) "
                 "and re-running a planned batch duplicates it",
-                f"recreate {cp}/metadata with the old query id (the table's txn app id): "
-                '{"id":"<query id>"}',
+                f'recreate {cp}/metadata with the old query id (the table\'s txn app id): {{"id":"<query id>"}}',
                 path=f"{cp}/metadata",
             )
         )
@@ -416,8 +415,7 @@ def _delta_findings(
                         else " (no streaming writer recorded a txn)"
                     )
                     + ": the sink cannot skip batches it already wrote",
-                    "check --table is this query's sink; if the checkpoint was recreated, see "
-                    "'app-ids-overlap'",
+                    "check --table is this query's sink; if the checkpoint was recreated, see 'app-ids-overlap'",
                     path=str(table),
                     details={"app_ids": others},
                 )
@@ -544,8 +542,7 @@ def _delta_findings(
                     f"this query's txn was last updated longer ago than that and is dropped at the next "
                     f"Delta checkpoint; re-running batch {lp} afterwards writes it twice"
                     if expired
-                    else "if the query pauses longer than that, its txn expires and a re-run batch is "
-                    "written twice"
+                    else "if the query pauses longer than that, its txn expires and a re-run batch is written twice"
                 ),
                 f"unset {_TXN_RETENTION_KEY}, or make it longer than any pause of the query",
                 path=str(table),
@@ -601,24 +598,38 @@ def _walk_data_files(root: Path) -> Iterable[tuple[str, int]]:
                 yield os.path.relpath(entry.path, root), entry.stat().st_size
 
 
-def _orphans(log: DeltaLog, snap: Snapshot) -> tuple[int, int, list[str]]:
-    referenced: set[str] = set()
-    for raw in (*snap.files, *snap.tombstones):
+def _referenced(log: DeltaLog, paths: Iterable[str], dvs: Iterable[Any], into: set[str]) -> None:
+    for raw in paths:
         local = log.data_file_path(raw)
         if local is not None:
-            referenced.add(os.path.normpath(str(local)))
-    for add in snap.files.values():
-        dv = add.get("deletionVector")
+            into.add(os.path.normpath(str(local)))
+    for dv in dvs:
         if isinstance(dv, dict) and (rel := dv_relative_path(dv)) is not None:
-            referenced.add(os.path.normpath(str(log.table_path / rel)))
-    count = size = 0
-    names: list[str] = []
-    for rel, nbytes in _walk_data_files(log.table_path):
-        if os.path.normpath(str(log.table_path / rel)) not in referenced:
-            count += 1
-            size += nbytes
-            names.append(rel)
-    return count, size, sorted(names)
+            into.add(os.path.normpath(str(log.table_path / rel)))
+
+
+def _orphans(log: DeltaLog, snap: Snapshot) -> tuple[int, int, list[str]]:
+    """Files under the table root that no table version still in ``_delta_log`` references."""
+    referenced: set[str] = set()
+    dvs = [a.get("deletionVector") for a in snap.files.values()] + list(snap.tombstone_dvs)
+    _referenced(log, (*snap.files, *snap.tombstones), dvs, referenced)
+    candidates = {
+        rel: nbytes
+        for rel, nbytes in _walk_data_files(log.table_path)
+        if os.path.normpath(str(log.table_path / rel)) not in referenced
+    }
+    if candidates and snap.checkpoint_version is not None:
+        # Older JSON commits still in the log may reference them (e.g. superseded deletion vectors).
+        for v in log.commit_versions():
+            if v > snap.checkpoint_version:
+                break
+            actions = [a.get("add") or a.get("remove") for a in log.read_actions(v)]
+            files = [a for a in actions if isinstance(a, dict)]
+            _referenced(log, (str(a.get("path")) for a in files), (a.get("deletionVector") for a in files), referenced)
+        candidates = {
+            rel: n for rel, n in candidates.items() if os.path.normpath(str(log.table_path / rel)) not in referenced
+        }
+    return len(candidates), sum(candidates.values()), sorted(candidates)
 
 
 def _file_sink_findings(table: Path) -> tuple[list[Finding], TableReport]:
@@ -723,17 +734,14 @@ def _kafka_next_start(state: CheckpointState) -> dict[TopicPartition, int]:
     return result
 
 
-def _kafka_findings(
-    state: CheckpointState, fetch: WatermarkFetcher
-) -> tuple[list[Finding], list[KafkaPartitionState]]:
+def _kafka_findings(state: CheckpointState, fetch: WatermarkFetcher) -> tuple[list[Finding], list[KafkaPartitionState]]:
     starts = _kafka_next_start(state)
     if not starts:
         return [
             Finding(
                 "kafka-no-offsets",
                 "info",
-                "no Kafka offsets found in the checkpoint's offsets files; nothing to check against the "
-                "broker",
+                "no Kafka offsets found in the checkpoint's offsets files; nothing to check against the broker",
                 "none needed",
             )
         ], []
@@ -784,9 +792,7 @@ def _kafka_findings(
 def _next_start(state: CheckpointState, delta: dict[Path, _DeltaFacts]) -> str:
     lp, lc, app = state.last_planned, state.last_committed, state.query_id
     if state.is_empty:
-        text = (
-            "No batch has been planned yet: the next start plans batch 0 from the sources' starting offsets."
-        )
+        text = "No batch has been planned yet: the next start plans batch 0 from the sources' starting offsets."
         if not state.metadata_present:
             text += " A new query id will be created."
         return text
@@ -863,9 +869,7 @@ def _timeline(state: CheckpointState, delta: dict[Path, _DeltaFacts], window: in
         offsets = state.offsets.get(b)
         ts = offsets.metadata.batch_timestamp_ms if offsets and offsets.metadata else None
         out.append(
-            BatchRow(
-                b, b in state.offset_ids, b in committed, ts, tuple(sorted(versions.get(b, []))), rows.get(b)
-            )
+            BatchRow(b, b in state.offset_ids, b in committed, ts, tuple(sorted(versions.get(b, []))), rows.get(b))
         )
     return tuple(out)
 
@@ -934,9 +938,7 @@ def diagnose(
         elif (table / "_spark_metadata").is_dir():
             table_findings, report = _file_sink_findings(table)
         else:
-            raise TableNotFoundError(
-                f"{table} is neither a Delta table (_delta_log) nor a file sink (_spark_metadata)"
-            )
+            raise TableNotFoundError(f"{table} is neither a Delta table (_delta_log) nor a file sink (_spark_metadata)")
         findings.extend(table_findings)
         reports.append(report)
     kafka_states: list[KafkaPartitionState] = []
