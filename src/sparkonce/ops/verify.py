@@ -197,8 +197,7 @@ def verify_table(
                 "deletion-vectors",
                 "warning",
                 f"{len(with_dv)} active file(s) have deletion vectors; rows they delete are still counted",
-                "run OPTIMIZE (or REORG TABLE ... APPLY (PURGE)) to materialise the deletes, then verify "
-                "again",
+                "run OPTIMIZE (or REORG TABLE ... APPLY (PURGE)) to materialise the deletes, then verify again",
                 path=str(table_path),
             )
         )
@@ -236,6 +235,21 @@ def verify_table(
     table = pa.concat_tables(pieces) if pieces else schema.empty_table()
     table = table.combine_chunks()
     rows = table.num_rows
+    valid = pc.and_(pc.and_(pc.is_valid(table["t"]), pc.is_valid(table["p"])), pc.is_valid(table["o"]))
+    nulls = rows - pc.sum(pc.cast(valid, pa.int64())).as_py() if rows else 0
+    if nulls:
+        table = table.filter(valid)
+        findings.append(
+            Finding(
+                "null-coordinates",
+                "warning",
+                f"{nulls} row(s) have a null {topic_column}, {partition_column} or {offset_column}; "
+                "they cannot be matched to a source offset",
+                "check the writer fills the Kafka columns; those rows were left out of the counts",
+                path=str(table_path),
+                details={"rows": nulls},
+            )
+        )
     versions = _file_versions(log, snapshot) if rows else {}
 
     counts = table.group_by(["t", "p", "o"]).aggregate([("f", "count")])
