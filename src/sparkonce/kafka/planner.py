@@ -42,9 +42,7 @@ _FAIL_HINT = (
     "Some data may have been lost: the records were deleted (retention) or the topic was recreated. "
     "If you want the query to go on from the earliest available offset, set failOnDataLoss=false."
 )
-_WARN_HINT = (
-    "Some data may have been lost; going on from the earliest available offset (failOnDataLoss=false)."
-)
+_WARN_HINT = "Some data may have been lost; going on from the earliest available offset (failOnDataLoss=false)."
 
 
 def driver_client_config(options: KafkaOptions, role: str) -> dict[str, Any]:
@@ -96,9 +94,7 @@ def _config_error(options: KafkaOptions, err: Exception) -> OptionError:
     message = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
     bad = next((k for k in options.client_config if f'"{k}"' in message or f" {k}" in message), None)
     option = f"kafka.{bad}" if bad else "kafka.*"
-    return OptionError(
-        option, options.client_config.get(bad) if bad else None, f"rejected by the client: {message}"
-    )
+    return OptionError(option, options.client_config.get(bad) if bad else None, f"rejected by the client: {message}")
 
 
 def _list_topics(admin: AdminClient, options: KafkaOptions) -> dict[str, int]:
@@ -252,9 +248,7 @@ class OffsetPlanner:
         pending = {tp for tp, offset in candidates.items() if offset >= 0}
         if not pending:
             return confirmed
-        consumer.assign(
-            [KafkaTopicPartition(tp.topic, tp.partition, candidates[tp]) for tp in sorted(pending)]
-        )
+        consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, candidates[tp]) for tp in sorted(pending)])
         deadline = time.monotonic() + self.options.metadata_timeout_s
         try:
             while pending:
@@ -274,16 +268,12 @@ class OffsetPlanner:
                             f"fetch of {tp} at offset {candidates[tp]} from {self.options.bootstrap_servers} "
                             f"failed while confirming end offsets: {error.str()}"
                         )
-                    _, high = consumer.get_watermark_offsets(
-                        KafkaTopicPartition(tp.topic, tp.partition), cached=True
-                    )
+                    _, high = consumer.get_watermark_offsets(KafkaTopicPartition(tp.topic, tp.partition), cached=True)
                     end = max(candidates[tp], int(high))
                     if error is not None:  # end of partition: the fetch position is the high watermark
                         end = max(end, int(message.offset()))
                     if end != candidates[tp]:
-                        log.debug(
-                            "end offset of %s: ListOffsets said %d, fetch says %d", tp, candidates[tp], end
-                        )
+                        log.debug("end offset of %s: ListOffsets said %d, fetch says %d", tp, candidates[tp], end)
                     confirmed[tp] = end
                     pending.discard(tp)
         finally:
@@ -316,12 +306,8 @@ class OffsetPlanner:
             if missing:
                 problems.append("misses " + ", ".join(map(str, missing)))
             if extra:
-                problems.append(
-                    "names partitions the subscription does not read: " + ", ".join(map(str, extra))
-                )
-            raise OptionError(
-                option, spec.raw, "must name every subscribed partition; it " + "; ".join(problems)
-            )
+                problems.append("names partitions the subscription does not read: " + ", ".join(map(str, extra)))
+            raise OptionError(option, spec.raw, "must name every subscribed partition; it " + "; ".join(problems))
         earliest_needed = [tp for tp in tps if spec.specific[tp] == EARLIEST or spec.specific[tp] >= 0]
         latest_needed = [tp for tp in tps if spec.specific[tp] == LATEST]
         earliest = self.earliest(earliest_needed)
@@ -357,16 +343,14 @@ def _UNKNOWN_PARTITION_CODES() -> set[int]:
 # -- pure planning functions (no clients) --------------------------------------------------------------------
 
 
-def report_data_loss(
-    fail: bool, tp: TopicPartition, lost_start: int, lost_end: int | None, message: str
-) -> None:
+def report_data_loss(fail: bool, tp: TopicPartition, lost_start: int, lost_end: int | None, message: str) -> None:
     """Raise (``failOnDataLoss=true``) or warn about missing records ``[lost_start, lost_end)`` of ``tp``.
 
     Raises:
         SourceOffsetError: when ``fail`` is true.
     """
     missing = f"[{lost_start}, {lost_end})" if lost_end is not None else f"from {lost_start}"
-    text = f"data loss in topic {tp.topic!r} partition {tp.partition}: offsets {missing} are gone. {message}."
+    text = f"data loss in topic {tp.topic!r} partition {tp.partition}: offsets {missing} are gone ({message})."
     if fail:
         raise SourceOffsetError(f"{text} {_FAIL_HINT}")
     log.warning("%s %s", text, _WARN_HINT)
@@ -385,9 +369,7 @@ def rate_limit(
     Partitions new since ``start`` begin at ``earliest_of_new``.
     """
     begins = {tp: start.get(tp, earliest_of_new.get(tp)) for tp in latest}
-    sizes = {
-        tp: end - begin for tp, end in latest.items() if (begin := begins[tp]) is not None and end - begin > 0
-    }
+    sizes = {tp: end - begin for tp, end in latest.items() if (begin := begins[tp]) is not None and end - begin > 0}
     total = sum(sizes.values())
     if total < 1:
         return dict(latest)
@@ -430,9 +412,7 @@ def plan_ranges(
     for tp in sorted(end.partitions()):
         until = end[tp]
         if tp not in earliest:
-            report_data_loss(
-                fail_on_data_loss, tp, start.get(tp, 0) or 0, until, f"partition {tp} no longer exists"
-            )
+            report_data_loss(fail_on_data_loss, tp, start.get(tp, 0) or 0, until, f"partition {tp} no longer exists")
             continue
         first = earliest[tp]
         if tp not in start:

@@ -1,0 +1,371 @@
+"""The ``sparkonce.kafka`` source against the real embedded broker and a real SparkSession."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sparkonce.kafka.offsets import TopicPartition
+from sparkonce.kafka.options import KafkaOptions
+from sparkonce.kafka.planner import OffsetPlanner
+from sparkonce.kafka.reader import kafka_schema
+from sparkonce.services.broker import free_port
+from tests.fixtures_broker import EmbeddedBroker, numbered
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+FORMAT = "sparkonce.kafka"
+
+
+def read_batch(spark: SparkSession, broker: EmbeddedBroker, **options: str) -> DataFrame:
+    reader = spark.read.format(FORMAT).option("kafka.bootstrap.servers", broker.bootstrap)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def read_stream(spark: SparkSession, broker: EmbeddedBroker, **options: str) -> DataFrame:
+    reader = spark.readStream.format(FORMAT).option("kafka.bootstrap.servers", broker.bootstrap)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def offsets_of(rows: list[Any]) -> list[tuple[int, int]]:
+    return sorted((row["partition"], row["offset"]) for row in rows)
+
+
+def run_available_now(df: DataFrame, tmp_path: Path, name: str) -> tuple[list[Any], list[int]]:
+    """Run ``df`` to a memory sink with the availableNow trigger; return its rows and the batch sizes."""
+    query = (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / f"ck-{name}"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "availableNow query did not finish"
+        assert query.exception() is None, query.exception()
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
+        rows = df.sparkSession.table(name).collect()
+    finally:
+        query.stop()
+    return rows, sizes
+
+
+def wait_for_status(query: StreamingQuery, message: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while query.status["message"] != message:
+        assert query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, f"query status stayed {query.status!r}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def memory_query(spark: SparkSession, tmp_path: Path) -> Iterator[Any]:
+    """Start streams to memory sinks (processing-time trigger); stop them all after the test."""
+    started: list[StreamingQuery] = []
+
+    def start(df: DataFrame, name: str) -> StreamingQuery:
+        query = (
+            df.writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / f"ck-{name}"))
+            .start()
+        )
+        started.append(query)
+        return query
+
+    yield start
+    for query in started:
+        query.stop()
+
+
+# -- batch reads ----------------------------------------------------------------------------------------------------
+
+
+def test_batch_read_has_sparks_schema_and_every_record(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    topic = broker.create_topic(partitions=3)
+    broker.produce(topic, numbered(90), partitions=3)
+    df = read_batch(spark, broker, subscribe=topic)
+    assert df.schema == kafka_schema(include_headers=False)
+    assert "headers" not in df.columns
+    rows = df.collect()
+    assert offsets_of(rows) == sorted((p, o) for p in range(3) for o in range(30))
+    assert sorted(row["value"] for row in rows) == sorted(f"v{i}".encode() for i in range(90))
+    by_value = {row["value"]: row for row in rows}
+    assert by_value[b"v4"]["key"] == b"k4" and by_value[b"v4"]["topic"] == topic
+    assert by_value[b"v4"]["partition"] == 4 % 3
+    assert all(row["timestamp"] is not None and row["timestampType"] == 0 for row in rows)
+
+
+def test_headers_column(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    topic = broker.create_topic()
+    broker.produce(topic, numbered(3), partition=0, headers=[("h1", b"x"), ("h2", None)])
+    broker.produce(topic, numbered(1, start=3), partition=0)
+    df = read_batch(spark, broker, subscribe=topic, includeHeaders="true")
+    assert df.schema == kafka_schema(include_headers=True)
+    rows = sorted(df.collect(), key=lambda r: r["offset"])
+    assert [[(h["key"], h["value"]) for h in row["headers"]] for row in rows[:3]] == [[("h1", b"x"), ("h2", None)]] * 3
+    assert rows[3]["headers"] is None
+
+
+def test_batch_read_between_starting_and_ending_offsets(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    topic = broker.create_topic(partitions=2)
+    broker.produce(topic, numbered(40), partitions=2)
+    df = read_batch(
+        spark,
+        broker,
+        subscribe=topic,
+        startingOffsets=f'{{"{topic}": {{"0": 3, "1": -2}}}}',
+        endingOffsets=f'{{"{topic}": {{"0": 8, "1": -1}}}}',
+    )
+    assert offsets_of(df.collect()) == [(0, o) for o in range(3, 8)] + [(1, o) for o in range(20)]
+
+
+def test_batch_read_with_assign_reads_only_assigned_partitions(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    topic = broker.create_topic(partitions=3)
+    broker.produce(topic, numbered(30), partitions=3)
+    df = read_batch(spark, broker, assign=f'{{"{topic}": [2, 0]}}')
+    assert {row["partition"] for row in df.collect()} == {0, 2}
+
+
+def test_min_partitions_splits_ranges(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    topic = broker.create_topic(partitions=2)
+    broker.produce(topic, numbered(600), partitions=2)
+    df = read_batch(spark, broker, subscribe=topic, minPartitions="6")
+    assert df.rdd.getNumPartitions() == 6
+    assert offsets_of(df.collect()) == sorted((p, o) for p in range(2) for o in range(300))
+
+
+# -- the ListOffsets quirk --------------------------------------------------------------------------------------------
+
+
+def test_end_offsets_confirmed_by_fetch_see_every_record_of_multi_record_batches(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    topic = broker.create_topic(partitions=2)
+    # linger + batch.num.messages make the producer write multi-record batches; the last one of each partition
+    # is where ListOffsets(latest) of the embedded broker falls short.
+    broker.produce(topic, numbered(1003), partitions=2, linger_ms=50, batch_num_messages=100)
+    true_end = {TopicPartition(topic, 0): 502, TopicPartition(topic, 1): 501}
+
+    options = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic}
+    confirmed = OffsetPlanner(KafkaOptions.parse(options))
+    unconfirmed = OffsetPlanner(KafkaOptions.parse({**options, "confirmLatestOffsets": "false"}))
+    try:
+        assert confirmed.latest(confirmed.discover()) == true_end
+        listed = unconfirmed.latest(unconfirmed.discover())
+        # Whatever ListOffsets says (on this broker: less), it is never beyond the true end.
+        assert all(listed[tp] <= true_end[tp] for tp in true_end)
+    finally:
+        confirmed.close()
+        unconfirmed.close()
+
+    assert read_batch(spark, broker, subscribe=topic).count() == 1003
+    rows, _ = run_available_now(
+        read_stream(spark, broker, subscribe=topic, startingOffsets="earliest"), tmp_path, "quirk"
+    )
+    assert offsets_of(rows) == sorted((tp.partition, o) for tp, end in true_end.items() for o in range(end))
+
+
+# -- streaming ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("starting", "expected"),
+    [
+        ("earliest", [(0, o) for o in range(10)] + [(1, o) for o in range(10)]),
+        ('{"T": {"0": 4, "1": -2}}', [(0, o) for o in range(4, 10)] + [(1, o) for o in range(10)]),
+        ('{"T": {"0": -1, "1": 7}}', [(1, 7), (1, 8), (1, 9)]),
+    ],
+    ids=["earliest", "json-specific-and-earliest", "json-latest-and-specific"],
+)
+def test_streaming_starting_offsets(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path, starting: str, expected: list[tuple[int, int]]
+) -> None:
+    topic = broker.create_topic(partitions=2)
+    broker.produce(topic, numbered(20), partitions=2)
+    df = read_stream(spark, broker, subscribe=topic, startingOffsets=starting.replace('"T"', f'"{topic}"'))
+    rows, _ = run_available_now(df, tmp_path, f"start_{abs(hash(starting))}")
+    assert offsets_of(rows) == expected
+
+
+def test_streaming_starting_offsets_latest_reads_only_new_records(
+    spark: SparkSession, broker: EmbeddedBroker, memory_query: Any
+) -> None:
+    topic = broker.create_topic(partitions=2)
+    broker.produce(topic, numbered(20), partitions=2)
+    query = memory_query(read_stream(spark, broker, subscribe=topic, startingOffsets="latest"), "latest")
+    wait_for_status(query, "Waiting for data to arrive")
+    broker.produce(topic, numbered(6, start=100), partitions=2)
+    query.processAllAvailable()
+    rows = spark.table("latest").collect()
+    assert sorted(row["value"] for row in rows) == sorted(f"v{i}".encode() for i in range(100, 106))
+    assert offsets_of(rows) == [(0, 10), (0, 11), (0, 12), (1, 10), (1, 11), (1, 12)]
+
+
+def test_max_offsets_per_trigger_caps_every_batch(spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path) -> None:
+    topic = broker.create_topic(partitions=2)
+    broker.produce(topic, numbered(100), partitions=2)
+    df = read_stream(spark, broker, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="20")
+    rows, sizes = run_available_now(df, tmp_path, "capped")
+    assert sizes == [20, 20, 20, 20, 20]
+    assert offsets_of(rows) == sorted((p, o) for p in range(2) for o in range(50))
+
+
+def test_trigger_once_reads_all_available_despite_max_offsets(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    topic = broker.create_topic(partitions=2)
+    broker.produce(topic, numbered(100), partitions=2)
+    df = read_stream(spark, broker, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger="20")
+    query = (
+        df.writeStream.format("memory")
+        .queryName("once")
+        .option("checkpointLocation", str(tmp_path / "ck-once"))
+        .trigger(once=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [100]
+
+
+def test_new_partitions_are_read_from_earliest(spark: SparkSession, broker: EmbeddedBroker, memory_query: Any) -> None:
+    prefix = broker.unique_topic("np")
+    first = broker.create_topic(f"{prefix}-a", partitions=1)
+    broker.produce(first, numbered(5), partition=0)
+    query = memory_query(
+        read_stream(spark, broker, subscribePattern=f"{prefix}-.*", startingOffsets="latest"), "newparts"
+    )
+    wait_for_status(query, "Waiting for data to arrive")
+    second = broker.create_topic(f"{prefix}-b", partitions=2)
+    broker.produce(second, numbered(8), partitions=2)
+    broker.produce(first, numbered(2, start=50), partition=0)
+    query.processAllAvailable()
+    rows = spark.table("newparts").collect()
+    got = sorted((row["topic"], row["partition"], row["offset"]) for row in rows)
+    assert got == [(first, 0, 5), (first, 0, 6)] + [(second, p, o) for p in range(2) for o in range(4)]
+
+
+def test_no_offsets_are_committed_to_the_consumer_group(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    topic = broker.create_topic()
+    broker.produce(topic, numbered(10), partition=0)
+    group = f"group-{topic}"
+    df = read_stream(spark, broker, subscribe=topic, startingOffsets="earliest", **{"kafka.group.id": group})
+    rows, _ = run_available_now(df, tmp_path, "nocommit")
+    assert len(rows) == 10
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "log_level": 0})
+    try:
+        committed = consumer.committed([KafkaTopicPartition(topic, 0)], timeout=10)
+    finally:
+        consumer.close()
+    assert committed[0].offset < 0  # OFFSET_INVALID: the checkpoint is the only record of progress
+
+
+# -- data loss ------------------------------------------------------------------------------------------------------
+
+
+def _to_parquet(df: DataFrame, out: Path, ck: Path) -> StreamingQuery:
+    return (
+        df.writeStream.format("parquet")
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["fails", "goes-on"])
+def test_data_loss_when_topic_is_recreated(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    topic = broker.create_topic()
+    broker.produce(topic, numbered(20), partition=0)
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    options = {"subscribe": topic, "startingOffsets": "earliest", "failOnDataLoss": str(fail_on_data_loss).lower()}
+    first = _to_parquet(read_stream(spark, broker, **options), out, ck)
+    assert first.awaitTermination(120) and first.exception() is None
+    assert spark.read.parquet(str(out)).count() == 20
+
+    # The topic is deleted and recreated with fewer records: the checkpoint's offset 20 no longer exists.
+    broker.delete_topic(topic)
+    broker.create_topic(topic)
+    broker.produce(topic, numbered(5, start=100), partition=0)
+
+    second = _to_parquet(read_stream(spark, broker, **options), out, ck)
+    if fail_on_data_loss:
+        with pytest.raises(Exception) as info:
+            second.awaitTermination(120)
+        assert f"data loss in topic '{topic}' partition 0: offsets [5, 20) are gone" in str(info.value)
+        assert spark.read.parquet(str(out)).count() == 20
+    else:
+        assert second.awaitTermination(120) and second.exception() is None
+        values = sorted(row["value"] for row in spark.read.parquet(str(out)).collect())
+        assert values == sorted([f"v{i}".encode() for i in range(20)] + [f"v{i}".encode() for i in range(100, 105)])
+
+
+# -- bad input ------------------------------------------------------------------------------------------------------
+
+
+BOOT = "{bootstrap}"
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"subscribe": "x"}, ["kafka.bootstrap.servers", "is required"]),
+        (
+            {"kafka.bootstrap.servers": BOOT, "subscribe": "x", "subscribePattern": "x.*"},
+            ["exactly one of subscribe, subscribePattern, assign"],
+        ),
+        (
+            {"kafka.bootstrap.servers": BOOT, "subscribe": "x", "startingOffsets": '{"x": {"0": 1'},
+            ["startingOffsets", "JSON"],
+        ),
+        (
+            {"kafka.bootstrap.servers": BOOT, "assign": '{"no-such-topic": [0]}'},
+            ["'assign'", "'no-such-topic' does not exist"],
+        ),
+    ],
+    ids=["missing-bootstrap", "two-subscriptions", "malformed-json", "unknown-assign-topic"],
+)
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+def test_bad_input_fails_at_load(
+    spark: SparkSession, broker: EmbeddedBroker, options: dict[str, str], expected: list[str], mode: str
+) -> None:
+    reader = (spark.read if mode == "batch" else spark.readStream).format(FORMAT)
+    for key, value in options.items():
+        reader = reader.option(key, value.replace(BOOT, broker.bootstrap))
+    with pytest.raises(Exception) as info:
+        reader.load()
+    for text in expected:
+        assert text in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+def test_broker_down_fails_at_load_naming_the_address(spark: SparkSession, mode: str) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    reader = spark.read if mode == "batch" else spark.readStream
+    reader = (
+        reader.format(FORMAT)
+        .option("kafka.bootstrap.servers", address)
+        .option("subscribe", "x")
+        .option("metadataTimeoutMs", "1500")
+    )
+    with pytest.raises(Exception) as info:
+        reader.load()
+    assert f"Kafka broker at {address} is unreachable" in str(info.value)
