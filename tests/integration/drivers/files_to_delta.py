@@ -1,0 +1,43 @@
+"""Driver program for crash tests: a JSON file stream (one input file per batch) into a Delta table.
+
+Usage: python -m tests.integration.drivers.files_to_delta INPUT_DIR TABLE CHECKPOINT [--format FMT]
+           [--partition-by COL] [--output-mode append|complete]
+
+Runs with the availableNow trigger until every input file is processed, then prints ``DONE`` and exits 0.
+Crash points are armed by the environment (see sparkonce.crash).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sparkonce.spark import local_session
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("input_dir")
+    parser.add_argument("table")
+    parser.add_argument("checkpoint")
+    parser.add_argument("--format", default="delta")
+    parser.add_argument("--partition-by", default=None)
+    args = parser.parse_args()
+
+    spark = local_session(app_name="files-to-delta")
+    stream = (
+        spark.readStream.format("json")
+        .schema("id long, device string, value double")
+        .option("maxFilesPerTrigger", 1)
+        .load(args.input_dir)
+    )
+    writer = stream.writeStream.format(args.format).option("checkpointLocation", args.checkpoint)
+    if args.partition_by:
+        writer = writer.partitionBy(args.partition_by)
+    query = writer.trigger(availableNow=True).start(args.table)
+    query.awaitTermination()
+    print("DONE", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
