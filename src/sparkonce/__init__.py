@@ -38,6 +38,8 @@ def register(spark: SparkSession) -> list[str]:
 
     ``delta`` is registered only when the Delta JVM connector is not on the classpath, so code written for Delta
     keeps using the connector where it exists; ``sparkonce.delta`` and ``sparkonce.kafka`` always point here.
+    With classic PySpark it lets ``partitionBy(...)`` and the ``error``/``ignore`` save modes reach the Delta sink
+    (Spark refuses them for Python data sources otherwise; see :mod:`sparkonce.delta._compat`).
     It also turns on ``spark.sql.python.filterPushdown.enabled`` (the Delta reader prunes files by partition
     filters and needs Spark to pass them).
     """
@@ -53,6 +55,10 @@ def register(spark: SparkSession) -> list[str]:
     for source in (SparkonceDeltaDataSource, KafkaDataSource):
         spark.dataSource.register(source)
         names.append(source.name())
+    if getattr(spark, "_jvm", None) is not None:
+        from sparkonce.delta import _compat
+
+        _compat.install(n for n in names if n in ("delta", "sparkonce.delta"))
     return names
 
 

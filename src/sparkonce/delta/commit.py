@@ -74,7 +74,28 @@ def load_table(table_uri: str, *, table_version: int | None = None) -> Any:
         raise TableNotFoundError(f"{table_uri} is not a Delta table (no _delta_log commits found)") from err
     except DeltaError as err:
         where = f" at table version {table_version}" if table_version is not None else ""
-        raise DeltaLogError(f"cannot read the Delta log of {table_uri}{where}: {err}") from err
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise _diagnose_log(table_uri) or DeltaLogError(
+            f"cannot read the Delta log of {table_uri}{where}: {first_line}"
+        ) from err
+
+
+def _diagnose_log(table_uri: str) -> DeltaLogError | None:
+    """After delta-rs failed to load a log, find the commit file that is broken (newest first) to name it."""
+    from sparkonce.delta.log import DeltaLog
+
+    root = _local_root(table_uri)
+    if root is None:
+        return None
+    try:
+        delta_log = DeltaLog(root)
+        for table_version in reversed(delta_log.commit_versions()):
+            delta_log.read_actions(table_version)
+    except DeltaLogError as found:
+        return found
+    except Exception:  # the diagnosis is best effort; the caller raises its own error
+        return None
+    return None
 
 
 def commit_files(

@@ -1,0 +1,128 @@
+"""Let code written for the Delta JVM connector run unchanged on the Python data source.
+
+Spark refuses two things for Python data sources before any sparkonce code runs:
+
+* ``DataFrameWriter.partitionBy(...)``: Spark compares it with the (empty) partitioning of the Python table and
+  fails with "The provided partitioning or clustering columns do not match the existing table's"; for
+  ``DataStreamWriter.partitionBy(...)`` it silently drops the columns;
+* save modes ``error``/``errorifexists`` (DataFrameWriter's default) and ``ignore``: "cannot be written in the
+  ErrorIfExists mode".
+
+:func:`install` wraps the classic (py4j) ``DataFrameWriter`` and ``DataStreamWriter`` so that, for sparkonce's
+Delta format names only, the partition columns and the save mode travel as options (``__sparkonce_partition_by``,
+``sparkonce.saveMode``) and the sink applies them exactly as Delta does. Every other format is untouched.
+The explicit options ``partitionBy`` and ``sparkonce.saveMode`` work without the shim (e.g. on Spark Connect).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from sparkonce.delta.options import COMPAT_PARTITION_OPTION, SAVE_MODE_OPTION
+
+_FORMATS: set[str] = set()
+_INSTALLED = False
+
+
+def install(format_names: Iterable[str]) -> None:
+    """Route ``partitionBy`` and save modes of the given format names through options (idempotent)."""
+    global _INSTALLED
+    _FORMATS.update(name.lower() for name in format_names)
+    if _INSTALLED:
+        return
+    from pyspark.sql.readwriter import DataFrameWriter
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    for cls in (DataFrameWriter, DataStreamWriter):
+        _record(cls, "format", lambda self, source: setattr(self, "_sparkonce_format", str(source).lower()))
+        _record(cls, "partitionBy", lambda self, *cols: setattr(self, "_sparkonce_partition_by", _flatten(cols)))
+    _record(DataFrameWriter, "mode", lambda self, mode: mode and setattr(self, "_sparkonce_mode", str(mode).lower()))
+    _wrap_save(DataFrameWriter)
+    _wrap_start(DataStreamWriter)
+    _INSTALLED = True
+
+
+def _flatten(cols: tuple[Any, ...]) -> list[str]:
+    if len(cols) == 1 and isinstance(cols[0], list | tuple):
+        return [str(c) for c in cols[0]]
+    return [str(c) for c in cols]
+
+
+def _record(cls: type, method: str, remember: Any) -> None:
+    original = getattr(cls, method)
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        remember(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    setattr(cls, method, wrapper)
+
+
+def _wrap_save(cls: type) -> None:
+    original = cls.save  # type: ignore[attr-defined]
+
+    @functools.wraps(original)
+    def save(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,
+        mode: str | None = None,
+        partitionBy: Any = None,
+        **options: Any,
+    ) -> Any:
+        if mode is not None:
+            self.mode(mode)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if format is not None:
+            self.format(format)
+        if getattr(self, "_sparkonce_format", None) in _FORMATS:
+            _adapt_batch_writer(self)
+        return original(self, path, **options)
+
+    cls.save = save  # type: ignore[attr-defined]
+
+
+def _adapt_batch_writer(writer: Any) -> None:
+    from pyspark.sql.classic.column import _to_seq
+
+    mode = getattr(writer, "_sparkonce_mode", "errorifexists")
+    if mode in ("error", "errorifexists", "default", "ignore"):
+        writer._jwrite = writer._jwrite.mode("append")
+        writer._jwrite = writer._jwrite.option(SAVE_MODE_OPTION, "ignore" if mode == "ignore" else "error")
+    columns = getattr(writer, "_sparkonce_partition_by", None)
+    if columns:
+        writer._jwrite = writer._jwrite.partitionBy(_to_seq(writer._spark._sc, []))
+        writer._jwrite = writer._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))
+
+
+def _wrap_start(cls: type) -> None:
+    original = cls.start  # type: ignore[attr-defined]
+
+    @functools.wraps(original)
+    def start(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,
+        outputMode: str | None = None,
+        partitionBy: Any = None,
+        queryName: str | None = None,
+        **options: Any,
+    ) -> Any:
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if format is not None:
+            self.format(format)
+        columns = getattr(self, "_sparkonce_partition_by", None)
+        if columns and getattr(self, "_sparkonce_format", None) in _FORMATS:
+            self._jwrite = self._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))
+        return original(self, path, outputMode=outputMode, queryName=queryName, **options)
+
+    cls.start = start  # type: ignore[attr-defined]
+
+
+__all__ = ["install"]
