@@ -1,0 +1,43 @@
+"""Driver program for crash tests: a Delta table streamed into another Delta table through sparkonce.
+
+Usage: python -m tests.integration.drivers.delta_to_delta SOURCE_TABLE TARGET_TABLE CHECKPOINT [--max-files N]
+
+Reads the source from table version 0 (``startingVersion``) with the availableNow trigger, ``--max-files`` files
+per batch, then prints ``DONE`` and exits 0. Crash points are armed by the environment (see sparkonce.crash).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sparkonce.spark import local_session
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("source")
+    parser.add_argument("target")
+    parser.add_argument("checkpoint")
+    parser.add_argument("--max-files", type=int, default=1)
+    args = parser.parse_args()
+
+    spark = local_session(app_name="delta-to-delta")
+    stream = (
+        spark.readStream.format("delta")
+        .option("startingVersion", 0)
+        .option("maxFilesPerTrigger", args.max_files)
+        .load(args.source)
+    )
+    query = (
+        stream.writeStream.format("delta")
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start(args.target)
+    )
+    query.awaitTermination()
+    print("DONE", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
