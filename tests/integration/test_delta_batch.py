@@ -182,7 +182,7 @@ def test_schema_enforcement_lists_both_schemas(spark: SparkSession, tmp_path: Pa
     path = tmp_path / "t"
     spark.createDataFrame([(1, "a")], "value long, old_column string").write.format("delta").save(str(path))
     with pytest.raises(
-        Exception, match="(?s)schema mismatch.*mergeSchema.*Table schema.*old_column.*Data schema.*new_column"
+        Exception, match=r"(?s)schema mismatch.*mergeSchema.*Table schema.*old_column.*Data schema.*new_column"
     ):
         spark.createDataFrame([(2, "b")], "value long, new_column string").write.format("delta").mode("append").save(
             str(path)
