@@ -1,0 +1,150 @@
+"""``VACUUM``: delete the files of a Delta table that no table version within the retention period references.
+
+Runs on the driver or in a CLI process (no Spark). Candidates are, as in Delta:
+
+* files removed from the table (``remove`` actions) longer ago than the retention period, and
+* files the log never mentions (orphans: data files of failed or aborted write attempts, crashed batches)
+  older than the retention period, by modification time.
+
+Files whose name starts with ``_`` or ``.`` (``_delta_log``, ``_spark_metadata``, ...) are never touched, and a
+file written within the retention period is kept even if nothing references it yet: it may belong to a write in
+flight. Listing and deletion are done by delta-rs (``DeltaTable.vacuum(full=True)``), whose full mode was checked
+to include orphans by modification time and tombstones by deletion time; the retention guard is ours, so its
+error names the table property and the override.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+from sparkonce.delta.commit import load_table
+from sparkonce.errors import DeltaLogError, OptionError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RETENTION_HOURS = 168.0
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+
+_INTERVAL_UNITS = {
+    "millisecond": 1 / 3_600_000,
+    "second": 1 / 3600,
+    "minute": 1 / 60,
+    "hour": 1.0,
+    "day": 24.0,
+    "week": 168.0,
+}
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    """What a vacuum deleted (or, with ``dry_run``, would delete)."""
+
+    table_path: str
+    table_version: int
+    """The table version whose snapshot decided what is referenced."""
+    retention_hours: float
+    dry_run: bool
+    files: tuple[str, ...]
+    """Table-relative paths of the files deleted (or to delete), sorted."""
+    bytes: int
+    """Their total size."""
+
+
+def retention_from_properties(configuration: dict[str, str | None]) -> float:
+    """The table's minimum retention in hours (``delta.deletedFileRetentionDuration``, default 168).
+
+    Raises:
+        DeltaLogError: the property is not an interval such as ``interval 7 days``.
+    """
+    raw = configuration.get(RETENTION_PROPERTY)
+    if raw is None:
+        return DEFAULT_RETENTION_HOURS
+    match = re.fullmatch(r"\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*", raw.lower())
+    if match is None or match.group(2) not in _INTERVAL_UNITS:
+        raise DeltaLogError(f"table property {RETENTION_PROPERTY} = {raw!r} is not an interval like 'interval 7 days'")
+    return float(match.group(1)) * _INTERVAL_UNITS[match.group(2)]
+
+
+def vacuum(
+    path: str | os.PathLike[str],
+    *,
+    retention_hours: float = DEFAULT_RETENTION_HOURS,
+    dry_run: bool = True,
+    enforce_retention_duration: bool = True,
+) -> VacuumResult:
+    """Delete (or list, with ``dry_run``) files of the table at ``path`` that no table version within
+    ``retention_hours`` references, orphan files of failed attempts included.
+
+    Args:
+        path: The table root.
+        retention_hours: Keep files removed, or written, less than this many hours ago.
+        dry_run: Only list the files (the default: deleting is destructive).
+        enforce_retention_duration: Refuse a retention below the table's ``delta.deletedFileRetentionDuration``
+            (default 168 hours), as Delta does; a shorter retention can delete files that a running reader or
+            writer (including a stream's batch in flight) still needs.
+
+    Raises:
+        OptionError: ``retention_hours`` is negative, or below the table's retention while enforced.
+        TableNotFoundError: ``path`` is not a Delta table.
+    """
+    if retention_hours < 0:
+        raise OptionError("retention_hours", retention_hours, "must be >= 0")
+    table_path = os.fspath(path)
+    table = load_table(table_path)
+    minimum = retention_from_properties(dict(table.metadata().configuration))
+    if enforce_retention_duration and retention_hours < minimum:
+        raise OptionError(
+            "retention_hours",
+            retention_hours,
+            f"is below the table's {RETENTION_PROPERTY} of {minimum:g} hours; a shorter retention can delete files "
+            "that readers of older table versions or writes in flight still need. If you are certain no operation "
+            "on this table runs for longer than that, pass enforce_retention_duration=False (Delta's "
+            "spark.databricks.delta.retentionDurationCheck.enabled=false)",
+        )
+    root = _local(table_path)
+    # delta-rs takes whole hours; round up so nothing younger than asked is deleted.
+    hours = int(-(-retention_hours // 1))
+    candidates = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
+    sizes = {rel: _size(root, rel) for rel in candidates}
+    files = candidates
+    if not dry_run and candidates:
+        files = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True)
+    result = VacuumResult(
+        table_path=table_path,
+        table_version=table.version(),
+        retention_hours=float(hours),
+        dry_run=dry_run,
+        files=tuple(sorted(files)),
+        bytes=sum(sizes.get(rel, 0) for rel in files),
+    )
+    log.info(
+        "vacuum %s at table_version %s (retention %s hours, dry_run=%s): %d file(s), %d byte(s)",
+        table_path,
+        result.table_version,
+        hours,
+        dry_run,
+        len(result.files),
+        result.bytes,
+    )
+    return result
+
+
+def _size(root: str, relative: str) -> int:
+    from urllib.parse import unquote
+
+    for candidate in (relative, unquote(relative)):
+        try:
+            return os.path.getsize(os.path.join(root, candidate))
+        except OSError:
+            continue
+    return 0
+
+
+def _local(table_path: str) -> str:
+    return table_path[len("file://") :] if table_path.startswith("file://") else os.path.abspath(table_path)
+
+
+__all__ = ["DEFAULT_RETENTION_HOURS", "RETENTION_PROPERTY", "VacuumResult", "retention_from_properties", "vacuum"]
