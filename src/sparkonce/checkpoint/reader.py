@@ -75,8 +75,6 @@ class CheckpointState:
     sources: dict[str, dict[int, SourceInitialOffsets]]
     problems: tuple[FileProblem, ...]
     temp_files: tuple[TempFile, ...]
-    mtimes_ms: dict[str, int]
-    """Modification time (ms) of each batch file, keyed ``"offsets/N"`` / ``"commits/N"``."""
 
     @property
     def query_id(self) -> str | None:
@@ -135,7 +133,6 @@ def read_checkpoint(checkpoint_dir: str | os.PathLike[str], *, read_sources: boo
         raise CheckpointError(f"{root}: checkpoint directory not found")
     problems: list[FileProblem] = []
     temps: list[TempFile] = []
-    mtimes: dict[str, int] = {}
 
     metadata: StreamMetadata | None = None
     metadata_path = root / "metadata"
@@ -154,7 +151,6 @@ def read_checkpoint(checkpoint_dir: str | os.PathLike[str], *, read_sources: boo
     for batch_id in sorted(offset_files):
         path = offset_files[batch_id]
         try:
-            mtimes[f"offsets/{batch_id}"] = int(path.stat().st_mtime * 1000)
             offsets[batch_id] = parse_offsets(read_text(path), batch_id, path=path)
         except (CheckpointError, OSError) as err:
             problems.append(FileProblem(path, "malformed", str(err)))
@@ -165,7 +161,6 @@ def read_checkpoint(checkpoint_dir: str | os.PathLike[str], *, read_sources: boo
     for batch_id in sorted(commit_files):
         path = commit_files[batch_id]
         try:
-            mtimes[f"commits/{batch_id}"] = int(path.stat().st_mtime * 1000)
             commits[batch_id] = parse_commit(read_text(path), batch_id, path=path)
         except (CheckpointError, OSError) as err:
             problems.append(FileProblem(path, "malformed", str(err)))
@@ -202,5 +197,4 @@ def read_checkpoint(checkpoint_dir: str | os.PathLike[str], *, read_sources: boo
         sources=sources,
         problems=tuple(problems),
         temp_files=tuple(sorted(temps, key=lambda t: str(t.path))),
-        mtimes_ms=mtimes,
     )

@@ -39,7 +39,6 @@ __all__ = [
     "streaming_info",
 ]
 
-_COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 _CLASSIC_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _MULTI_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 _V2_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
@@ -132,7 +131,7 @@ class Snapshot:
 
 @dataclass
 class _Listing:
-    commits: dict[int, Path]
+    commits: set[int]
     checkpoints: list[CheckpointRef]
     last_checkpoint: Path | None
 
@@ -188,36 +187,44 @@ class DeltaLog:
         self.log_dir = self.table_path / "_delta_log"
         if not self.log_dir.is_dir():
             raise TableNotFoundError(f"{self.table_path} is not a Delta table: no _delta_log folder")
-        listing = self._list()
-        if not listing.commits and not listing.checkpoints:
+        if not self._has_log_entry():
             raise TableNotFoundError(
                 f"{self.table_path} is not a Delta table: _delta_log holds no commit or checkpoint"
             )
 
     # ------------------------------------------------------------------ listing
+    def _has_log_entry(self) -> bool:
+        try:
+            with os.scandir(self.log_dir) as entries:
+                return any(
+                    (e.name.endswith(".json") and e.name[:20].isdigit()) or ".checkpoint." in e.name for e in entries
+                )
+        except OSError as err:
+            raise TableNotFoundError(f"cannot list {self.log_dir}: {err}") from err
+
     def _list(self) -> _Listing:
-        commits: dict[int, Path] = {}
+        commits: set[int] = set()
         multi: dict[tuple[int, int], dict[int, Path]] = {}
         checkpoints: list[CheckpointRef] = []
         last: Path | None = None
         try:
-            entries = list(os.scandir(self.log_dir))
+            names = os.listdir(self.log_dir)
         except OSError as err:
             raise TableNotFoundError(f"cannot list {self.log_dir}: {err}") from err
-        for entry in entries:
-            name = entry.name
-            if name.endswith(".json") and (m := _COMMIT_RE.match(name)):
-                commits[int(m.group(1))] = Path(entry.path)
+        for name in names:
+            # Fast path for the common case (names are plain strings; no Path objects per entry).
+            if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():
+                commits.add(int(name[:20]))
             elif name == "_last_checkpoint":
-                last = Path(entry.path)
+                last = self.log_dir / name
             elif ".checkpoint." in name:
                 if m := _CLASSIC_CP_RE.match(name):
-                    checkpoints.append(CheckpointRef(int(m.group(1)), "classic", (Path(entry.path),)))
+                    checkpoints.append(CheckpointRef(int(m.group(1)), "classic", (self.log_dir / name,)))
                 elif m := _MULTI_CP_RE.match(name):
                     key = (int(m.group(1)), int(m.group(3)))
-                    multi.setdefault(key, {})[int(m.group(2))] = Path(entry.path)
+                    multi.setdefault(key, {})[int(m.group(2))] = self.log_dir / name
                 elif m := _V2_CP_RE.match(name):
-                    checkpoints.append(CheckpointRef(int(m.group(1)), "v2", (Path(entry.path),)))
+                    checkpoints.append(CheckpointRef(int(m.group(1)), "v2", (self.log_dir / name,)))
         for (table_version, parts), found in multi.items():
             if len(found) == parts and set(found) == set(range(1, parts + 1)):
                 files = tuple(found[i] for i in range(1, parts + 1))

@@ -8,12 +8,10 @@ NumPy (no Python loop over rows). Runs in the CLI process; no Spark needed.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sparkonce.delta.log import DeltaLog, Snapshot
 from sparkonce.errors import DeltaLogError, OptionError
@@ -252,77 +250,83 @@ def verify_table(
         )
     versions = _file_versions(log, snapshot) if rows else {}
 
-    counts = table.group_by(["t", "p", "o"]).aggregate([("f", "count")])
-    by_partition = counts.group_by(["t", "p"]).aggregate(
-        [("o", "min"), ("o", "max"), ("o", "count"), ("f_count", "sum")]
-    )
-    dups = counts.filter(pc.greater(counts["f_count"], 1))
     expected_map: dict[TopicPartition, OffsetRange] = {(r.topic, r.partition): r for r in expected}
-
-    # Sort the distinct offsets once; each partition is then a contiguous slice.
-    order = pc.sort_indices(counts, [("t", "ascending"), ("p", "ascending"), ("o", "ascending")])
-    sorted_counts = counts.take(order)
-    offsets_np = sorted_counts["o"].to_numpy()
-    count_np = sorted_counts["f_count"].to_numpy()
+    # Group rows by topic-partition with one stable argsort of an int64 key, then sort each partition's
+    # offsets: duplicates are runs of equal offsets, holes are gaps between distinct ones. All NumPy.
+    encoded = pc.dictionary_encode(table["t"]).combine_chunks()
+    topics = encoded.dictionary.to_pylist()
+    t_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    p_np = table["p"].to_numpy().astype(np.int64)
+    o_np = table["o"].to_numpy()
+    f_np = table["f"].to_numpy()
+    key = (t_codes << 32) | (p_np & 0xFFFFFFFF)
+    order = np.argsort(key, kind="stable")
+    sorted_keys = key[order]
+    bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
+    starts = np.concatenate(([0], bounds)).astype(np.int64) if len(order) else np.array([], np.int64)
+    ends = np.concatenate((bounds, [len(order)])).astype(np.int64) if len(order) else np.array([], np.int64)
     slices: dict[TopicPartition, tuple[int, int]] = {}
-    if sorted_counts.num_rows:
-        t_codes = pc.dictionary_encode(sorted_counts["t"]).combine_chunks()
-        codes = t_codes.indices.to_numpy(zero_copy_only=False)
-        dictionary = t_codes.dictionary.to_pylist()
-        p_np = sorted_counts["p"].to_numpy()
-        change = np.flatnonzero((np.diff(codes) != 0) | (np.diff(p_np) != 0)) + 1
-        bounds = np.concatenate(([0], change, [len(codes)]))
-        for a, b in itertools.pairwise(bounds):
-            slices[(dictionary[codes[a]], int(p_np[a]))] = (int(a), int(b))
-
-    dup_detail = _duplicate_details(table, dups, paths, versions)
-    summary = {
-        (t, int(p)): (int(lo), int(hi), int(distinct), int(total))
-        for t, p, lo, hi, distinct, total in zip(
-            by_partition["t"].to_pylist(),
-            by_partition["p"].to_pylist(),
-            by_partition["o_min"].to_pylist(),
-            by_partition["o_max"].to_pylist(),
-            by_partition["o_count"].to_pylist(),
-            by_partition["f_count_sum"].to_pylist(),
-        )
-    }
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        k = int(sorted_keys[a])
+        slices[(topics[k >> 32], int(np.int32(np.int64(k & 0xFFFFFFFF))))] = (a, b)
     reports: list[PartitionReport] = []
-    for key in sorted(set(summary) | set(expected_map)):
-        topic, partition = key
-        lo, hi, distinct, total = summary.get(key, (None, None, 0, 0))
-        start, end = slices.get(key, (0, 0))
-        offs = offsets_np[start:end]
-        cnts = count_np[start:end]
-        want = expected_map.get(key)
-        missing = 0
+    for tp in sorted(set(slices) | set(expected_map)):
+        topic, partition = tp
+        a, b = slices.get(tp, (0, 0))
+        rows_idx = order[a:b]
+        offs = np.sort(o_np[rows_idx], kind="stable")
+        if len(offs):
+            run_starts = np.flatnonzero(np.concatenate(([True], offs[1:] != offs[:-1])))
+            run_counts = np.diff(np.concatenate((run_starts, [len(offs)])))
+            distinct = offs[run_starts]
+        else:
+            run_counts = distinct = np.array([], np.int64)
+        dup_mask = run_counts > 1
+        dup_values = distinct[dup_mask]
+        want = expected_map.get(tp)
+        missing = unexpected = 0
         missing_ranges: list[tuple[int, int]] = []
-        unexpected = 0
         if want is not None:
-            inside = offs[(offs >= want.start) & (offs < want.end)]
+            inside = distinct[(distinct >= want.start) & (distinct < want.end)]
             missing = (want.end - want.start) - len(inside)
-            unexpected = int(cnts[offs >= want.end].sum())
+            unexpected = int(run_counts[distinct >= want.end].sum())
             if missing:
                 edges = np.concatenate(([want.start - 1], inside, [want.end]))
                 holes = np.flatnonzero(np.diff(edges) > 1)[:_MAX_DETAILS]
                 missing_ranges = [(int(edges[i] + 1), int(edges[i + 1])) for i in holes]
-        dup_mask = cnts > 1
+        details: list[DuplicateOffset] = []
+        if len(dup_values):
+            shown = dup_values[:_MAX_DETAILS]
+            hit = rows_idx[np.isin(o_np[rows_idx], shown)]
+            by_offset: dict[int, list[int]] = {}
+            for o, f in zip(o_np[hit].tolist(), f_np[hit].tolist()):
+                by_offset.setdefault(o, []).append(f)
+            for o in shown.tolist():
+                files = sorted(by_offset[o], key=lambda i: (versions.get(paths[i], -1), paths[i]))
+                details.append(
+                    DuplicateOffset(
+                        offset=o,
+                        count=len(files),
+                        table_versions=tuple(versions.get(paths[i]) for i in files),
+                        files=tuple(paths[i] for i in files),
+                    )
+                )
         reports.append(
             PartitionReport(
                 topic=topic,
                 partition=partition,
                 expected_start=want.start if want else None,
                 expected_end=want.end if want else None,
-                min_offset=lo,
-                max_offset=hi,
-                rows=total,
-                distinct_offsets=distinct,
+                min_offset=int(offs[0]) if len(offs) else None,
+                max_offset=int(offs[-1]) if len(offs) else None,
+                rows=len(offs),
+                distinct_offsets=len(distinct),
                 duplicated_offsets=int(dup_mask.sum()),
-                duplicate_rows=int((cnts[dup_mask] - 1).sum()),
+                duplicate_rows=int((run_counts[dup_mask] - 1).sum()),
                 missing_offsets=int(missing),
                 missing_ranges=tuple(missing_ranges),
                 unexpected_offsets=unexpected,
-                duplicates=tuple(dup_detail.get(key, [])),
+                duplicates=tuple(details),
             )
         )
     findings.extend(_findings(str(table_path), reports))
@@ -334,43 +338,6 @@ def verify_table(
         partitions=tuple(reports),
         findings=tuple(findings),
     )
-
-
-def _duplicate_details(
-    table: Any, dups: Any, paths: list[str], versions: Mapping[str, int]
-) -> dict[TopicPartition, list[DuplicateOffset]]:
-    """For the first duplicated offsets of each partition, name the files and table versions of every copy."""
-    import pyarrow.compute as pc
-
-    if dups.num_rows == 0:
-        return {}
-    dups = dups.take(pc.sort_indices(dups, [("t", "ascending"), ("p", "ascending"), ("o", "ascending")]))
-    keep: list[int] = []
-    seen: dict[tuple[str, int], int] = {}
-    for i, (t, p) in enumerate(zip(dups["t"].to_pylist(), dups["p"].to_pylist())):
-        n = seen.get((t, p), 0)
-        if n < _MAX_DETAILS:
-            keep.append(i)
-            seen[(t, p)] = n + 1
-    chosen = dups.take(keep).select(["t", "p", "o"])
-    copies = table.join(chosen, keys=["t", "p", "o"], join_type="inner")
-    grouped: dict[tuple[str, int, int], list[int]] = {}
-    for t, p, o, f in zip(
-        copies["t"].to_pylist(), copies["p"].to_pylist(), copies["o"].to_pylist(), copies["f"].to_pylist()
-    ):
-        grouped.setdefault((t, p, o), []).append(f)
-    out: dict[TopicPartition, list[DuplicateOffset]] = {}
-    for (t, p, o), files in sorted(grouped.items()):
-        files.sort(key=lambda f: (versions.get(paths[f], -1), paths[f]))
-        out.setdefault((t, p), []).append(
-            DuplicateOffset(
-                offset=o,
-                count=len(files),
-                table_versions=tuple(versions.get(paths[f]) for f in files),
-                files=tuple(paths[f] for f in files),
-            )
-        )
-    return out
 
 
 def _findings(table: str, reports: list[PartitionReport]) -> list[Finding]:
