@@ -1,0 +1,112 @@
+"""``DESCRIBE HISTORY`` as a Spark DataFrame, read from ``_delta_log`` on the driver.
+
+``sparkonce.delta.history(spark, path)`` returns one row per Delta commit, newest first, with Delta's column names
+(``version``, ``timestamp``, ``operation``, ``operationParameters``, ...) plus the ``txn`` of each commit
+(``txnAppId``, ``txnVersion``), so checks written against ``DESCRIBE HISTORY`` run on it as SQL::
+
+    sparkonce.delta.history(spark, path).createOrReplaceTempView("table_history")
+    spark.sql("SELECT operationParameters.txnVersion AS epoch FROM table_history WHERE operation = 'STREAMING UPDATE'")
+
+Streaming commits (Delta-JVM ``STREAMING UPDATE`` or sparkonce's sink) carry both key pairs in
+``operationParameters``: Delta's ``queryId``/``epochId`` and ``txnAppId``/``txnVersion`` (the names seed 000's
+duplicate-epoch checks use).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from sparkonce.delta.log import CommitEntry, DeltaLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+HISTORY_SCHEMA = (
+    "version BIGINT, timestamp TIMESTAMP, operation STRING, operationParameters MAP<STRING, STRING>, "
+    "readVersion BIGINT, isBlindAppend BOOLEAN, operationMetrics MAP<STRING, STRING>, userMetadata STRING, "
+    "engineInfo STRING, txnAppId STRING, txnVersion BIGINT"
+)
+STREAMING_UPDATE = "STREAMING UPDATE"
+
+
+def history_rows(path: str | os.PathLike[str], *, limit: int | None = None) -> list[tuple[Any, ...]]:
+    """Return the rows of :func:`history` as tuples in :data:`HISTORY_SCHEMA` order, newest first.
+
+    Runs on the driver; reads only the ``limit`` newest JSON commits.
+
+    Raises:
+        TableNotFoundError: ``path`` is not a Delta table.
+        DeltaLogError: a JSON commit in range is corrupt (the message names the file and table version).
+    """
+    if limit is not None and limit < 1:
+        from sparkonce.errors import OptionError
+
+        raise OptionError("limit", limit, "must be a positive number of commits, or None for all")
+    delta_log = DeltaLog(_local(path))
+    versions = sorted(delta_log.commit_versions(), reverse=True)
+    if limit is not None:
+        versions = versions[:limit]
+    return [_row(delta_log.commit_entry(v)) for v in versions]
+
+
+def history(spark: SparkSession, path: str | os.PathLike[str], *, limit: int | None = None) -> DataFrame:
+    """Return the Delta commits of the table at ``path`` as a DataFrame shaped like ``DESCRIBE HISTORY``.
+
+    Args:
+        spark: The session to build the DataFrame in.
+        path: The table root (local path or ``file://`` URI).
+        limit: The number of newest commits to return (all when None), like ``DESCRIBE HISTORY t LIMIT n``.
+
+    Returns:
+        One row per table version, newest first: ``version``, ``timestamp``, ``operation``,
+        ``operationParameters`` and ``operationMetrics`` (``map<string,string>``), ``readVersion``,
+        ``isBlindAppend``, ``userMetadata``, ``engineInfo``, ``txnAppId`` and ``txnVersion`` (the commit's first
+        ``txn`` action, null when it has none).
+
+    Raises:
+        TableNotFoundError: ``path`` is not a Delta table.
+        DeltaLogError: a JSON commit in range is corrupt.
+    """
+    return spark.createDataFrame(history_rows(path, limit=limit), HISTORY_SCHEMA)
+
+
+def _row(entry: CommitEntry) -> tuple[Any, ...]:
+    params = {str(k): _text(v) for k, v in entry.operation_parameters.items()}
+    if entry.operation == STREAMING_UPDATE and entry.query_id is not None and entry.batch_id is not None:
+        params.setdefault("queryId", entry.query_id)
+        params.setdefault("epochId", str(entry.batch_id))
+        params.setdefault("txnAppId", entry.query_id)
+        params.setdefault("txnVersion", str(entry.batch_id))
+    txn = entry.txns[0] if entry.txns else None
+    timestamp = dt.datetime.fromtimestamp(entry.timestamp_ms / 1000, dt.UTC) if entry.timestamp_ms is not None else None
+    return (
+        entry.table_version,
+        timestamp,
+        entry.operation,
+        params,
+        entry.read_version,
+        entry.is_blind_append,
+        {str(k): _text(v) for k, v in entry.operation_metrics.items()},
+        entry.user_metadata,
+        entry.engine_info,
+        txn.app_id if txn else None,
+        txn.txn_version if txn else None,
+    )
+
+
+def _text(value: Any) -> str | None:
+    """A map value as Delta shows it: strings as they are, other values as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def _local(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    return text[len("file://") :] if text.startswith("file://") else text
+
+
+__all__ = ["HISTORY_SCHEMA", "history", "history_rows"]
