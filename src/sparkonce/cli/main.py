@@ -11,6 +11,8 @@ from sparkonce import __version__
 # (module, attribute) of every subcommand; each module holds a few thin click commands.
 _COMMANDS: list[tuple[str, str]] = [
     ("sparkonce.cli.demo", "demo"),
+    ("sparkonce.cli.broker", "broker"),
+    ("sparkonce.cli.broker", "produce"),
     ("sparkonce.cli.doctor", "doctor"),
     ("sparkonce.cli.doctor", "history"),
     ("sparkonce.cli.doctor", "verify"),
