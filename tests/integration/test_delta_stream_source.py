@@ -3,6 +3,7 @@ availableNow, change commits, and a SIGKILL crash of a Delta -> Delta stream."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections import Counter
 from pathlib import Path
@@ -15,7 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
 
 from sparkonce.delta.options import StreamReadOptions
 from sparkonce.delta.stream import DeltaSourceOffset, DeltaStreamReader
-from sparkonce.errors import SourceOffsetError
+from sparkonce.errors import OptionError, SourceOffsetError
 from sparkonce.ops.chaos import run_driver
 from tests.conftest import REPO
 from tests.integration.conftest import delta_ids
@@ -181,18 +182,40 @@ def test_change_commits(
     assert "table version 2" in message and outcome in message, message
 
 
-def test_incompatible_schema_change_fails_the_stream(spark: SparkSession, tmp_path: Path) -> None:
+def test_added_column_is_read_past_and_a_type_change_fails_the_stream(spark: SparkSession, tmp_path: Path) -> None:
     table = tmp_path / "src"
     _table_with_versions(table, 1)
     query = _start(spark, table, tmp_path, "schema_change", read={"startingVersion": 0})
     try:
         query.processAllAvailable()
-        replaced = pa.table({"id": ["x"], "part": ["a"]})
-        write_deltalake(str(table), replaced, mode="overwrite", schema_mode="overwrite")
-        with pytest.raises(Exception, match="table version 1"):
+        wider = pa.table({"id": [50], "part": ["a"], "extra": [1.5]})
+        write_deltalake(str(table), wider, mode="append", schema_mode="merge")  # table version 1: compatible
+        query.processAllAvailable()
+        assert _ids(spark, "schema_change") == [*range(10), 50]
+        retyped = pa.table({"id": ["x"], "part": ["a"]})
+        write_deltalake(str(table), retyped, mode="overwrite", schema_mode="overwrite")  # table version 2
+        with pytest.raises(
+            Exception, match=r"schema of the source Delta table .* changed incompatibly at table version 2"
+        ):
             query.processAllAvailable()
     finally:
         query.stop()
+
+
+def test_starting_timestamp_starts_at_the_first_commit_at_or_after_it(spark: SparkSession, tmp_path: Path) -> None:
+    table = tmp_path / "src"
+    _table_with_versions(table, 3)
+    stamps = {h["version"]: h["timestamp"] for h in DeltaTable(str(table)).history()}
+    schema = spark.read.format("delta").load(str(table)).schema
+    for version, expected in ((1, 1), (2, 2)):
+        when = dt.datetime.fromtimestamp(stamps[version] / 1000, dt.UTC).isoformat()
+        reader = DeltaStreamReader(StreamReadOptions.parse({"path": str(table), "startingTimestamp": when}), schema)
+        offset = reader.initialOffset()
+        assert (offset["reservoirVersion"], offset["index"], offset["isStartingVersion"]) == (expected, -1, False)
+    future = StreamReadOptions.parse({"path": str(table), "startingTimestamp": "2999-01-01"})
+    assert DeltaStreamReader(future, schema).initialOffset()["reservoirVersion"] == 3
+    with pytest.raises(OptionError, match="startingVersion"):
+        DeltaStreamReader(StreamReadOptions.parse({"path": str(table), "startingVersion": "9"}), schema).initialOffset()
 
 
 @pytest.mark.crash

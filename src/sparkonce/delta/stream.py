@@ -261,7 +261,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:  # driver, after Spark's checkpoint commit
         if self._state is not None:
-            self._state.forget_before(self._parse(end).reservoir_version)
+            self._state.forget_before(self._parse(end))
 
     def stop(self) -> None:  # driver
         self._state = None
@@ -373,12 +373,12 @@ class _TableState:
                 return version
         return latest + 1
 
-    def forget_before(self, table_version: int) -> None:
-        """Drop cached table versions below ``table_version`` (Spark will not ask for them again)."""
-        for version in [v for v in self._changes if v < table_version]:
+    def forget_before(self, end: DeltaSourceOffset) -> None:
+        """Drop what Spark will not plan again once ``end`` is committed (keeps driver memory flat)."""
+        for version in [v for v in self._changes if v < end.reservoir_version]:
             del self._changes[version]
-        for version in [v for v in self._snapshots if v < table_version - 1]:
-            del self._snapshots[version]
+        if not end.is_starting_version:
+            self._snapshots.clear()
 
     def snapshot_files(self, table_version: int) -> tuple[DataFile, ...]:
         """The files of the snapshot at ``table_version``, sorted like Delta (modification time, path)."""
