@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from sparkonce.ops.demo import write_json_batches
+
 
 def write_input_files(directory: Path, files: int, rows_per_file: int, *, start: int = 0) -> list[int]:
     """Write ``files`` JSON files of ``rows_per_file`` rows with consecutive ids; return all ids."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ids = []
-    for f in range(files):
-        lines = []
-        for r in range(rows_per_file):
-            row_id = start + f * rows_per_file + r
-            ids.append(row_id)
-            lines.append(json.dumps({"id": row_id, "device": f"dev-{row_id % 4}", "value": row_id / 10}))
-        (directory / f"input-{start + f:06d}.json").write_text("\n".join(lines) + "\n")
-    return ids
+    return write_json_batches(directory, files, rows_per_file, start=start)
 
 
 def delta_ids(table: Path) -> list[int]:

@@ -18,7 +18,7 @@ from tests.integration.conftest import delta_ids, write_input_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.crash]
 
-DRIVER = ["-m", "tests.integration.drivers.files_to_delta"]
+DRIVER = ["-m", "sparkonce.ops.stream_files"]
 
 
 def _run(tmp_path: Path, *extra: str, crash_at: str | None = None) -> DriverRun:

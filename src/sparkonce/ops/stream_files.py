@@ -1,6 +1,6 @@
-"""Driver program for crash tests: a JSON file stream (one input file per batch) into a Delta table.
+"""Driver program for the demo and crash tests: a JSON file stream (one input file per batch) into a Delta table.
 
-Usage: python -m tests.integration.drivers.files_to_delta INPUT_DIR TABLE CHECKPOINT [--format FMT]
+Usage: python -m sparkonce.ops.stream_files INPUT_DIR TABLE CHECKPOINT [--format FMT]
            [--partition-by COL] [--output-mode append|complete]
 
 Runs with the availableNow trigger until every input file is processed, then prints ``DONE`` and exits 0.

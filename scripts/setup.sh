@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what sparkonce needs on a fresh Debian machine: a JDK for Spark, PostgreSQL for the tests and the
+# PostgreSQL sink, and a virtualenv (.venv) with sparkonce and its dev tools. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=()
+command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
+compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || packages+=(postgresql)
+if ((${#packages[@]})); then
+  echo "setup: installing ${packages[*]} (Debian packages)"
+  sudo_cmd=""
+  [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "setup: Python >= 3.11 needed" >&2; exit 1; }
+  "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c 'import sparkonce, pyspark, deltalake' || { echo "setup: the install failed" >&2; exit 1; }
+echo "setup: ready (.venv/bin/sparkonce, Java: $(java -version 2>&1 | head -1))"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command of the README and of CI: set up, lint, run the whole suite (real Spark, broker, PostgreSQL).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+exec .venv/bin/pytest "$@"
