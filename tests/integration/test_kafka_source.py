@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sparkonce.kafka.offsets import TopicPartition
+from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner
 from sparkonce.kafka.reader import kafka_schema
+from sparkonce.kafka.source import KafkaStreamReader
 from sparkonce.services.broker import free_port
 from tests.fixtures_broker import EmbeddedBroker, numbered
 
@@ -176,6 +177,47 @@ def test_end_offsets_confirmed_by_fetch_see_every_record_of_multi_record_batches
         read_stream(spark, broker, subscribe=topic, startingOffsets="earliest"), tmp_path, "quirk"
     )
     assert offsets_of(rows) == sorted((tp.partition, o) for tp, end in true_end.items() for o in range(end))
+
+
+# -- stream planning across a restart -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("starting", ["latest", "earliest", '{"T": {"0": -1, "1": -2}}'])
+def test_batch_zero_is_planned_identically_after_a_restart(broker: EmbeddedBroker, starting: str) -> None:
+    """Spark re-runs an uncommitted batch 0 with a fresh ``initialOffset()``: the ranges must not change."""
+    topic = broker.create_topic(partitions=2)
+    broker.produce(topic, numbered(20), partitions=2)
+    options = KafkaOptions.parse(
+        {
+            "kafka.bootstrap.servers": broker.bootstrap,
+            "subscribe": topic,
+            "startingOffsets": starting.replace('"T"', f'"{topic}"'),
+            "maxOffsetsPerTrigger": "8",
+        }
+    )
+    schema = kafka_schema(include_headers=False)
+    first = KafkaStreamReader(options, schema)
+    try:
+        initial = first.initialOffset()
+        end = first.latestOffset(initial, first.getDefaultReadLimit())  # what Spark checkpoints in offsets/0
+        planned = [p.range for p in first.partitions(initial, end)]
+    finally:
+        first.stop()
+    broker.produce(topic, numbered(10, start=20), partitions=2)  # the log grows while the driver is down
+
+    restarted = KafkaStreamReader(options, schema)
+    try:
+        replanned = [p.range for p in restarted.partitions(restarted.initialOffset(), end)]
+    finally:
+        restarted.stop()
+    assert replanned == planned
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    expected = {
+        "latest": [],  # "latest" is resolved into batch 0's end: batch 0 reads nothing
+        "earliest": [OffsetRange(p0, 0, 4), OffsetRange(p1, 0, 4)],
+        '{"T": {"0": -1, "1": -2}}': [OffsetRange(p1, 0, 8)],
+    }[starting]
+    assert planned == expected
 
 
 # -- streaming ------------------------------------------------------------------------------------------------------

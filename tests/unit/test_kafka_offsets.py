@@ -11,7 +11,7 @@ import pytest
 from sparkonce.errors import OptionError, SourceOffsetError
 from sparkonce.kafka.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
-from sparkonce.kafka.planner import plan_ranges, rate_limit, split_ranges
+from sparkonce.kafka.planner import plan_ranges, rate_limit, resolve_start, split_ranges
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "a"}
@@ -272,3 +272,11 @@ def test_offset_json_is_what_spark_checkpoints() -> None:
     # Spark's Python stream runner writes json.dumps(latestOffset()) into offsets/N: our dict must survive it.
     offsets = PartitionOffsets({A0: 1, A1: 2})
     assert PartitionOffsets.from_json(json.loads(json.dumps(offsets.to_json()))) == offsets
+
+
+def test_resolve_start_replaces_initial_markers() -> None:
+    start = PartitionOffsets.from_json({"a": {"0": -1, "1": -2}, "b": {"0": 7}}, allowed_special=frozenset({-2, -1}))
+    resolved = resolve_start(start, latest={A0: 50, A1: 60}, earliest={A1: 3})
+    assert resolved == PartitionOffsets({A0: 50, A1: 3, B0: 7})
+    # A marked partition the batch does not read is left out rather than reported as lost.
+    assert resolve_start(start, latest={}, earliest={}) == PartitionOffsets({B0: 7})

@@ -98,9 +98,7 @@ class PartitionOffsets:
             SourceOffsetError: the value is not in Spark's shape or holds a forbidden offset.
         """
         if not isinstance(data, Mapping):
-            raise SourceOffsetError(
-                f"{what}: expected a JSON object topic -> {{partition: offset}}, got {data!r}"
-            )
+            raise SourceOffsetError(f"{what}: expected a JSON object topic -> {{partition: offset}}, got {data!r}")
         offsets: dict[TopicPartition, int] = {}
         for topic, partitions in data.items():
             if not isinstance(topic, str) or not topic:
@@ -113,19 +111,13 @@ class PartitionOffsets:
                 try:
                     partition = int(key)
                 except (TypeError, ValueError):
-                    raise SourceOffsetError(
-                        f"{what}: partition {key!r} of topic {topic!r} is not an integer"
-                    ) from None
+                    raise SourceOffsetError(f"{what}: partition {key!r} of topic {topic!r} is not an integer") from None
                 if partition < 0:
                     raise SourceOffsetError(f"{what}: partition {key!r} of topic {topic!r} is negative")
                 if isinstance(offset, bool) or not isinstance(offset, int):
-                    raise SourceOffsetError(
-                        f"{what}: offset of {topic}-{partition} must be an integer, got {offset!r}"
-                    )
+                    raise SourceOffsetError(f"{what}: offset of {topic}-{partition} must be an integer, got {offset!r}")
                 if offset < 0 and offset not in allowed_special:
-                    raise SourceOffsetError(
-                        f"{what}: offset {offset} of {topic}-{partition} is not allowed here"
-                    )
+                    raise SourceOffsetError(f"{what}: offset {offset} of {topic}-{partition} is not allowed here")
                 offsets[TopicPartition(topic, partition)] = offset
         return cls(offsets)
 
@@ -139,9 +131,7 @@ class PartitionOffsets:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise SourceOffsetError(
-                f"{what}: not valid JSON ({err.msg} at char {err.pos}): {text!r}"
-            ) from err
+            raise SourceOffsetError(f"{what}: not valid JSON ({err.msg} at char {err.pos}): {text!r}") from err
         return cls.from_json(data, what=what)
 
     def replace(self, updates: Mapping[TopicPartition, int]) -> PartitionOffsets:

@@ -157,9 +157,7 @@ class KafkaOptions:
         """
         if mode == "stream":
             if self.ending is not None:
-                raise OptionError(
-                    "endingOffsets", self.ending.raw, "is only valid for batch reads, not streams"
-                )
+                raise OptionError("endingOffsets", self.ending.raw, "is only valid for batch reads, not streams")
             return
         if self.max_offsets_per_trigger is not None:
             raise OptionError(
@@ -171,9 +169,7 @@ class KafkaOptions:
         ):
             raise OptionError("startingOffsets", starting.raw, "latest (-1) is not allowed for batch reads")
         ending = self.ending_for_batch()
-        if ending.kind == "earliest" or (
-            ending.specific is not None and EARLIEST in ending.specific.offsets.values()
-        ):
+        if ending.kind == "earliest" or (ending.specific is not None and EARLIEST in ending.specific.offsets.values()):
             raise OptionError("endingOffsets", ending.raw, "earliest (-2) is not allowed as an ending offset")
 
     @classmethod
@@ -192,13 +188,9 @@ class KafkaOptions:
                     raise OptionError(key, value, f"is not supported: {_FORBIDDEN_CLIENT[name.lower()]}")
                 client_config[name] = value
             elif lowered in _NOT_YET_SUPPORTED:
-                raise OptionError(
-                    key, value, "is a Spark Kafka option that sparkonce.kafka does not support yet"
-                )
+                raise OptionError(key, value, "is a Spark Kafka option that sparkonce.kafka does not support yet")
             elif lowered not in _SOURCE_OPTIONS:
-                raise OptionError(
-                    key, value, "is not an option of sparkonce.kafka (kafka.* options go to the client)"
-                )
+                raise OptionError(key, value, "is not an option of sparkonce.kafka (kafka.* options go to the client)")
 
         bootstrap = get_str(options, BOOTSTRAP)
         if bootstrap is None:
@@ -258,14 +250,10 @@ def _parse_subscription(options: Mapping[str, str]) -> Subscription:
     assigned: list[TopicPartition] = []
     for topic, partitions in data.items():
         if not topic or not isinstance(partitions, list) or not partitions:
-            raise OptionError(
-                "assign", raw, f"topic {topic!r} must map to a non-empty list of partition numbers"
-            )
+            raise OptionError("assign", raw, f"topic {topic!r} must map to a non-empty list of partition numbers")
         for partition in partitions:
             if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
-                raise OptionError(
-                    "assign", raw, f"partition {partition!r} of topic {topic!r} is not a number >= 0"
-                )
+                raise OptionError("assign", raw, f"partition {partition!r} of topic {topic!r} is not a number >= 0")
             assigned.append(TopicPartition(topic, partition))
     return Subscription("assign", assigned=tuple(sorted(set(assigned))), raw=raw)
 

@@ -282,11 +282,15 @@ class OffsetPlanner:
 
     # -- resolution ------------------------------------------------------------------------------------------
 
-    def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], *, option: str) -> PartitionOffsets:
-        """Turn ``startingOffsets``/``endingOffsets`` into concrete offsets for ``tps``.
+    def resolve(
+        self, spec: OffsetSpec, tps: list[TopicPartition], *, option: str, keep_special: bool = False
+    ) -> PartitionOffsets:
+        """Turn ``startingOffsets``/``endingOffsets`` into offsets for ``tps``.
 
         Specific offsets must name exactly the partitions the subscription reads (Spark's rule); -2 / -1 are
-        resolved to earliest / latest; a concrete start below the earliest offset is data loss.
+        resolved to earliest / latest, or kept as they are with ``keep_special`` (a stream's initial offsets:
+        resolved when batch 0 is planned, see :class:`~sparkonce.kafka.source.KafkaStreamReader`); a concrete
+        start below the earliest offset is data loss.
 
         Raises:
             OptionError: the specific offsets do not name the subscribed partitions.
@@ -294,9 +298,9 @@ class OffsetPlanner:
                 ``failOnDataLoss`` is true.
         """
         if spec.kind == "earliest":
-            return PartitionOffsets(self.earliest(tps))
+            return PartitionOffsets({tp: EARLIEST for tp in tps} if keep_special else self.earliest(tps))
         if spec.kind == "latest":
-            return PartitionOffsets(self.latest(tps))
+            return PartitionOffsets({tp: LATEST for tp in tps} if keep_special else self.latest(tps))
         assert spec.specific is not None
         named = spec.specific.partitions()
         if named != set(tps):
@@ -309,13 +313,15 @@ class OffsetPlanner:
                 problems.append("names partitions the subscription does not read: " + ", ".join(map(str, extra)))
             raise OptionError(option, spec.raw, "must name every subscribed partition; it " + "; ".join(problems))
         earliest_needed = [tp for tp in tps if spec.specific[tp] == EARLIEST or spec.specific[tp] >= 0]
-        latest_needed = [tp for tp in tps if spec.specific[tp] == LATEST]
+        latest_needed = [tp for tp in tps if spec.specific[tp] == LATEST and not keep_special]
         earliest = self.earliest(earliest_needed)
         latest = self.latest(latest_needed)
         resolved: dict[TopicPartition, int] = {}
         for tp in tps:
             offset = spec.specific[tp]
-            if offset == EARLIEST:
+            if offset < 0 and keep_special:
+                resolved[tp] = offset
+            elif offset == EARLIEST:
                 resolved[tp] = earliest[tp]
             elif offset == LATEST:
                 resolved[tp] = latest[tp]
@@ -354,6 +360,28 @@ def report_data_loss(fail: bool, tp: TopicPartition, lost_start: int, lost_end: 
     if fail:
         raise SourceOffsetError(f"{text} {_FAIL_HINT}")
     log.warning("%s %s", text, _WARN_HINT)
+
+
+def resolve_start(
+    start: PartitionOffsets,
+    latest: Mapping[TopicPartition, int],
+    earliest: Mapping[TopicPartition, int],
+) -> PartitionOffsets:
+    """Replace the markers of a stream's initial offsets: -1 (latest) by ``latest``, -2 (earliest) by ``earliest``.
+
+    Marked partitions missing from the mapping they need are left out (they have no records in the batch).
+    """
+    resolved: dict[TopicPartition, int] = {}
+    for tp, offset in start.offsets.items():
+        if offset == LATEST:
+            if tp in latest:
+                resolved[tp] = latest[tp]
+        elif offset == EARLIEST:
+            if tp in earliest:
+                resolved[tp] = earliest[tp]
+        else:
+            resolved[tp] = offset
+    return PartitionOffsets(resolved)
 
 
 def rate_limit(
@@ -489,5 +517,6 @@ __all__ = [
     "plan_ranges",
     "rate_limit",
     "report_data_loss",
+    "resolve_start",
     "split_ranges",
 ]

@@ -173,9 +173,7 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
         consumer.close()
 
 
-def _handle_out_of_range(
-    consumer: Consumer, settings: ReadSettings, rng: OffsetRange, next_offset: int
-) -> int:
+def _handle_out_of_range(consumer: Consumer, settings: ReadSettings, rng: OffsetRange, next_offset: int) -> int:
     """The consumer's position fell out of the log: fail (failOnDataLoss) or move to the earliest offset."""
     from confluent_kafka import KafkaException
     from confluent_kafka import TopicPartition as KafkaTopicPartition

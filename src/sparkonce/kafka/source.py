@@ -29,9 +29,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from sparkonce.errors import OptionError, SourceOffsetError
-from sparkonce.kafka.offsets import OffsetRange, PartitionOffsets, TopicPartition
+from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
-from sparkonce.kafka.planner import OffsetPlanner, check_broker, plan_ranges, rate_limit
+from sparkonce.kafka.planner import OffsetPlanner, check_broker, plan_ranges, rate_limit, resolve_start
 from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
 
 if TYPE_CHECKING:
@@ -86,6 +86,11 @@ class KafkaDataSource(DataSource):
                 schema.simpleString(),
                 f"the Kafka source has a fixed schema ({expected.simpleString()}); do not set one",
             )
+
+
+def _parse_start(start: dict[str, Any]) -> PartitionOffsets:
+    """A batch's start offsets; the initial ones may hold the -2 / -1 markers of ``startingOffsets``."""
+    return PartitionOffsets.from_json(start, what="start offsets", allowed_special=frozenset({EARLIEST, LATEST}))
 
 
 def _read_settings(options: KafkaOptions) -> ReadSettings:
@@ -170,9 +175,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     # -- offsets ---------------------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        """Offsets the first batch starts from, from ``startingOffsets`` (driver)."""
+        """Offsets the first batch starts from (driver).
+
+        ``earliest`` / ``latest`` (and -2 / -1 in JSON) stay *unresolved* here: Spark does not checkpoint the
+        initial offsets and calls this again when it re-runs batch 0 after a crash, when "latest" would mean
+        something else. They are resolved when batch 0's end is chosen (:meth:`latestOffset`, which Spark
+        checkpoints in ``offsets/0``) and replayed from there: a ``latest`` partition reads nothing in batch 0,
+        an ``earliest`` one reads from its earliest offset.
+        """
         tps = self.planner.discover()
-        start = self.planner.resolve(self.options.starting_for("stream"), tps, option="startingOffsets")
+        start = self.planner.resolve(
+            self.options.starting_for("stream"), tps, option="startingOffsets", keep_special=True
+        )
         log.info("initial offsets: %s", start.dumps())
         return start.to_json()
 
@@ -187,7 +201,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """End offsets of the next batch: the partitions' ends, capped by ``limit`` (driver)."""
-        start_offsets = PartitionOffsets.from_json(start, what="start offsets")
+        start_offsets = _parse_start(start)
         if self._available_now and self._available_now_target is not None:
             latest = dict(self._available_now_target)
         else:
@@ -197,15 +211,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
                 self._available_now_target = dict(latest)
         self._latest = PartitionOffsets(latest)
         if isinstance(limit, ReadMaxRows):
-            new = [tp for tp in latest if tp not in start_offsets]
-            earliest_of_new = self.planner.earliest(new) if new else {}
-            latest = rate_limit(limit.max_rows, start_offsets, latest, earliest_of_new)
+            need_earliest = [tp for tp in latest if tp not in start_offsets or start_offsets[tp] == EARLIEST]
+            earliest = self.planner.earliest(need_earliest) if need_earliest else {}
+            begin = resolve_start(start_offsets, latest, earliest)
+            latest = rate_limit(limit.max_rows, begin, latest, earliest)
         elif not isinstance(limit, ReadAllAvailable):
-            log.warning(
-                "read limit %r is not supported by sparkonce.kafka; reading all available records", limit
-            )
-        end = PartitionOffsets(latest)
-        return end.to_json()
+            log.warning("read limit %r is not supported by sparkonce.kafka; reading all available records", limit)
+        return PartitionOffsets(latest).to_json()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         if self._latest is None or not self._latest:
@@ -214,13 +226,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Plan the ranges of one batch, checking for data loss (driver)."""
-        start_offsets = PartitionOffsets.from_json(start, what="start offsets")
+        start_offsets = _parse_start(start)
         end_offsets = PartitionOffsets.from_json(end, what="end offsets")
         if start_offsets == end_offsets:
             return []
         earliest = self.planner.earliest(end_offsets.partitions())
+        # Initial-offset markers: -1 reads nothing in this batch (its end is where "latest" was resolved).
+        begin = resolve_start(start_offsets, end_offsets.offsets, earliest)
         ranges = plan_ranges(
-            start_offsets,
+            begin,
             end_offsets,
             earliest,
             fail_on_data_loss=self.options.fail_on_data_loss,
