@@ -11,7 +11,7 @@ import pytest
 
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
-from sparkonce.kafka.planner import OffsetPlanner
+from sparkonce.kafka.planner import OffsetPlanner, broker_offsets
 from sparkonce.kafka.reader import kafka_schema
 from sparkonce.kafka.source import KafkaStreamReader
 from sparkonce.services.broker import free_port
@@ -172,6 +172,7 @@ def test_end_offsets_confirmed_by_fetch_see_every_record_of_multi_record_batches
         confirmed.close()
         unconfirmed.close()
 
+    assert broker_offsets(broker.bootstrap, true_end) == {tp: (0, end) for tp, end in true_end.items()}
     assert read_batch(spark, broker, subscribe=topic).count() == 1003
     rows, _ = run_available_now(
         read_stream(spark, broker, subscribe=topic, startingOffsets="earliest"), tmp_path, "quirk"

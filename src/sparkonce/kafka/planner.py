@@ -208,12 +208,12 @@ class OffsetPlanner:
     def _list_offsets(self, tps: Iterable[TopicPartition], which: str) -> dict[TopicPartition, int]:
         from confluent_kafka import IsolationLevel, KafkaException
         from confluent_kafka import TopicPartition as KafkaTopicPartition
-        from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
+        from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec  # type: ignore[attr-defined]
 
         wanted = sorted(set(tps))
         if not wanted:
             return {}
-        spec = KafkaOffsetSpec.earliest() if which == "earliest" else KafkaOffsetSpec.latest()
+        spec = KafkaOffsetSpec.earliest() if which == "earliest" else KafkaOffsetSpec.latest()  # type: ignore[no-untyped-call]
         isolation = (
             IsolationLevel.READ_COMMITTED
             if str(self.options.client_config.get("isolation.level", "")).lower() == "read_committed"
@@ -259,7 +259,7 @@ class OffsetPlanner:
                         f"{self.options.metadata_timeout_ms} ms while confirming end offsets"
                     )
                 for message in consumer.consume(num_messages=max(len(pending), 1) * 4, timeout=0.05):
-                    tp = TopicPartition(message.topic(), message.partition())
+                    tp = TopicPartition(message.topic() or "", message.partition() or 0)
                     if tp not in pending:
                         continue
                     error = message.error()
@@ -271,7 +271,7 @@ class OffsetPlanner:
                     _, high = consumer.get_watermark_offsets(KafkaTopicPartition(tp.topic, tp.partition), cached=True)
                     end = max(candidates[tp], int(high))
                     if error is not None:  # end of partition: the fetch position is the high watermark
-                        end = max(end, int(message.offset()))
+                        end = max(end, message.offset() or 0)
                     if end != candidates[tp]:
                         log.debug("end offset of %s: ListOffsets said %d, fetch says %d", tp, candidates[tp], end)
                     confirmed[tp] = end
@@ -338,6 +338,42 @@ class OffsetPlanner:
                     offset = earliest[tp]
                 resolved[tp] = offset
         return PartitionOffsets(resolved)
+
+
+def broker_offsets(
+    bootstrap: str,
+    tps: Iterable[TopicPartition],
+    *,
+    client_config: Mapping[str, str] | None = None,
+    timeout_ms: int = 10_000,
+) -> dict[TopicPartition, tuple[int, int]]:
+    """``(earliest, end)`` of each partition, the end confirmed by a fetch (right on the embedded broker too).
+
+    For tools outside a query (the CLI, doctor): runs wherever it is called, never on executors. Partitions the
+    broker does not know are left out.
+
+    Raises:
+        BrokerError: the broker did not answer within ``timeout_ms``.
+    """
+    wanted = sorted(set(tps))
+    if not wanted:
+        return {}
+    raw = {f"kafka.{k}": v for k, v in (client_config or {}).items()}
+    options = KafkaOptions.parse(
+        {
+            **raw,
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": ",".join(sorted({tp.topic for tp in wanted})),
+            "metadataTimeoutMs": str(timeout_ms),
+        }
+    )
+    planner = OffsetPlanner(options)
+    try:
+        earliest = planner.earliest(wanted)
+        latest = planner.latest([tp for tp in wanted if tp in earliest])
+    finally:
+        planner.close()
+    return {tp: (earliest[tp], latest[tp]) for tp in wanted if tp in earliest and tp in latest}
 
 
 def _UNKNOWN_PARTITION_CODES() -> set[int]:
@@ -512,6 +548,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
 
 __all__ = [
     "OffsetPlanner",
+    "broker_offsets",
     "check_broker",
     "driver_client_config",
     "plan_ranges",

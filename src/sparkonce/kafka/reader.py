@@ -128,7 +128,6 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
     timeout_s = settings.poll_timeout_ms / 1000.0
     next_offset = rng.start
     deadline = time.monotonic() + timeout_s
-    yielded = 0
     try:
         while next_offset < rng.end:
             wanted = min(rng.end - next_offset, BATCH_ROWS)
@@ -146,14 +145,14 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
                 if error is not None:
                     code = error.code()
                     if code == KafkaError._PARTITION_EOF:
-                        if message.offset() >= rng.end:
+                        if (message.offset() or 0) >= rng.end:
                             next_offset = rng.end  # the rest of the range holds no records
                         continue
                     if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                         next_offset = _handle_out_of_range(consumer, settings, rng, next_offset)
                         break
                     raise BrokerError(f"reading {rng} failed at offset {next_offset}: {error.str()}")
-                offset = message.offset()
+                offset: int = message.offset()  # type: ignore[assignment]  # set on every record
                 if offset >= rng.end:
                     next_offset = rng.end
                     break
@@ -161,13 +160,11 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
                 next_offset = offset + 1
             if builder.rows >= BATCH_ROWS:
                 yield builder.flush()
-                yielded += 1
                 # A crash point for exactly-once tests: part of the batch was handed to Spark, nothing
                 # committed.
                 crash_point("mid_read", batch_id)
         if builder.rows:
             yield builder.flush()
-            yielded += 1
             crash_point("mid_read", batch_id)
     finally:
         consumer.close()

@@ -144,7 +144,7 @@ class KafkaBatchReader(DataSourceReader):
         return read_range(self.settings, partition.range, self.schema)
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reading with admission control (``maxOffsetsPerTrigger``) and ``Trigger.AvailableNow``.
 
     ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and ``stop`` run on the driver side, in

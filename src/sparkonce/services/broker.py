@@ -179,9 +179,7 @@ def start_broker(
     return info
 
 
-def wait_until_ready(
-    bootstrap: str, *, timeout: float = 15.0, process: subprocess.Popen[bytes] | None = None
-) -> None:
+def wait_until_ready(bootstrap: str, *, timeout: float = 15.0, process: subprocess.Popen[bytes] | None = None) -> None:
     """Poll ``bootstrap`` with metadata requests until it answers or ``timeout`` seconds pass.
 
     Raises:
@@ -235,9 +233,7 @@ def broker_status(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float =
     return BrokerStatus(state_dir=state, running=running, reachable=reachable, info=info, topics=topics)
 
 
-def list_topics(
-    bootstrap: str, *, timeout: float = 5.0, config: Mapping[str, str] | None = None
-) -> dict[str, int]:
+def list_topics(bootstrap: str, *, timeout: float = 5.0, config: Mapping[str, str] | None = None) -> dict[str, int]:
     """Return topic name -> partition count of the broker at ``bootstrap`` (internal topics excluded).
 
     Raises:
@@ -273,7 +269,7 @@ def create_topic(
         BrokerError: the broker refused or did not answer; or the topic exists and ``exist_ok`` is false.
     """
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient(_admin_config(bootstrap, config))
     futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout)
@@ -290,9 +286,7 @@ def create_topic(
     )
 
 
-def delete_topic(
-    bootstrap: str, name: str, *, timeout: float = 10.0, config: Mapping[str, str] | None = None
-) -> None:
+def delete_topic(bootstrap: str, name: str, *, timeout: float = 10.0, config: Mapping[str, str] | None = None) -> None:
     """Delete topic ``name`` and wait until the broker's metadata no longer lists it.
 
     Raises:
@@ -314,7 +308,7 @@ def delete_topic(
     )
 
 
-def _admin_config(bootstrap: str, config: Mapping[str, str] | None) -> dict[str, str]:
+def _admin_config(bootstrap: str, config: Mapping[str, str] | None) -> dict[str, str | int | float | bool]:
     return {**(config or {}), "bootstrap.servers": bootstrap, "log_level": "0"}
 
 
