@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.options import StreamReadOptions
 from sparkonce.delta.reader import (
     SUPPORTED_READER_FEATURES,
@@ -338,7 +339,7 @@ class _TableState:
     """Driver-side view of the table for planning: table id, read schema and a per-table-version cache."""
 
     def __init__(
-        self, options: StreamReadOptions, delta_log: Any, table_id: str, scan: ScanSchema, fields: Any
+        self, options: StreamReadOptions, delta_log: DeltaLog, table_id: str, scan: ScanSchema, fields: Any
     ) -> None:
         self.options = options
         self.delta_log = delta_log
@@ -352,7 +353,6 @@ class _TableState:
     @classmethod
     def open(cls, options: StreamReadOptions, schema: StructType) -> _TableState:
         from sparkonce.delta.commit import load_table
-        from sparkonce.delta.log import DeltaLog
         from sparkonce.delta.reader import check_reader_features, scan_schema
         from sparkonce.delta.schema import arrow_schema_for_spark, table_fields
 
