@@ -360,3 +360,14 @@ def test_kafka_fixture_offsets(fixtures_dir: Path) -> None:
 )
 def test_parse_interval(text: str, ms: int | None) -> None:
     assert parse_interval_ms(text) == ms
+
+
+@pytest.mark.parametrize(("mode", "flagged"), [("auto", True), ("full", True), ("window", False)])
+def test_history_scan_modes(tmp_path: Path, mode: str, flagged: bool) -> None:
+    table = tmp_path / "raw"
+    write_batches(table, OLD_QID, range(3))
+    write_batches(table, QID, range(3))
+    cp = make_checkpoint(tmp_path / "cp", planned=range(3), committed=range(3))
+    report = run(cp, table, history_scan=mode)
+    assert ("app-ids-overlap" in codes(report)) is flagged
+    assert report.timeline[-1].table_versions == (5,)  # batch 2 of this query, found in every mode

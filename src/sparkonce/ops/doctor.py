@@ -370,7 +370,8 @@ def _scan_history(
         entries.append(entry)
         if full:
             continue
-        if entry.query_id == app_id and entry.batch_id is not None and entry.batch_id < window_start:
+        window_covered = window_start is not None and entry.batch_id is not None and entry.batch_id <= window_start
+        if entry.query_id == app_id and window_covered:
             break
     return entries, full
 
