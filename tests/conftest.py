@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("SPARKONCE_FIXTURES", REPO.parent / "shared" / "fixtures"))
 
-pytest_plugins: list[str] = ["tests.fixtures_broker"]
+pytest_plugins: list[str] = ["tests.fixtures_broker", "tests.fixtures_postgres"]
 
 
 @pytest.fixture(scope="session")
