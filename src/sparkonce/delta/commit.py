@@ -52,6 +52,17 @@ class CommitResult:
     attempts: int
     files_added: int
     rows_added: int
+    files_removed: int = 0
+
+
+@dataclass(frozen=True)
+class RemovedFile:
+    """A data file of the table that a Delta commit removes (a rewrite such as a merge replaces it)."""
+
+    path: str
+    """As the table's ``add`` action names it, relative to the table root."""
+    size: int
+    partition_values: dict[str, str | None]
 
 
 def table_exists(table_uri: str) -> bool:
@@ -111,20 +122,26 @@ def commit_files(
     custom_metadata: Mapping[str, Any] | None = None,
     max_attempts: int = 100,
     before_commit: Any = None,
+    removes: Iterable[RemovedFile] = (),
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
-    Creates the table from ``data_schema`` and ``partition_by`` when it does not exist yet.
+    Creates the table from ``data_schema`` and ``partition_by`` when it does not exist yet. ``removes`` (append
+    mode only) are files of the table that the same Delta commit removes: a rewrite replaces them with ``files``.
+    Each attempt checks that they are still active; a concurrent writer that removed one is a conflict.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
-        CommitConflictError: lost ``max_attempts`` races in a row.
+        CommitConflictError: lost ``max_attempts`` races in a row, or a file to remove is gone.
     """
     from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import AddAction
+    from deltalake.transaction import AddAction, RemoveAction
 
     files = list(files)
+    removes = list(removes)
+    if removes and mode != "append":
+        raise ValueError("removes are only valid with mode='append' (an overwrite removes every file already)")
     table_root = _local_root(table_uri)
     partition_by = tuple(partition_by)
     _ensure_table(table_uri, data_schema, partition_by)
@@ -154,7 +171,13 @@ def commit_files(
                 f"at {table_uri}"
             )
         schema = _schema_for_commit(table, table_uri, data_schema, mode, merge_schema, overwrite_schema)
-        actions = [AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats) for f in files]
+        actions: list[Any] = [
+            AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats) for f in files
+        ]
+        if removes:
+            _check_still_active(table, table_uri, read_version, removes)
+            now = int(time.time() * 1000)
+            actions += [RemoveAction(r.path, True, now, r.size, r.partition_values) for r in removes]
         properties = CommitProperties(
             custom_metadata=dict(custom_metadata or {}),
             max_commit_retries=0,
@@ -179,17 +202,30 @@ def commit_files(
         table_version = TableVersion(read_version + 1)
         rows = sum(f.num_records for f in files)
         log.info(
-            "Delta commit table_version %s on %s: %d file(s), %d row(s), txn %s",
+            "Delta commit table_version %s on %s: %d file(s), %d row(s), %d file(s) removed, txn %s",
             table_version,
             table_uri,
             len(files),
             rows,
+            len(removes),
             txn,
         )
-        return CommitResult(table_version, False, attempt, len(files), rows)
+        return CommitResult(table_version, False, attempt, len(files), rows, len(removes))
     raise CommitConflictError(
         f"gave up committing to {table_uri} after {max_attempts} attempts lost to concurrent writers (txn {txn})"
     )
+
+
+def _check_still_active(table: Any, table_uri: str, read_version: int, removes: list[RemovedFile]) -> None:
+    import pyarrow as pa
+
+    active = set(pa.table(table.get_add_actions(flatten=False)).column("path").to_pylist())
+    gone = [r.path for r in removes if r.path not in active]
+    if gone:
+        raise CommitConflictError(
+            f"{len(gone)} file(s) to remove from {table_uri} are no longer in table_version {read_version} "
+            f"(a concurrent writer rewrote them), e.g. {gone[0]}"
+        )
 
 
 def _schema_for_commit(
@@ -242,4 +278,4 @@ def _local_root(table_uri: str) -> str | None:
     return os.path.abspath(table_uri)
 
 
-__all__ = ["BatchTxn", "CommitMode", "CommitResult", "commit_files", "load_table", "table_exists"]
+__all__ = ["BatchTxn", "CommitMode", "CommitResult", "RemovedFile", "commit_files", "load_table", "table_exists"]
