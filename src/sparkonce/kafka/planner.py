@@ -8,7 +8,7 @@ answer ListOffsets(latest) with the base offset of the last record batch + 1 ins
 a source that trusts ListOffsets never sees the tail of a partition written in multi-record batches. The
 planner therefore takes ListOffsets as a *candidate* end and confirms it with one fetch positioned at the
 candidate: the Fetch response's high watermark is the true end. On a correct broker that fetch is empty and
-answers at once (``fetch.wait.max.ms`` is tiny and end-of-partition is reported as an event), so real Kafka
+answers at once (``fetch.wait.max.ms`` is 1 ms and end-of-partition is reported as an event), so real Kafka
 pays one round trip per planning; ``confirmLatestOffsets=false`` turns it off.
 
 **Data loss** (``failOnDataLoss``): a start offset below the partition's earliest offset (retention, deleted
@@ -149,7 +149,7 @@ class OffsetPlanner:
                     "enable.auto.offset.store": False,
                     "enable.partition.eof": True,
                     "auto.offset.reset": "error",
-                    "fetch.wait.max.ms": 10,
+                    "fetch.wait.max.ms": 1,  # with 0 the embedded broker never answers
                     "fetch.max.bytes": 1_048_576,
                     "max.partition.fetch.bytes": 65_536,
                     "queued.max.messages.kbytes": 1024,
@@ -258,7 +258,10 @@ class OffsetPlanner:
                         f"no fetch answer from {self.options.bootstrap_servers} for {shown} within "
                         f"{self.options.metadata_timeout_ms} ms while confirming end offsets"
                     )
-                for message in consumer.consume(num_messages=max(len(pending), 1) * 4, timeout=0.05):
+                # poll() hands over the first event as soon as it arrives: on a correct broker that is one
+                # end-of-partition event per partition, right after the fetch response.
+                message = consumer.poll(0.05)
+                if message is not None:
                     tp = TopicPartition(message.topic() or "", message.partition() or 0)
                     if tp not in pending:
                         continue
