@@ -1,0 +1,337 @@
+"""Running a pipeline: its stages as streaming queries on one SparkSession, with progress and a clean stop.
+
+Runs in the driver process. With ``processingTime`` triggers the stages run concurrently until ``stop`` is set
+(the CLI sets it on Ctrl-C / SIGTERM); then each query is stopped between two batches (once no trigger is
+active), so the batch in flight finishes and is committed. When every selected stage uses ``availableNow``, the
+stages run one after the other, upstream first, so each one sees everything its input stage wrote; the run ends
+when the last one has drained its input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sparkonce.errors as errors
+from sparkonce.errors import BrokerError, SparkonceError
+from sparkonce.pipeline.config import PipelineConfig, RawStage, Stage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """How far the raw stage is behind one Kafka partition."""
+
+    topic: str
+    partition: int
+    position: int | None
+    """The next offset the query will read (end of its last batch), None before the first batch."""
+    latest: int | None
+    """The partition's end offset on the broker."""
+
+    @property
+    def lag(self) -> int | None:
+        if self.latest is None:
+            return None
+        return self.latest - (self.position or 0)
+
+
+@dataclass(frozen=True)
+class StageProgress:
+    """One stage's streaming query as last seen."""
+
+    stage: str
+    query_name: str
+    active: bool
+    batch_id: int | None
+    """The last batch the query reported progress for."""
+    batch_rows: int
+    rows_per_second: float
+    """Processed rows per second of the last batch."""
+    total_rows: int
+    """Rows of every batch reported in this run."""
+    batches: int
+    partition_lag: tuple[PartitionLag, ...] = ()
+    """Raw stage: lag per Kafka partition."""
+    versions_behind: int | None = None
+    """Bronze and gold: input table versions not read yet."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended."""
+
+    pipeline: str
+    stages: tuple[StageProgress, ...]
+    stopped: bool
+    """True when the run was asked to stop (signal), False when every query finished by itself."""
+    seconds: float
+
+
+ProgressCallback = Callable[[tuple[StageProgress, ...]], None]
+
+
+def select_stages(config: PipelineConfig, names: Sequence[str] | None) -> tuple[Stage, ...]:
+    """The stages to run, upstream first.
+
+    Raises:
+        PipelineConfigError: a name is not a stage of the pipeline.
+    """
+    if not names:
+        return config.stages
+    wanted = {config.stage(n).name for n in names}
+    return tuple(s for s in config.stages if s.name in wanted)
+
+
+def preflight(config: PipelineConfig, stages: Sequence[Stage]) -> None:
+    """Fail before any data moves: an unreachable broker or a missing topic.
+
+    Raises:
+        BrokerError: the broker does not answer, or the topic does not exist.
+    """
+    if not any(isinstance(s, RawStage) for s in stages):
+        return
+    from sparkonce.services.broker import list_topics
+
+    topics = list_topics(config.source.bootstrap_servers, timeout=10.0)
+    if config.source.topic not in topics:
+        raise BrokerError(
+            f"source.topic: topic {config.source.topic!r} does not exist on {config.source.bootstrap_servers} "
+            f"(topics: {sorted(topics)[:10]})"
+        )
+
+
+def run_pipeline(
+    config: PipelineConfig,
+    *,
+    stages: Sequence[str] | None = None,
+    spark: SparkSession | None = None,
+    master: str | None = None,
+    stop: threading.Event | None = None,
+    on_progress: ProgressCallback | None = None,
+    poll_seconds: float = 1.0,
+    stop_timeout: float = 120.0,
+) -> RunResult:
+    """Run the pipeline's stages (all, or ``stages``) until they finish or ``stop`` is set.
+
+    Raises:
+        PipelineConfigError: an unknown stage name.
+        BrokerError: the broker is unreachable or the topic is missing.
+        CheckpointError: a checkpoint is shared, foreign or moved.
+        SparkonceError: a stage failed (the error of the stage, e.g. SchemaMismatchError for drift = "fail").
+    """
+    from sparkonce.pipeline.stages import start_stage, waiting_for
+
+    selected = select_stages(config, stages)
+    preflight(config, selected)
+    if spark is None:
+        from sparkonce.spark import local_session
+
+        spark = local_session(app_name=f"sparkonce-{config.name}", master=master or "local[2]")
+    stop = stop or threading.Event()
+    started = time.monotonic()
+    monitor = _Monitor(config, selected)
+    sequential = all(s.trigger.kind == "availableNow" for s in selected)
+    groups: list[tuple[Stage, ...]] = [(s,) for s in selected] if sequential else [selected]
+    queries: dict[str, StreamingQuery] = {}
+    try:
+        for group in groups:
+            if stop.is_set():
+                break
+            pending = list(group)
+            while not stop.is_set():
+                for stage in list(pending):
+                    needed = waiting_for(config, stage)
+                    if needed is None:
+                        queries[stage.name] = start_stage(spark, config, stage)
+                        log.info("started stage %s (query id %s)", stage.name, queries[stage.name].id)
+                        pending.remove(stage)
+                    elif sequential:
+                        log.info(
+                            "stage %s: nothing to replay on (waits for input table_version %s)", stage.name, needed
+                        )
+                        pending.remove(stage)
+                running = [queries[s.name] for s in group if s.name in queries]
+                if not pending and not any(q.isActive for q in running):
+                    break
+                _check_failed(queries)
+                monitor.update(queries)
+                if on_progress is not None:
+                    on_progress(monitor.snapshot(queries))
+                stop.wait(poll_seconds)
+            _check_failed(queries)
+        if stop.is_set():
+            _stop_between_batches(list(queries.values()), stop_timeout)
+            _check_failed(queries)
+    except BaseException:
+        for query in queries.values():
+            if query.isActive:
+                query.stop()
+        raise
+    monitor.update(queries)
+    snapshot = monitor.snapshot(queries)
+    if on_progress is not None:
+        on_progress(snapshot)
+    return RunResult(config.path, snapshot, stop.is_set(), time.monotonic() - started)
+
+
+def _stop_between_batches(queries: list[StreamingQuery], timeout: float) -> None:
+    """Stop each query once no batch is running (the batch in flight finishes and commits first)."""
+    deadline = time.monotonic() + timeout
+    for query in queries:
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if query.isActive:
+            query.stop()
+            log.info("stopped query %s", query.name)
+
+
+def _check_failed(queries: dict[str, StreamingQuery]) -> None:
+    for name, query in queries.items():
+        if query.isActive:
+            continue
+        failure = query.exception()
+        if failure is not None:
+            raise _stage_error(name, str(failure)) from None
+
+
+_ERROR = re.compile(r"sparkonce\.errors\.(\w+): (.+)|\b(\w+Error): (.+)")
+
+
+def _stage_error(stage: str, text: str) -> SparkonceError:
+    """Turn a streaming query failure back into the sparkonce error raised in the stage's Python code."""
+    for match in _ERROR.finditer(text):
+        name = match.group(1) or match.group(3)
+        message = match.group(2) or match.group(4)
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, SparkonceError) and cls not in (errors.OptionError,):
+            return cls(f"stage {stage}: {message.strip()}")
+    first = next((line for line in text.splitlines() if line.strip()), text)
+    return SparkonceError(f"stage {stage} failed: {first.strip()[:500]}")
+
+
+class _Monitor:
+    """Collects progress of the queries and the lag behind their inputs (runs on the driver)."""
+
+    def __init__(self, config: PipelineConfig, stages: Sequence[Stage]) -> None:
+        self.config = config
+        self.stages = stages
+        self.totals: dict[str, tuple[int, int, str | None]] = {}
+        self.last: dict[str, dict[str, Any]] = {}
+        self.latest_offsets: dict[tuple[str, int], int] = {}
+        self._last_broker_poll = 0.0
+
+    def update(self, queries: dict[str, StreamingQuery]) -> None:
+        for name, query in queries.items():
+            rows, batches, seen_run = self.totals.get(name, (0, 0, None))
+            for progress in query.recentProgress:
+                data = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+                marker = f"{data.get('runId')}:{data.get('batchId')}:{data.get('timestamp')}"
+                if seen_run is not None and marker <= seen_run:
+                    continue
+                if data.get("numInputRows", 0) or name not in self.last:
+                    self.last[name] = data
+                rows += int(data.get("numInputRows") or 0)
+                batches += 1
+                seen_run = marker
+            self.totals[name] = (rows, batches, seen_run)
+        self._poll_broker()
+
+    def _poll_broker(self) -> None:
+        if not any(isinstance(s, RawStage) for s in self.stages) or time.monotonic() - self._last_broker_poll < 2.0:
+            return
+        self._last_broker_poll = time.monotonic()
+        from sparkonce.kafka import broker_offsets
+        from sparkonce.ops.kafka_offsets import list_partitions
+
+        try:
+            partitions = list_partitions(self.config.source.bootstrap_servers, self.config.source.topic, timeout_s=3)
+            from sparkonce.kafka.offsets import TopicPartition
+
+            ends = broker_offsets(
+                self.config.source.bootstrap_servers,
+                [TopicPartition(self.config.source.topic, p) for p in partitions],
+                timeout_ms=3000,
+            )
+            self.latest_offsets = {(tp.topic, tp.partition): end for tp, (_, end) in ends.items()}
+        except SparkonceError as err:  # lag is display only: keep the last known ends, say why in the log
+            log.warning("cannot read broker offsets for the lag display: %s", err)
+
+    def snapshot(self, queries: dict[str, StreamingQuery]) -> tuple[StageProgress, ...]:
+        out = []
+        for stage in self.stages:
+            query = queries.get(stage.name)
+            data = self.last.get(stage.name, {})
+            rows, batches, _ = self.totals.get(stage.name, (0, 0, None))
+            end = _end_offset(data)
+            lag: tuple[PartitionLag, ...] = ()
+            behind = None
+            if isinstance(stage, RawStage):
+                positions = {(t, int(p)): int(o) for t, parts in (end or {}).items() for p, o in parts.items()}
+                keys = sorted(set(positions) | set(self.latest_offsets))
+                lag = tuple(PartitionLag(t, p, positions.get((t, p)), self.latest_offsets.get((t, p))) for t, p in keys)
+            else:
+                behind = _versions_behind(self.config.input_table(stage), end)
+            out.append(
+                StageProgress(
+                    stage=stage.name,
+                    query_name=f"{self.config.name}.{stage.name}",
+                    active=bool(query is not None and query.isActive),
+                    batch_id=data.get("batchId"),
+                    batch_rows=int(data.get("numInputRows") or 0),
+                    rows_per_second=float(data.get("processedRowsPerSecond") or 0.0),
+                    total_rows=rows,
+                    batches=batches,
+                    partition_lag=lag,
+                    versions_behind=behind,
+                )
+            )
+        return tuple(out)
+
+
+def _end_offset(progress: dict[str, Any]) -> Any:
+    sources = progress.get("sources") or []
+    if not sources:
+        return None
+    end = sources[0].get("endOffset")
+    if isinstance(end, str):
+        try:
+            return json.loads(end)
+        except json.JSONDecodeError:
+            return None
+    return end
+
+
+def _versions_behind(table: str | None, end: Any) -> int | None:
+    if table is None or not isinstance(end, dict) or "reservoirVersion" not in end:
+        return None
+    from sparkonce.delta.log import DeltaLog
+
+    try:
+        latest = DeltaLog(table).commit_versions()[-1]
+    except (SparkonceError, IndexError):
+        return None
+    version, index = int(end["reservoirVersion"]), int(end.get("index", -1))
+    return max(0, latest - version + (1 if index == -1 else 0))
+
+
+__all__ = [
+    "PartitionLag",
+    "ProgressCallback",
+    "RunResult",
+    "StageProgress",
+    "preflight",
+    "run_pipeline",
+    "select_stages",
+]

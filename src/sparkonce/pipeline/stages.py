@@ -1,0 +1,417 @@
+"""The three stages as streaming queries, and the per-batch logic they share with ``replay`` (driver side).
+
+* **raw**: ``sparkonce.kafka`` -> Delta streaming sink (``mergeSchema`` on). The sink's Delta commit carries
+  ``txn(query id, batch id)``, so a batch re-run after a crash is skipped.
+* **bronze**: Delta stream of raw -> ``foreachBatch``: parse the JSON value with the declared schema; rows that
+  parse go to bronze, rows that fail go to quarantine with the reason. Both tables get one batch write each with
+  ``txnAppId`` = the bronze query id and ``txnVersion`` = the batch id, so each is written exactly once even when
+  a crash falls between the two.
+* **gold**: Delta stream of bronze (``skipChangeCommits``: a replayed bronze does not stop it) -> ``foreachBatch``
+  :func:`sparkonce.delta.merge.merge_latest` with ``txn(gold query id, batch id)``.
+
+Every query's checkpoint is claimed first (:mod:`sparkonce.pipeline.owner`); every table is created empty with its
+schema before any query starts, so a downstream stage can start before upstream data arrives, and a path holding
+something that is not a Delta table fails before any data moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sparkonce.crash import crash_point
+from sparkonce.delta.commit import BatchTxn, load_table, table_exists
+from sparkonce.delta.merge import MergeResult, merge_latest
+from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
+from sparkonce.delta.sink import read_query_id
+from sparkonce.errors import SchemaMismatchError, TableNotFoundError
+from sparkonce.pipeline.config import LINEAGE_COLUMNS, BronzeStage, GoldStage, PipelineConfig, RawStage, Stage
+from sparkonce.pipeline.owner import claim_checkpoint
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+RAW_DDL = (
+    "key STRING, value STRING, topic STRING, partition INT, offset BIGINT, kafka_timestamp TIMESTAMP, "
+    "arrival_time TIMESTAMP"
+)
+LINEAGE_DDL = "_topic STRING, _partition INT, _offset BIGINT, _kafka_timestamp TIMESTAMP"
+QUARANTINE_DDL = (
+    "key STRING, value STRING, topic STRING, partition INT, offset BIGINT, kafka_timestamp TIMESTAMP, "
+    "reason STRING, batch_id BIGINT, quarantined_at TIMESTAMP"
+)
+_CORRUPT = "_sparkonce_corrupt"
+
+
+@dataclass(frozen=True)
+class BronzeBatchResult:
+    """What one bronze batch wrote."""
+
+    batch_id: int
+    bronze_rows: int
+    quarantined_rows: int
+    added_columns: tuple[str, ...]
+
+
+def query_name(config: PipelineConfig, stage: Stage) -> str:
+    return f"{config.name}.{stage.name}"
+
+
+def start_stage(spark: SparkSession, config: PipelineConfig, stage: Stage) -> StreamingQuery:
+    """Claim the stage's checkpoint, create its tables when missing, and start its streaming query.
+
+    Raises:
+        CheckpointError: the checkpoint belongs to another stage or pipeline, or was moved.
+        TableNotFoundError: a table path holds something that is not a Delta table.
+    """
+    owner = claim_checkpoint(config.path, stage.name, stage.checkpoint)
+    prepare_tables(spark, config, stage)
+    if isinstance(stage, RawStage):
+        return _start_raw(spark, config, stage)
+    options: dict[str, str] = {}
+    if owner.starting_version is not None:
+        options["startingVersion"] = str(owner.starting_version)
+    if isinstance(stage, BronzeStage):
+        return _start_bronze(spark, config, stage, options)
+    return _start_gold(spark, config, stage, options)
+
+
+def waiting_for(config: PipelineConfig, stage: Stage) -> int | None:
+    """The input table version a replayed stage waits for before it can start streaming (None: ready).
+
+    After ``replay`` a fresh checkpoint starts from ``starting_version`` (the replayed table version + 1); until
+    the input table has that version there is nothing to stream, and Delta refuses a start beyond the latest.
+    """
+    from sparkonce.pipeline.owner import read_owner
+
+    input_table = config.input_table(stage)
+    owner = read_owner(stage.checkpoint)
+    if input_table is None or owner is None or owner.starting_version is None:
+        return None
+    if os.path.exists(os.path.join(stage.checkpoint, "offsets")):
+        return None
+    latest = int(load_table(input_table).version())
+    return owner.starting_version if latest < owner.starting_version else None
+
+
+def prepare_tables(spark: SparkSession, config: PipelineConfig, stage: Stage) -> None:
+    """Create the tables a stage reads and writes when missing (empty, with their schema)."""
+    if isinstance(stage, RawStage):
+        ensure_table(stage.table, _ddl_schema(spark, RAW_DDL))
+    elif isinstance(stage, BronzeStage):
+        ensure_table(config.raw.table, _ddl_schema(spark, RAW_DDL))
+        ensure_table(stage.table, bronze_schema(spark, stage))
+        ensure_table(stage.quarantine, _ddl_schema(spark, QUARANTINE_DDL))
+    else:
+        assert config.bronze is not None
+        ensure_table(config.bronze.table, bronze_schema(spark, config.bronze))
+
+
+def ensure_table(path: str, schema: StructType) -> None:
+    """Create an empty Delta table at ``path`` unless one is there.
+
+    Raises:
+        TableNotFoundError: ``path`` holds files but no Delta log.
+    """
+    from deltalake import DeltaTable
+
+    if table_exists(path):
+        return
+    if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
+        raise TableNotFoundError(
+            f"{path} holds something that is not a Delta table (no _delta_log): refusing to write into it"
+        )
+    DeltaTable.create(path, schema=arrow_schema_for_spark(schema), mode="ignore")
+    log.info("created the empty Delta table %s", path)
+
+
+def bronze_schema(spark: SparkSession, stage: BronzeStage) -> StructType:
+    """The declared payload fields followed by the lineage columns."""
+    return _ddl_schema(spark, f"{stage.schema}, {LINEAGE_DDL}")
+
+
+def _ddl_schema(spark: SparkSession, ddl: str) -> StructType:
+    from pyspark.sql.types import StructType
+
+    schema = spark.createDataFrame([], ddl).schema
+    assert isinstance(schema, StructType)
+    return schema
+
+
+# -- raw ---------------------------------------------------------------------------------------------------------
+
+
+def raw_frame(spark: SparkSession, config: PipelineConfig) -> DataFrame:
+    """The Kafka stream in the raw table's shape."""
+    import pyspark.sql.functions as F
+
+    stream = spark.readStream.format("sparkonce.kafka").options(**config.source.spark_options()).load()
+    return stream.select(
+        F.col("key").cast("string").alias("key"),
+        F.col("value").cast("string").alias("value"),
+        "topic",
+        "partition",
+        "offset",
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.current_timestamp().alias("arrival_time"),
+    )
+
+
+def _start_raw(spark: SparkSession, config: PipelineConfig, stage: RawStage) -> StreamingQuery:
+    return (
+        raw_frame(spark, config)
+        .writeStream.format("delta")
+        .queryName(query_name(config, stage))
+        .option("checkpointLocation", stage.checkpoint)
+        .option("mergeSchema", "true")
+        .trigger(**stage.trigger.spark_kwargs())
+        .start(stage.table)
+    )
+
+
+# -- bronze ------------------------------------------------------------------------------------------------------
+
+
+def _start_bronze(
+    spark: SparkSession, config: PipelineConfig, stage: BronzeStage, options: dict[str, str]
+) -> StreamingQuery:
+    if stage.max_files_per_trigger is not None:
+        options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
+    source = spark.readStream.format("delta").options(**options).load(config.raw.table)
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        write_bronze_batch(batch, batch_id, stage)
+
+    return (
+        source.writeStream.foreachBatch(process)
+        .queryName(query_name(config, stage))
+        .option("checkpointLocation", stage.checkpoint)
+        .trigger(**stage.trigger.spark_kwargs())
+        .start()
+    )
+
+
+def write_bronze_batch(batch: DataFrame, batch_id: int, stage: BronzeStage) -> BronzeBatchResult:
+    """Parse one raw batch and write bronze and quarantine, each exactly once for ``batch_id``."""
+    app_id = read_query_id(stage.checkpoint)
+    batch = batch.persist()
+    try:
+        parsed, quarantined, added = parse_raw(batch, stage, batch_id=batch_id)
+        bronze_rows = _append(parsed, stage.table, app_id, batch_id, merge_schema=bool(added))
+        crash_point("between_fanout_tables", batch_id)
+        quarantined_rows = _append(quarantined, stage.quarantine, app_id, batch_id, merge_schema=False)
+    finally:
+        batch.unpersist()
+    log.info(
+        "bronze batch %s (app_id %s): %d row(s) to %s, %d quarantined to %s%s",
+        batch_id,
+        app_id,
+        bronze_rows,
+        stage.table,
+        quarantined_rows,
+        stage.quarantine,
+        f", added column(s) {list(added)}" if added else "",
+    )
+    return BronzeBatchResult(batch_id, bronze_rows, quarantined_rows, added)
+
+
+def _append(frame: DataFrame, table: str, app_id: str, batch_id: int, *, merge_schema: bool) -> int:
+    frame = frame.persist()
+    try:
+        rows = frame.count()
+        (
+            frame.write.format("delta")
+            .mode("append")
+            .option("txnAppId", app_id)
+            .option("txnVersion", str(batch_id))
+            .option("mergeSchema", str(merge_schema).lower())
+            .save(table)
+        )
+    finally:
+        frame.unpersist()
+    return rows
+
+
+def parse_raw(
+    raw: DataFrame, stage: BronzeStage, *, batch_id: int | None = None
+) -> tuple[DataFrame, DataFrame, tuple[str, ...]]:
+    """Split raw rows into parsed bronze rows and quarantined rows with a reason; apply the drift policy.
+
+    Returns:
+        (bronze rows, quarantine rows, columns added to the payload schema by ``drift = "add"``).
+
+    Raises:
+        SchemaMismatchError: well-formed records carry fields the schema does not declare and the drift policy
+            is ``fail``.
+    """
+    import pyspark.sql.functions as F
+
+    spark = raw.sparkSession
+    fields = list(_payload_schema(spark, stage).fields)
+    known = [f.name for f in fields]
+    keys = F.json_object_keys(F.col("value"))
+    extra = F.array_except(keys, F.array(*[F.lit(n) for n in known]))
+    well_formed = raw.where(F.col("value").isNotNull() & keys.isNotNull())
+    found = well_formed.select(F.array_distinct(F.flatten(F.collect_list(extra))).alias("new")).collect()[0]["new"]
+    new_fields: list[Any] = []
+    if found:
+        new_names = sorted(found)
+        if stage.drift == "fail":
+            raise SchemaMismatchError(
+                f"stages.bronze: record(s) of batch {batch_id} carry field(s) {new_names} that the schema does not "
+                f'declare (drift = "fail"); declare them in stages.bronze.schema or set drift = "add"'
+            )
+        new_fields = _infer_fields(spark, well_formed, new_names)
+        fields.extend(new_fields)
+    parsed = _classify(raw, stage, fields)
+    lineage = [
+        F.col("topic").alias("_topic"),
+        F.col("partition").alias("_partition"),
+        F.col("offset").alias("_offset"),
+        F.col("kafka_timestamp").alias("_kafka_timestamp"),
+    ]
+    good = parsed.where(F.col("_reason").isNull()).select(
+        *[F.col(f"_p.{f.name}").alias(f.name) for f in fields], *lineage
+    )
+    bad = parsed.where(F.col("_reason").isNotNull()).select(
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        F.col("_reason").alias("reason"),
+        F.lit(batch_id).cast("bigint").alias("batch_id"),
+        F.current_timestamp().alias("quarantined_at"),
+    )
+    return good, bad, tuple(f.name for f in new_fields)
+
+
+def _payload_schema(spark: SparkSession, stage: BronzeStage) -> StructType:
+    """The declared fields plus the columns drift added to the bronze table earlier."""
+    from pyspark.sql.types import StructType
+
+    declared = _ddl_schema(spark, stage.schema)
+    if not table_exists(stage.table):
+        return declared
+    table_schema = spark_schema(table_arrow_schema(load_table(stage.table)))
+    names = set(declared.names) | set(LINEAGE_COLUMNS)
+    return StructType([*declared.fields, *(f for f in table_schema.fields if f.name not in names)])
+
+
+def _infer_fields(spark: SparkSession, well_formed: DataFrame, names: list[str]) -> list[Any]:
+    """Spark's JSON schema inference for the new top-level fields (drift = "add")."""
+    inferred = spark.read.json(well_formed.select("value").rdd.map(lambda row: row[0])).schema
+    by_name = {f.name: f for f in inferred.fields}
+    return [by_name[n] for n in names if n in by_name]
+
+
+def _classify(raw: DataFrame, stage: BronzeStage, fields: list[Any]) -> DataFrame:
+    """Add ``_p`` (the typed parse) and ``_reason`` (null when the row is good) to the raw rows."""
+    import pyspark.sql.functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    typed = StructType([*fields, StructField(_CORRUPT, StringType())])
+    text = StructType([*(StructField(f.name, StringType()) for f in fields), StructField(_CORRUPT, StringType())])
+    frame = raw.withColumn("_p", F.from_json("value", typed, options)).withColumn(
+        "_s", F.from_json("value", text, options)
+    )
+    wrong = [
+        F.when(
+            F.col(f"_s.{f.name}").isNotNull() & F.col(f"_p.{f.name}").isNull(),
+            F.concat(
+                F.lit(f"{f.name}="),
+                F.substring(F.col(f"_s.{f.name}"), 1, 80),
+                F.lit(f" is not {f.dataType.simpleString().upper()}"),
+            ),
+        )
+        for f in fields
+    ]
+    missing = [F.when(F.col(f"_p.{name}").isNull(), F.lit(name)) for name in stage.required]
+    reason = (
+        F.when(F.col("value").isNull(), F.lit("null value"))
+        .when(F.json_object_keys("value").isNull(), F.lit("malformed JSON: not a JSON object"))
+        .when(F.col(f"_p.{_CORRUPT}").isNotNull(), F.concat(F.lit("wrong type: "), F.concat_ws("; ", *wrong)))
+    )
+    if missing:
+        reason = reason.when(
+            F.concat_ws(", ", *missing) != "",
+            F.concat(F.lit("missing required field(s): "), F.concat_ws(", ", *missing)),
+        )
+    return frame.withColumn("_reason", reason)
+
+
+# -- gold --------------------------------------------------------------------------------------------------------
+
+
+def _start_gold(
+    spark: SparkSession, config: PipelineConfig, stage: GoldStage, options: dict[str, str]
+) -> StreamingQuery:
+    assert config.bronze is not None
+    options["skipChangeCommits"] = "true"
+    if stage.max_files_per_trigger is not None:
+        options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
+    source = spark.readStream.format("delta").options(**options).load(config.bronze.table)
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        write_gold_batch(batch, batch_id, stage)
+
+    return (
+        source.writeStream.foreachBatch(process)
+        .queryName(query_name(config, stage))
+        .option("checkpointLocation", stage.checkpoint)
+        .trigger(**stage.trigger.spark_kwargs())
+        .start()
+    )
+
+
+def write_gold_batch(batch: DataFrame, batch_id: int, stage: GoldStage, *, app_id: str | None = None) -> MergeResult:
+    """Merge one bronze batch into gold, exactly once for ``(app_id, batch_id)`` (app id: the gold query id)."""
+    app_id = app_id or read_query_id(stage.checkpoint)
+    result = merge_latest(
+        batch,
+        stage.table,
+        keys=stage.keys,
+        order_by=stage.order_by,
+        txn=BatchTxn(app_id, batch_id),
+        merge_schema=stage.drift == "add",
+        target_file_rows=stage.target_file_rows,
+    )
+    crash_point("after_gold_merge", batch_id)
+    return result
+
+
+def table_rows(table: str) -> int:
+    """Rows of a Delta table, from the ``numRecords`` stats of its active files."""
+    import pyarrow.compute as pc
+
+    actions = pa.table(load_table(table).get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return 0
+    return int(pc.sum(actions.column("num_records")).as_py() or 0)
+
+
+__all__ = [
+    "QUARANTINE_DDL",
+    "RAW_DDL",
+    "BronzeBatchResult",
+    "bronze_schema",
+    "ensure_table",
+    "parse_raw",
+    "prepare_tables",
+    "query_name",
+    "start_stage",
+    "table_rows",
+    "waiting_for",
+    "write_bronze_batch",
+    "write_gold_batch",
+]
