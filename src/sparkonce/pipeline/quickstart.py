@@ -1,0 +1,209 @@
+"""The quickstart: exactly-once through the whole pipeline, proven by a real crash, in one call.
+
+Starts the embedded broker, produces sensor readings (a few malformed), writes the demo pipeline, runs it in a
+driver process that is killed with SIGKILL inside a raw batch (after its Delta commit, before ``commits/N``),
+restarts it, and checks every table: raw against the broker's offsets (``verify``: no duplicated, no missing
+offset), bronze + quarantine against raw (every raw record in exactly one of them), gold against the latest bronze
+row per device. Runs in the CLI process; the pipeline runs in child processes (see :mod:`sparkonce.ops.chaos`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from sparkonce.ops.chaos import DriverRun, run_driver
+from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.defaults import write_quickstart_pipeline
+
+
+@dataclass(frozen=True)
+class TableCount:
+    """Rows of one pipeline table."""
+
+    table: str
+    path: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class QuickstartResult:
+    """Everything the quickstart checked."""
+
+    work_dir: str
+    pipeline_file: str
+    produced: int
+    malformed: int
+    crash_at: str
+    crashed: bool
+    batch_planned_not_committed: bool
+    """Right after the crash, raw's ``offsets/N`` existed without ``commits/N``."""
+    restart_ok: bool
+    tables: tuple[TableCount, ...]
+    raw_duplicated_offsets: int
+    raw_missing_offsets: int
+    bronze_quarantine_duplicated: int
+    """Raw records found more than once across bronze and quarantine."""
+    bronze_quarantine_missing: int
+    """Raw records in neither bronze nor quarantine."""
+    gold_mismatches: int
+    """Devices whose gold row is not the latest bronze row (or missing / extra)."""
+    quarantine_reasons: dict[str, int]
+    log_tail: str
+
+    @property
+    def exactly_once(self) -> bool:
+        return (
+            self.crashed
+            and self.restart_ok
+            and self.raw_duplicated_offsets == 0
+            and self.raw_missing_offsets == 0
+            and self.bronze_quarantine_duplicated == 0
+            and self.bronze_quarantine_missing == 0
+            and self.gold_mismatches == 0
+        )
+
+
+def run_quickstart(
+    work_dir: Path,
+    *,
+    records: int = 3000,
+    malformed_share: float = 0.03,
+    partitions: int = 2,
+    crash_at: str = "after_delta_commit:2",
+    timeout: float = 900.0,
+) -> QuickstartResult:
+    """Run the quickstart in ``work_dir`` (wiped first). Needs a JDK; takes a few minutes on 2 cores.
+
+    Raises:
+        BrokerError: the embedded broker cannot start.
+    """
+    from sparkonce.services.broker import start_broker, stop_broker
+    from sparkonce.services.producer import produce_sensor_readings
+
+    work_dir = work_dir.absolute()
+    if work_dir.exists():
+        shutil.rmtree(work_dir)
+    work_dir.mkdir(parents=True)
+    broker_dir = work_dir / "broker"
+    info = start_broker(state_dir=broker_dir)
+    try:
+        produced = produce_sensor_readings(
+            info.bootstrap, count=records, partitions=partitions, malformed_share=malformed_share, seed=7
+        )
+        pipeline_file = write_quickstart_pipeline(work_dir, info.bootstrap)
+        config = load_pipeline(pipeline_file)
+        args = ["-m", "sparkonce.cli.main", "run", str(pipeline_file), "--plain"]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        crashed_run = run_driver(args, crash_at=crash_at, env=env, cwd=str(work_dir), timeout=timeout)
+        batch = crash_at.partition(":")[2] or "0"
+        ck = Path(config.raw.checkpoint)
+        planned = (ck / "offsets" / batch).exists() and not (ck / "commits" / batch).exists()
+        restarted = run_driver(args, env=env, cwd=str(work_dir), timeout=timeout)
+        checks = check_pipeline_tables(pipeline_file, info.bootstrap)
+        tail = _tail(restarted if restarted.returncode != 0 else crashed_run)
+        return QuickstartResult(
+            work_dir=str(work_dir),
+            pipeline_file=str(pipeline_file),
+            produced=produced.records,
+            malformed=produced.malformed,
+            crash_at=crash_at,
+            crashed=crashed_run.killed,
+            batch_planned_not_committed=planned,
+            restart_ok=restarted.returncode == 0,
+            log_tail=tail,
+            **checks,
+        )
+    finally:
+        stop_broker(state_dir=broker_dir)
+
+
+def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, object]:
+    """Row counts and the exactly-once checks of every table of a pipeline (driver side, no Spark)."""
+    from deltalake import DeltaTable
+
+    from sparkonce.kafka import broker_offsets
+    from sparkonce.kafka.offsets import TopicPartition
+    from sparkonce.ops.kafka_offsets import list_partitions
+    from sparkonce.ops.verify import OffsetRange, verify_table
+
+    config = load_pipeline(pipeline_file)
+    topic = config.source.topic
+    ends = broker_offsets(bootstrap, [TopicPartition(topic, p) for p in list_partitions(bootstrap, topic)])
+    expected = [OffsetRange(tp.topic, tp.partition, low, high) for tp, (low, high) in sorted(ends.items())]
+    report = verify_table(config.raw.table, expected=expected)
+    tables = [("raw", config.raw.table)]
+    bronze = quarantine = None
+    if config.bronze is not None:
+        tables += [("bronze", config.bronze.table), ("quarantine", config.bronze.quarantine)]
+        bronze = DeltaTable(config.bronze.table).to_pyarrow_table()
+        quarantine = DeltaTable(config.bronze.quarantine).to_pyarrow_table()
+    if config.gold is not None:
+        tables.append(("gold", config.gold.table))
+    counts = tuple(
+        TableCount(name, path, DeltaTable(path).to_pyarrow_table(columns=[]).num_rows) for name, path in tables
+    )
+    duplicated = missing = mismatches = 0
+    reasons: dict[str, int] = {}
+    if bronze is not None and quarantine is not None:
+        raw = DeltaTable(config.raw.table).to_pyarrow_table(columns=["topic", "partition", "offset"])
+        seen = pa.concat_tables(
+            [
+                bronze.select(["_topic", "_partition", "_offset"]).rename_columns(["topic", "partition", "offset"]),
+                quarantine.select(["topic", "partition", "offset"]),
+            ]
+        )
+        seen_keys = _keys(seen)
+        raw_keys = set(_keys(raw))
+        duplicated = len(seen_keys) - len(set(seen_keys))
+        missing = len(raw_keys - set(seen_keys))
+        for reason in quarantine.column("reason").to_pylist():
+            kind = str(reason).split(":")[0]
+            reasons[kind] = reasons.get(kind, 0) + 1
+        if config.gold is not None:
+            mismatches = _gold_mismatches(bronze, DeltaTable(config.gold.table).to_pyarrow_table(), config.gold)
+    return {
+        "tables": counts,
+        "raw_duplicated_offsets": sum(p.duplicated_offsets for p in report.partitions),
+        "raw_missing_offsets": sum(p.missing_offsets for p in report.partitions),
+        "bronze_quarantine_duplicated": duplicated,
+        "bronze_quarantine_missing": missing,
+        "gold_mismatches": mismatches,
+        "quarantine_reasons": reasons,
+    }
+
+
+def _keys(table: pa.Table) -> list[tuple[str, int, int]]:
+    return list(
+        zip(
+            table.column("topic").to_pylist(), table.column("partition").to_pylist(), table.column("offset").to_pylist()
+        )
+    )
+
+
+def _gold_mismatches(bronze: pa.Table, gold: pa.Table, stage: object) -> int:
+    """Keys whose gold row differs from the latest bronze row by ``order_by`` (then ``_offset``)."""
+    keys = list(stage.keys)  # type: ignore[attr-defined]
+    order = [*stage.order_by, "_offset"]  # type: ignore[attr-defined]
+    ranked = bronze.sort_by([(c, "descending") for c in order])
+    expected: dict[tuple[object, ...], dict[str, object]] = {}
+    for row in ranked.to_pylist():
+        expected.setdefault(tuple(row[k] for k in keys), row)
+    actual = {tuple(row[k] for k in keys): row for row in gold.to_pylist()}
+    mismatches = len(set(expected) ^ set(actual))
+    for key, row in actual.items():
+        want = expected.get(key)
+        if want is not None and any(want[c] != row.get(c) for c in want):
+            mismatches += 1
+    return mismatches
+
+
+def _tail(run: DriverRun, lines: int = 30) -> str:
+    return "\n".join((run.stderr or "").splitlines()[-lines:])
+
+
+__all__ = ["QuickstartResult", "TableCount", "check_pipeline_tables", "run_quickstart"]
