@@ -333,8 +333,9 @@ def _to_parquet(df: DataFrame, out: Path, ck: Path) -> StreamingQuery:
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["fails", "goes-on"])
-def test_data_loss_when_topic_is_recreated(
-    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path, fail_on_data_loss: bool
+@pytest.mark.parametrize("change", ["recreated", "deleted"])
+def test_data_loss_when_the_topic_changes_under_the_checkpoint(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path, fail_on_data_loss: bool, change: str
 ) -> None:
     topic = broker.create_topic()
     broker.produce(topic, numbered(20), partition=0)
@@ -344,21 +345,25 @@ def test_data_loss_when_topic_is_recreated(
     assert first.awaitTermination(120) and first.exception() is None
     assert spark.read.parquet(str(out)).count() == 20
 
-    # The topic is deleted and recreated with fewer records: the checkpoint's offset 20 no longer exists.
+    # The checkpoint says "next: offset 20 of partition 0"; the topic is deleted (and recreated with 5 records).
     broker.delete_topic(topic)
-    broker.create_topic(topic)
-    broker.produce(topic, numbered(5, start=100), partition=0)
+    if change == "recreated":
+        broker.create_topic(topic)
+        broker.produce(topic, numbered(5, start=100), partition=0)
 
     second = _to_parquet(read_stream(spark, broker, **options), out, ck)
+    old = sorted(f"v{i}".encode() for i in range(20))
     if fail_on_data_loss:
         with pytest.raises(Exception) as info:
             second.awaitTermination(120)
-        assert f"data loss in topic '{topic}' partition 0: offsets [5, 20) are gone" in str(info.value)
-        assert spark.read.parquet(str(out)).count() == 20
+        missing = "offsets [5, 20) are gone" if change == "recreated" else "offsets from 20 are gone"
+        assert f"data loss in topic '{topic}' partition 0: {missing}" in str(info.value)
+        assert sorted(row["value"] for row in spark.read.parquet(str(out)).collect()) == old
     else:
         assert second.awaitTermination(120) and second.exception() is None
         values = sorted(row["value"] for row in spark.read.parquet(str(out)).collect())
-        assert values == sorted([f"v{i}".encode() for i in range(20)] + [f"v{i}".encode() for i in range(100, 105)])
+        new = [f"v{i}".encode() for i in range(100, 105)] if change == "recreated" else []
+        assert values == sorted(old + new)
 
 
 # -- bad input ------------------------------------------------------------------------------------------------------

@@ -395,7 +395,7 @@ def report_data_loss(fail: bool, tp: TopicPartition, lost_start: int, lost_end: 
         SourceOffsetError: when ``fail`` is true.
     """
     missing = f"[{lost_start}, {lost_end})" if lost_end is not None else f"from {lost_start}"
-    text = f"data loss in topic {tp.topic!r} partition {tp.partition}: offsets {missing} are gone ({message})."
+    text = f"data loss in topic {tp.topic!r} partition {tp.partition}: offsets {missing} are gone: {message}."
     if fail:
         raise SourceOffsetError(f"{text} {_FAIL_HINT}")
     log.warning("%s %s", text, _WARN_HINT)
@@ -500,7 +500,7 @@ def plan_ranges(
                     tp,
                     until,
                     begin,
-                    f"the end offset of {tp} went back from {begin} to {until} (topic recreated?)",
+                    f"the end offset of {tp} went back from {begin} to {until}, the topic was probably recreated",
                 )
                 begin = first
             elif begin < first:
