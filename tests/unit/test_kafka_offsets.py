@@ -11,7 +11,7 @@ import pytest
 from sparkonce.errors import OptionError, SourceOffsetError
 from sparkonce.kafka.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
-from sparkonce.kafka.planner import plan_ranges, rate_limit, resolve_start, split_ranges
+from sparkonce.kafka.planner import check_broker, plan_ranges, rate_limit, resolve_start, split_ranges
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "a"}
@@ -280,3 +280,18 @@ def test_resolve_start_replaces_initial_markers() -> None:
     assert resolved == PartitionOffsets({A0: 50, A1: 3, B0: 7})
     # A marked partition the batch does not read is left out rather than reported as lost.
     assert resolve_start(start, latest={}, earliest={}) == PartitionOffsets({B0: 7})
+
+
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        ({"kafka.sasl.jaas.config": "x", "kafka.client.id": "me"}, "kafka.sasl.jaas.config"),
+        ({"kafka.fetch.wait.max.ms": "abc", "kafka.client.id": "me"}, "kafka.fetch.wait.max.ms"),
+        ({"kafka.no.such.setting": "1"}, "kafka.no.such.setting"),
+    ],
+)
+def test_client_settings_refused_by_the_client_name_the_option(extra: dict[str, str], option: str) -> None:
+    # The client refuses them while it is built, before it talks to any broker.
+    with pytest.raises(OptionError) as info:
+        check_broker(KafkaOptions.parse({**BASE, **extra}))
+    assert info.value.option == option

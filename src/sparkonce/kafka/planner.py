@@ -91,10 +91,19 @@ def check_broker(options: KafkaOptions) -> dict[str, int]:
 
 
 def _config_error(options: KafkaOptions, err: Exception) -> OptionError:
+    """Name the ``kafka.*`` option the client refused (by the client's message), or all of them."""
     message = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
-    bad = next((k for k in options.client_config if f'"{k}"' in message or f" {k}" in message), None)
-    option = f"kafka.{bad}" if bad else "kafka.*"
-    return OptionError(option, options.client_config.get(bad) if bad else None, f"rejected by the client: {message}")
+    user_keys = [k for k in options.client_config if k != "bootstrap.servers"]
+    lowered = message.lower()
+    bad = next((k for k in user_keys if k.lower() in lowered), None)
+    if bad is None and "jaas" in lowered:
+        bad = next((k for k in user_keys if k.lower() == "sasl.jaas.config"), None)
+    if bad is None and len(user_keys) == 1:
+        bad = user_keys[0]
+    if bad is None:
+        shown = ", ".join(f"kafka.{k}" for k in user_keys)
+        return OptionError("kafka.*", shown, f"rejected by the client: {message}")
+    return OptionError(f"kafka.{bad}", options.client_config[bad], f"rejected by the client: {message}")
 
 
 def _list_topics(admin: AdminClient, options: KafkaOptions) -> dict[str, int]:
