@@ -1,0 +1,92 @@
+"""Fan-out to several Delta tables, each idempotent on its own txn: a replay is skipped per table, and a crash
+between two tables leaves no duplicate after the restart.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sparkonce.errors import OptionError
+from sparkonce.ops.chaos import run_driver
+from sparkonce.sinks.fanout import FanOutTarget, FanOutWriter
+from tests.conftest import REPO
+from tests.integration.conftest import delta_ids, write_input_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _txns(table: Path) -> list[tuple[str, int]]:
+    txns = []
+    for path in sorted((table / "_delta_log").glob("*.json")):
+        for line in path.read_text().splitlines():
+            if line.strip() and "txn" in (action := json.loads(line)):
+                txns.append((action["txn"]["appId"], action["txn"]["version"]))
+    return txns
+
+
+@pytest.mark.spark
+def test_replayed_batch_is_skipped_per_table(spark: SparkSession, tmp_path: Path) -> None:
+    writer = FanOutWriter(
+        [
+            FanOutTarget(str(tmp_path / "all")),
+            FanOutTarget(str(tmp_path / "even"), select=lambda df: df.where("id % 2 = 0"), partition_by=("device",)),
+        ],
+        app_id="app-f",
+    )
+    batch = spark.createDataFrame(
+        [(i, f"dev-{i % 2}", i / 10) for i in range(8)], "id long, device string, value double"
+    )
+    first = writer.write_batch(batch, 0)
+    assert first.written == ("all", "even")
+    again = writer.write_batch(batch, 0)
+    assert (again.written, again.skipped) == ((), ("all", "even"))
+    assert delta_ids(tmp_path / "all") == list(range(8))
+    assert delta_ids(tmp_path / "even") == [0, 2, 4, 6]
+    assert _txns(tmp_path / "all") == [("app-f:all", 0)]
+    assert _txns(tmp_path / "even") == [("app-f:even", 0)]
+
+
+@pytest.mark.parametrize(
+    ("targets", "kwargs", "option"),
+    [
+        ([], {"app_id": "a"}, "targets"),
+        ([FanOutTarget("/x/t"), FanOutTarget("/y/t")], {"app_id": "a"}, "targets"),
+        ([FanOutTarget("/x/t", options={"txnVersion": "3"})], {"app_id": "a"}, "targets[t].options"),
+        ([FanOutTarget("/x/t")], {}, "app_id"),
+        ([FanOutTarget("/x/t")], {"app_id": "a", "checkpoint_dir": "/ck"}, "app_id"),
+    ],
+    ids=["no-targets", "duplicate-names", "reserved-option", "no-app-id", "both-app-ids"],
+)
+def test_bad_configuration(targets: list[FanOutTarget], kwargs: dict[str, str], option: str) -> None:
+    with pytest.raises(OptionError) as info:
+        FanOutWriter(targets, **kwargs)
+    assert info.value.option == option
+
+
+@pytest.mark.spark
+@pytest.mark.crash
+def test_crash_between_tables_then_restart_gives_exact_tables(tmp_path: Path) -> None:
+    expected = write_input_files(tmp_path / "input", files=3, rows_per_file=20)
+    args = ["-m", "tests.integration.drivers.files_to_sinks", str(tmp_path / "input"), str(tmp_path / "ck")]
+    args += ["fanout", str(tmp_path / "all"), str(tmp_path / "even")]
+
+    crashed = run_driver(args, crash_at="between_fanout_tables:1", cwd=str(REPO), timeout=300)
+    assert crashed.killed, crashed.stderr[-3000:]
+    ck = tmp_path / "ck"
+    assert (ck / "offsets" / "1").exists() and not (ck / "commits" / "1").exists()
+    query_id = json.loads((ck / "metadata").read_text())["id"]
+    # Batch 1 reached the first table only.
+    assert delta_ids(tmp_path / "all") == expected[:40]
+    assert delta_ids(tmp_path / "even") == [i for i in expected[:20] if i % 2 == 0]
+
+    finished = run_driver(args, cwd=str(REPO), timeout=300)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert delta_ids(tmp_path / "all") == expected  # batch 1 skipped in "all": no duplicate
+    assert delta_ids(tmp_path / "even") == [i for i in expected if i % 2 == 0]  # and written to "even"
+    assert _txns(tmp_path / "all") == [(f"{query_id}:all", b) for b in range(3)]
+    assert _txns(tmp_path / "even") == [(f"{query_id}:even", b) for b in range(3)]

@@ -1,0 +1,202 @@
+"""Exactly-once of the PostgreSQL sink against a real server: replays skipped, crashes before and inside the
+database transaction restarted to exact contents, bad options and an unreachable database refused up front.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sparkonce.errors import OptionError, SinkError
+from sparkonce.ops.chaos import DriverRun, run_driver
+from sparkonce.services.postgres import free_port
+from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
+from tests.conftest import REPO
+from tests.integration.conftest import write_input_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.fixtures_postgres import LocalPostgres
+
+pytestmark = [pytest.mark.postgres]
+
+SCHEMA = "id long, device string, value double"
+
+
+def _rows(postgres: LocalPostgres, table: str) -> list[tuple[Any, ...]]:
+    return postgres.fetch(f"SELECT id, device, value FROM {table} ORDER BY id, value")
+
+
+def _ledger(postgres: LocalPostgres, table: str) -> list[tuple[str, int, int]]:
+    return [
+        (str(app), int(batch), int(rows))
+        for app, batch, rows in postgres.fetch(
+            "SELECT app_id, batch_id, target_rows FROM sparkonce_ledger WHERE target_table = %s "
+            "ORDER BY app_id, batch_id",
+            (table,),
+        )
+    ]
+
+
+def _staged(postgres: LocalPostgres, table: str) -> int:
+    return int(postgres.fetch(f"SELECT count(*) FROM {table}_sparkonce_staging")[0][0])
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("keys", [(), ("id",)], ids=["append", "upsert"])
+def test_replayed_batch_is_skipped(spark: SparkSession, postgres: LocalPostgres, keys: tuple[str, ...]) -> None:
+    table = postgres.unique_name("readings")
+    sink = PostgresSink(PostgresSinkOptions(dsn=postgres.dsn, table=table, keys=keys, app_id=f"app-{table}"))
+    batch0 = spark.createDataFrame([(i, f"d{i % 2}", i / 10) for i in range(10)], SCHEMA).repartition(2)
+    batch1 = spark.createDataFrame([(i, "d9", 9.0) for i in range(10, 15)], SCHEMA)
+
+    first = sink.write_batch(batch0, 0)
+    assert (first.status, first.staged_rows, first.target_rows) == ("committed", 10, 10)
+    again = sink.write_batch(batch0, 0)  # Spark re-runs batch 0 after a crash before its checkpoint commit
+    assert again.status == "skipped"
+    sink(batch1, 1)  # the foreachBatch entry point
+
+    expected = [(i, f"d{i % 2}", i / 10) for i in range(10)] + [(i, "d9", 9.0) for i in range(10, 15)]
+    assert _rows(postgres, table) == expected
+    assert _ledger(postgres, table) == [(f"app-{table}", 0, 10), (f"app-{table}", 1, 5)]
+    assert _staged(postgres, table) == 0
+
+
+@pytest.mark.spark
+def test_upsert_last_row_of_batch_wins_and_later_batches_replace(spark: SparkSession, postgres: LocalPostgres) -> None:
+    table = postgres.unique_name("latest")
+    sink = PostgresSink(PostgresSinkOptions(dsn=postgres.dsn, table=table, keys=("id",), app_id="app-u"))
+    # One partition, so the batch order is the row order: the last row for id 1 wins.
+    sink.write_batch(spark.createDataFrame([(1, "a", 1.0), (2, "a", 2.0), (1, "b", 3.0)], SCHEMA).coalesce(1), 0)
+    sink.write_batch(spark.createDataFrame([(2, "c", 4.0)], SCHEMA), 1)
+    assert _rows(postgres, table) == [(1, "b", 3.0), (2, "c", 4.0)]
+    assert _ledger(postgres, table) == [("app-u", 0, 2), ("app-u", 1, 1)]
+
+
+@pytest.mark.spark
+def test_staging_rows_of_a_failed_attempt_are_cleared(spark: SparkSession, postgres: LocalPostgres) -> None:
+    table = postgres.unique_name("retry")
+    sink = PostgresSink(PostgresSinkOptions(dsn=postgres.dsn, table=table, app_id="app-r"))
+    batch = spark.createDataFrame([(i, "d", 0.5) for i in range(6)], SCHEMA).repartition(3)
+    sink.check(batch.schema)  # creates target, staging and ledger
+    # A failed earlier attempt of batch 0 left rows in the staging table (another partition layout).
+    postgres.execute(
+        f"INSERT INTO {table}_sparkonce_staging VALUES "
+        "(99, 'stale', 0, 'app-r', 0, 7, 0), (98, 'stale', 0, 'app-r', 0, 0, 0)"
+    )
+    sink.write_batch(batch, 0)
+    assert _rows(postgres, table) == [(i, "d", 0.5) for i in range(6)]
+    assert _staged(postgres, table) == 0
+
+
+# -- crashes: SIGKILL the driver, restart on the same checkpoint ------------------------------------------------------
+
+
+def _run(tmp_path: Path, postgres: LocalPostgres, table: str, crash_at: str | None = None) -> DriverRun:
+    args = ["-m", "tests.integration.drivers.files_to_sinks", str(tmp_path / "input"), str(tmp_path / "ck")]
+    args += ["postgres", postgres.dsn, table]
+    return run_driver(args, crash_at=crash_at, cwd=str(REPO), timeout=300)
+
+
+@pytest.mark.spark
+@pytest.mark.crash
+@pytest.mark.parametrize(
+    ("crash_at", "staged_after_crash"),
+    [("inside_pg_transaction:1", 0), ("after_pg_staging_load:1", 20)],
+    ids=["inside-transaction", "after-staging-load"],
+)
+def test_crash_then_restart_gives_exact_rows(
+    tmp_path: Path, postgres: LocalPostgres, crash_at: str, staged_after_crash: int
+) -> None:
+    table = postgres.unique_name("crash")
+    expected_ids = write_input_files(tmp_path / "input", files=3, rows_per_file=20)
+
+    crashed = _run(tmp_path, postgres, table, crash_at=crash_at)
+    assert crashed.killed, crashed.stderr[-3000:]
+    ck = tmp_path / "ck"
+    assert (ck / "offsets" / "1").exists() and not (ck / "commits" / "1").exists()
+    app_id = f"{json.loads((ck / 'metadata').read_text())['id']}:{table}"
+    # Only batch 0 is in the target and the ledger: the killed database transaction rolled back (or never began).
+    assert [r[0] for r in _rows(postgres, table)] == expected_ids[:20]
+    assert _ledger(postgres, table) == [(app_id, 0, 20)]
+    assert _staged(postgres, table) == staged_after_crash
+
+    finished = _run(tmp_path, postgres, table)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "DONE" in finished.stdout
+    assert [r[0] for r in _rows(postgres, table)] == expected_ids  # no duplicate, no loss
+    assert _ledger(postgres, table) == [(app_id, b, 20) for b in range(3)]  # one ledger row per batch
+    assert _staged(postgres, table) == 0
+
+
+# -- bad input: refused before any data moves ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"dsn": ""}, "dsn"),
+        ({"dsn": "host=db port=5432 password=secret bogus"}, "dsn"),
+        ({"table": "drop table x; --"}, "table"),
+        ({"table": "a.b.c"}, "table"),
+        ({"keys": ("id", "id")}, "keys"),
+        ({"keys": ("_sparkonce_row",)}, "keys"),
+        ({"app_id": None}, "app_id"),
+        ({"checkpoint_dir": "/ck"}, "app_id"),
+        ({"ledger_table": "readings"}, "ledger_table"),
+        ({"staging_table": "readings"}, "staging_table"),
+        ({"connect_timeout": 0}, "connect_timeout"),
+    ],
+)
+def test_bad_options(kwargs: dict[str, Any], option: str) -> None:
+    base: dict[str, Any] = {"dsn": "postgresql://u@localhost:5432/db", "table": "readings", "app_id": "a"}
+    with pytest.raises(OptionError) as info:
+        PostgresSinkOptions(**{**base, **kwargs})
+    assert info.value.option == option
+    assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [
+        ({"table": "t", "appId": "a"}, "dsn"),
+        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "keys": "id,,x"}, "keys"),
+        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "connectTimeout": "soon"}, "connectTimeout"),
+        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "createTable": "maybe"}, "createTable"),
+        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "tabel": "t2"}, "tabel"),
+    ],
+)
+def test_bad_string_options(options: dict[str, str], option: str) -> None:
+    with pytest.raises(OptionError) as info:
+        PostgresSinkOptions.from_mapping(options)
+    assert info.value.option == option
+
+
+def test_string_options_parse() -> None:
+    parsed = PostgresSinkOptions.from_mapping(
+        {"DSN": "postgresql://u@h:6543/db", "table": "s.t", "keys": "id, device", "checkpointLocation": "/ck"}
+    )
+    assert parsed.keys == ("id", "device")
+    assert parsed.staging_name == "s.t_sparkonce_staging"
+    assert parsed.address == "h:6543"
+
+
+def test_unreachable_database_names_host_and_port() -> None:
+    port = free_port()  # nothing listens here
+    sink = PostgresSink(
+        PostgresSinkOptions(dsn=f"postgresql://u@127.0.0.1:{port}/db", table="t", app_id="a", connect_timeout=2)
+    )
+    with pytest.raises(SinkError, match=f"127.0.0.1:{port} is unreachable"):
+        sink.check()
+
+
+def test_upsert_keys_need_a_unique_index(postgres: LocalPostgres) -> None:
+    table = postgres.unique_name("nokey")
+    postgres.execute(f"CREATE TABLE {table} (id bigint, device text, value double precision)")
+    sink = PostgresSink(PostgresSinkOptions(dsn=postgres.dsn, table=table, keys=("id",), app_id="a"))
+    with pytest.raises(OptionError, match="no unique index"):
+        sink.check()
