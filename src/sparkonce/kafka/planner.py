@@ -239,7 +239,7 @@ class OffsetPlanner:
                 info = future.result(timeout=self.options.metadata_timeout_s + 1.0)
             except KafkaException as err:
                 error = err.args[0]
-                if error.code() in _UNKNOWN_PARTITION_CODES():
+                if error.code() in _unknown_partition_codes():
                     continue  # deleted meanwhile: planning reports it
                 raise BrokerError(
                     f"cannot list {which} offset of {tp} on {self.options.bootstrap_servers}: {error.str()}"
@@ -388,7 +388,7 @@ def broker_offsets(
     return {tp: (earliest[tp], latest[tp]) for tp in wanted if tp in earliest and tp in latest}
 
 
-def _UNKNOWN_PARTITION_CODES() -> set[int]:
+def _unknown_partition_codes() -> set[int]:
     from confluent_kafka import KafkaError
 
     return {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
