@@ -1,0 +1,51 @@
+"""The whole pipeline, killed with SIGKILL inside a raw batch and restarted: exact contents in every table.
+
+The driver is ``sparkonce run`` in its own process group (real broker, real Spark, real Delta).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkonce.ops.chaos import run_driver
+from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.defaults import quickstart_pipeline
+from sparkonce.pipeline.quickstart import check_pipeline_tables
+from sparkonce.services.producer import produce_sensor_readings
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.crash]
+
+
+def test_crash_after_raw_delta_commit_before_checkpoint_commit(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    topic = broker.unique_topic("pipeline")
+    produced = produce_sensor_readings(
+        broker.bootstrap, topic=topic, count=400, partitions=2, malformed_share=0.05, seed=3
+    )
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(quickstart_pipeline(broker.bootstrap, topic=topic, max_offsets_per_trigger=100))
+    config = load_pipeline(pipeline)
+    args = ["-m", "sparkonce.cli.main", "run", str(pipeline), "--plain"]
+
+    crashed = run_driver(args, crash_at="after_delta_commit:1", cwd=str(REPO), timeout=600)
+    assert crashed.killed, crashed.stderr[-3000:]
+    ck = Path(config.raw.checkpoint)
+    assert (ck / "offsets" / "1").exists() and not (ck / "commits" / "1").exists()
+    log = sorted((Path(config.raw.table) / "_delta_log").glob("*.json"))[-1].read_text()
+    query_id = json.loads((ck / "metadata").read_text())["id"]
+    assert f'"appId":"{query_id}","version":1' in log.replace(" ", "")
+
+    restarted = run_driver(args, cwd=str(REPO), timeout=600)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    checks = check_pipeline_tables(pipeline, broker.bootstrap)
+    counts = {t.table: t.rows for t in checks["tables"]}  # type: ignore[attr-defined]
+    assert counts["raw"] == 400
+    assert counts["bronze"] + counts["quarantine"] == 400
+    assert counts["quarantine"] == produced.malformed
+    assert checks["raw_duplicated_offsets"] == 0 and checks["raw_missing_offsets"] == 0
+    assert checks["bronze_quarantine_duplicated"] == 0 and checks["bronze_quarantine_missing"] == 0
+    assert checks["gold_mismatches"] == 0
+    assert counts["gold"] == produced.devices

@@ -1,0 +1,157 @@
+"""Bronze parsing (quarantine, drift), the gold merge (idempotent, touched files only) and replay atomicity.
+
+Real Spark (session fixture) and real Delta tables; batches are built as DataFrames in the raw table's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sparkonce.delta.commit import BatchTxn
+from sparkonce.delta.merge import merge_latest
+from sparkonce.errors import SchemaMismatchError
+from sparkonce.pipeline.config import parse_pipeline
+from sparkonce.pipeline.defaults import quickstart_pipeline
+from sparkonce.pipeline.stages import RAW_DDL, parse_raw
+
+pytestmark = [pytest.mark.spark]
+
+T0 = datetime(2026, 5, 14, 9, 0, tzinfo=UTC)
+
+
+def _config(tmp_path: Path, drift: str = "fail"):  # type: ignore[no-untyped-def]
+    text = quickstart_pipeline("127.0.0.1:1").replace('drift = "fail"', f'drift = "{drift}"')
+    return parse_pipeline(text, tmp_path / "pipeline.toml")
+
+
+def _raw(spark, values: list[str | None]):  # type: ignore[no-untyped-def]
+    rows = [("k", v, "t", 0, i, T0, T0) for i, v in enumerate(values)]
+    return spark.createDataFrame(rows, RAW_DDL)
+
+
+GOOD = '{"device_id":"sensor-001","reading_time":"2026-05-14T09:00:00.000Z","value":21.5}'
+
+
+def test_bronze_quarantines_every_failure_with_its_reason(spark, tmp_path: Path) -> None:
+    stage = _config(tmp_path).bronze
+    values = [
+        GOOD,
+        "device=sensor-001 value=3",
+        GOOD[:20],
+        '{"device_id":"sensor-001","reading_time":"2026-05-14T09:00:00.000Z"}',
+        '{"device_id":"sensor-001","reading_time":"2026-05-14T09:00:00.000Z","value":"n/a"}',
+        "[1, 2]",
+        None,
+    ]
+    good, bad, added = parse_raw(_raw(spark, values), stage, batch_id=7)
+    assert added == ()
+    assert [r["_offset"] for r in good.collect()] == [0]
+    reasons = {r["offset"]: r["reason"] for r in bad.collect()}
+    assert reasons == {
+        1: "malformed JSON: not a JSON object",
+        2: "malformed JSON: not a JSON object",
+        3: "missing required field(s): value",
+        4: "wrong type: value=n/a is not DOUBLE",
+        5: "malformed JSON: not a JSON object",
+        6: "null value",
+    }
+    row = bad.where("offset = 4").collect()[0]
+    assert (row["topic"], row["partition"], row["batch_id"]) == ("t", 0, 7)
+    assert row["value"] == values[4]  # the raw record, untouched
+
+
+def test_drift_fail_stops_and_drift_add_adds_the_column(spark, tmp_path: Path) -> None:
+    drifted = GOOD[:-1] + ',"humidity":40}'
+    with pytest.raises(SchemaMismatchError, match=r"\['humidity'\].*drift = \"fail\""):
+        parse_raw(_raw(spark, [GOOD, drifted]), _config(tmp_path / "f").bronze, batch_id=0)
+    good, bad, added = parse_raw(_raw(spark, [GOOD, drifted]), _config(tmp_path / "a", "add").bronze, batch_id=0)
+    assert added == ("humidity",)
+    assert bad.count() == 0
+    assert sorted((r["_offset"], r["humidity"]) for r in good.collect()) == [(0, None), (1, 40)]
+
+
+def _readings(spark, rows: list[tuple[str, int, float]]):  # type: ignore[no-untyped-def]
+    data = [(d, T0 + timedelta(seconds=s), v, i) for i, (d, s, v) in enumerate(rows)]
+    return spark.createDataFrame(data, "device_id string, reading_time timestamp, value double, _offset bigint")
+
+
+def _commit_metrics(table: Path, table_version: int) -> dict:
+    lines = (table / "_delta_log" / f"{table_version:020d}.json").read_text().splitlines()
+    info = next(json.loads(line)["commitInfo"] for line in lines if "commitInfo" in line)
+    return info["sparkonce"]["operationMetrics"]
+
+
+def test_gold_merge_rewrites_only_touched_files_and_a_replay_changes_nothing(spark, tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    gold = tmp_path / "gold"
+    first = _readings(spark, [(f"sensor-{i:03d}", 0, float(i)) for i in range(100)])
+    merge_latest(
+        first, str(gold), keys=["device_id"], order_by=["reading_time"], txn=BatchTxn("a", 0), target_file_rows=10
+    )
+    assert len(DeltaTable(str(gold)).file_uris()) == 10
+
+    update = _readings(spark, [("sensor-005", 10, 50.0), ("sensor-005", 20, 55.0), ("sensor-050", -10, -1.0)])
+    result = merge_latest(update, str(gold), keys=["device_id"], order_by=["reading_time"], txn=BatchTxn("a", 1))
+    # sensor-005 is newer (the later of its two rows wins); sensor-050's row is older than gold's: ignored.
+    assert (result.rows_updated, result.rows_inserted, result.files_removed, result.table_files) == (1, 0, 1, 10)
+    metrics = _commit_metrics(gold, int(result.table_version))
+    assert metrics["numTargetFilesRemoved"] == 1 and metrics["numTargetFilesBefore"] == 10
+    rows = {r["device_id"]: r["value"] for r in DeltaTable(str(gold)).to_pyarrow_table().to_pylist()}
+    assert len(rows) == 100 and rows["sensor-005"] == 55.0 and rows["sensor-050"] == 50.0
+    before = DeltaTable(str(gold)).version()
+
+    same_txn = merge_latest(update, str(gold), keys=["device_id"], order_by=["reading_time"], txn=BatchTxn("a", 1))
+    assert same_txn.skipped and DeltaTable(str(gold)).version() == before
+
+    other_app = merge_latest(update, str(gold), keys=["device_id"], order_by=["reading_time"], txn=BatchTxn("b", 0))
+    assert (other_app.files_removed, other_app.files_added, other_app.rows_updated) == (0, 0, 0)
+    assert {r["device_id"]: r["value"] for r in DeltaTable(str(gold)).to_pyarrow_table().to_pylist()} == rows
+
+
+def test_replay_replaces_the_table_atomically(spark, tmp_path: Path) -> None:
+    """A reader polling the bronze table with delta-rs sees the old row count or the new one, never a mix."""
+    from deltalake import DeltaTable
+
+    from sparkonce.pipeline.replay import plan_replay, replay_stage
+
+    config = _config(tmp_path)
+    stage = config.bronze
+    bad = '{"device_id":"x","reading_time":"2026-05-14T09:00:00.000Z","value":"n/a"}'
+    values = [GOOD.replace("21.5", str(i)) if i % 5 else bad for i in range(200)]
+    raw = _raw(spark, values)
+    raw.write.format("delta").mode("append").save(config.raw.table)  # table_version 0 creates, 1 adds the rows
+    raw.limit(50).write.format("delta").mode("append").save(config.raw.table)  # table_version 2: 50 more rows
+    good, _, _ = parse_raw(raw, stage, batch_id=0)
+    for _ in range(3):  # bronze spread over several Delta commits, as a stream writes it
+        good.write.format("delta").mode("append").save(stage.table)
+    old_rows = 3 * 160
+    new_rows = 160  # replay as of raw table_version 1: the 200 first records, 40 of them quarantined
+
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            seen.add(DeltaTable(stage.table).to_pyarrow_table(columns=["_offset"]).num_rows)
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        plan = plan_replay(config, "bronze", "1")
+        result = replay_stage(spark, config, plan)
+    finally:
+        done.set()
+        reader.join()
+    assert result.rows == {stage.table: new_rows, stage.quarantine: 40}
+    assert seen <= {old_rows, new_rows} and old_rows in seen
+    assert DeltaTable(stage.table).to_pyarrow_table().num_rows == new_rows
+    from sparkonce.pipeline.owner import read_owner
+
+    owner = read_owner(stage.checkpoint)
+    assert owner is not None and owner.starting_version == 2
