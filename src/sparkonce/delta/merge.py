@@ -300,7 +300,8 @@ def _read_files(spark: Any, root: str, paths: list[str], schema: Any) -> DataFra
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from _read_task(batches, root, arrow_schema)
 
-    return listing.mapInArrow(read, out_schema)
+    existing: DataFrame = listing.mapInArrow(read, out_schema)
+    return existing
 
 
 def _read_task(batches: Iterator[pa.RecordBatch], root: str, arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch]:

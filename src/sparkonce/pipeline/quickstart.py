@@ -13,6 +13,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -122,7 +123,7 @@ def run_quickstart(
         stop_broker(state_dir=broker_dir)
 
 
-def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, object]:
+def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, Any]:
     """Row counts and the exactly-once checks of every table of a pipeline (driver side, no Spark)."""
     from deltalake import DeltaTable
 

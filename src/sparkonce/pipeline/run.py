@@ -24,7 +24,7 @@ from sparkonce.pipeline.config import PipelineConfig, RawStage, Stage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from sparkonce.pipeline.owner import claim_checkpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
