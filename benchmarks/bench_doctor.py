@@ -198,7 +198,7 @@ def bench_verify(rows: int, work: Path) -> None:
         parts = np.repeat(np.arange(partitions, dtype=np.int32), hi - lo)
         data = pa.table(
             {
-                "topic": pa.array(["events"] * len(offsets)),
+                "topic": pa.DictionaryArray.from_arrays(np.zeros(len(offsets), np.int32), ["events"]).cast(pa.string()),
                 "partition": parts,
                 "offset": offsets,
                 "value": pa.array(np.zeros(len(offsets), dtype=np.int8)),
