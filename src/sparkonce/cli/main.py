@@ -11,6 +11,8 @@ from sparkonce import __version__
 # (module, attribute) of every subcommand; each module holds a few thin click commands.
 _COMMANDS: list[tuple[str, str]] = [
     ("sparkonce.cli.demo", "demo"),
+    ("sparkonce.cli.recover", "rebuild_checkpoint"),
+    ("sparkonce.cli.recover", "reset"),
     ("sparkonce.cli.broker", "broker"),
     ("sparkonce.cli.broker", "produce"),
     ("sparkonce.cli.doctor", "doctor"),
