@@ -1,0 +1,155 @@
+"""Throughput of the Delta data source vs Spark's own Parquet paths, measured in the same run.
+
+Run: ``.venv/bin/python benchmarks/bench_delta.py [--files 4] [--rows-per-file 1000000] [--repeat 2]
+[--memory-rows 1000000,10000000]``.
+
+1. **Streaming sink**: the same Parquet input files, streamed with ``maxFilesPerTrigger=1`` and the availableNow
+   trigger, into Spark's built-in ``parquet`` file sink (exactly-once through ``_spark_metadata``) and into our
+   ``delta`` sink (one Delta commit with a txn per batch). Ratio = delta rows/s / parquet rows/s (target >= 0.9).
+2. **Batch read**: the Delta table vs ``spark.read.parquet`` of the same data files, both materialised into the
+   ``noop`` sink (every column decoded). Ratio target >= 0.7.
+3. **Driver memory** as the batch grows: one streaming batch of N rows (``rate-micro-batch`` source, generated on
+   executors) into the Delta sink; prints the Python driver's peak RSS, the driver JVM's heap in use after a GC
+   (in local mode the executors share that JVM) and the size of the batch's Delta commit file. Flat figures show
+   that data never passes through the driver: the commit carries file metadata only.
+
+Runs are alternated and the best of ``--repeat`` kept. Prints tables; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sparkonce.spark import local_session
+
+
+def make_input(spark, directory: Path, files: int, rows_per_file: int) -> None:  # type: ignore[no-untyped-def]
+    df = spark.range(0, files * rows_per_file, numPartitions=files).selectExpr(
+        "id",
+        "concat('device-', cast(id % 1000 as string)) as device",
+        "cast(id % 9973 as double) / 7 as value",
+        "timestamp_seconds(1700000000 + id) as event_time",
+        "repeat(substr(sha2(cast(id as string), 256), 1, 16), 4) as payload",
+    )
+    df.write.mode("overwrite").parquet(str(directory))
+
+
+def stream_once(spark, fmt: str, source: Path, target: Path, checkpoint: Path, schema) -> float:  # type: ignore[no-untyped-def]
+    for path in (target, checkpoint):
+        shutil.rmtree(path, ignore_errors=True)
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(source))
+    start = time.perf_counter()
+    query = (
+        stream.writeStream.format(fmt)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(target))
+    )
+    query.awaitTermination()
+    return time.perf_counter() - start
+
+
+def read_once(spark, fmt: str, path: Path) -> float:  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    reader = spark.read.format("delta").load(str(path)) if fmt == "delta" else spark.read.parquet(str(path))
+    reader.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start
+
+
+def memory_probe(spark, rows: int, work: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+    table, checkpoint = work / f"mem-{rows}", work / f"mem-ck-{rows}"
+    stream = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows)
+        .option("numPartitions", 2)
+        .load()
+        .selectExpr("value as id", "timestamp", "repeat('x', 32) as payload")
+    )
+    query = stream.writeStream.format("delta").option("checkpointLocation", str(checkpoint)).start(str(table))
+    deadline = time.time() + 900
+    while not (checkpoint / "commits" / "0").exists() and time.time() < deadline:
+        query.awaitTermination(1)
+    spark.sparkContext.setLogLevel("OFF")  # stopping interrupts batch 1; its abort is expected noise
+    query.stop()
+    spark.sparkContext.setLogLevel("ERROR")
+    runtime = spark._jvm.java.lang.Runtime.getRuntime()
+    spark._jvm.java.lang.System.gc()
+    jvm_used = runtime.totalMemory() - runtime.freeMemory()
+    commit = table / "_delta_log" / f"{1:020d}.json"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, jvm_used, commit.stat().st_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=4)
+    parser.add_argument("--rows-per-file", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--memory-rows", default="1000000,10000000")
+    args = parser.parse_args()
+
+    console = Console()
+    spark = local_session(app_name="bench-delta")
+    work = Path(tempfile.mkdtemp(prefix="sparkonce-bench-"))
+    try:
+        source = work / "input"
+        make_input(spark, source, args.files, args.rows_per_file)
+        schema = spark.read.parquet(str(source)).schema
+        rows = args.files * args.rows_per_file
+
+        best: dict[str, float] = {}
+        for _ in range(args.repeat):
+            for fmt in ("parquet", "delta"):
+                seconds = stream_once(spark, fmt, source, work / f"out-{fmt}", work / f"ck-{fmt}", schema)
+                best[fmt] = min(best.get(fmt, float("inf")), seconds)
+        sink = Table(
+            title=f"Streaming sink: {args.files} batches x {args.rows_per_file:,} rows (best of {args.repeat})"
+        )
+        for column in ("sink", "seconds", "rows/s", "ratio to parquet sink"):
+            sink.add_column(column, justify="right")
+        for fmt in ("parquet", "delta"):
+            sink.add_row(fmt, f"{best[fmt]:.2f}", f"{rows / best[fmt]:,.0f}", f"{best['parquet'] / best[fmt]:.2f}x")
+        console.print(sink)
+
+        delta_table = work / "out-delta"
+        plain = work / "plain-parquet"
+        plain.mkdir()
+        for data_file in delta_table.glob("*.parquet"):
+            shutil.copy(data_file, plain / data_file.name)
+        read_best: dict[str, float] = {}
+        for _ in range(args.repeat):
+            for fmt, path in (("parquet", plain), ("delta", delta_table)):
+                read_best[fmt] = min(read_best.get(fmt, float("inf")), read_once(spark, fmt, path))
+        reads = Table(title=f"Batch read of {rows:,} rows into noop (best of {args.repeat})")
+        for column in ("reader", "seconds", "rows/s", "ratio to spark.read.parquet"):
+            reads.add_column(column, justify="right")
+        for fmt in ("parquet", "delta"):
+            reads.add_row(
+                fmt,
+                f"{read_best[fmt]:.2f}",
+                f"{rows / read_best[fmt]:,.0f}",
+                f"{read_best['parquet'] / read_best[fmt]:.2f}x",
+            )
+        console.print(reads)
+
+        memory = Table(title="Driver memory vs rows per batch (Delta sink, one batch)")
+        for column in ("rows in batch", "Python driver peak RSS", "JVM heap used after GC", "Delta commit file"):
+            memory.add_column(column, justify="right")
+        for n in (int(x) for x in args.memory_rows.split(",")):
+            rss, jvm_used, commit_bytes = memory_probe(spark, n, work)
+            memory.add_row(f"{n:,}", f"{rss / 2**20:,.0f} MiB", f"{jvm_used / 2**20:,.0f} MiB", f"{commit_bytes:,} B")
+        console.print(memory)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
