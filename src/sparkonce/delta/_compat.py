@@ -39,10 +39,15 @@ def install(format_names: Iterable[str]) -> None:
     for cls in (DataFrameWriter, DataStreamWriter):
         _record(cls, "format", lambda self, source: setattr(self, "_sparkonce_format", str(source).lower()))
         _record(cls, "partitionBy", lambda self, *cols: setattr(self, "_sparkonce_partition_by", _flatten(cols)))
-    _record(DataFrameWriter, "mode", lambda self, mode: mode and setattr(self, "_sparkonce_mode", str(mode).lower()))
+    _record(DataFrameWriter, "mode", _remember_mode)
     _wrap_save(DataFrameWriter)
     _wrap_start(DataStreamWriter)
     _INSTALLED = True
+
+
+def _remember_mode(writer: Any, mode: str | None) -> None:
+    if mode is not None:
+        writer._sparkonce_mode = str(mode).lower()
 
 
 def _flatten(cols: tuple[Any, ...]) -> list[str]:

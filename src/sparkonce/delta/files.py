@@ -64,7 +64,7 @@ def partition_value_string(value: Any) -> str | None:
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return str(value.strftime("%Y-%m-%d %H:%M:%S.%f"))
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, bytes):

@@ -191,10 +191,20 @@ def snapshot_files(table: Any, table_root: str, scan: ScanSchema) -> list[DataFi
 def prune(files: Sequence[DataFile], filters: Sequence[Filter], partition_columns: Iterable[str]) -> list[DataFile]:
     """Keep files whose partition values may satisfy every filter on partition columns."""
     keys = set(partition_columns)
-    usable = [f for f in filters if len(getattr(f, "attribute", ())) == 1 and f.attribute[0] in keys]
+    usable: list[tuple[Filter, str]] = []
+    for flt in filters:
+        column = _column(flt)
+        if column is not None and column in keys:
+            usable.append((flt, column))
     if not usable:
         return list(files)
-    return [f for f in files if all(_matches(flt, f.partition_values[flt.attribute[0]]) for flt in usable)]
+    return [f for f in files if all(_matches(flt, f.partition_values[column]) for flt, column in usable)]
+
+
+def _column(flt: Filter) -> str | None:
+    """The top-level column a filter tests, or None (nested columns and filter trees are left to Spark)."""
+    attribute: tuple[str, ...] = tuple(getattr(flt, "attribute", ()))
+    return str(attribute[0]) if len(attribute) == 1 else None
 
 
 def _matches(flt: Filter, value: Any) -> bool:
