@@ -5,6 +5,7 @@ between two tables leaves no duplicate after the restart.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,14 @@ from tests.integration.conftest import delta_ids, write_input_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+def _ordered_input(directory: Path) -> list[int]:
+    """Three JSON files of 20 rows; modification times one second apart so one file per batch goes in order."""
+    ids = write_input_files(directory, files=3, rows_per_file=20)
+    for index, path in enumerate(sorted(directory.iterdir())):
+        os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))
+    return ids
 
 
 def _txns(table: Path) -> list[tuple[str, int]]:
@@ -71,7 +80,7 @@ def test_bad_configuration(targets: list[FanOutTarget], kwargs: dict[str, str], 
 @pytest.mark.spark
 @pytest.mark.crash
 def test_crash_between_tables_then_restart_gives_exact_tables(tmp_path: Path) -> None:
-    expected = write_input_files(tmp_path / "input", files=3, rows_per_file=20)
+    expected = _ordered_input(tmp_path / "input")
     args = ["-m", "tests.integration.drivers.files_to_sinks", str(tmp_path / "input"), str(tmp_path / "ck")]
     args += ["fanout", str(tmp_path / "all"), str(tmp_path / "even")]
 

@@ -429,13 +429,12 @@ class PostgresSink:
             return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE {}").format(target, cols, cols, staging, where)
         keys = sql.SQL(", ").join(sql.Identifier(k) for k in self.options.keys)
         others = [n for n in names if n not in self.options.keys]
+        action: sql.Composable = sql.SQL("DO NOTHING")
         if others:
             assignments = sql.SQL(", ").join(
                 sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(n), sql.Identifier(n)) for n in others
             )
             action = sql.SQL("DO UPDATE SET {}").format(assignments)
-        else:
-            action = sql.SQL("DO NOTHING")
         # The last row of the batch for a key wins: partitions and rows in the batch's order.
         return sql.SQL(
             "INSERT INTO {} ({}) SELECT DISTINCT ON ({}) {} FROM {} WHERE {} ORDER BY {}, {} DESC, {} DESC "
