@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sparkonce.errors import SourceOffsetError
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, broker_offsets
-from sparkonce.kafka.reader import kafka_schema
+from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
 from sparkonce.kafka.source import KafkaStreamReader
 from sparkonce.services.broker import free_port
 from tests.fixtures_broker import EmbeddedBroker, numbered
@@ -131,6 +132,28 @@ def test_batch_read_between_starting_and_ending_offsets(spark: SparkSession, bro
         endingOffsets=f'{{"{topic}": {{"0": 8, "1": -1}}}}',
     )
     assert offsets_of(df.collect()) == [(0, o) for o in range(3, 8)] + [(1, o) for o in range(20)]
+
+
+@pytest.mark.parametrize(
+    ("ending", "problem"),
+    [('{"T": {"0": 500}}', "beyond its last offset 10"), ('{"T": {"0": 2}}', "before its start 4")],
+    ids=["beyond-end", "before-start"],
+)
+def test_batch_ending_offsets_out_of_range_fail_naming_the_option(
+    spark: SparkSession, broker: EmbeddedBroker, ending: str, problem: str
+) -> None:
+    topic = broker.create_topic()
+    broker.produce(topic, numbered(10), partition=0)
+    df = read_batch(
+        spark,
+        broker,
+        subscribe=topic,
+        startingOffsets=f'{{"{topic}": {{"0": 4}}}}',
+        endingOffsets=ending.replace('"T"', f'"{topic}"'),
+    )
+    with pytest.raises(Exception) as info:
+        df.collect()
+    assert "'endingOffsets'" in str(info.value) and problem in str(info.value)
 
 
 def test_batch_read_with_assign_reads_only_assigned_partitions(spark: SparkSession, broker: EmbeddedBroker) -> None:
@@ -364,6 +387,25 @@ def test_data_loss_when_the_topic_changes_under_the_checkpoint(
         values = sorted(row["value"] for row in spark.read.parquet(str(out)).collect())
         new = [f"v{i}".encode() for i in range(100, 105)] if change == "recreated" else []
         assert values == sorted(old + new)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["fails", "goes-on"])
+def test_executor_detects_records_gone_after_planning(broker: EmbeddedBroker, fail_on_data_loss: bool) -> None:
+    """A range planned before the topic shrank: the executor's read fails or ends, it never hangs."""
+    topic = broker.create_topic()
+    broker.produce(topic, numbered(3), partition=0)
+    settings = ReadSettings(
+        client_config={"bootstrap.servers": broker.bootstrap},
+        fail_on_data_loss=fail_on_data_loss,
+        poll_timeout_ms=30_000,
+    )
+    stale = OffsetRange(TopicPartition(topic, 0), 5, 20)
+    schema = kafka_schema(include_headers=False)
+    if fail_on_data_loss:
+        with pytest.raises(SourceOffsetError, match=r"offsets \[5, 20\) are gone: .* beyond the partition's end 3"):
+            list(read_range(settings, stale, schema))
+    else:
+        assert list(read_range(settings, stale, schema)) == []
 
 
 # -- bad input ------------------------------------------------------------------------------------------------------

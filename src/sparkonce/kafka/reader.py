@@ -123,6 +123,7 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
     except KafkaException as err:
         raise BrokerError(f"cannot create a Kafka consumer for {rng}: {err.args[0].str()}") from err
     topic, partition = rng.tp.topic, rng.tp.partition
+    assigned = KafkaTopicPartition(topic, partition)
     consumer.assign([KafkaTopicPartition(topic, partition, rng.start)])
     builder = _BatchBuilder(topic, partition, arrow_schema, include_headers=settings.include_headers)
     timeout_s = settings.poll_timeout_ms / 1000.0
@@ -133,6 +134,12 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
             wanted = min(rng.end - next_offset, BATCH_ROWS)
             messages = consumer.consume(num_messages=wanted, timeout=0.2)
             if not messages:
+                _, high = consumer.get_watermark_offsets(assigned, cached=True)
+                if 0 <= high < next_offset:
+                    # The last fetch says the log ends before the range does (the topic shrank). Kafka answers
+                    # such a fetch with OFFSET_OUT_OF_RANGE; some compatible brokers just return nothing.
+                    next_offset = _handle_out_of_range(consumer, settings, rng, next_offset)
+                    continue
                 if time.monotonic() > deadline:
                     raise BrokerError(
                         f"no record of {rng} arrived for {settings.poll_timeout_ms} ms (waiting for offset "
@@ -179,21 +186,31 @@ def _handle_out_of_range(consumer: Consumer, settings: ReadSettings, rng: Offset
 
     ktp = KafkaTopicPartition(rng.tp.topic, rng.tp.partition)
     try:
-        low, _high = consumer.get_watermark_offsets(ktp, timeout=settings.poll_timeout_ms / 1000.0)
+        low, high = consumer.get_watermark_offsets(ktp, timeout=settings.poll_timeout_ms / 1000.0)
     except KafkaException as err:
         raise BrokerError(f"cannot get the offsets of {rng.tp}: {err.args[0].str()}") from err
+    high = max(high, consumer.get_watermark_offsets(ktp, cached=True)[1])  # a fetch's high watermark is exact
+    if next_offset >= low:
+        # Beyond the end of the log (the topic shrank, e.g. recreated): the rest of the range is gone.
+        report_data_loss(
+            settings.fail_on_data_loss,
+            rng.tp,
+            next_offset,
+            rng.end,
+            f"offset {next_offset} of {rng} is beyond the partition's end {high}",
+        )
+        return rng.end
     report_data_loss(
         settings.fail_on_data_loss,
         rng.tp,
         next_offset,
         min(low, rng.end),
-        f"offset {next_offset} of {rng} is out of range on the broker (earliest is {low})",
+        f"offset {next_offset} of {rng} is below the partition's earliest offset {low}",
     )
-    resume = max(low, next_offset)
-    if resume >= rng.end:
+    if low >= rng.end:
         return rng.end
-    consumer.assign([KafkaTopicPartition(rng.tp.topic, rng.tp.partition, resume)])
-    return resume
+    consumer.assign([KafkaTopicPartition(rng.tp.topic, rng.tp.partition, low)])
+    return low
 
 
 class _BatchBuilder:

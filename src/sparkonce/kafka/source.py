@@ -28,7 +28,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from sparkonce.errors import OptionError, SourceOffsetError
+from sparkonce.errors import OptionError
 from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, check_broker, plan_ranges, rate_limit, resolve_start
@@ -120,11 +120,17 @@ class KafkaBatchReader(DataSourceReader):
         try:
             tps = planner.discover()
             start = planner.resolve(self.options.starting_for("batch"), tps, option="startingOffsets")
-            end = planner.resolve(self.options.ending_for_batch(), tps, option="endingOffsets")
+            ending = self.options.ending_for_batch()
+            end = planner.resolve(ending, tps, option="endingOffsets")
+            latest = planner.latest(tps) if ending.kind == "specific" else end.offsets
             for tp in tps:
                 if end[tp] < start[tp]:
-                    raise SourceOffsetError(
-                        f"endingOffsets of {tp} ({end[tp]}) is before its startingOffsets ({start[tp]})"
+                    raise OptionError(
+                        "endingOffsets", ending.raw, f"{tp} ends at {end[tp]}, before its start {start[tp]}"
+                    )
+                if end[tp] > latest[tp]:
+                    raise OptionError(
+                        "endingOffsets", ending.raw, f"{tp} ends at {end[tp]}, beyond its last offset {latest[tp]}"
                     )
             earliest = planner.earliest(tps)
         finally:
