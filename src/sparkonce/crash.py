@@ -20,6 +20,8 @@ Points used by sparkonce:
     a fan-out sink committed the first table of a batch but not the next.
 ``inside_pg_transaction``
     the PostgreSQL sink moved the staging rows into the target but has not committed the database transaction.
+``after_gold_merge``
+    the gold stage made its merge Delta commit (removes + adds + txn), Spark has not yet written ``commits/N``.
 """
 
 from __future__ import annotations
