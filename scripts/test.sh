@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
-.venv/bin/ruff format --check .
+.venv/bin/ruff format --check src tests benchmarks
 exec .venv/bin/pytest "$@"

@@ -168,9 +168,7 @@ def parse_log_version(line: str, max_version: int, *, path: Path | None = None) 
             )
         if version > 0:
             return version
-    raise CheckpointError(
-        f"{_where(path)}: malformed log file: expected a version line like 'v1', got {text!r}"
-    )
+    raise CheckpointError(f"{_where(path)}: malformed log file: expected a version line like 'v1', got {text!r}")
 
 
 def _json_object(text: str, what: str, path: Path | None) -> dict[str, Any]:

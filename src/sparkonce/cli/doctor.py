@@ -145,9 +145,7 @@ def history(table: Path, limit: int | None, as_json: bool) -> None:
         return
     out = Table(title=f"{table} (latest table version {report.latest_table_version})")
     for name in ("table version", "time (UTC)", "operation", "query id", "batch", "rows", "files", "txn"):
-        out.add_column(
-            name, justify="right" if name in ("table version", "batch", "rows", "files") else "left"
-        )
+        out.add_column(name, justify="right" if name in ("table version", "batch", "rows", "files") else "left")
     for e in report.entries:
         out.add_row(
             str(e.table_version),
@@ -164,16 +162,12 @@ def history(table: Path, limit: int | None, as_json: bool) -> None:
 
 @click.command()
 @click.option("--table", "table", required=True, type=_existing, help="The raw Delta table to check.")
-@click.option(
-    "--kafka", "kafka", metavar="BOOTSTRAP", help="Expect each partition's earliest..latest offsets."
-)
+@click.option("--kafka", "kafka", metavar="BOOTSTRAP", help="Expect each partition's earliest..latest offsets.")
 @click.option("--topic", "topics", multiple=True, help="Topic to check against --kafka (repeatable).")
 @click.option("--range", "ranges", multiple=True, metavar="TOPIC:PARTITION:START-END", help="End exclusive.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (see docs/doctor.md).")
 @handle_errors
-def verify(
-    table: Path, kafka: str | None, topics: tuple[str, ...], ranges: tuple[str, ...], as_json: bool
-) -> None:
+def verify(table: Path, kafka: str | None, topics: tuple[str, ...], ranges: tuple[str, ...], as_json: bool) -> None:
     """Reconcile a raw table's topic/partition/offset columns with Kafka or explicit offset ranges."""
     if kafka and not topics:
         raise click.UsageError("--kafka needs at least one --topic")
@@ -191,9 +185,7 @@ def verify(
     if as_json:
         data = to_jsonable(report)
         assert isinstance(data, dict)
-        print_json(
-            {"schema_version": JSON_SCHEMA_VERSION, "kind": "verify", "severity": report.severity, **data}
-        )
+        print_json({"schema_version": JSON_SCHEMA_VERSION, "kind": "verify", "severity": report.severity, **data})
     else:
         out = Table(title=f"{table} at table version {report.table_version}: {report.rows_scanned} rows")
         for name in ("topic", "partition", "expected", "covered", "rows", "duplicated", "missing", "beyond"):

@@ -73,9 +73,7 @@ def fetch_watermarks(
                     KafkaTopicPartition(topic, partition), timeout=timeout_s, cached=False
                 )
             except KafkaException as err:
-                raise BrokerError(
-                    f"broker {bootstrap}: cannot read offsets of {topic}-{partition}: {err}"
-                ) from err
+                raise BrokerError(f"broker {bootstrap}: cannot read offsets of {topic}-{partition}: {err}") from err
             result[(topic, partition)] = (int(low), int(high))
         return result
     finally:
