@@ -22,9 +22,17 @@ from sparkonce.crash import crash_point
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, remove_files
 from sparkonce.delta.options import WriteOptions
-from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, reconcile, table_fields
-from sparkonce.delta.writer import DeltaFilesMessage, _local_path, collect_files, commit_metadata, write_task
-from sparkonce.errors import CheckpointError, OptionError, SchemaMismatchError
+from sparkonce.delta.schema import arrow_schema_for_spark
+from sparkonce.delta.writer import (
+    DeltaFilesMessage,
+    _local_path,
+    check_partition_columns,
+    check_target,
+    collect_files,
+    commit_metadata,
+    write_task,
+)
+from sparkonce.errors import CheckpointError, OptionError
 
 log = logging.getLogger(__name__)
 
@@ -82,26 +90,11 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def _check_table(self) -> None:
         """Fail before the first batch when the data cannot go into the existing table."""
-        missing = [c for c in self.options.partition_by if c not in self.arrow_schema.names]
-        if missing:
-            raise OptionError("partitionBy", ",".join(self.options.partition_by), f"{missing} are not data columns")
-        if not table_exists(self.options.path):
-            return
-        table = load_table(self.options.path)
-        reconcile(
-            table_fields(table),
-            delta_fields(self.arrow_schema),
-            merge_schema=self.options.merge_schema,
-            table_id=table.metadata().id,
-            table_path=self.options.path,
-        )
-        partitions = tuple(table.metadata().partition_columns)
-        if self.options.partition_by and partitions != self.options.partition_by:
-            raise SchemaMismatchError(
-                f"partition columns {list(self.options.partition_by)} do not match the table's {list(partitions)} "
-                f"at {self.options.path}"
+        check_partition_columns(self.options, self.arrow_schema)
+        if table_exists(self.options.path):
+            self.file_options.partition_by = check_target(
+                load_table(self.options.path), self.options, self.arrow_schema
             )
-        self.file_options.partition_by = partitions
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
         return write_task(self.file_options, iterator)

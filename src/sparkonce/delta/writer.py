@@ -102,9 +102,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         """Decide on the driver, before any file is written, whether this write happens at all."""
         if self.options.overwrite_schema and self.mode != "overwrite":
             raise OptionError("overwriteSchema", "true", "needs mode overwrite (use mergeSchema to add columns)")
-        missing = [c for c in self.options.partition_by if c not in self.arrow_schema.names]
-        if missing:
-            raise OptionError("partitionBy", ",".join(self.options.partition_by), f"{missing} are not data columns")
+        check_partition_columns(self.options, self.arrow_schema)
         if not table_exists(self.options.path):
             return None
         if self.options.save_mode == "error":
@@ -124,21 +122,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
                     f">= {self.txn.txn_version}"
                 )
         if not (self.mode == "overwrite" and self.options.overwrite_schema):
-            reconcile(
-                table_fields(table),
-                delta_fields(self.arrow_schema),
-                merge_schema=self.options.merge_schema,
-                table_id=table.metadata().id,
-                table_path=self.options.path,
-            )
-            partitions = tuple(table.metadata().partition_columns)
-            if self.options.partition_by and partitions != self.options.partition_by:
-                raise SchemaMismatchError(
-                    f"partition columns {list(self.options.partition_by)} do not match the table's "
-                    f"{list(partitions)} at {self.options.path}"
-                )
-            if not self.options.partition_by:
-                self.file_options.partition_by = partitions
+            self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
         return None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
@@ -169,6 +153,35 @@ class DeltaBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
         removed = remove_files(self.file_options.table_root, (f.path for f in collect_files(messages)))
         log.info("Delta write to %s aborted; removed %d file(s) of the failed attempt", self.options.path, removed)
+
+
+def check_partition_columns(options: WriteOptions, arrow_schema: pa.Schema) -> None:
+    missing = [c for c in options.partition_by if c not in arrow_schema.names]
+    if missing:
+        raise OptionError("partitionBy", ",".join(options.partition_by), f"{missing} are not data columns")
+
+
+def check_target(table: Any, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:
+    """Check data against an existing table (driver, before any file is written); return the partition columns.
+
+    Raises:
+        SchemaMismatchError: the schema does not fit (unless ``mergeSchema`` allows it) or ``partitionBy``
+            names other columns than the table's.
+    """
+    reconcile(
+        table_fields(table),
+        delta_fields(arrow_schema),
+        merge_schema=options.merge_schema,
+        table_id=table.metadata().id,
+        table_path=options.path,
+    )
+    partitions = tuple(table.metadata().partition_columns)
+    if options.partition_by and partitions != options.partition_by:
+        raise SchemaMismatchError(
+            f"partition columns {list(options.partition_by)} do not match the table's {list(partitions)} "
+            f"at {options.path}"
+        )
+    return partitions
 
 
 def commit_metadata(
