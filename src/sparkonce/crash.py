@@ -16,6 +16,8 @@ Points used by sparkonce:
     the streaming sink made the Delta commit for a batch, Spark has not yet written ``commits/N``.
 ``mid_write``
     an executor task wrote part of its data file(s) for a batch; nothing is committed.
+``mid_read``
+    an executor task of the Kafka source read part of its offset range for a batch.
 ``between_fanout_tables``
     a fan-out sink committed the first table of a batch but not the next.
 ``inside_pg_transaction``

@@ -1,7 +1,7 @@
 """Kafka offsets as they appear in checkpoints, and the broker's earliest/latest offsets.
 
 Spark's Kafka source stores ``{"topic": {"partition": next offset to read}}`` as each ``offsets/N`` line. The
-broker look-up uses confluent-kafka's ``Consumer.get_watermark_offsets``; it runs in the CLI process only.
+broker look-up uses the Kafka source's fetch-confirmed offsets; it runs in the CLI process only.
 """
 
 from __future__ import annotations
@@ -61,23 +61,19 @@ def fetch_watermarks(
     Raises:
         BrokerError: The broker is unreachable or does not know a partition.
     """
-    from confluent_kafka import KafkaException
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from sparkonce.kafka.offsets import TopicPartition as KafkaPartition
+    from sparkonce.kafka.planner import broker_offsets
 
-    consumer = _consumer(bootstrap, timeout_s)
-    try:
-        result: dict[TopicPartition, tuple[int, int]] = {}
-        for topic, partition in partitions:
-            try:
-                low, high = consumer.get_watermark_offsets(
-                    KafkaTopicPartition(topic, partition), timeout=timeout_s, cached=False
-                )
-            except KafkaException as err:
-                raise BrokerError(f"broker {bootstrap}: cannot read offsets of {topic}-{partition}: {err}") from err
-            result[(topic, partition)] = (int(low), int(high))
-        return result
-    finally:
-        consumer.close()
+    wanted = [(str(topic), int(partition)) for topic, partition in partitions]
+    # broker_offsets confirms each end offset with a fetch: ListOffsets alone is wrong on the embedded broker.
+    found = broker_offsets(bootstrap, [KafkaPartition(t, p) for t, p in wanted], timeout_ms=int(timeout_s * 1000))
+    result: dict[TopicPartition, tuple[int, int]] = {}
+    for topic, partition in wanted:
+        offsets = found.get(KafkaPartition(topic, partition))
+        if offsets is None:
+            raise BrokerError(f"broker {bootstrap}: does not know partition {topic}-{partition}")
+        result[(topic, partition)] = (int(offsets[0]), int(offsets[1]))
+    return result
 
 
 def list_partitions(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> list[int]:
