@@ -102,6 +102,24 @@ def test_staging_rows_of_a_failed_attempt_are_cleared(spark: SparkSession, postg
     assert _staged(postgres, table) == 0
 
 
+@pytest.mark.spark
+def test_rows_staged_by_another_writer_abort_the_database_transaction(
+    spark: SparkSession, postgres: LocalPostgres
+) -> None:
+    import psycopg
+
+    table = postgres.unique_name("stray")
+    sink = PostgresSink(PostgresSinkOptions(dsn=postgres.dsn, table=table, app_id="app-s"))
+    batch = spark.createDataFrame([(i, "d", 1.0) for i in range(4)], SCHEMA)
+    sink.check(batch.schema)
+    staged = sink._load_staging(batch, "app-s", 0)
+    postgres.execute(f"INSERT INTO {table}_sparkonce_staging VALUES (7, 'zombie', 0, 'app-s', 0, 5, 0)")
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn, pytest.raises(SinkError, match="holds 5"):
+        sink._commit(conn, "app-s", 0, staged)
+    assert _rows(postgres, table) == []
+    assert _ledger(postgres, table) == []
+
+
 # -- crashes: SIGKILL the driver, restart on the same checkpoint ------------------------------------------------------
 
 

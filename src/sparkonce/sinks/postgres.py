@@ -383,6 +383,13 @@ class PostgresSink:
                 else:
                     skipped = False
                     moved = conn.execute(self._move_statement(target, staging), (app_id, batch_id)).rowcount
+                    if not self.options.keys and moved != staged:
+                        # Raised inside the database transaction: it rolls back, nothing of the batch is kept.
+                        raise SinkError(
+                            f"batch {batch_id} of app {app_id}: the executors staged {staged} rows but the staging "
+                            f"table {self.options.staging_name} holds {moved}: another writer loads the same batch; "
+                            "nothing was committed"
+                        )
                     conn.execute(
                         sql.SQL(
                             "INSERT INTO {} (app_id, batch_id, target_table, staged_rows, target_rows) "
