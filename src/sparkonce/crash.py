@@ -20,6 +20,8 @@ Points used by sparkonce:
     an executor task of the Kafka source read part of its offset range for a batch.
 ``between_fanout_tables``
     a fan-out sink committed the first table of a batch but not the next.
+``after_pg_staging_load``
+    the PostgreSQL sink's executors loaded the batch into the staging table; no database transaction ran yet.
 ``inside_pg_transaction``
     the PostgreSQL sink moved the staging rows into the target but has not committed the database transaction.
 ``after_gold_merge``

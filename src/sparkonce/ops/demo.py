@@ -5,7 +5,9 @@ checkpoint commit, restart, and prove from the table that no row is duplicated o
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,13 +56,18 @@ def write_json_batches(directory: Path, files: int, rows_per_file: int, *, start
     """Write ``files`` JSON-lines files of ``rows_per_file`` sensor rows with consecutive ids; return the ids."""
     directory.mkdir(parents=True, exist_ok=True)
     ids = []
+    # Spark's file source takes files in modification-time order: space them a second apart so that batch N
+    # always reads file N (files written in the same instant may be taken in any order).
+    base = time.time() - files - 10
     for f in range(files):
         lines = []
         for r in range(rows_per_file):
             row_id = start + f * rows_per_file + r
             ids.append(row_id)
             lines.append(json.dumps({"id": row_id, "device": f"dev-{row_id % 4}", "value": row_id / 10}))
-        (directory / f"input-{start + f:06d}.json").write_text("\n".join(lines) + "\n")
+        path = directory / f"input-{start + f:06d}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (base + start + f, base + start + f))
     return ids
 
 
