@@ -1,0 +1,456 @@
+"""The medallion pipeline: end-to-end throughput vs each stage's own ceiling, and gold merge cost vs table size.
+
+Run: ``.venv/bin/python benchmarks/bench_pipeline.py [--records 200000] [--batch 50000] [--partitions 2]
+[--gold-files 10,100,400] [--rows-per-file 1000] [--touched-keys 4] [--repeat 3] [--part all|throughput|gold]``.
+
+An embedded tansu broker is started (and stopped) in a temporary directory; ``--records`` sensor readings (1 %
+malformed) are produced once. One SparkSession (``local[2]``) serves every measurement; a small pipeline run
+first warms the JVM up.
+
+**(a) Throughput**, rows per second over the same records, same run:
+
+* ``end to end``: ``run_pipeline`` with the raw and bronze stages running concurrently, as ``sparkonce run`` does
+  (``processingTime = "1 second"``, ``max_offsets_per_trigger = --batch``), timed from the start until bronze +
+  quarantine hold every record;
+* ``source alone``: ``sparkonce.kafka`` (same ``maxOffsetsPerTrigger``) into Spark's ``noop`` sink, availableNow;
+* ``raw -> bronze alone``: the bronze stage alone (availableNow) on the raw table the end-to-end run filled, into
+  fresh bronze and quarantine tables;
+* ``Delta sink alone``: the raw table's rows pre-written as one Parquet file per raw batch, streamed with
+  ``maxFilesPerTrigger=1`` into the ``delta`` sink (``mergeSchema`` on, one txn per batch), availableNow.
+
+Every figure includes its query's start, as the pipeline's does. The ratio column is end-to-end rows/s divided by
+the line's rows/s: the end-to-end run can be no faster than its slowest stage, and both stages share 2 cores.
+
+**(b) Gold merge cost against table size**: gold tables of ``--gold-files`` files of ``--rows-per-file`` rows each
+(key ranges narrow per file, as the merge writes them); one batch updating ``--touched-keys`` existing keys spread
+over the key space (so one file each) plus as many new keys, merged with
+:func:`sparkonce.delta.merge.merge_latest` (after one warm-up merge on a tiny table). Prints seconds (best of
+``--repeat``, each a new batch), candidate
+files, files rewritten, files in the table. The cost should follow the files touched, not the table size.
+
+Prints tables; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from sparkonce.delta.commit import table_exists
+from sparkonce.pipeline.config import PipelineConfig, load_pipeline
+from sparkonce.pipeline.run import run_pipeline
+from sparkonce.pipeline.stages import table_rows
+from sparkonce.services.broker import start_broker, stop_broker
+from sparkonce.services.producer import produce_sensor_readings
+from sparkonce.spark import local_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+console = Console(width=140)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    what: str
+    rows: int
+    seconds: float
+    batches: str
+    raw_seconds: float = math.nan
+    """End to end only: when the raw table held every record."""
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class MergeCost:
+    table_files: int
+    table_rows: int
+    seconds: float
+    candidate_files: int
+    files_removed: int
+    files_added: int
+    rows_copied: int
+    rows_updated: int
+    rows_inserted: int
+
+
+# -- (a) throughput -----------------------------------------------------------------------------------------------
+
+
+def pipeline_file(
+    directory: Path, bootstrap: str, topic: str, *, batch: int, trigger: str, raw_table: Path | None = None
+) -> PipelineConfig:
+    """Write a raw + bronze pipeline under ``directory`` (``raw_table``: read an existing raw table instead)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    raw = str(raw_table) if raw_table is not None else "tables/raw"
+    text = f'''name = "bench"
+
+[source]
+bootstrap_servers = "{bootstrap}"
+topic = "{topic}"
+max_offsets_per_trigger = {batch}
+
+[stages.raw]
+table = "{raw}"
+checkpoint = "checkpoints/raw"
+trigger = {trigger}
+
+[stages.bronze]
+table = "tables/bronze"
+checkpoint = "checkpoints/bronze"
+quarantine = "tables/quarantine"
+schema = "device_id STRING, reading_time TIMESTAMP, value DOUBLE"
+required = ["device_id", "reading_time", "value"]
+trigger = {trigger}
+'''
+    path = directory / "pipeline.toml"
+    path.write_text(text, encoding="utf-8")
+    return load_pipeline(path)
+
+
+def end_to_end(spark: SparkSession, config: PipelineConfig, records: int, *, deadline_s: float) -> Throughput:
+    """Raw and bronze running concurrently; the time until bronze + quarantine hold ``records`` rows."""
+    assert config.bronze is not None
+    stop = threading.Event()
+    failure: list[BaseException] = []
+    batches: list[int] = []
+
+    def run() -> None:
+        try:
+            result = run_pipeline(config, spark=spark, stop=stop, poll_seconds=0.5)
+            batches.extend(s.batches for s in result.stages if s.stage == "bronze")
+        except BaseException as err:  # reported by the main thread
+            failure.append(err)
+
+    started = time.monotonic()
+    worker = threading.Thread(target=run, name="bench-pipeline")
+    worker.start()
+    seconds = raw_seconds = math.inf
+    try:
+        while time.monotonic() - started < deadline_s and worker.is_alive():
+            if raw_seconds == math.inf and _rows(config.raw.table) >= records:
+                raw_seconds = time.monotonic() - started
+            if _rows(config.bronze.table) + _rows(config.bronze.quarantine) >= records:
+                seconds = time.monotonic() - started
+                break
+            time.sleep(0.25)  # polls the tables' file stats; the measurement ends at the first poll that sees all
+    finally:
+        stop.set()
+        worker.join()
+    if failure:
+        raise failure[0]
+    raw_batches = len([p for p in (Path(config.raw.checkpoint) / "commits").iterdir() if p.name.isdigit()])
+    return Throughput(
+        "end to end (raw + bronze, concurrent)",
+        records,
+        seconds,
+        f"{raw_batches} raw, {sum(batches)} bronze",
+        raw_seconds,
+    )
+
+
+def _rows(table: str) -> int:
+    return table_rows(table) if table_exists(table) else 0  # each stage creates its tables when it starts
+
+
+def source_alone(spark: SparkSession, config: PipelineConfig, checkpoint: Path) -> Throughput:
+    """The Kafka source into the noop sink, same options as the raw stage."""
+    started = time.monotonic()
+    query = (
+        spark.readStream.format("sparkonce.kafka")
+        .options(**config.source.spark_options())
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    progress = query.recentProgress
+    rows = sum(int(p.numInputRows) for p in progress)
+    batches = str(len([p for p in progress if p.numInputRows]))
+    return Throughput("source alone (Kafka -> noop)", rows, seconds, batches)
+
+
+def bronze_alone(spark: SparkSession, config: PipelineConfig, records: int) -> Throughput:
+    """The bronze stage alone (availableNow) on a pre-filled raw table."""
+    result = run_pipeline(config, stages=["bronze"], spark=spark)
+    assert config.bronze is not None
+    rows = _rows(config.bronze.table) + _rows(config.bronze.quarantine)
+    if rows != records:
+        console.print(f"[yellow]bronze alone wrote {rows} rows, expected {records}[/]")
+    return Throughput("raw -> bronze alone (pre-filled raw)", rows, result.seconds, str(result.stages[0].batches))
+
+
+def sink_alone(spark: SparkSession, raw_table: str, work: Path, batches: int) -> Throughput:
+    """Parquet files in the raw table's shape (one per raw batch) streamed into the Delta sink."""
+    source = work / "sink-input"
+    rows = spark.read.format("delta").load(raw_table)
+    rows.repartition(batches).write.parquet(str(source))
+    total = spark.read.parquet(str(source)).count()
+    started = time.monotonic()
+    query = (
+        spark.readStream.schema(rows.schema)
+        .option("maxFilesPerTrigger", "1")
+        .parquet(str(source))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(work / "sink-checkpoint"))
+        .option("mergeSchema", "true")
+        .trigger(availableNow=True)
+        .start(str(work / "sink-table"))
+    )
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    return Throughput("Delta sink alone (Parquet -> delta)", total, seconds, str(len(query.recentProgress)))
+
+
+def warm_up(spark: SparkSession, bootstrap: str, work: Path) -> None:
+    """A small availableNow run of both stages, so the first measurement does not pay for JIT and imports."""
+    topic = "bench-warmup"
+    produce_sensor_readings(bootstrap, topic=topic, count=2000, partitions=2, malformed_share=0.05, seed=1)
+    config = pipeline_file(work / "warmup", bootstrap, topic, batch=1000, trigger="{ availableNow = true }")
+    run_pipeline(config, spark=spark)
+
+
+def throughput(spark: SparkSession, bootstrap: str, work: Path, args: argparse.Namespace) -> list[Throughput]:
+    topic = "bench-readings"
+    produced = produce_sensor_readings(
+        bootstrap, topic=topic, count=args.records, partitions=args.partitions, malformed_share=0.01, seed=42
+    )
+    console.print(f"produced {produced.records:,} records in {produced.seconds:.1f} s")
+    warm_up(spark, bootstrap, work)
+    e2e_config = pipeline_file(
+        work / "e2e", bootstrap, topic, batch=args.batch, trigger='{ processingTime = "1 second" }'
+    )
+    e2e = end_to_end(spark, e2e_config, args.records, deadline_s=args.timeout)
+    source = source_alone(spark, e2e_config, work / "noop-checkpoint")
+    alone_config = pipeline_file(
+        work / "bronze-alone",
+        bootstrap,
+        topic,
+        batch=args.batch,
+        trigger="{ availableNow = true }",
+        raw_table=Path(e2e_config.raw.table),
+    )
+    bronze = bronze_alone(spark, alone_config, args.records)
+    sink = sink_alone(spark, e2e_config.raw.table, work, max(1, math.ceil(args.records / args.batch)))
+    return [e2e, source, bronze, sink]
+
+
+def print_throughput(results: list[Throughput]) -> None:
+    e2e = results[0]
+    table = Table(title="(a) Kafka -> raw -> bronze vs each stage's ceiling (same run)")
+    for column in ("measurement", "rows", "batches", "seconds", "rows/s", "end to end / this"):
+        table.add_column(column, justify="left" if column == "measurement" else "right")
+    for r in results:
+        table.add_row(
+            r.what,
+            f"{r.rows:,}",
+            r.batches,
+            f"{r.seconds:.2f}",
+            f"{r.rows_per_second:,.0f}",
+            f"{e2e.rows_per_second / r.rows_per_second:.2f}x",
+        )
+    console.print(table)
+    if math.isfinite(e2e.raw_seconds):
+        console.print(
+            f"end to end: raw held every record after {e2e.raw_seconds:.2f} s, bronze + quarantine after "
+            f"{e2e.seconds:.2f} s"
+        )
+
+
+# -- (b) gold merge cost -----------------------------------------------------------------------------------------
+
+GOLD_DDL = (
+    "device_id STRING, reading_time TIMESTAMP, value DOUBLE, _topic STRING, _partition INT, _offset BIGINT, "
+    "_kafka_timestamp TIMESTAMP"
+)
+
+
+def build_gold(spark: SparkSession, path: Path, files: int, rows_per_file: int) -> int:
+    """A gold table of ``files`` files with ``rows_per_file`` rows each and narrow key ranges per file."""
+    import pyspark.sql.functions as F
+
+    rows = files * rows_per_file
+    frame = spark.range(rows).select(
+        F.format_string("sensor-%09d", F.col("id") * 2).alias("device_id"),
+        F.timestamp_seconds(F.lit(1_780_000_000) + F.col("id") % 1000).alias("reading_time"),
+        (F.col("id") % 97).cast("double").alias("value"),
+        F.lit("readings").alias("_topic"),
+        F.lit(0).cast("int").alias("_partition"),
+        F.col("id").alias("_offset"),
+        F.timestamp_seconds(F.lit(1_780_000_000)).alias("_kafka_timestamp"),
+    )
+    frame.repartitionByRange(files, "device_id").sortWithinPartitions("device_id").write.format("delta").mode(
+        "append"
+    ).save(str(path))
+    return rows
+
+
+def merge_batch(spark: SparkSession, total_rows: int, touched: int, round_: int):  # type: ignore[no-untyped-def]
+    """``touched`` existing keys spread over the key space (newer readings) and ``touched`` new keys."""
+    step = total_rows // touched
+    existing = [(i * step + step // 2 + round_) * 2 for i in range(touched)]
+    new = [(i * step + round_) * 2 + 1 for i in range(touched)]  # odd ids: not in the table
+    rows = [
+        (f"sensor-{k:09d}", 1_790_000_000 + round_, float(round_), "readings", 0, 10**9 + i, 1_790_000_000)
+        for i, k in enumerate(existing + new)
+    ]
+    frame = spark.createDataFrame(
+        rows, "device_id string, t long, value double, _topic string, _partition int, _offset long, kt long"
+    )
+    import pyspark.sql.functions as F
+
+    return frame.select(
+        "device_id",
+        F.timestamp_seconds("t").alias("reading_time"),
+        "value",
+        "_topic",
+        "_partition",
+        "_offset",
+        F.timestamp_seconds("kt").alias("_kafka_timestamp"),
+    )
+
+
+def gold_costs(spark: SparkSession, work: Path, args: argparse.Namespace) -> list[MergeCost]:
+    from sparkonce.delta.commit import BatchTxn
+    from sparkonce.delta.merge import merge_latest
+
+    warm = work / "gold-warm-up"  # the first merge in a JVM pays for code loading: not part of any figure
+    merge_latest(
+        merge_batch(spark, build_gold(spark, warm, 2, 100), 2, 0),
+        str(warm),
+        keys=["device_id"],
+        order_by=["reading_time"],
+        txn=BatchTxn("bench-gold", 0),
+    )
+    costs = []
+    for files in args.gold_files:
+        path = work / f"gold-{files}"
+        rows = build_gold(spark, path, files, args.rows_per_file)
+        best: MergeCost | None = None
+        for round_ in range(args.repeat):
+            batch = merge_batch(spark, rows, args.touched_keys, round_)
+            started = time.monotonic()
+            result = merge_latest(
+                batch,
+                str(path),
+                keys=["device_id"],
+                order_by=["reading_time"],
+                txn=BatchTxn("bench-gold", round_),
+                target_file_rows=args.rows_per_file,
+            )
+            cost = MergeCost(
+                table_files=result.table_files,
+                table_rows=rows,
+                seconds=time.monotonic() - started,
+                candidate_files=result.candidate_files,
+                files_removed=result.files_removed,
+                files_added=result.files_added,
+                rows_copied=result.rows_copied,
+                rows_updated=result.rows_updated,
+                rows_inserted=result.rows_inserted,
+            )
+            if best is None or cost.seconds < best.seconds:
+                best = cost
+        assert best is not None
+        costs.append(best)
+        shutil.rmtree(path, ignore_errors=True)
+    return costs
+
+
+def print_gold(costs: list[MergeCost], args: argparse.Namespace) -> None:
+    table = Table(
+        title=(
+            f"(b) gold merge: {args.touched_keys} updated + {args.touched_keys} new keys per batch, "
+            f"{args.rows_per_file:,} rows per file (best of {args.repeat})"
+        )
+    )
+    for column in (
+        "files in table",
+        "rows in table",
+        "candidate files",
+        "files rewritten",
+        "files added",
+        "rows copied",
+        "rows updated / inserted",
+        "seconds",
+        "vs smallest table",
+    ):
+        table.add_column(column, justify="right")
+    base = costs[0].seconds if costs else 1.0
+    for c in costs:
+        table.add_row(
+            f"{c.table_files:,}",
+            f"{c.table_rows:,}",
+            str(c.candidate_files),
+            str(c.files_removed),
+            str(c.files_added),
+            f"{c.rows_copied:,}",
+            f"{c.rows_updated} / {c.rows_inserted}",
+            f"{c.seconds:.2f}",
+            f"{c.seconds / base:.2f}x",
+        )
+    console.print(table)
+
+
+# -- main --------------------------------------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--records", type=int, default=200_000, help="records produced for (a)")
+    parser.add_argument("--batch", type=int, default=50_000, help="maxOffsetsPerTrigger of the raw stage")
+    parser.add_argument("--partitions", type=int, default=2, help="partitions of the topic")
+    parser.add_argument(
+        "--gold-files",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[10, 100, 400],
+        help="comma-separated gold table sizes in files",
+    )
+    parser.add_argument("--rows-per-file", type=int, default=1000, help="rows per gold file")
+    parser.add_argument("--touched-keys", type=int, default=4, help="existing keys updated per merge batch")
+    parser.add_argument("--repeat", type=int, default=3, help="merge batches per gold table (best kept)")
+    parser.add_argument("--part", choices=("all", "throughput", "gold"), default="all")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds the end-to-end run may take")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    broker_dir = work / "broker"
+    try:
+        spark = local_session(app_name="bench-pipeline", extra_conf={"spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        if args.part in ("all", "throughput"):
+            info = start_broker(state_dir=broker_dir)
+            try:
+                print_throughput(throughput(spark, info.bootstrap, work, args))
+            finally:
+                stop_broker(state_dir=broker_dir)
+        if args.part in ("all", "gold"):
+            print_gold(gold_costs(spark, work, args), args)
+        spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    console.print(f"total {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
