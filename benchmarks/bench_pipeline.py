@@ -25,8 +25,8 @@ the line's rows/s: the end-to-end run can be no faster than its slowest stage, a
 (key ranges narrow per file, as the merge writes them); one batch updating ``--touched-keys`` existing keys spread
 over the key space (so one file each) plus as many new keys, merged with
 :func:`sparkonce.delta.merge.merge_latest` (after one warm-up merge on a tiny table). Prints seconds (best of
-``--repeat``, each a new batch), candidate
-files, files rewritten, files in the table. The cost should follow the files touched, not the table size.
+``--repeat``, each a new batch), candidate files, files rewritten, files in the table. The cost should follow the
+files touched, not the table size.
 
 Prints tables; asserts nothing.
 """
