@@ -1,0 +1,89 @@
+"""``sparkonce run``: a clean stop on SIGTERM after the current batch, and bad input refused before data moves."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sparkonce.cli.main import cli
+from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.defaults import quickstart_pipeline
+from sparkonce.services.producer import produce_sensor_readings
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+
+def _continuous(text: str) -> str:
+    """The quickstart pipeline with processing-time triggers: it runs until it is told to stop."""
+    return text.replace("trigger = { availableNow = true }", 'trigger = { processingTime = "1 second" }')
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)  # polling interval, bounded by the deadline
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_sigterm_stops_every_stage_after_its_current_batch(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    topic = broker.unique_topic("run")
+    produce_sensor_readings(broker.bootstrap, topic=topic, count=300, partitions=2, malformed_share=0.0, seed=5)
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(_continuous(quickstart_pipeline(broker.bootstrap, topic=topic, max_offsets_per_trigger=50)))
+    config = load_pipeline(pipeline)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkonce.cli.main", "run", str(pipeline), "--plain"],
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    try:
+        gold_commits = Path(config.gold.checkpoint) / "commits"
+        _wait_for(lambda: gold_commits.is_dir() and any(gold_commits.iterdir()), 300, "a gold checkpoint commit")
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    for stage in (config.raw, config.bronze, config.gold):
+        ck = Path(stage.checkpoint)
+        planned = {p.name for p in (ck / "offsets").iterdir() if p.name.isdigit()}
+        committed = {p.name for p in (ck / "commits").iterdir() if p.name.isdigit()}
+        assert planned == committed, f"{ck}: a batch was left planned but not committed by the stop"
+
+
+def test_unreachable_broker_and_non_delta_table_refused_before_data_moves(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    runner = CliRunner()
+    dead = tmp_path / "dead" / "pipeline.toml"
+    dead.parent.mkdir()
+    dead.write_text(quickstart_pipeline("127.0.0.1:1", topic="nowhere"))
+    result = runner.invoke(cli, ["run", str(dead), "--plain"])
+    assert result.exit_code == 3, result.output
+    assert "127.0.0.1:1" in result.output
+    assert not (dead.parent / "tables").exists() and not (dead.parent / "checkpoints").exists()
+
+    topic = broker.unique_topic("notdelta")
+    broker.create_topic(topic, partitions=1)
+    bad = tmp_path / "bad" / "pipeline.toml"
+    bad.parent.mkdir()
+    bad.write_text(quickstart_pipeline(broker.bootstrap, topic=topic))
+    (bad.parent / "tables" / "raw").mkdir(parents=True)
+    (bad.parent / "tables" / "raw" / "notes.txt").write_text("not a Delta table")
+    result = runner.invoke(cli, ["run", str(bad), "--plain"])
+    assert result.exit_code != 0, result.output
+    assert "not a Delta table" in result.output
+    assert not (bad.parent / "tables" / "raw" / "_delta_log").exists()
