@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check src tests benchmarks
+.venv/bin/mypy src/sparkonce
 exec .venv/bin/pytest "$@"
