@@ -26,7 +26,7 @@ import pyarrow as pa
 from sparkonce._types import TableVersion
 from sparkonce.delta.files import WrittenFile, remove_files
 from sparkonce.delta.schema import delta_fields, reconcile, table_fields
-from sparkonce.errors import CommitConflictError, DeltaLogError, SchemaMismatchError
+from sparkonce.errors import CommitConflictError, DeltaLogError, OptionError, SchemaMismatchError
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,6 @@ def commit_files(
     overwrite_schema: bool = False,
     custom_metadata: Mapping[str, Any] | None = None,
     max_attempts: int = 100,
-    before_commit: Any = None,
     removes: Iterable[RemovedFile] = (),
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
@@ -141,7 +140,7 @@ def commit_files(
     files = list(files)
     removes = list(removes)
     if removes and mode != "append":
-        raise ValueError("removes are only valid with mode='append' (an overwrite removes every file already)")
+        raise OptionError("mode", mode, "removes go with mode append (an overwrite removes every file already)")
     table_root = _local_root(table_uri)
     partition_by = tuple(partition_by)
     _ensure_table(table_uri, data_schema, partition_by)
@@ -183,8 +182,6 @@ def commit_files(
             max_commit_retries=0,
             app_transactions=[Transaction(txn.app_id, txn.txn_version, int(time.time() * 1000))] if txn else None,
         )
-        if before_commit is not None:
-            before_commit()
         try:
             table.create_write_transaction(
                 actions, mode, schema, partition_by=list(table_partitions), commit_properties=properties

@@ -6,6 +6,8 @@ batch writer, streaming sink and streaming source. Options: see ``docs/delta.md`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -71,11 +73,11 @@ class SparkonceDeltaDataSource(DeltaDataSource):
         return "sparkonce.delta"
 
 
-def _is_batch_read(options: object) -> bool:
+def _is_batch_read(options: Mapping[str, str]) -> bool:
+    """True when the options ask for time travel (only batch reads take it)."""
     from sparkonce.options import lookup
 
-    assert isinstance(options, dict) or hasattr(options, "items")
-    return any(lookup(options, key) is not None for key in ("versionAsOf", "timestampAsOf"))  # type: ignore[arg-type]
+    return any(lookup(options, key) is not None for key in ("versionAsOf", "timestampAsOf"))
 
 
 __all__ = ["DeltaDataSource", "SparkonceDeltaDataSource"]
