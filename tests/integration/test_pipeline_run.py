@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,29 +37,34 @@ def _wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-
 
 
 def test_sigterm_stops_every_stage_after_its_current_batch(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Runs with the live terminal display (a terminal is forced), which must show batch ids and partition lag."""
     topic = broker.unique_topic("run")
     produce_sensor_readings(broker.bootstrap, topic=topic, count=300, partitions=2, malformed_share=0.0, seed=5)
     pipeline = tmp_path / "pipeline.toml"
     pipeline.write_text(_continuous(quickstart_pipeline(broker.bootstrap, topic=topic, max_offsets_per_trigger=50)))
     config = load_pipeline(pipeline)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sparkonce.cli.main", "run", str(pipeline), "--plain"],
+        [sys.executable, "-m", "sparkonce.cli.main", "run", str(pipeline)],
         cwd=str(REPO),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "TTY_COMPATIBLE": "1", "COLUMNS": "160"},
     )
     try:
         gold_commits = Path(config.gold.checkpoint) / "commits"
         _wait_for(lambda: gold_commits.is_dir() and any(gold_commits.iterdir()), 300, "a gold checkpoint commit")
         proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=180)
+        out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, err[-3000:]
+    assert "SIGTERM: stopping after the current batch" in out
+    assert "sparkonce run" in out and "rows/s" in out
+    assert re.search(r"lag 0:\d+, 1:\d+", out), out[-2000:]  # raw's lag per Kafka partition
+    assert "quickstart: stopped" in out
     for stage in (config.raw, config.bronze, config.gold):
         ck = Path(stage.checkpoint)
         planned = {p.name for p in (ck / "offsets").iterdir() if p.name.isdigit()}
