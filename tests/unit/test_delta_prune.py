@@ -33,3 +33,19 @@ def _files() -> list[DataFile]:
 def test_prune(flt: object, kept: list[str]) -> None:
     files = prune(_files(), [flt], ["p", "n", "d"])  # type: ignore[list-item]
     assert [f.path.rsplit("/", 1)[1].split(".")[0] for f in files] == kept
+
+
+def test_plan_partitions_uses_every_core_and_caps_task_size() -> None:
+    from sparkonce.delta.reader import plan_partitions
+
+    small = [DataFile(f"/t/{i}.parquet", 1_000_000, {}) for i in range(5)]
+    assert [len(p.files) for p in plan_partitions(small, parallelism=2)] == [3, 2]
+    assert len(plan_partitions(small[:1], parallelism=4)) == 1
+    assert plan_partitions([], parallelism=2) == []
+    big = [DataFile(f"/t/{i}.parquet", 100, {}) for i in range(10)]
+    assert len(plan_partitions(big, parallelism=2, target_bytes=250)) == 4  # 1000 bytes / 250 per task
+    planned = plan_partitions(small, parallelism=2)
+    assert sorted(f.path for p in planned for f in p.files) == sorted(f.path for f in small)
+    assert [[f.path for f in p.files] for p in planned] == [
+        [f.path for f in p.files] for p in plan_partitions(small, parallelism=2)
+    ]

@@ -234,20 +234,25 @@ def _matches(flt: Filter, value: Any) -> bool:
     return True
 
 
-def plan_partitions(files: Sequence[DataFile], *, target_bytes: int = TARGET_SPLIT_BYTES) -> list[FilesPartition]:
-    """Pack files into tasks of about ``target_bytes`` each (largest first)."""
-    partitions: list[FilesPartition] = []
-    current: list[DataFile] = []
-    size = 0
-    for data_file in sorted(files, key=lambda f: -f.size):
-        if current and size + data_file.size > target_bytes:
-            partitions.append(FilesPartition(current))
-            current, size = [], 0
-        current.append(data_file)
-        size += data_file.size
-    if current:
-        partitions.append(FilesPartition(current))
-    return partitions
+def plan_partitions(
+    files: Sequence[DataFile], *, target_bytes: int = TARGET_SPLIT_BYTES, parallelism: int | None = None
+) -> list[FilesPartition]:
+    """Spread files over tasks: at least ``parallelism`` tasks when there are that many files (so every core
+    works, as Spark's own file sources do), more when the data exceeds ``target_bytes`` per task. Files are
+    placed largest first into the lightest task; the order is deterministic for the same files.
+    """
+    if not files:
+        return []
+    cores = parallelism if parallelism is not None else (os.cpu_count() or 1)
+    total = sum(f.size for f in files)
+    tasks = min(len(files), max(cores, -(-total // target_bytes)))
+    bins: list[list[DataFile]] = [[] for _ in range(tasks)]
+    loads = [0] * tasks
+    for data_file in sorted(files, key=lambda f: (-f.size, f.path)):
+        lightest = min(range(tasks), key=lambda i: (loads[i], i))
+        bins[lightest].append(data_file)
+        loads[lightest] += data_file.size
+    return [FilesPartition(b) for b in bins if b]
 
 
 def read_files(files: Iterable[DataFile], scan: ScanSchema, *, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
