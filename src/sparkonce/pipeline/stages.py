@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -190,6 +191,13 @@ def _start_bronze(
     def process(batch: DataFrame, batch_id: int) -> None:
         write_bronze_batch(batch, batch_id, stage)
 
+    return _start_foreach_batch(source, process, config, stage)
+
+
+def _start_foreach_batch(
+    source: DataFrame, process: Callable[[DataFrame, int], None], config: PipelineConfig, stage: Stage
+) -> StreamingQuery:
+    """Start a stage whose batches are written by ``process`` (bronze, gold) on the stage's own checkpoint."""
     return (
         source.writeStream.foreachBatch(process)
         .queryName(query_name(config, stage))
@@ -365,13 +373,7 @@ def _start_gold(
     def process(batch: DataFrame, batch_id: int) -> None:
         write_gold_batch(batch, batch_id, stage)
 
-    return (
-        source.writeStream.foreachBatch(process)
-        .queryName(query_name(config, stage))
-        .option("checkpointLocation", stage.checkpoint)
-        .trigger(**stage.trigger.spark_kwargs())
-        .start()
-    )
+    return _start_foreach_batch(source, process, config, stage)
 
 
 def write_gold_batch(batch: DataFrame, batch_id: int, stage: GoldStage, *, app_id: str | None = None) -> MergeResult:
