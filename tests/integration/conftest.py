@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
-from sparkonce.ops.demo import write_json_batches
+from sparkonce.ops.demo import table_ids, write_json_batches
 
 
 def write_input_files(directory: Path, files: int, rows_per_file: int, *, start: int = 0) -> list[int]:
@@ -17,10 +16,7 @@ def write_input_files(directory: Path, files: int, rows_per_file: int, *, start:
 
 def delta_ids(table: Path) -> list[int]:
     """All ids of a Delta table read through delta-rs (independent of our reader), sorted."""
-    from deltalake import DeltaTable
-
-    data = pa.table(DeltaTable(str(table)).to_pyarrow_table(columns=["id"]))
-    return sorted(data.column("id").to_pylist())
+    return sorted(table_ids(table))
 
 
 @pytest.fixture

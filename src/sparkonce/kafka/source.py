@@ -103,6 +103,22 @@ def _read_settings(options: KafkaOptions) -> ReadSettings:
     )
 
 
+def _input_partitions(
+    options: KafkaOptions, start: PartitionOffsets, end: PartitionOffsets, earliest: Any
+) -> list[KafkaInputPartition]:
+    """One Spark input partition per planned ``[start, end)`` range (driver; batch and streaming reads)."""
+    ranges = plan_ranges(
+        start, end, earliest, fail_on_data_loss=options.fail_on_data_loss, min_partitions=options.min_partitions
+    )
+    return [KafkaInputPartition(r) for r in ranges]
+
+
+def _read_partition(settings: ReadSettings, partition: InputPartition, schema: Any) -> Iterator[pa.RecordBatch]:
+    """Read one planned range (executor)."""
+    assert isinstance(partition, KafkaInputPartition)
+    return read_range(settings, partition.range, schema)
+
+
 class KafkaBatchReader(DataSourceReader):
     """Batch read between ``startingOffsets`` and ``endingOffsets``.
 
@@ -135,19 +151,11 @@ class KafkaBatchReader(DataSourceReader):
             earliest = planner.earliest(tps)
         finally:
             planner.close()
-        ranges = plan_ranges(
-            start,
-            end,
-            earliest,
-            fail_on_data_loss=self.options.fail_on_data_loss,
-            min_partitions=self.options.min_partitions,
-        )
-        return [KafkaInputPartition(r) for r in ranges]
+        return _input_partitions(self.options, start, end, earliest)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (executor)."""
-        assert isinstance(partition, KafkaInputPartition)
-        return read_range(self.settings, partition.range, self.schema)
+        return _read_partition(self.settings, partition, self.schema)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -239,19 +247,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         earliest = self.planner.earliest(end_offsets.partitions())
         # Initial-offset markers: -1 reads nothing in this batch (its end is where "latest" was resolved).
         begin = resolve_start(start_offsets, end_offsets.offsets, earliest)
-        ranges = plan_ranges(
-            begin,
-            end_offsets,
-            earliest,
-            fail_on_data_loss=self.options.fail_on_data_loss,
-            min_partitions=self.options.min_partitions,
-        )
-        return [KafkaInputPartition(r) for r in ranges]
+        return _input_partitions(self.options, begin, end_offsets, earliest)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (executor)."""
-        assert isinstance(partition, KafkaInputPartition)
-        return read_range(self.settings, partition.range, self.schema)
+        return _read_partition(self.settings, partition, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Source commit: nothing to do; Kafka consumer groups are never written (the checkpoint rules)."""
