@@ -1,5 +1,5 @@
 """Shared fixtures. One local SparkSession per test run; real Delta tables in tmp dirs; fixture files from
-../shared/fixtures (set SPARKONCE_FIXTURES to point elsewhere)."""
+tests/fixtures (Delta's and Spark's Apache-2.0 test resources, see its README; SPARKONCE_FIXTURES points elsewhere)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("SPARKONCE_FIXTURES", REPO.parent / "shared" / "fixtures"))
+FIXTURES = Path(os.environ.get("SPARKONCE_FIXTURES", REPO / "tests" / "fixtures"))
 
 pytest_plugins: list[str] = ["tests.fixtures_broker", "tests.fixtures_postgres"]
 
@@ -22,7 +22,7 @@ pytest_plugins: list[str] = ["tests.fixtures_broker", "tests.fixtures_postgres"]
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     if not FIXTURES.is_dir():
-        pytest.fail(f"fixture folder {FIXTURES} is missing: clone the repo with ../shared beside it")
+        pytest.fail(f"fixture folder {FIXTURES} is missing (tests/fixtures is part of the repository)")
     return FIXTURES
 
 

@@ -1,4 +1,4 @@
-"""Reading the real Delta-JVM-written tables of ../shared/fixtures/delta-tables: the same rows as delta-rs.
+"""Reading the real Delta-JVM-written tables of tests/fixtures/delta-tables: the same rows as delta-rs.
 
 A table using a feature that sparkonce cannot honour must fail with an error naming the feature, never return
 wrong rows.
