@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 
 from sparkonce.checkpoint import OffsetSeqMetadata, format_commit, format_metadata, format_offsets, read_checkpoint
 from sparkonce.delta.log import DeltaLog
+from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.ops.doctor import diagnose
-from sparkonce.ops.verify import OffsetRange, verify_table
+from sparkonce.ops.verify import verify_table
 
 QUERY_ID = "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9"
 CONF = {
@@ -216,7 +217,7 @@ def bench_verify(rows: int, work: Path) -> None:
     )
     write_deltalake(str(table), dup, mode="append")
     gen = time.perf_counter() - start
-    expected = [OffsetRange("events", p, 0, per + 5) for p in range(partitions)]
+    expected = [OffsetRange(TopicPartition("events", p), 0, per + 5) for p in range(partitions)]
     elapsed, report = timed(lambda: verify_table(table, expected=expected))
     print(
         f"verify: {report.rows_scanned:,} rows in {report.files_read} files (generated in {gen:.1f}s): "

@@ -11,6 +11,7 @@ __all__ = [
     "CheckpointError",
     "CommitConflictError",
     "DeltaLogError",
+    "DriverError",
     "OptionError",
     "PipelineConfigError",
     "SchemaMismatchError",
@@ -59,6 +60,10 @@ class CommitConflictError(SparkonceError):
 
 class CheckpointError(SparkonceError):
     """A Spark checkpoint directory is missing, unreadable or inconsistent."""
+
+
+class DriverError(SparkonceError):
+    """A driver process that sparkonce started (demo, quickstart) failed; the message holds its exit code and log."""
 
 
 class SourceOffsetError(SparkonceError):

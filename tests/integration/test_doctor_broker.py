@@ -10,8 +10,9 @@ from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
 from sparkonce.errors import BrokerError
+from sparkonce.kafka.offsets import TopicPartition
 from sparkonce.ops.doctor import diagnose
-from sparkonce.ops.kafka_offsets import fetch_watermarks, list_partitions
+from sparkonce.ops.watermarks import fetch_watermarks, list_partitions
 from sparkonce.services.broker import free_port
 from tests.fixtures_broker import EmbeddedBroker, numbered
 from tests.unit.doctor_helpers import make_checkpoint, raw_rows, stream_commit
@@ -30,7 +31,8 @@ def topic(broker: EmbeddedBroker) -> str:
 
 def test_watermarks_and_partitions(broker: EmbeddedBroker, topic: str) -> None:
     assert list_partitions(broker.bootstrap, topic) == [0, 1]
-    assert fetch_watermarks(broker.bootstrap, [(topic, 0), (topic, 1)]) == {(topic, 0): (0, 10), (topic, 1): (0, 10)}
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    assert fetch_watermarks(broker.bootstrap, [tp0, tp1]) == {tp0: (0, 10), tp1: (0, 10)}
 
 
 def test_doctor_kafka_offsets_beyond_latest(broker: EmbeddedBroker, topic: str, tmp_path: Path) -> None:
@@ -70,4 +72,4 @@ def test_verify_against_topic(broker: EmbeddedBroker, topic: str, tmp_path: Path
 def test_unreachable_broker(tmp_path: Path) -> None:
     dead = f"127.0.0.1:{free_port()}"
     with pytest.raises(BrokerError):
-        fetch_watermarks(dead, [("t", 0)], timeout_s=1.0)
+        fetch_watermarks(dead, [TopicPartition("t", 0)], timeout_s=1.0)

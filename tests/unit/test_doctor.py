@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,9 +11,10 @@ import pytest
 from deltalake import CommitProperties, Transaction, write_deltalake
 
 from sparkonce.checkpoint import read_checkpoint
-from sparkonce.errors import CheckpointError, TableNotFoundError
-from sparkonce.ops.doctor import DoctorReport, diagnose, parse_interval_ms
-from sparkonce.ops.kafka_offsets import TopicPartition
+from sparkonce.delta.interval import parse_interval_ms
+from sparkonce.errors import CheckpointError, DeltaLogError, TableNotFoundError
+from sparkonce.kafka.offsets import TopicPartition
+from sparkonce.ops.doctor import DoctorReport, diagnose
 from tests.unit.doctor_helpers import make_checkpoint, raw_rows, stream_commit
 
 QID = "11111111-2222-3333-4444-555555555555"
@@ -237,6 +239,20 @@ def test_txn_retention(tmp_path: Path, age_days: int, code: str, severity: str) 
     assert finding.details["retention_ms"] == 7 * 86_400_000
 
 
+def test_invalid_txn_retention_is_a_finding_naming_the_property(tmp_path: Path) -> None:
+    table = tmp_path / "raw"
+    write_deltalake(
+        str(table),
+        raw_rows("events", 0, range(10)),
+        configuration={"delta.setTransactionRetentionDuration": "soon"},
+        commit_properties=CommitProperties(app_transactions=[Transaction(QID, 0, NOW)]),
+    )
+    cp = make_checkpoint(tmp_path / "cp", planned=[0, 1], committed=[0])
+    (finding,) = [f for f in run(cp, table).findings if f.code == "table-property-invalid"]
+    assert finding.severity == "error"
+    assert "delta.setTransactionRetentionDuration = 'soon'" in finding.message
+
+
 def test_orphan_files_with_bytes(tmp_path: Path) -> None:
     table = tmp_path / "raw"
     write_batches(table, QID, range(2))
@@ -320,10 +336,10 @@ def fake_broker(marks: dict[TopicPartition, tuple[int, int]]):  # type: ignore[n
 @pytest.mark.parametrize(
     ("committed", "marks", "code"),
     [
-        (range(5), {("events", 0): (0, 100)}, None),
-        (range(5), {("events", 0): (70, 100)}, "kafka-offsets-expired"),  # next start is offset 50
-        (range(4), {("events", 0): (45, 100)}, "kafka-offsets-expired"),  # re-run of batch 4 starts at 40
-        (range(5), {("events", 0): (0, 20)}, "kafka-offsets-ahead"),
+        (range(5), {TopicPartition("events", 0): (0, 100)}, None),
+        (range(5), {TopicPartition("events", 0): (70, 100)}, "kafka-offsets-expired"),  # next start is offset 50
+        (range(4), {TopicPartition("events", 0): (45, 100)}, "kafka-offsets-expired"),  # re-run of batch 4 starts at 40
+        (range(5), {TopicPartition("events", 0): (0, 20)}, "kafka-offsets-ahead"),
         (range(5), {}, "kafka-partition-missing"),
     ],
 )
@@ -355,11 +371,19 @@ def test_kafka_fixture_offsets(fixtures_dir: Path) -> None:
         ("interval 7 days", 7 * 86_400_000),
         ("interval 1 hour 30 minutes", 5_400_000),
         ("2 weeks", 1_209_600_000),
-        ("soon", None),
+        ("INTERVAL 1 Day", 86_400_000),
     ],
 )
-def test_parse_interval(text: str, ms: int | None) -> None:
-    assert parse_interval_ms(text) == ms
+def test_parse_interval(text: str, ms: int) -> None:
+    assert parse_interval_ms(text, name="delta.x") == ms
+
+
+@pytest.mark.parametrize(
+    "text", ["soon", "", "interval", "7", "interval 7 fortnights", "-1 day", "nan hours", "1 day 2"]
+)
+def test_parse_interval_refuses_bad_input_naming_property_and_value(text: str) -> None:
+    with pytest.raises(DeltaLogError, match=rf"delta\.setTransactionRetentionDuration = {re.escape(repr(text))}"):
+        parse_interval_ms(text, name="delta.setTransactionRetentionDuration")
 
 
 @pytest.mark.parametrize(("mode", "flagged"), [("auto", True), ("full", True), ("window", False)])

@@ -9,7 +9,8 @@ import pytest
 from deltalake import write_deltalake
 
 from sparkonce.errors import OptionError, TableNotFoundError
-from sparkonce.ops.verify import OffsetRange, parse_range, verify_table
+from sparkonce.kafka.offsets import OffsetRange, TopicPartition
+from sparkonce.ops.verify import parse_range, verify_table
 from tests.unit.doctor_helpers import raw_rows, stream_commit
 
 QID = "q-verify"
@@ -27,7 +28,10 @@ def raw_table(tmp_path: Path) -> Path:
 
 
 def test_duplicates_missing_and_coverage(raw_table: Path) -> None:
-    report = verify_table(raw_table, expected=[OffsetRange("events", 0, 0, 25), OffsetRange("events", 1, 0, 8)])
+    report = verify_table(
+        raw_table,
+        expected=[OffsetRange(TopicPartition("events", 0), 0, 25), OffsetRange(TopicPartition("events", 1), 0, 8)],
+    )
     assert report.rows_scanned == 31 and report.files_read == 4 and report.table_version == 3
     p0, p1 = report.partitions
     assert (p0.min_offset, p0.max_offset, p0.rows, p0.distinct_offsets) == (0, 19, 25, 20)
@@ -45,7 +49,7 @@ def test_clean_table(tmp_path: Path) -> None:
     table = tmp_path / "raw"
     stream_commit(table, QID, 0, raw_rows("events", 0, range(0, 50)))
     stream_commit(table, QID, 1, raw_rows("events", 0, range(50, 100)))
-    report = verify_table(table, expected=[OffsetRange("events", 0, 0, 100)])
+    report = verify_table(table, expected=[OffsetRange(TopicPartition("events", 0), 0, 100)])
     (p,) = report.partitions
     assert p.ok and report.findings == () and report.severity is None
 
@@ -53,11 +57,11 @@ def test_clean_table(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("expected", "missing", "unexpected"),
     [
-        (OffsetRange("events", 0, 0, 100), 0, 0),
-        (OffsetRange("events", 0, 20, 100), 0, 0),  # offsets below the range (retention) are fine
-        (OffsetRange("events", 0, 0, 120), 20, 0),
-        (OffsetRange("events", 0, 0, 90), 0, 10),
-        (OffsetRange("events", 0, 0, 0), 0, 100),
+        (OffsetRange(TopicPartition("events", 0), 0, 100), 0, 0),
+        (OffsetRange(TopicPartition("events", 0), 20, 100), 0, 0),  # offsets below the range (retention) are fine
+        (OffsetRange(TopicPartition("events", 0), 0, 120), 20, 0),
+        (OffsetRange(TopicPartition("events", 0), 0, 90), 0, 10),
+        (OffsetRange(TopicPartition("events", 0), 0, 0), 0, 100),
     ],
 )
 def test_expected_range_edges(tmp_path: Path, expected: OffsetRange, missing: int, unexpected: int) -> None:
@@ -70,7 +74,7 @@ def test_expected_range_edges(tmp_path: Path, expected: OffsetRange, missing: in
 def test_partition_without_rows_is_all_missing(tmp_path: Path) -> None:
     table = tmp_path / "raw"
     stream_commit(table, QID, 0, raw_rows("events", 0, range(10)))
-    report = verify_table(table, expected=[OffsetRange("events", 3, 5, 9)])
+    report = verify_table(table, expected=[OffsetRange(TopicPartition("events", 3), 5, 9)])
     p3 = next(p for p in report.partitions if p.partition == 3)
     assert (p3.rows, p3.missing_offsets, p3.missing_ranges, p3.min_offset) == (0, 4, ((5, 9),), None)
 
@@ -82,7 +86,7 @@ def test_partitioned_by_topic_and_removed_files(tmp_path: Path) -> None:
     write_deltalake(str(table), raw_rows("b", 0, range(3)), mode="append", partition_by=["topic"])
     write_deltalake(str(table), raw_rows("a", 0, range(5)), mode="append", partition_by=["topic"])
     write_deltalake(str(table), raw_rows("a", 0, range(5)), mode="overwrite", partition_by=["topic"])
-    report = verify_table(table, expected=[OffsetRange("a", 0, 0, 5)])
+    report = verify_table(table, expected=[OffsetRange(TopicPartition("a", 0), 0, 5)])
     assert [(p.topic, p.rows, p.duplicated_offsets) for p in report.partitions] == [("a", 5, 0)]
     older = verify_table(table, table_version=2)
     assert [(p.topic, p.rows, p.duplicated_offsets) for p in older.partitions] == [("a", 10, 5), ("b", 3, 0)]
@@ -110,7 +114,7 @@ def test_large_table_is_vectorised(tmp_path: Path) -> None:
     n = 200_000
     stream_commit(table, QID, 0, raw_rows("big", 0, range(n)))
     stream_commit(table, QID, 1, raw_rows("big", 0, range(n - 10, n + 5)))
-    (p,) = verify_table(table, expected=[OffsetRange("big", 0, 0, n + 10)]).partitions
+    (p,) = verify_table(table, expected=[OffsetRange(TopicPartition("big", 0), 0, n + 10)]).partitions
     assert (p.rows, p.duplicated_offsets, p.missing_offsets, p.missing_ranges) == (n + 15, 10, 5, ((n + 5, n + 10),))
 
 
@@ -122,8 +126,8 @@ def test_not_a_table(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("events:0:0-100", OffsetRange("events", 0, 0, 100)),
-        ("my:topic:3:5-5", OffsetRange("my:topic", 3, 5, 5)),
+        ("events:0:0-100", OffsetRange(TopicPartition("events", 0), 0, 100)),
+        ("my:topic:3:5-5", OffsetRange(TopicPartition("my:topic", 3), 5, 5)),
     ],
 )
 def test_parse_range(text: str, expected: OffsetRange) -> None:

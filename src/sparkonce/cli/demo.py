@@ -16,7 +16,8 @@ from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_js
     type=click.Path(path_type=Path),
     default=Path(".sparkonce/demo"),
     show_default=True,
-    help="Where the input files, the Delta table and the checkpoint go (wiped first).",
+    help="Where the input files, the Delta table and the checkpoint go (a folder sparkonce created is wiped "
+    "first; any other must be new or empty).",
 )
 @click.option("--batches", type=click.IntRange(2, 1000), default=4, show_default=True)
 @click.option("--rows-per-batch", type=click.IntRange(1), default=1000, show_default=True)

@@ -21,10 +21,11 @@ from sparkonce.cli.common import (
     print_json,
     to_jsonable,
 )
+from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.ops.doctor import DoctorReport, diagnose
 from sparkonce.ops.findings import SEVERITY_RANK, Finding
 from sparkonce.ops.history import table_history
-from sparkonce.ops.verify import OffsetRange, expected_from_watermarks, parse_range, verify_table
+from sparkonce.ops.verify import expected_from_watermarks, parse_range, verify_table
 
 __all__ = ["doctor", "history", "verify"]
 
@@ -177,9 +178,9 @@ def verify(table: Path, kafka: str | None, topics: tuple[str, ...], ranges: tupl
         raise click.UsageError("give --kafka BOOTSTRAP --topic T, or one or more --range")
     expected: list[OffsetRange] = [parse_range(r) for r in ranges]
     if kafka:
-        from sparkonce.ops.kafka_offsets import fetch_watermarks, list_partitions
+        from sparkonce.ops.watermarks import fetch_watermarks, list_partitions
 
-        partitions = [(t, p) for t in topics for p in list_partitions(kafka, t)]
+        partitions = [TopicPartition(t, p) for t in topics for p in list_partitions(kafka, t)]
         expected.extend(expected_from_watermarks(fetch_watermarks(kafka, partitions)))
     report = verify_table(table, expected=expected)
     if as_json:

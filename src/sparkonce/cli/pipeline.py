@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_json
+from sparkonce.pipeline.defaults import DEFAULT_WORK_DIR
 
 
 @click.command()
@@ -144,9 +145,10 @@ def replay(pipeline: Path, stage: str, as_of: str, master: str | None, yes: bool
 @click.option(
     "--work-dir",
     type=click.Path(path_type=Path),
-    default=Path(".sparkonce/quickstart"),
+    default=DEFAULT_WORK_DIR,
     show_default=True,
-    help="Where the broker state, pipeline file, tables and checkpoints go (wiped first).",
+    help="Where the broker state, pipeline file, tables and checkpoints go (a folder sparkonce created is wiped "
+    "first; any other must be new or empty).",
 )
 @click.option("--records", type=click.IntRange(100), default=3000, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")

@@ -17,25 +17,16 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass
 
 from sparkonce.delta.commit import load_table
-from sparkonce.errors import DeltaLogError, OptionError
+from sparkonce.delta.interval import parse_interval_ms
+from sparkonce.errors import OptionError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_HOURS = 168.0
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
-
-_INTERVAL_UNITS = {
-    "millisecond": 1 / 3_600_000,
-    "second": 1 / 3600,
-    "minute": 1 / 60,
-    "hour": 1.0,
-    "day": 24.0,
-    "week": 168.0,
-}
 
 
 @dataclass(frozen=True)
@@ -62,10 +53,7 @@ def retention_from_properties(configuration: dict[str, str | None]) -> float:
     raw = configuration.get(RETENTION_PROPERTY)
     if raw is None:
         return DEFAULT_RETENTION_HOURS
-    match = re.fullmatch(r"\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*", raw.lower())
-    if match is None or match.group(2) not in _INTERVAL_UNITS:
-        raise DeltaLogError(f"table property {RETENTION_PROPERTY} = {raw!r} is not an interval like 'interval 7 days'")
-    return float(match.group(1)) * _INTERVAL_UNITS[match.group(2)]
+    return parse_interval_ms(raw, name=RETENTION_PROPERTY) / 3_600_000
 
 
 def vacuum(

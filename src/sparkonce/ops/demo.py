@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -14,12 +13,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from sparkonce.ops.chaos import run_driver
+from sparkonce.errors import DriverError
+from sparkonce.ops.chaos import DriverRun, run_driver
+from sparkonce.ops.workdir import fresh_work_dir
 
 
 @dataclass(frozen=True)
 class CrashState:
-    """What the checkpoint and the table held right after the crash."""
+    """What the checkpoint and the table held right after the crash (plain data)."""
 
     planned_batch: int
     checkpoint_committed: bool
@@ -29,6 +30,8 @@ class CrashState:
 
 @dataclass(frozen=True)
 class DemoResult:
+    """Everything the demo checked (plain data; computed in the CLI process)."""
+
     work_dir: Path
     query_id: str
     crash_at: str
@@ -78,16 +81,32 @@ def table_ids(table: Path) -> list[int]:
     return list(pa.table(DeltaTable(str(table)).to_pyarrow_table(columns=["id"])).column("id").to_pylist())
 
 
+def require_success(run: DriverRun, *, what: str) -> None:
+    """Raise :class:`DriverError` with the exit code and the log's tail unless ``run`` exited with 0.
+
+    Raises:
+        DriverError: ``run`` failed.
+    """
+    if run.returncode != 0:
+        raise DriverError(f"{what} failed (exit {run.returncode}); the end of its log:\n{run.stderr[-4000:]}")
+
+
 def run_demo(work_dir: Path, *, batches: int = 4, rows_per_batch: int = 1000, crash_batch: int = 2) -> DemoResult:
-    """Run the demo in ``work_dir`` (wiped first). Needs a JDK; takes about a minute."""
-    if work_dir.exists():
-        shutil.rmtree(work_dir)
+    """Run the demo in ``work_dir`` (wiped first if sparkonce created it). Needs a JDK; takes about a minute.
+
+    Raises:
+        OptionError: ``work_dir`` is a folder sparkonce did not create and is not empty (nothing is deleted).
+        DriverError: The streaming driver failed other than by the planned crash.
+    """
+    work_dir = fresh_work_dir(work_dir, command="demo")
     inputs, table, checkpoint = work_dir / "input", work_dir / "table", work_dir / "checkpoint"
     expected = write_json_batches(inputs, batches, rows_per_batch)
     args = ["-m", "sparkonce.ops.stream_files", str(inputs), str(table), str(checkpoint)]
     crash_at = f"after_delta_commit:{crash_batch}"
 
     first = run_driver(args, crash_at=crash_at)
+    if not first.killed:
+        require_success(first, what="the first driver run (before the crash point fired)")
     query_id = json.loads((checkpoint / "metadata").read_text())["id"]
     from deltalake import DeltaTable
 
@@ -97,9 +116,7 @@ def run_demo(work_dir: Path, *, batches: int = 4, rows_per_batch: int = 1000, cr
         table_txn_version=DeltaTable(str(table)).transaction_version(query_id),
         rows_in_table=len(table_ids(table)),
     )
-    second = run_driver(args)
-    if second.returncode != 0:
-        raise RuntimeError(f"the restarted driver failed (exit {second.returncode}):\n{second.stderr[-4000:]}")
+    require_success(run_driver(args), what="the restarted driver")
     ids = table_ids(table)
     counts = Counter(ids)
     from sparkonce.delta.log import DeltaLog
@@ -125,4 +142,4 @@ def run_demo(work_dir: Path, *, batches: int = 4, rows_per_batch: int = 1000, cr
     )
 
 
-__all__ = ["CrashState", "DemoResult", "run_demo", "table_ids", "write_json_batches"]
+__all__ = ["CrashState", "DemoResult", "require_success", "run_demo", "table_ids", "write_json_batches"]

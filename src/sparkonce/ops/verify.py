@@ -15,13 +15,12 @@ from dataclasses import dataclass
 
 from sparkonce.delta.log import DeltaLog, Snapshot
 from sparkonce.errors import DeltaLogError, OptionError
+from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.ops.findings import Finding, Severity, worst_severity
-from sparkonce.ops.kafka_offsets import TopicPartition
 
 __all__ = [
     "DuplicateOffset",
     "expected_from_watermarks",
-    "OffsetRange",
     "PartitionReport",
     "VerifyReport",
     "parse_range",
@@ -29,16 +28,6 @@ __all__ = [
 ]
 
 _MAX_DETAILS = 100
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """Offsets expected in the table for one topic-partition: ``start`` inclusive, ``end`` exclusive."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
 
 
 @dataclass(frozen=True)
@@ -112,7 +101,7 @@ def parse_range(text: str) -> OffsetRange:
         start_s, dash, end_s = rest.partition("-")
         if not dash:
             raise ValueError("expected start-end after the partition")
-        result = OffsetRange(head, int(partition), int(start_s), int(end_s))
+        result = OffsetRange(TopicPartition(head, int(partition)), int(start_s), int(end_s))
     except ValueError as err:
         raise OptionError("--range", text, f"{err}; e.g. events:0:0-1000 (end exclusive)") from err
     if result.end < result.start or result.start < 0:
@@ -250,7 +239,7 @@ def verify_table(
         )
     versions = _file_versions(log, snapshot) if rows else {}
 
-    expected_map: dict[TopicPartition, OffsetRange] = {(r.topic, r.partition): r for r in expected}
+    expected_map: dict[TopicPartition, OffsetRange] = {r.tp: r for r in expected}
     # Group rows by topic-partition with one stable argsort of an int64 key, then sort each partition's
     # offsets: duplicates are runs of equal offsets, holes are gaps between distinct ones. All NumPy.
     encoded = pc.dictionary_encode(table["t"]).combine_chunks()
@@ -268,10 +257,9 @@ def verify_table(
     slices: dict[TopicPartition, tuple[int, int]] = {}
     for a, b in zip(starts.tolist(), ends.tolist()):
         k = int(sorted_keys[a])
-        slices[(topics[k >> 32], int(np.int32(np.int64(k & 0xFFFFFFFF))))] = (a, b)
+        slices[TopicPartition(topics[k >> 32], int(np.int32(np.int64(k & 0xFFFFFFFF))))] = (a, b)
     reports: list[PartitionReport] = []
     for tp in sorted(set(slices) | set(expected_map)):
-        topic, partition = tp
         a, b = slices.get(tp, (0, 0))
         rows_idx = order[a:b]
         offs = np.sort(o_np[rows_idx], kind="stable")
@@ -313,8 +301,8 @@ def verify_table(
                 )
         reports.append(
             PartitionReport(
-                topic=topic,
-                partition=partition,
+                topic=tp.topic,
+                partition=tp.partition,
                 expected_start=want.start if want else None,
                 expected_end=want.end if want else None,
                 min_offset=int(offs[0]) if len(offs) else None,
@@ -396,5 +384,5 @@ def _findings(table: str, reports: list[PartitionReport]) -> list[Finding]:
 def expected_from_watermarks(
     marks: Mapping[TopicPartition, tuple[int, int]],
 ) -> list[OffsetRange]:
-    """Turn broker watermarks ``{(topic, partition): (earliest, latest)}`` into expected ranges."""
-    return [OffsetRange(t, p, low, high) for (t, p), (low, high) in sorted(marks.items())]
+    """Turn broker watermarks ``{TopicPartition: (earliest, latest)}`` into expected ranges."""
+    return [OffsetRange(tp, low, high) for tp, (low, high) in sorted(marks.items())]

@@ -10,7 +10,6 @@ row per device. Runs in the CLI process; the pipeline runs in child processes (s
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 
 from sparkonce.ops.chaos import DriverRun, run_driver
-from sparkonce.pipeline.config import load_pipeline
+from sparkonce.ops.workdir import fresh_work_dir
+from sparkonce.pipeline.config import GoldStage, load_pipeline
 from sparkonce.pipeline.defaults import write_quickstart_pipeline
 
 
@@ -78,18 +78,16 @@ def run_quickstart(
     crash_at: str = "after_delta_commit:2",
     timeout: float = 900.0,
 ) -> QuickstartResult:
-    """Run the quickstart in ``work_dir`` (wiped first). Needs a JDK; takes a few minutes on 2 cores.
+    """Run the quickstart in ``work_dir`` (wiped first if sparkonce created it). Needs a JDK; takes a few minutes.
 
     Raises:
+        OptionError: ``work_dir`` is a folder sparkonce did not create and is not empty (nothing is deleted).
         BrokerError: the embedded broker cannot start.
     """
     from sparkonce.services.broker import start_broker, stop_broker
     from sparkonce.services.producer import produce_sensor_readings
 
-    work_dir = work_dir.absolute()
-    if work_dir.exists():
-        shutil.rmtree(work_dir)
-    work_dir.mkdir(parents=True)
+    work_dir = fresh_work_dir(work_dir, command="quickstart")
     broker_dir = work_dir / "broker"
     info = start_broker(state_dir=broker_dir)
     try:
@@ -128,14 +126,14 @@ def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, Any]
     from deltalake import DeltaTable
 
     from sparkonce.kafka import broker_offsets
-    from sparkonce.kafka.offsets import TopicPartition
-    from sparkonce.ops.kafka_offsets import list_partitions
-    from sparkonce.ops.verify import OffsetRange, verify_table
+    from sparkonce.kafka.offsets import OffsetRange, TopicPartition
+    from sparkonce.ops.verify import verify_table
+    from sparkonce.ops.watermarks import list_partitions
 
     config = load_pipeline(pipeline_file)
     topic = config.source.topic
     ends = broker_offsets(bootstrap, [TopicPartition(topic, p) for p in list_partitions(bootstrap, topic)])
-    expected = [OffsetRange(tp.topic, tp.partition, low, high) for tp, (low, high) in sorted(ends.items())]
+    expected = [OffsetRange(tp, low, high) for tp, (low, high) in sorted(ends.items())]
     report = verify_table(config.raw.table, expected=expected)
     tables = [("raw", config.raw.table)]
     bronze = quarantine = None
@@ -186,10 +184,10 @@ def _keys(table: pa.Table) -> list[tuple[str, int, int]]:
     )
 
 
-def _gold_mismatches(bronze: pa.Table, gold: pa.Table, stage: object) -> int:
+def _gold_mismatches(bronze: pa.Table, gold: pa.Table, stage: GoldStage) -> int:
     """Keys whose gold row differs from the latest bronze row by ``order_by`` (then ``_offset``)."""
-    keys = list(stage.keys)  # type: ignore[attr-defined]
-    order = [*stage.order_by, "_offset"]  # type: ignore[attr-defined]
+    keys = list(stage.keys)
+    order = [*stage.order_by, "_offset"]
     ranked = bronze.sort_by([(c, "descending") for c in order])
     expected: dict[tuple[object, ...], dict[str, object]] = {}
     for row in ranked.to_pylist():

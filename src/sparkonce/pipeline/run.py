@@ -253,7 +253,7 @@ class _Monitor:
             return
         self._last_broker_poll = time.monotonic()
         from sparkonce.kafka import broker_offsets
-        from sparkonce.ops.kafka_offsets import list_partitions
+        from sparkonce.ops.watermarks import list_partitions
 
         try:
             partitions = list_partitions(self.config.source.bootstrap_servers, self.config.source.topic, timeout_s=3)

@@ -1,7 +1,6 @@
-"""Kafka offsets as they appear in checkpoints, and the broker's earliest/latest offsets.
+"""The broker's earliest and latest offsets, and a topic's partitions, for ``doctor`` and ``verify``.
 
-Spark's Kafka source stores ``{"topic": {"partition": next offset to read}}`` as each ``offsets/N`` line. The
-broker look-up uses the Kafka source's fetch-confirmed offsets; it runs in the CLI process only.
+Offsets use the one Kafka offsets model, :mod:`sparkonce.kafka.offsets`. CLI/driver only: never on executors.
 """
 
 from __future__ import annotations
@@ -10,31 +9,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sparkonce.errors import BrokerError
+from sparkonce.kafka.offsets import TopicPartition
 
-__all__ = ["TopicPartition", "WatermarkFetcher", "fetch_watermarks", "kafka_offsets", "list_partitions"]
+__all__ = ["WatermarkFetcher", "fetch_watermarks", "list_partitions"]
 
-TopicPartition = tuple[str, int]
 WatermarkFetcher = Callable[[Iterable[TopicPartition]], dict[TopicPartition, tuple[int, int]]]
-"""Given topic-partitions, return ``{(topic, partition): (earliest, latest)}``; raises ``BrokerError``."""
-
-
-def kafka_offsets(value: Any) -> dict[TopicPartition, int] | None:
-    """Return ``{(topic, partition): offset}`` if ``value`` looks like a Kafka source offset, else
-    ``None``."""
-    if not isinstance(value, dict) or not value:
-        return None
-    out: dict[TopicPartition, int] = {}
-    for topic, partitions in value.items():
-        if not isinstance(partitions, dict) or not partitions:
-            return None
-        for partition, offset in partitions.items():
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                return None
-            try:
-                out[(str(topic), int(partition))] = offset
-            except ValueError:
-                return None
-    return out
+"""Given topic-partitions, return ``{TopicPartition: (earliest, latest)}``; raises ``BrokerError``."""
 
 
 def _consumer(bootstrap: str, timeout_s: float) -> Any:
@@ -56,24 +36,20 @@ def _consumer(bootstrap: str, timeout_s: float) -> Any:
 def fetch_watermarks(
     bootstrap: str, partitions: Iterable[TopicPartition], *, timeout_s: float = 10.0
 ) -> dict[TopicPartition, tuple[int, int]]:
-    """Return ``{(topic, partition): (earliest, latest)}`` from the broker at ``bootstrap``.
+    """Return ``{TopicPartition: (earliest, latest)}`` from the broker at ``bootstrap``.
 
     Raises:
         BrokerError: The broker is unreachable or does not know a partition.
     """
-    from sparkonce.kafka.offsets import TopicPartition as KafkaPartition
     from sparkonce.kafka.planner import broker_offsets
 
-    wanted = [(str(topic), int(partition)) for topic, partition in partitions]
+    wanted = sorted(set(partitions))
     # broker_offsets confirms each end offset with a fetch: ListOffsets alone is wrong on the embedded broker.
-    found = broker_offsets(bootstrap, [KafkaPartition(t, p) for t, p in wanted], timeout_ms=int(timeout_s * 1000))
-    result: dict[TopicPartition, tuple[int, int]] = {}
-    for topic, partition in wanted:
-        offsets = found.get(KafkaPartition(topic, partition))
-        if offsets is None:
-            raise BrokerError(f"broker {bootstrap}: does not know partition {topic}-{partition}")
-        result[(topic, partition)] = (int(offsets[0]), int(offsets[1]))
-    return result
+    found = broker_offsets(bootstrap, wanted, timeout_ms=int(timeout_s * 1000))
+    missing = [str(tp) for tp in wanted if tp not in found]
+    if missing:
+        raise BrokerError(f"broker {bootstrap}: does not know partition(s) {', '.join(missing)}")
+    return {tp: (int(found[tp][0]), int(found[tp][1])) for tp in wanted}
 
 
 def list_partitions(bootstrap: str, topic: str, *, timeout_s: float = 10.0) -> list[int]:

@@ -1,0 +1,69 @@
+"""The doctor's "next start" text: what restarting the query will do, in plain words. CLI/driver only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sparkonce.checkpoint.reader import CheckpointState
+from sparkonce.ops.doctor.delta import DeltaFacts
+
+__all__ = ["next_start_text"]
+
+
+def next_start_text(state: CheckpointState, delta: dict[Path, DeltaFacts]) -> str:
+    lp, lc, app = state.last_planned, state.last_committed, state.query_id
+    if state.is_empty:
+        text = "No batch has been planned yet: the next start plans batch 0 from the sources' starting offsets."
+        if not state.metadata_present:
+            text += " A new query id will be created."
+        return text
+    if lp is None:
+        return (
+            f"commits/ holds batches up to {lc} but offsets/ is empty: Spark cannot find the offsets to "
+            "resume from and will fail to start, or start over: unsafe."
+        )
+    sentences: list[str] = []
+    if lc is not None and lc >= lp:
+        sentences.append(
+            f"Batch {lp} is planned and committed: the next start plans batch {lp + 1} from the offsets "
+            f"where batch {lp} ended."
+        )
+        for table, facts in delta.items():
+            txn = facts.snapshot.txn_version(app) if app else None
+            if txn is None:
+                continue
+            if txn > lp:
+                sentences.append(
+                    f"But {table} already holds txn({app}, {txn}): the sink will skip batches "
+                    f"{lp + 1}-{txn} with their new data: data lost."
+                )
+            elif txn == lp:
+                sentences.append(f"{table} holds txn({app}, {txn}): checkpoint and table agree: safe.")
+        return " ".join(sentences)
+    sentences.append(f"Batch {lp} is planned but not committed: Spark will re-run it with the same offsets.")
+    if lp > 0 and state.offset_ids[0] == lp:
+        sentences.append(f"But offsets/{lp - 1} is missing, so Spark cannot find where it starts: it fails.")
+    if lc is not None and lp - lc > 1:
+        sentences.append(
+            f"Batches {lc + 1}-{lp - 1} are planned but not committed either; Spark treats them as done and "
+            "does not re-run them."
+        )
+    for table, facts in delta.items():
+        txn = facts.snapshot.txn_version(app) if app else None
+        if txn is None:
+            sentences.append(
+                f"{table} has no txn for query id {app}: the sink cannot tell whether batch {lp} was written."
+            )
+            continue
+        at = f" at table version {facts.txn_table_version}" if facts.txn_table_version is not None else ""
+        if txn >= lp:
+            sentences.append(
+                f"The table {table} already holds txn({app}, {txn}){at}, so the write will be skipped: safe."
+            )
+        else:
+            sentences.append(
+                f"The table {table} holds txn({app}, {txn}){at}, so batch {lp} will be written once: safe."
+            )
+            if lc is not None and txn < lp - 1:
+                sentences.append(f"But batches {txn + 1}-{lp - 1} never reached {table}: data lost.")
+    return " ".join(sentences)

@@ -1,0 +1,40 @@
+"""The doctor's batch timeline: each recent batch, planned/committed, with the table versions that hold it.
+
+CLI/driver only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from sparkonce.checkpoint.reader import CheckpointState
+from sparkonce.ops.doctor.delta import DeltaFacts
+from sparkonce.ops.doctor.report import BatchRow
+
+__all__ = ["timeline"]
+
+
+def timeline(state: CheckpointState, delta: dict[Path, DeltaFacts], window: int) -> tuple[BatchRow, ...]:
+    ids = sorted(set(state.offset_ids) | set(state.commit_ids))
+    if not ids:
+        return ()
+    ids = ids[-window:]
+    versions: dict[int, list[int]] = defaultdict(list)
+    rows: dict[int, int] = {}
+    app = state.query_id
+    for facts in delta.values():
+        for entry in facts.entries:
+            if entry.query_id == app and entry.batch_id is not None:
+                versions[entry.batch_id].append(entry.table_version)
+                if entry.added_rows is not None:
+                    rows[entry.batch_id] = rows.get(entry.batch_id, 0) + entry.added_rows
+    out = []
+    committed = set(state.commit_ids)
+    for b in ids:
+        offsets = state.offsets.get(b)
+        ts = offsets.metadata.batch_timestamp_ms if offsets and offsets.metadata else None
+        out.append(
+            BatchRow(b, b in state.offset_ids, b in committed, ts, tuple(sorted(versions.get(b, []))), rows.get(b))
+        )
+    return tuple(out)
