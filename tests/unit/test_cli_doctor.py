@@ -16,11 +16,8 @@ QID = "11111111-2222-3333-4444-555555555555"
 
 
 @pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    from sparkonce.cli import common
-
-    monkeypatch.setattr(common.console, "width", 250)  # rich tables would otherwise wrap ids at 80 columns
-    return CliRunner()
+def runner() -> CliRunner:
+    return CliRunner()  # output is not a terminal, as when piped: every value must be printed in full
 
 
 @pytest.fixture
@@ -174,3 +171,44 @@ def test_verify(runner: CliRunner, healthy: tuple[Path, Path]) -> None:
     assert data["kind"] == "verify" and data["partitions"][0]["rows"] == 30 and data["findings"] == []
     holes = runner.invoke(cli, ["verify", "--table", str(table), "--range", "events:0:0-35"])
     assert holes.exit_code == 1 and "offsets-missing" in holes.output
+
+
+# ------------------------------------------------------------------------------------------ piped output
+def line_with(output: str, *parts: str) -> str:
+    """The one output line holding every part (what `| grep` would find), or fail showing the output."""
+    lines = [line for line in output.splitlines() if all(p in line for p in parts)]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_piped_history_prints_each_commit_on_one_line(runner: CliRunner, healthy: tuple[Path, Path]) -> None:
+    _, table = healthy
+    result = runner.invoke(cli, ["history", str(table)])
+    assert result.exit_code == 0, result.output
+    for batch in range(3):
+        line = line_with(result.output, f" {batch} ", "STREAMING UPDATE", QID, f"{QID}={batch}")
+        assert line.split()[0] == str(batch)  # the table version leads the line
+    assert "│" not in result.output  # plain columns, no box drawing
+
+
+def test_piped_doctor_prints_findings_and_next_start_in_full(runner: CliRunner, tmp_path: Path) -> None:
+    long_dir = tmp_path / ("a-checkpoint-folder-with-a-long-name-" * 3)
+    cp = make_checkpoint(long_dir, planned=range(4), committed=range(2))
+    result = runner.invoke(cli, ["doctor", str(cp)])
+    assert result.exit_code == 1, result.output
+    line_with(result.output, "Next start:", "Batch 3 is planned but not committed", "does not re-run them.")
+    finding = line_with(result.output, "uncommitted-batches")
+    assert "batches 2-3 are planned but only batch 1 is committed" in finding
+    assert finding.rstrip().endswith("otherwise their data is lost")  # the fix column, not cut
+    line_with(result.output, f"checkpoint {cp}")
+
+
+def test_piped_verify_prints_full_rows(runner: CliRunner, tmp_path: Path) -> None:
+    table = tmp_path / "raw"
+    topic = "sensor-readings-from-the-north-building-" * 3
+    stream_commit(table, QID, 0, raw_rows(topic, 7, range(5)))
+    result = runner.invoke(cli, ["verify", "--table", str(table), "--range", f"{topic}:7:0-8"])
+    assert result.exit_code == 1, result.output
+    row = line_with(result.output, topic, "[0, 8)", "0..4")
+    assert row.split() == [topic, "7", "[0,", "8)", "0..4", "5", "0", "3", "0"]
+    line_with(result.output, "offsets-missing", f"{topic}-7: 3 offset(s) of [0, 8)")

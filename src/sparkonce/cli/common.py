@@ -1,4 +1,9 @@
-"""Shared CLI plumbing: exit codes, the error handler, the console and ``--json`` output."""
+"""Shared CLI plumbing: exit codes, the error handler, the console, tables and ``--json`` output.
+
+When stdout is not a terminal (piped to ``grep``, redirected to a file, click's test runner) nothing is wrapped or
+truncated: text lines keep their full length and tables print as plain aligned columns, one row per line, as
+``git`` and ``kubectl`` do. On a terminal, tables are rich tables fitted to its width.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
+from rich.table import Table
+from rich.text import Text
 
 from sparkonce.errors import (
     BrokerError,
@@ -29,8 +36,49 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+_UNWRAPPED_WIDTH = 1_000_000
+
+
+class _PipeAwareConsole(Console):
+    """A console that never wraps when its output is not a terminal (CLI process only)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(_UNWRAPPED_WIDTH, super().size.height)
+        return super().size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console: Console = _PipeAwareConsole(highlight=False)
+err_console: Console = _PipeAwareConsole(stderr=True, highlight=False)
+
+
+def print_table(table: Table) -> None:
+    """Print ``table``: a rich table on a terminal, else plain columns with every value in full on one line."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    header = [_plain(c.header) for c in table.columns]
+    cells = [[_plain(cell) for cell in c.cells] for c in table.columns]
+    rows = [header, *([col[i] for col in cells] for i in range(table.row_count))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    right = [c.justify == "right" for c in table.columns]
+    if table.title:
+        click.echo(_plain(table.title))
+    for row in rows:
+        parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(row, widths, right)]
+        click.echo("  ".join(parts).rstrip())
+
+
+def _plain(value: object) -> str:
+    """The text of a cell without rich markup or styles, newlines folded into spaces."""
+    text = value.plain if isinstance(value, Text) else Text.from_markup(str(value)).plain
+    return " ".join(text.splitlines())
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 

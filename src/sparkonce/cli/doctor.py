@@ -19,6 +19,7 @@ from sparkonce.cli.common import (
     console,
     handle_errors,
     print_json,
+    print_table,
     to_jsonable,
 )
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
@@ -56,7 +57,7 @@ def _print_findings(findings: tuple[Finding, ...]) -> None:
     table.add_column("fix")
     for f in sorted(findings, key=lambda f: -SEVERITY_RANK[f.severity]):
         table.add_row(f"[{_STYLE[f.severity]}]{f.severity}[/]", f.code, f.message, f.fix)
-    console.print(table)
+    print_table(table)
 
 
 def _print_doctor(report: DoctorReport) -> None:
@@ -158,7 +159,7 @@ def history(table: Path, limit: int | None, as_json: bool) -> None:
             f"+{e.num_added_files} -{e.num_removed_files}",
             ", ".join(f"{t.app_id}={t.txn_version}" for t in e.txns),
         )
-    console.print(out)
+    print_table(out)
 
 
 @click.command()
@@ -204,7 +205,7 @@ def verify(table: Path, kafka: str | None, topics: tuple[str, ...], ranges: tupl
                 _count(p.missing_offsets),
                 _count(p.unexpected_offsets),
             )
-        console.print(out)
+        print_table(out)
         for p in report.partitions:
             for d in p.duplicates[:5]:
                 console.print(

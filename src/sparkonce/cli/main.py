@@ -18,6 +18,7 @@ _COMMANDS: list[tuple[str, str]] = [
     ("sparkonce.cli.doctor", "doctor"),
     ("sparkonce.cli.doctor", "history"),
     ("sparkonce.cli.doctor", "verify"),
+    ("sparkonce.cli.vacuum", "vacuum"),
     ("sparkonce.cli.pipeline", "run"),
     ("sparkonce.cli.pipeline", "replay"),
     ("sparkonce.cli.pipeline", "quickstart"),

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_json
+from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_json, print_table
 from sparkonce.pipeline.defaults import DEFAULT_WORK_DIR
 
 
@@ -180,7 +180,7 @@ def quickstart(work_dir: Path, records: int, as_json: bool) -> None:
         table.add_column("path")
         for t in result.tables:
             table.add_row(t.table, str(t.rows), t.path)
-        console.print(table)
+        print_table(table)
         console.print(
             f"produced {result.produced} records ({result.malformed} malformed); quarantine reasons "
             f"{result.quarantine_reasons}"

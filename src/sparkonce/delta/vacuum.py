@@ -59,7 +59,7 @@ def retention_from_properties(configuration: dict[str, str | None]) -> float:
 def vacuum(
     path: str | os.PathLike[str],
     *,
-    retention_hours: float = DEFAULT_RETENTION_HOURS,
+    retention_hours: float | None = None,
     dry_run: bool = True,
     enforce_retention_duration: bool = True,
 ) -> VacuumResult:
@@ -68,7 +68,8 @@ def vacuum(
 
     Args:
         path: The table root.
-        retention_hours: Keep files removed, or written, less than this many hours ago.
+        retention_hours: Keep files removed, or written, less than this many hours ago (default: the table's
+            ``delta.deletedFileRetentionDuration``, 168 hours when unset, as Delta does).
         dry_run: Only list the files (the default: deleting is destructive).
         enforce_retention_duration: Refuse a retention below the table's ``delta.deletedFileRetentionDuration``
             (default 168 hours), as Delta does; a shorter retention can delete files that a running reader or
@@ -78,11 +79,13 @@ def vacuum(
         OptionError: ``retention_hours`` is negative, or below the table's retention while enforced.
         TableNotFoundError: ``path`` is not a Delta table.
     """
-    if retention_hours < 0:
+    if retention_hours is not None and retention_hours < 0:
         raise OptionError("retention_hours", retention_hours, "must be >= 0")
     table_path = os.fspath(path)
     table = load_table(table_path)
     minimum = retention_from_properties(dict(table.metadata().configuration))
+    if retention_hours is None:
+        retention_hours = minimum
     if enforce_retention_duration and retention_hours < minimum:
         raise OptionError(
             "retention_hours",

@@ -1,0 +1,71 @@
+"""``sparkonce vacuum`` through click's runner: lists without --yes, Delta's retention guard, deletes with --yes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from deltalake import DeltaTable, write_deltalake
+
+from sparkonce.cli.main import cli
+
+
+def _age(path: Path, hours: float) -> None:
+    when = time.time() - hours * 3600
+    os.utime(path, (when, when))
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    """A table with a 2-hour retention, an orphan 3 hours old and one written just now (a write in flight)."""
+    root = tmp_path / "table"
+    write_deltalake(
+        str(root), pa.table({"id": [1]}), configuration={"delta.deletedFileRetentionDuration": "interval 2 hours"}
+    )
+    (root / "orphan-of-a-failed-batch-with-a-long-name-0123456789abcdef.parquet").write_bytes(b"x" * 10)
+    _age(root / "orphan-of-a-failed-batch-with-a-long-name-0123456789abcdef.parquet", 3)
+    (root / "in-flight.parquet").write_bytes(b"y")
+    return root
+
+
+def test_without_yes_only_lists(table: Path) -> None:
+    result = CliRunner().invoke(cli, ["vacuum", str(table)])
+    assert result.exit_code == 0, result.output
+    assert "orphan-of-a-failed-batch-with-a-long-name-0123456789abcdef.parquet" in result.output.splitlines()
+    assert "Would delete 1 file(s), 10 bytes." in result.output and "--yes" in result.output
+    assert (table / "orphan-of-a-failed-batch-with-a-long-name-0123456789abcdef.parquet").exists()
+    dry = CliRunner().invoke(cli, ["vacuum", str(table), "--dry-run", "--yes"])
+    assert dry.exit_code == 0 and "Would delete 1 file(s)" in dry.output
+    assert (table / "orphan-of-a-failed-batch-with-a-long-name-0123456789abcdef.parquet").exists()
+
+
+def test_yes_deletes_with_the_tables_retention(table: Path) -> None:
+    result = CliRunner().invoke(cli, ["vacuum", str(table), "--yes", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["files"] == ["orphan-of-a-failed-batch-with-a-long-name-0123456789abcdef.parquet"]
+    assert data["retention_hours"] == 2.0 and data["dry_run"] is False
+    assert not (table / "orphan-of-a-failed-batch-with-a-long-name-0123456789abcdef.parquet").exists()
+    assert (table / "in-flight.parquet").exists()
+    assert DeltaTable(str(table)).to_pyarrow_table().column("id").to_pylist() == [1]
+
+
+def test_retention_guard(table: Path) -> None:
+    refused = CliRunner().invoke(cli, ["vacuum", str(table), "--retain-hours", "0", "--yes"])
+    assert refused.exit_code == 2, refused.output
+    assert "option '--retain-hours' = 0.0" in refused.output and "--no-retention-check" in refused.output
+    assert "delta.deletedFileRetentionDuration of 2 hours" in refused.output
+    assert (table / "in-flight.parquet").exists()
+    forced = CliRunner().invoke(cli, ["vacuum", str(table), "--retain-hours", "0", "--no-retention-check", "--yes"])
+    assert forced.exit_code == 0, forced.output
+    assert not (table / "in-flight.parquet").exists()
+
+
+def test_not_a_table_exits_3(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["vacuum", str(tmp_path)])
+    assert result.exit_code == 3, result.output
