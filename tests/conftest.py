@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("SPARKONCE_FIXTURES", REPO / "tests" / "fixtures"))
 
-pytest_plugins: list[str] = ["tests.fixtures_broker", "tests.fixtures_postgres"]
+pytest_plugins: list[str] = ["tests.fixtures_broker", "tests.fixtures_postgres", "tests.fixtures_storage"]
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "BrokerError",
     "CheckpointError",
+    "ClusterError",
     "CommitConflictError",
     "DeltaLogError",
     "DriverError",
@@ -18,6 +19,7 @@ __all__ = [
     "SinkError",
     "SourceOffsetError",
     "SparkonceError",
+    "StorageError",
     "TableNotFoundError",
     "UnsupportedFeatureError",
 ]
@@ -72,6 +74,14 @@ class SourceOffsetError(SparkonceError):
 
 class BrokerError(SparkonceError):
     """The Kafka broker is unreachable or refused a request."""
+
+
+class StorageError(SparkonceError):
+    """The object store is unreachable, refused a request, or its embedded server could not be managed."""
+
+
+class ClusterError(SparkonceError):
+    """The Spark cluster could not be started or reached, or its executors cannot run sparkonce."""
 
 
 class SinkError(SparkonceError):

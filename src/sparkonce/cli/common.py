@@ -25,9 +25,11 @@ from rich.text import Text
 from sparkonce.errors import (
     BrokerError,
     CheckpointError,
+    ClusterError,
     OptionError,
     PipelineConfigError,
     SparkonceError,
+    StorageError,
     TableNotFoundError,
 )
 
@@ -87,7 +89,7 @@ def exit_code_for(error: SparkonceError) -> int:
     """Map an error to the CLI's exit code: 2 usage, 3 something unreachable, 1 otherwise."""
     if isinstance(error, OptionError | PipelineConfigError):
         return EXIT_USAGE
-    if isinstance(error, BrokerError | TableNotFoundError | CheckpointError):
+    if isinstance(error, BrokerError | StorageError | ClusterError | TableNotFoundError | CheckpointError):
         return EXIT_UNREACHABLE
     return EXIT_FINDINGS
 

@@ -15,6 +15,7 @@ _COMMANDS: list[tuple[str, str]] = [
     ("sparkonce.cli.recover", "reset"),
     ("sparkonce.cli.broker", "broker"),
     ("sparkonce.cli.broker", "produce"),
+    ("sparkonce.cli.storage", "storage"),
     ("sparkonce.cli.doctor", "doctor"),
     ("sparkonce.cli.doctor", "history"),
     ("sparkonce.cli.doctor", "verify"),

@@ -20,8 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -30,12 +28,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sparkonce.errors import BrokerError
+from sparkonce.services.process import LOOPBACK, free_port, runs, terminate
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path(".sparkonce") / "broker"
 ENV_BINARY = "SPARKONCE_TANSU_BIN"
-LOOPBACK = "127.0.0.1"
 
 _PID_FILE = "broker.pid"
 _INFO_FILE = "broker.json"
@@ -103,13 +101,6 @@ def tansu_binary() -> Path:
     return path
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """Return a TCP port on ``host`` that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def start_broker(
     *,
     state_dir: Path | str = DEFAULT_STATE_DIR,
@@ -172,7 +163,7 @@ def start_broker(
     try:
         wait_until_ready(bootstrap, timeout=timeout, process=proc)
     except BrokerError:
-        _terminate(proc.pid, timeout=5.0)
+        terminate(proc.pid, timeout=5.0)
         _clear_info(state)
         raise
     log.info("started tansu broker pid %d on %s (state %s)", proc.pid, bootstrap, state)
@@ -211,7 +202,7 @@ def stop_broker(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 1
     if info is None or not _is_tansu(info.pid):
         _clear_info(state)
         return StopResult(state_dir=state, was_running=False, pid=info.pid if info else None, forced=False)
-    forced = _terminate(info.pid, timeout=timeout)
+    forced = terminate(info.pid, timeout=timeout)
     _clear_info(state)
     log.info("stopped tansu broker pid %d (%s)", info.pid, "killed" if forced else "terminated")
     return StopResult(state_dir=state, was_running=True, pid=info.pid, forced=forced)
@@ -322,47 +313,9 @@ def _wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> No
         time.sleep(0.05)
 
 
-def _terminate(pid: int, *, timeout: float) -> bool:
-    """SIGTERM ``pid``, wait up to ``timeout`` seconds, then SIGKILL; return True when it had to be killed."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return False
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return True
-
-
-def _alive(pid: int) -> bool:
-    # Reap it if it is our child (a broker started by this process), so it does not linger as a zombie.
-    with contextlib.suppress(ChildProcessError):
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-        if reaped == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _is_tansu(pid: int) -> bool:
     """True when ``pid`` is alive and runs a tansu binary (guards against a recycled pid)."""
-    if not _alive(pid):
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True  # no /proc (macOS): trust the pid file
-    return b"tansu" in cmdline
+    return runs(pid, b"tansu")
 
 
 def _read_info(state: Path) -> BrokerInfo | None:

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from sparkonce.errors import SinkError
+from sparkonce.services.process import LOOPBACK, free_port
 
 log = logging.getLogger(__name__)
 
 ENV_BIN_DIR = "SPARKONCE_PG_BIN"
 ENV_OS_USER = "SPARKONCE_PG_OS_USER"
-LOOPBACK = "127.0.0.1"
 ROLE = "sparkonce"
 DATABASE = "postgres"
 
@@ -103,15 +103,6 @@ def _major_version(path: Path) -> int:
         return int(path.parent.name.split(".")[0])
     except ValueError:
         return -1
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """Return a TCP port on ``host`` that is free right now."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def start_postgres(
