@@ -122,12 +122,15 @@ def commit_files(
     custom_metadata: Mapping[str, Any] | None = None,
     max_attempts: int = 100,
     removes: Iterable[RemovedFile] = (),
+    data_change: bool = True,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
     Creates the table from ``data_schema`` and ``partition_by`` when it does not exist yet. ``removes`` (append
     mode only) are files of the table that the same Delta commit removes: a rewrite replaces them with ``files``.
-    Each attempt checks that they are still active; a concurrent writer that removed one is a conflict.
+    Each attempt checks that they are still active; a concurrent writer that removed one is a conflict, while
+    a concurrent append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add`` and
+    ``remove`` as a rearrangement of rows already in the table (compaction), so streaming readers skip them.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -171,12 +174,12 @@ def commit_files(
             )
         schema = _schema_for_commit(table, table_uri, data_schema, mode, merge_schema, overwrite_schema)
         actions: list[Any] = [
-            AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats) for f in files
+            AddAction(f.path, f.size, f.partition_values, f.modification_time, data_change, f.stats) for f in files
         ]
         if removes:
             _check_still_active(table, table_uri, read_version, removes)
             now = int(time.time() * 1000)
-            actions += [RemoveAction(r.path, True, now, r.size, r.partition_values) for r in removes]
+            actions += [RemoveAction(r.path, data_change, now, r.size, r.partition_values) for r in removes]
         properties = CommitProperties(
             custom_metadata=dict(custom_metadata or {}),
             max_commit_retries=0,

@@ -512,6 +512,8 @@ def _entry_from_actions(table_version: int, actions: list[dict[str, Any]], path:
         operation = ours.get("operation", operation)
         params = dict(ours.get("operationParameters") or params)
     metrics = dict(commit_info.get("operationMetrics") or {})
+    if ours is not None and isinstance(ours.get("operationMetrics"), dict):
+        metrics = dict(ours["operationMetrics"])  # Delta's metric names for MERGE, DELETE, UPDATE, OPTIMIZE, ...
     timestamp = _as_int(commit_info.get("inCommitTimestamp", commit_info.get("timestamp")))
     if timestamp is None:
         try:

@@ -1,22 +1,23 @@
-"""Upsert of the latest row per key into a Delta table, rewriting only the files that hold changed keys.
+"""MERGE into a Delta table, rewriting only the files that hold changed rows.
 
-For one batch with ``txn(app_id, txn_version)`` (the gold stage's ``foreachBatch``):
+One engine, :func:`merge_into`, runs both the gold stage's rule (:func:`merge_latest`: the latest row per key)
+and ``DeltaTable.merge(...)``'s builder. For one merge (optionally with ``txn(app_id, txn_version)``):
 
-1. driver: skip the batch when the table's ``txn_version(app_id) >= txn_version`` (a replayed batch);
-2. Spark: keep the latest row per key of the batch (by ``order_by``, descending);
-3. driver: collect the batch's distinct keys and pick the *candidate* files whose key min/max stats (the ``add``
-   actions' stats) may hold one of them; files without stats are candidates;
-4. executors: read only the candidate files, join them with the batch: a batch row *wins* when its key is new, or
-   its ``order_by`` is later than the stored row's, or equal with different values. Only the files holding a
-   winning key's old row are *touched*; candidates without one are left alone;
-5. executors: write the touched files' surviving rows plus the winning rows into new files (range-partitioned
-   by key, so file key ranges stay narrow and step 3 stays selective);
-6. driver: ONE Delta commit of ``remove`` (touched files) + ``add`` (new files) + ``txn`` through
-   :func:`sparkonce.delta.commit.commit_files` (check-then-commit loop), with operation metrics recorded in
-   commitInfo. A batch that changes nothing still commits its ``txn`` (no file action).
+1. driver: skip it when the table's ``txn_version(app_id) >= txn_version`` (a replayed batch);
+2. driver: pick the *candidate* files. With equality keys in the condition (``t.k = s.k AND ...``, or the gold
+   rule's keys) the source's key values are collected to the driver (keys only, never whole rows) and only files
+   whose key min/max stats or partition values may hold one of them are read; files without stats are
+   candidates. Without keys, or with ``whenNotMatchedBySource`` clauses, every file is a candidate;
+3. executors: read the candidate files (each row tagged with its file and position) and join them with the
+   source on the condition; the first clause whose condition holds decides each pair: update, delete, insert;
+4. only the files holding a target row that a clause updates or deletes are *touched*: their other rows are
+   copied, and the touched files are replaced by new files (range-partitioned by the keys, so file key ranges
+   stay narrow and step 2 stays selective) holding the copies, the updated rows and the inserted rows;
+5. driver: ONE Delta commit of ``remove`` (touched files) + ``add`` (new files) + ``txn`` through
+   :func:`sparkonce.delta.rewrite.commit_rewrite`, with Delta's ``MERGE`` parameters and metrics. A merge that
+   changes nothing still commits its ``txn`` (no file action) so a replay is skipped.
 
-So a batch applied twice (under another app id) changes nothing and rewrites nothing; the cost of a batch grows
-with the files its keys touch, not with the table.
+So the cost of a merge grows with the files its keys touch, not with the table.
 """
 
 from __future__ import annotations
@@ -25,30 +26,61 @@ import bisect
 import json
 import logging
 import math
-import os
+import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce._types import TableVersion
-from sparkonce.delta.commit import BatchTxn, RemovedFile, commit_files, load_table, table_exists
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.commit import BatchTxn
+from sparkonce.delta.rewrite import (
+    FILE_COLUMN,
+    ROW_COLUMN,
+    TableFile,
+    TableSnapshot,
+    already_committed,
+    as_column,
+    commit_rewrite,
+    local_root,
+    open_snapshot,
+    read_rows,
+    sql_text,
+    write_rows,
+)
 from sparkonce.delta.schema import arrow_schema_for_spark
-from sparkonce.errors import SchemaMismatchError
+from sparkonce.errors import OptionError, SchemaMismatchError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
-FILE_COLUMN = "_sparkonce_file"
-_NO_FILES = pa.table(
-    {"path": pa.array([], pa.string()), "size_bytes": pa.array([], pa.int64()), "num_records": pa.array([], pa.int64())}
-)
-_WRITTEN_SCHEMA = "path string, size long, modification_time long, num_records long, stats string"
+ClauseKind = Literal["update", "delete", "insert"]
+ClauseWhen = Literal["matched", "notMatched", "notMatchedBySource"]
+
+_T_PRESENT = "_sparkonce_target_row"
+_S_PRESENT = "_sparkonce_source_row"
+_CLAUSE = "_sparkonce_clause"
+
+
+@dataclass(frozen=True)
+class MergeClause:
+    """One ``WHEN [NOT] MATCHED [BY SOURCE] [AND condition] THEN ...`` clause of a merge. Driver only."""
+
+    when: ClauseWhen
+    kind: ClauseKind
+    condition: str | Column | None = None
+    assignments: Mapping[str, str | Column] | None = None
+    """Target column -> SQL expression or Column; None for ``UPDATE SET *`` / ``INSERT *`` (columns by name)."""
+
+    def describe(self) -> dict[str, str]:
+        """The clause as Delta records it in ``operationParameters`` (``matchedPredicates``, ...)."""
+        out = {"actionType": self.kind if self.assignments is not None or self.kind == "delete" else f"{self.kind}Star"}
+        if self.condition is not None:
+            out["predicate"] = sql_text(self.condition)
+        return out
 
 
 @dataclass(frozen=True)
@@ -56,14 +88,13 @@ class MergeResult:
     """What one merge did (the numbers also go to the Delta commit's ``operationMetrics``)."""
 
     table_version: TableVersion | None
-    """The Delta commit made, or None when the batch was already in the table (skipped)."""
+    """The Delta commit made, or None when the merge was already in the table (skipped)."""
     skipped: bool
     source_rows: int
-    """Rows of the batch after keeping the latest per key (= distinct keys)."""
     table_files: int
     """Active files of the table before the merge."""
     candidate_files: int
-    """Files read because their key stats may hold a batch key."""
+    """Files read because their key stats may hold a source key."""
     files_removed: int
     """Files rewritten (removed and replaced)."""
     files_added: int
@@ -71,6 +102,198 @@ class MergeResult:
     rows_inserted: int
     rows_copied: int
     """Unchanged rows of the rewritten files, copied into the new files."""
+    rows_deleted: int = 0
+    metrics: dict[str, int] = field(default_factory=dict)
+    """Delta's ``MERGE`` operation metrics, as committed."""
+
+
+def _skipped(source_rows: int = 0, table_files: int = 0, candidates: int = 0) -> MergeResult:
+    return MergeResult(None, True, source_rows, table_files, candidates, 0, 0, 0, 0, 0)
+
+
+def merge_into(
+    source: DataFrame,
+    table_uri: str,
+    condition: str | Column,
+    clauses: Sequence[MergeClause],
+    *,
+    target_alias: str | None = None,
+    keys: Sequence[tuple[str, str]] | None = None,
+    txn: BatchTxn | None = None,
+    schema_evolution: bool = False,
+    target_file_rows: int = 100_000,
+    parameters: Mapping[str, Any] | None = None,
+    custom_metadata: Mapping[str, Any] | None = None,
+    create_from_source: bool = False,
+) -> MergeResult:
+    """Merge ``source`` into the Delta table at ``table_uri`` (Delta's ``MERGE INTO`` semantics), once per ``txn``.
+
+    Runs on the driver; reading and writing data files runs on executors.
+
+    Args:
+        source: The source rows (aliased as the condition names them).
+        table_uri: The target table.
+        condition: The join condition, SQL text or a Column.
+        clauses: In order; within each kind of match the first clause whose condition holds applies.
+        target_alias: The name the condition and clauses use for the target table.
+        keys: ``(target column, source column)`` pairs the condition equates; found in a SQL condition of
+            ``alias.col = alias.col`` conjuncts when None. They prune the files read and lay out new files.
+        txn: Skip the merge when the table's ``txn_version(app_id) >= txn_version``; commit the txn with it.
+        schema_evolution: ``UPDATE SET *`` / ``INSERT *`` add the source's new columns to the table.
+        target_file_rows: About this many rows per new file.
+        parameters: Extra ``operationParameters`` for the commit.
+        custom_metadata: Extra commitInfo fields.
+        create_from_source: Create the table from the source's schema when it does not exist (the gold stage).
+
+    Raises:
+        SchemaMismatchError: an ``*`` clause lacks a target column in the source, or adds columns without
+            ``schema_evolution``; two source rows modify one target row.
+        CommitConflictError: a concurrent writer rewrote a touched file, or too many lost races.
+    """
+    import pyspark.sql.functions as F
+
+    started = time.monotonic()
+    committed = already_committed(table_uri, txn)
+    if committed is not None and txn is not None:
+        log.info(
+            "merge into %s: already in the table (txn app_id=%s txn_version=%s >= %s)",
+            table_uri,
+            txn.app_id,
+            committed,
+            txn.txn_version,
+        )
+        return _skipped()
+    _check_clauses(clauses)
+    from sparkonce.delta.commit import table_exists
+
+    spark = source.sparkSession
+    snapshot: TableSnapshot | None = None
+    if table_exists(table_uri) or not create_from_source:
+        snapshot = open_snapshot(table_uri, operation="MERGE")
+        target_schema = snapshot.spark_schema()
+        partition_by: tuple[str, ...] = snapshot.partition_columns
+        root = snapshot.root
+    else:
+        target_schema = source.schema
+        partition_by = ()
+        root = local_root(table_uri)
+    files = list(snapshot.files) if snapshot is not None else []
+    target_columns = [f.name for f in target_schema.fields]
+    new_columns = _new_columns(source, target_columns, clauses, schema_evolution, table_uri)
+    if keys is None:
+        keys = equi_keys(condition, target_alias, target_columns, source.columns)
+
+    source = source.persist()
+    try:
+        source_rows, candidates = _candidates(source, files, keys, clauses, partition_by)
+        scan_started = time.monotonic()
+        target = read_rows(spark, snapshot, candidates) if snapshot is not None else _empty_target(spark, target_schema)
+        target = target.withColumn(_T_PRESENT, F.lit(True))
+        if target_alias:
+            target = target.alias(target_alias)
+        marked = source.withColumn(_S_PRESENT, F.lit(True))
+        cond = F.expr(condition) if isinstance(condition, str) else condition
+        joined = target.join(marked, on=cond, how=_join_type(clauses))
+        actions = _actions(joined, target, marked, clauses, target_schema, new_columns).persist()
+        try:
+            per_file = _count_actions(actions, clauses)
+            scan_ms = int((time.monotonic() - scan_started) * 1000)
+            counts = _tally(per_file, clauses)
+            touched_paths = sorted(counts.touched)
+            by_path = {f.path: f for f in candidates}
+            touched = [by_path[p] for p in touched_paths]
+            rewrite_started = time.monotonic()
+            written: list[Any] = []
+            columns = [*target_columns, *[c.name for c in new_columns]]
+            copied = sum(int(f.num_records or 0) for f in touched) - counts.target_rows_changed
+            if touched or counts.inserted:
+                changed = actions.where(F.col(_CLAUSE).isin(counts.writing_clauses)).select(*columns)
+                output = changed
+                if touched:
+                    modified = actions.where(F.col(FILE_COLUMN).isNotNull()).select(FILE_COLUMN, ROW_COLUMN)
+                    kept = (
+                        target.where(F.col(FILE_COLUMN).isin(touched_paths))
+                        .join(modified, on=[FILE_COLUMN, ROW_COLUMN], how="left_anti")
+                        .select(*target_columns, *[F.lit(None).cast(c.dataType).alias(c.name) for c in new_columns])
+                    )
+                    output = kept.unionByName(changed)
+                rows = copied + counts.updated + counts.inserted
+                n_files = max(1, math.ceil(rows / target_file_rows))
+                key_columns = [t for t, _ in keys]
+                if key_columns:
+                    output = output.repartitionByRange(n_files, *key_columns).sortWithinPartitions(*key_columns)
+                else:
+                    output = output.repartition(n_files)
+                written = write_rows(output, root, partition_by)
+            rewrite_ms = int((time.monotonic() - rewrite_started) * 1000)
+        finally:
+            actions.unpersist()
+    finally:
+        source.unpersist()
+
+    metrics = {
+        "numSourceRows": source_rows,
+        "numTargetRowsInserted": counts.inserted,
+        "numTargetRowsUpdated": counts.updated,
+        "numTargetRowsMatchedUpdated": counts.matched_updated,
+        "numTargetRowsNotMatchedBySourceUpdated": counts.updated - counts.matched_updated,
+        "numTargetRowsDeleted": counts.deleted,
+        "numTargetRowsMatchedDeleted": counts.matched_deleted,
+        "numTargetRowsNotMatchedBySourceDeleted": counts.deleted - counts.matched_deleted,
+        "numTargetRowsCopied": copied,
+        "numOutputRows": copied + counts.updated + counts.inserted,
+        "numTargetFilesAdded": len(written),
+        "numTargetFilesRemoved": len(touched),
+        "numTargetBytesAdded": sum(f.size for f in written),
+        "numTargetBytesRemoved": sum(f.size for f in touched),
+        "numTargetChangeFilesAdded": 0,
+        "numTargetFilesBefore": len(files),
+        "numCandidateFiles": len(candidates),
+        "executionTimeMs": int((time.monotonic() - started) * 1000),
+        "scanTimeMs": scan_ms,
+        "rewriteTimeMs": rewrite_ms,
+    }
+    params: dict[str, Any] = {
+        "predicate": json.dumps([sql_text(condition)]),
+        "matchedPredicates": json.dumps([c.describe() for c in clauses if c.when == "matched"]),
+        "notMatchedPredicates": json.dumps([c.describe() for c in clauses if c.when == "notMatched"]),
+        "notMatchedBySourcePredicates": json.dumps([c.describe() for c in clauses if c.when == "notMatchedBySource"]),
+    }
+    if txn is not None:
+        params.update(txnAppId=txn.app_id, txnVersion=txn.txn_version)
+    params.update(parameters or {})
+    result = commit_rewrite(
+        table_uri,
+        written,
+        touched,
+        data_schema=arrow_schema_for_spark(_output_schema(target_schema, new_columns)),
+        operation="MERGE",
+        parameters=params,
+        metrics=metrics,
+        txn=txn,
+        merge_schema=bool(new_columns),
+        custom_metadata=custom_metadata,
+    )
+    log.info("merge into %s (txn %s): table_version %s, %s", table_uri, txn, result.table_version, json.dumps(metrics))
+    if result.skipped:
+        return _skipped(source_rows, len(files), len(candidates))
+    return MergeResult(
+        table_version=result.table_version,
+        skipped=False,
+        source_rows=source_rows,
+        table_files=len(files),
+        candidate_files=len(candidates),
+        files_removed=len(touched),
+        files_added=len(written),
+        rows_updated=counts.updated,
+        rows_inserted=counts.inserted,
+        rows_copied=copied,
+        rows_deleted=counts.deleted,
+        metrics=metrics,
+    )
+
+
+# -- the gold rule -----------------------------------------------------------------------------------------------
 
 
 def latest_per_key(batch: DataFrame, keys: Sequence[str], order_by: Sequence[str]) -> DataFrame:
@@ -102,7 +325,9 @@ def merge_latest(
 ) -> MergeResult:
     """Upsert the latest row per key of ``batch`` into the Delta table at ``table_uri``, once per ``txn``.
 
-    Runs on the driver; the reads and writes of data files run on executors.
+    The gold stage's rule on :func:`merge_into`: a batch row replaces the stored row of its key when its
+    ``order_by`` is later, or equal with different values; a new key is inserted. A batch applied twice (under
+    another app id) changes nothing and rewrites nothing.
 
     Raises:
         SchemaMismatchError: the batch lacks a column of the table, has new ones without ``merge_schema``, or
@@ -111,116 +336,48 @@ def merge_latest(
     """
     import pyspark.sql.functions as F
 
-    from sparkonce.delta.writer import commit_metadata
+    from sparkonce.delta.commit import load_table, table_exists
 
-    root = _local_root(table_uri)
-    exists = table_exists(table_uri)
-    table = load_table(table_uri) if exists else None
-    if table is not None:
-        committed = table.transaction_version(txn.app_id)
-        if committed is not None and committed >= txn.txn_version:
-            log.info(
-                "merge into %s: batch already in the table (txn app_id=%s txn_version=%s >= %s, table_version %s)",
-                table_uri,
-                txn.app_id,
-                committed,
-                txn.txn_version,
-                table.version(),
-            )
-            return MergeResult(None, True, 0, 0, 0, 0, 0, 0, 0, 0)
+    committed = already_committed(table_uri, txn)
+    if committed is not None:
+        log.info(
+            "merge into %s: batch already in the table (txn app_id=%s txn_version=%s >= %s)",
+            table_uri,
+            txn.app_id,
+            committed,
+            txn.txn_version,
+        )
+        return _skipped()
+    table_columns = list(batch.columns)
+    if table_exists(table_uri):
+        table = load_table(table_uri)
         _check_columns(table, table_uri, batch.columns, merge_schema)
-
-    spark = batch.sparkSession
-    latest = latest_per_key(batch, keys, order_by).persist()
-    try:
-        batch_keys = latest.select(*keys).toArrow()
-        source_rows = batch_keys.num_rows
-        files = _active_files(table) if table is not None else _NO_FILES
-        candidates = _candidates(files, batch_keys, keys)
-        data_schema = arrow_schema_for_spark(latest.schema)
-        sizes = dict(zip(files.column("path").to_pylist(), files.column("size_bytes").to_pylist()))
-        records = dict(zip(files.column("path").to_pylist(), files.column("num_records").to_pylist()))
-
-        if candidates:
-            existing = _read_files(spark, root, candidates, latest.schema)
-            winners = _winners(latest, existing, keys, order_by).persist()
-        else:
-            winners = latest.withColumn(FILE_COLUMN, F.lit(None).cast("string")).persist()
-        try:
-            per_file = {row[0]: int(row[1]) for row in winners.groupBy(FILE_COLUMN).count().collect()}
-            inserted = per_file.pop(None, 0)
-            touched = sorted(per_file)
-            updated = sum(per_file.values())
-            written: list[Any] = []
-            copied = 0
-            if touched or inserted:
-                changed = winners.drop(FILE_COLUMN)
-                if touched:
-                    kept = (
-                        existing.where(F.col(FILE_COLUMN).isin(touched))
-                        .drop(FILE_COLUMN)
-                        .join(changed.select(*keys), on=list(keys), how="left_anti")
-                    )
-                    output = kept.unionByName(changed)
-                    copied = sum(int(records.get(p) or 0) for p in touched) - updated
-                else:
-                    output = changed
-                rows = copied + updated + inserted
-                n_files = max(1, math.ceil(rows / target_file_rows))
-                written = _write_files(output.repartitionByRange(n_files, *keys).sortWithinPartitions(*keys), root)
-        finally:
-            winners.unpersist()
-    finally:
-        latest.unpersist()
-
-    metrics = {
-        "numSourceRows": source_rows,
-        "numTargetFilesBefore": int(files.num_rows),
-        "numCandidateFiles": len(candidates),
-        "numTargetFilesRemoved": len(touched),
-        "numTargetFilesAdded": len(written),
-        "numTargetRowsUpdated": updated,
-        "numTargetRowsInserted": inserted,
-        "numTargetRowsCopied": copied,
-    }
-    params = {"keys": list(keys), "orderBy": list(order_by), "txnAppId": txn.app_id, "txnVersion": txn.txn_version}
-    metadata = commit_metadata("MERGE", params, None, operationMetrics=metrics, batchId=txn.txn_version)
-    metadata.update(custom_metadata or {})
-    result = commit_files(
+        table_columns = [f.name for f in table.schema().fields]
+    latest = latest_per_key(batch, keys, order_by).alias("s")
+    new_order = F.struct(*[F.col(f"s.`{c}`") for c in order_by])
+    old_order = F.struct(*[F.col(f"t.`{c}`") for c in order_by])
+    same_row = F.lit(True)
+    for c in latest.columns:
+        old = F.col(f"t.`{c}`") if c in table_columns else F.lit(None)
+        same_row = same_row & F.col(f"s.`{c}`").eqNullSafe(old)
+    wins = (new_order > old_order) | ((new_order == old_order) & ~same_row)
+    condition = F.lit(True)
+    for k in keys:
+        condition = condition & (F.col(f"t.`{k}`") == F.col(f"s.`{k}`"))
+    return merge_into(
+        latest,
         table_uri,
-        written,
-        data_schema=data_schema,
-        mode="append",
+        condition,
+        [MergeClause("matched", "update", wins), MergeClause("notMatched", "insert")],
+        target_alias="t",
+        keys=[(k, k) for k in keys],
         txn=txn,
-        merge_schema=merge_schema,
-        custom_metadata=metadata,
-        removes=[RemovedFile(p, int(sizes.get(p) or 0), {}) for p in touched],
+        schema_evolution=merge_schema,
+        target_file_rows=target_file_rows,
+        parameters={"keys": list(keys), "orderBy": list(order_by)},
+        custom_metadata=custom_metadata,
+        create_from_source=True,
     )
-    log.info(
-        "merge into %s batch %s (app_id %s): table_version %s, %s",
-        table_uri,
-        txn.txn_version,
-        txn.app_id,
-        result.table_version,
-        json.dumps(metrics),
-    )
-    if result.skipped:
-        return MergeResult(None, True, source_rows, int(files.num_rows), len(candidates), 0, 0, 0, 0, 0)
-    return MergeResult(
-        table_version=result.table_version,
-        skipped=False,
-        source_rows=source_rows,
-        table_files=int(files.num_rows),
-        candidate_files=len(candidates),
-        files_removed=len(touched),
-        files_added=len(written),
-        rows_updated=updated,
-        rows_inserted=inserted,
-        rows_copied=copied,
-    )
-
-
-# -- driver helpers ----------------------------------------------------------------------------------------------
 
 
 def _check_columns(table: Any, table_uri: str, columns: Sequence[str], merge_schema: bool) -> None:
@@ -237,155 +394,277 @@ def _check_columns(table: Any, table_uri: str, columns: Sequence[str], merge_sch
         )
 
 
-def _active_files(table: Any) -> pa.Table:
-    return pa.table(table.get_add_actions(flatten=True))
+# -- planning (driver) -------------------------------------------------------------------------------------------
+
+_IDENT = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)"
+_EQUALITY = re.compile(rf"^\s*\(?\s*({_IDENT})\.({_IDENT})\s*=\s*({_IDENT})\.({_IDENT})\s*\)?\s*$")
 
 
-def _candidates(files: pa.Table, batch_keys: pa.Table, keys: Sequence[str]) -> list[str]:
-    """Files whose min/max stats of every key column may hold one of the batch's keys (no stats: candidate)."""
-    if files.num_rows == 0 or batch_keys.num_rows == 0:
+def equi_keys(
+    condition: str | Column, target_alias: str | None, target_columns: Sequence[str], source_columns: Sequence[str]
+) -> list[tuple[str, str]]:
+    """``(target column, source column)`` pairs of the ``t.a = s.b`` conjuncts of a SQL merge condition (the
+    target side named by ``target_alias``); empty for a Column or when none is found."""
+    if not isinstance(condition, str) or not target_alias:
         return []
-    tuples = sorted(zip(*(batch_keys.column(k).to_pylist() for k in keys)), key=_sort_key)
+    pairs = []
+    for conjunct in re.split(r"\s+and\s+", condition, flags=re.IGNORECASE):
+        match = _EQUALITY.match(conjunct)
+        if match is None:
+            continue
+        a_alias, a_col, b_alias, b_col = (g.strip("`") for g in match.groups())
+        if a_alias == target_alias and b_alias != target_alias:
+            pair = (a_col, b_col)
+        elif b_alias == target_alias and a_alias != target_alias:
+            pair = (b_col, a_col)
+        else:
+            continue
+        if pair[0] in target_columns and pair[1] in source_columns:
+            pairs.append(pair)
+    return pairs
+
+
+def _check_clauses(clauses: Sequence[MergeClause]) -> None:
+    for when in ("matched", "notMatched", "notMatchedBySource"):
+        group = [c for c in clauses if c.when == when]
+        for clause in group[:-1]:
+            if clause.condition is None:
+                raise OptionError(
+                    "merge clauses",
+                    when,
+                    "only the last clause of each kind (whenMatched, whenNotMatched, whenNotMatchedBySource) "
+                    "may omit its condition",
+                )
+
+
+def _new_columns(
+    source: DataFrame, target_columns: Sequence[str], clauses: Sequence[MergeClause], evolve: bool, table_uri: str
+) -> list[Any]:
+    """Source columns that ``*`` clauses add to the table (schema evolution), after checking the ``*`` clauses."""
+    star = [c for c in clauses if c.assignments is None and c.kind != "delete"]
+    if not star:
+        return []
+    missing = [c for c in target_columns if c not in source.columns]
+    if missing and not evolve:
+        raise SchemaMismatchError(
+            f"MERGE into {table_uri}: UPDATE SET * / INSERT * need every target column in the source; missing {missing}"
+        )
+    extra = [f for f in source.schema.fields if f.name not in target_columns and not f.name.startswith("_sparkonce_")]
+    if extra and not evolve:
+        raise SchemaMismatchError(
+            f"MERGE into {table_uri}: the source has column(s) {[f.name for f in extra]} that the table lacks; "
+            "use withSchemaEvolution() to add them"
+        )
+    return extra
+
+
+def _candidates(
+    source: DataFrame,
+    files: list[TableFile],
+    keys: Sequence[tuple[str, str]],
+    clauses: Sequence[MergeClause],
+    partition_by: Sequence[str],
+) -> tuple[int, list[TableFile]]:
+    """(source rows, the files to read). Keys of the source are collected to the driver (keys only)."""
+    if not keys:
+        return source.count(), list(files)
+    source_keys = source.select(*[s for _, s in keys]).toArrow()
+    rows = source_keys.num_rows
+    if any(c.when == "notMatchedBySource" for c in clauses):
+        return rows, list(files)
+    if not files or rows == 0:
+        return rows, []
+    tuples = sorted(set(zip(*(source_keys.column(i).to_pylist() for i in range(len(keys))))), key=_sort_key)
     first = [t[0] for t in tuples]
-    paths = files.column("path").to_pylist()
-    bounds = []
-    for k in keys:
-        lows = files.column(f"min.{k}").to_pylist() if f"min.{k}" in files.column_names else [None] * len(paths)
-        highs = files.column(f"max.{k}").to_pylist() if f"max.{k}" in files.column_names else [None] * len(paths)
-        bounds.append((lows, highs))
+    target_keys = [t for t, _ in keys]
     chosen = []
-    for i, path in enumerate(paths):
-        lo, hi = bounds[0][0][i], bounds[0][1][i]
+    for f in files:
+        bounds = []
+        for k in target_keys:
+            if k in partition_by:
+                value = f.partition_values.get(k)
+                bounds.append((value, value))
+            else:
+                bounds.append((f.min_values.get(k), f.max_values.get(k)))
+        lo, hi = bounds[0]
         try:
             if lo is None or hi is None:
-                chosen.append(path)
+                chosen.append(f)
                 continue
             start, end = bisect.bisect_left(first, lo), bisect.bisect_right(first, hi)
             if start >= end:
                 continue
             if len(keys) == 1 or any(
-                all(bounds[j][0][i] is None or bounds[j][0][i] <= t[j] <= bounds[j][1][i] for j in range(1, len(keys)))
+                all(
+                    bounds[j][0] is None or bounds[j][1] is None or bounds[j][0] <= t[j] <= bounds[j][1]
+                    for j in range(1, len(keys))
+                )
                 for t in tuples[start:end]
             ):
-                chosen.append(path)
+                chosen.append(f)
         except TypeError:  # stats of a type that does not compare with the keys: read the file
-            chosen.append(path)
-    return chosen
+            chosen.append(f)
+    return rows, chosen
 
 
 def _sort_key(values: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, v) for v in values)
 
 
-def _local_root(table_uri: str) -> str:
-    if table_uri.startswith("file://"):
-        return table_uri[len("file://") :]
-    if "://" in table_uri:
-        raise SchemaMismatchError(f"{table_uri}: merge supports local tables only")
-    return os.path.abspath(table_uri)
+def _join_type(clauses: Sequence[MergeClause]) -> str:
+    inserts = any(c.when == "notMatched" for c in clauses)
+    by_source = any(c.when == "notMatchedBySource" for c in clauses)
+    if inserts and by_source:
+        return "full_outer"
+    if inserts:
+        return "right_outer"
+    if by_source:
+        return "left_outer"
+    return "inner"
 
 
-# -- Spark plans -------------------------------------------------------------------------------------------------
+def _empty_target(spark: Any, schema: StructType) -> DataFrame:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    full = StructType([*schema.fields, StructField(FILE_COLUMN, StringType()), StructField(ROW_COLUMN, LongType())])
+    empty: DataFrame = spark.createDataFrame([], full)
+    return empty
 
 
-def _read_files(spark: Any, root: str, paths: list[str], schema: Any) -> DataFrame:
-    """The rows of ``paths`` (read on executors) in ``schema``, with the file each row came from."""
-    from pyspark.sql.types import StringType, StructField, StructType
+def _output_schema(target_schema: StructType, new_columns: list[Any]) -> StructType:
+    from pyspark.sql.types import StructType
 
-    out_schema = StructType([*schema.fields, StructField(FILE_COLUMN, StringType())])
-    arrow_schema = arrow_schema_for_spark(schema)
-    slices = max(1, min(len(paths), spark.sparkContext.defaultParallelism))
-    listing = spark.createDataFrame([(p,) for p in paths], "path string").repartition(slices)
-
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _read_task(batches, root, arrow_schema)
-
-    existing: DataFrame = listing.mapInArrow(read, out_schema)
-    return existing
+    return StructType([*target_schema.fields, *new_columns])
 
 
-def _read_task(batches: Iterator[pa.RecordBatch], root: str, arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Executor side: read whole data files, conform them to ``arrow_schema`` and tag each row with its file."""
-    import pyarrow.parquet as pq
-
-    for listing in batches:
-        for path in listing.column(0).to_pylist():
-            data = pq.read_table(os.path.join(root, path))
-            columns = []
-            for field in arrow_schema:
-                if field.name in data.column_names:
-                    columns.append(data.column(field.name).cast(field.type))
-                else:
-                    columns.append(pa.nulls(data.num_rows, field.type))
-            columns.append(pa.array([path] * data.num_rows, pa.string()))
-            names = [*arrow_schema.names, FILE_COLUMN]
-            yield from pa.Table.from_arrays(columns, names=names).to_batches()
+# -- the Spark plan ----------------------------------------------------------------------------------------------
 
 
-def _winners(latest: DataFrame, existing: DataFrame, keys: Sequence[str], order_by: Sequence[str]) -> DataFrame:
-    """Batch rows that change the table, with the file holding the key's current row (null for a new key)."""
+def _actions(
+    joined: DataFrame,
+    target: DataFrame,
+    source: DataFrame,
+    clauses: Sequence[MergeClause],
+    target_schema: StructType,
+    new_columns: list[Any],
+) -> DataFrame:
+    """One row per (target row, source row) pair that a clause acts on: the clause index, the target row's file
+    and position (null for an insert) and the row's new values (the old ones for a delete)."""
     import pyspark.sql.functions as F
 
-    columns = latest.columns
-    stored = existing.select(*[F.col(c).alias(f"_old_{c}") for c in columns], F.col(FILE_COLUMN))
-    condition = [F.col(k) == F.col(f"_old_{k}") for k in keys]
-    joined = latest.join(stored, on=condition, how="left")
-    new_order = F.struct(*[F.col(c) for c in order_by])
-    old_order = F.struct(*[F.col(f"_old_{c}") for c in order_by])
-    same_row = F.lit(True)
-    for c in columns:
-        same_row = same_row & F.col(c).eqNullSafe(F.col(f"_old_{c}"))
-    wins = F.col(FILE_COLUMN).isNull() | (new_order > old_order) | ((new_order == old_order) & ~same_row)
-    return joined.where(wins).select(*columns, FILE_COLUMN)
+    t_present = F.col(_T_PRESENT).isNotNull()
+    s_present = F.col(_S_PRESENT).isNotNull()
+    situation = {
+        "matched": t_present & s_present,
+        "notMatched": ~t_present & s_present,
+        "notMatchedBySource": t_present & ~s_present,
+    }
+    chooser = None
+    for index, clause in enumerate(clauses):
+        test = situation[clause.when]
+        if clause.condition is not None:
+            test = test & as_column(clause.condition)
+        chooser = F.when(test, F.lit(index)) if chooser is None else chooser.when(test, F.lit(index))
+    clause_col = chooser if chooser is not None else F.lit(None).cast("int")
+
+    def value(clause: MergeClause, name: str, data_type: Any, in_target: bool) -> Column:
+        old = target[name] if in_target else F.lit(None)
+        if clause.kind == "delete":
+            return old
+        if clause.assignments is None:
+            if name in source.columns:
+                return source[name]
+            return old if clause.kind == "update" else F.lit(None)
+        if name in clause.assignments:
+            return as_column(clause.assignments[name])
+        return old if clause.kind == "update" else F.lit(None)
+
+    outputs = []
+    fields = [(f, True) for f in target_schema.fields] + [(f, False) for f in new_columns]
+    for data_field, in_target in fields:
+        expr = None
+        for index, clause in enumerate(clauses):
+            v = value(clause, data_field.name, data_field.dataType, in_target)
+            expr = F.when(F.col(_CLAUSE) == index, v) if expr is None else expr.when(F.col(_CLAUSE) == index, v)
+        column = expr if expr is not None else F.lit(None)
+        outputs.append(column.cast(data_field.dataType).alias(data_field.name))
+    for clause in clauses:
+        if clause.assignments is not None:
+            unknown = [c for c in clause.assignments if c not in [f.name for f, _ in fields]]
+            if unknown:
+                raise SchemaMismatchError(f"MERGE: column(s) {unknown} of a {clause.kind} clause are not in the table")
+    return (
+        joined.withColumn(_CLAUSE, clause_col)
+        .where(F.col(_CLAUSE).isNotNull())
+        .select(F.col(_CLAUSE), target[FILE_COLUMN].alias(FILE_COLUMN), target[ROW_COLUMN].alias(ROW_COLUMN), *outputs)
+    )
 
 
-def _write_files(output: DataFrame, root: str) -> list[Any]:
-    """Write ``output`` into new data files under ``root`` (on executors); return them for the Delta commit."""
-    from sparkonce.delta.files import WrittenFile
+@dataclass
+class _Counts:
+    touched: set[str]
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    matched_updated: int = 0
+    matched_deleted: int = 0
+    target_rows_changed: int = 0
+    writing_clauses: list[int] = field(default_factory=list)
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _write_task(batches, root)
 
-    rows = output.mapInArrow(write, _WRITTEN_SCHEMA).collect()
-    return [WrittenFile(r.path, r.size, {}, r.modification_time, r.num_records, r.stats) for r in rows]
+def _count_actions(actions: DataFrame, clauses: Sequence[MergeClause]) -> list[tuple[str | None, int, int, int]]:
+    """(file, clause, rows, most source rows on one target row) per file and clause, in one Spark job.
 
+    Inserted rows have no target row (null file); every other action names its target row, and a target row
+    acted on by two source rows is Delta's "multiple source rows matched" error (unless only deletes apply)."""
+    import pyspark.sql.functions as F
 
-def _write_task(batches: Iterator[pa.RecordBatch], root: str) -> Iterator[pa.RecordBatch]:
-    """Executor side: one task's rows into Parquet files; yields their descriptions (nothing visible yet)."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    writer = TableFileWriter(FileWriterOptions(table_root=root), task_id=context.partitionId() if context else 0)
-    try:
-        for batch in batches:
-            if batch.num_rows:
-                writer.write(batch)
-        files = writer.close()
-    except BaseException:
-        writer.abort()
-        raise
-    if files:
-        yield pa.RecordBatch.from_pylist(
-            [
-                {
-                    "path": f.path,
-                    "size": f.size,
-                    "modification_time": f.modification_time or int(time.time() * 1000),
-                    "num_records": f.num_records,
-                    "stats": f.stats,
-                }
-                for f in files
-            ],
-            schema=pa.schema(
-                [
-                    ("path", pa.string()),
-                    ("size", pa.int64()),
-                    ("modification_time", pa.int64()),
-                    ("num_records", pa.int64()),
-                    ("stats", pa.string()),
-                ]
-            ),
+    per_row = actions.groupBy(FILE_COLUMN, ROW_COLUMN).agg(F.count(F.lit(1)).alias("n"), F.min(_CLAUSE).alias(_CLAUSE))
+    inserts = actions.where(F.col(FILE_COLUMN).isNull()).groupBy(_CLAUSE).agg(F.count(F.lit(1)).alias("n"))
+    per_file = (
+        per_row.where(F.col(FILE_COLUMN).isNotNull())
+        .groupBy(FILE_COLUMN, _CLAUSE)
+        .agg(F.count(F.lit(1)).alias("rows"), F.max("n").alias("most"))
+        .unionByName(
+            inserts.select(
+                F.lit(None).cast("string").alias(FILE_COLUMN), _CLAUSE, F.col("n").alias("rows"), F.lit(1).alias("most")
+            )
         )
+    )
+    rows = per_file.collect()
+    out = [(r[FILE_COLUMN], int(r[_CLAUSE]), int(r["rows"]), int(r["most"])) for r in rows]
+    deletes_only = all(c.kind == "delete" and c.condition is None for c in clauses if c.when == "matched")
+    if any(most > 1 for _, _, _, most in out) and not deletes_only:
+        raise SchemaMismatchError(
+            "MERGE: multiple source rows matched and attempted to modify the same target row; make the source "
+            "hold at most one row per target row (e.g. deduplicate it by the merge keys)"
+        )
+    return out
 
 
-__all__ = ["FILE_COLUMN", "MergeResult", "latest_per_key", "merge_latest"]
+def _tally(per_file: list[tuple[str | None, int, int, int]], clauses: Sequence[MergeClause]) -> _Counts:
+    counts = _Counts(touched=set())
+    counts.writing_clauses = [i for i, c in enumerate(clauses) if c.kind != "delete"]
+    changed_rows: dict[str, int] = {}
+    for path, index, rows, _ in per_file:
+        clause = clauses[index]
+        if clause.kind == "insert":
+            counts.inserted += rows
+            continue
+        if path is None:
+            continue
+        counts.touched.add(path)
+        changed_rows[path] = changed_rows.get(path, 0) + rows
+        if clause.kind == "update":
+            counts.updated += rows
+            if clause.when == "matched":
+                counts.matched_updated += rows
+        else:
+            counts.deleted += rows
+            if clause.when == "matched":
+                counts.matched_deleted += rows
+    counts.target_rows_changed = sum(changed_rows.values())
+    return counts
+
+
+__all__ = ["MergeClause", "MergeResult", "equi_keys", "latest_per_key", "merge_into", "merge_latest"]

@@ -1,0 +1,379 @@
+"""Rewriting data files of a Delta table: the plumbing under merge, delete, update and optimize.
+
+The driver picks the files to read (from the Delta log: paths, sizes, partition values, stats), executors read
+them (each row tagged with its file and its position in the file) and write the new files, and the driver makes
+ONE Delta commit of ``remove`` (rewritten files) + ``add`` (new files) (+ ``txn``) through
+:func:`sparkonce.delta.commit.commit_files`, which re-checks on every attempt that the removed files are still
+in the table (a concurrent append is fine, a concurrent rewrite of the same file is a conflict).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+
+from sparkonce.delta.commit import BatchTxn, CommitResult, RemovedFile, commit_files, load_table
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
+from sparkonce.delta.reader import DataFile, ScanSchema, check_reader_features, read_files, scan_schema
+from sparkonce.errors import OptionError, UnsupportedFeatureError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+FILE_COLUMN = "_sparkonce_file"
+"""The table-relative path of the file a target row was read from (null for a row that is not in the table)."""
+ROW_COLUMN = "_sparkonce_row"
+"""The position of a target row in its file."""
+WRITTEN_FILES_DDL = (
+    "path string, size long, partition_values string, modification_time long, num_records long, stats string"
+)
+_WRITTEN_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("partition_values", pa.string()),
+        ("modification_time", pa.int64()),
+        ("num_records", pa.int64()),
+        ("stats", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """One active data file of a table version, as the driver plans a rewrite with it."""
+
+    path: str
+    """As the ``add`` action names it, relative to the table root."""
+    size: int
+    partition_values: dict[str, Any]
+    """Partition column -> typed value (None for null)."""
+    num_records: int | None
+    min_values: dict[str, Any]
+    max_values: dict[str, Any]
+
+    def removed(self) -> RemovedFile:
+        return RemovedFile(
+            self.path, self.size, {k: partition_value_string(v) for k, v in self.partition_values.items()}
+        )
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """A table version loaded for a rewrite. Driver only."""
+
+    table_uri: str
+    root: str
+    table_version: int
+    scan: ScanSchema
+    partition_columns: tuple[str, ...]
+    files: tuple[TableFile, ...]
+    configuration: dict[str, str | None]
+
+    def spark_schema(self) -> StructType:
+        from sparkonce.delta.schema import spark_schema
+
+        return spark_schema(self.scan.output)
+
+
+def local_root(table_uri: str) -> str:
+    """The local directory of a table given as a path or ``file://`` URI.
+
+    Raises:
+        OptionError: the table is not on the local file system.
+    """
+    if table_uri.startswith("file://"):
+        return table_uri[len("file://") :]
+    if "://" in table_uri:
+        raise OptionError("path", table_uri, "only local file system tables are supported by this version of sparkonce")
+    return os.path.abspath(table_uri)
+
+
+def open_snapshot(table_uri: str, *, operation: str) -> TableSnapshot:
+    """Load the newest table version for ``operation`` (``MERGE``, ``DELETE``, ...), with its active files.
+
+    Raises:
+        TableNotFoundError: not a Delta table.
+        UnsupportedFeatureError: a reader feature sparkonce cannot honour, or column mapping (its files use
+            physical column names, which rewrites do not write yet).
+    """
+    root = local_root(table_uri)
+    table = load_table(table_uri)
+    check_reader_features(table, table_uri)
+    scan = scan_schema(table)
+    configuration = dict(table.metadata().configuration)
+    mapping = configuration.get("delta.columnMapping.mode")
+    if (mapping and mapping != "none") or scan.physical_names or scan.nested_renames:
+        raise UnsupportedFeatureError(
+            f"{operation} on {table_uri}: the table uses column mapping ({mapping}); sparkonce reads such tables "
+            "but cannot rewrite their files yet"
+        )
+    return TableSnapshot(
+        table_uri=table_uri,
+        root=root,
+        table_version=int(table.version()),
+        scan=scan,
+        partition_columns=tuple(table.metadata().partition_columns),
+        files=tuple(_active_files(table, scan.partition_columns)),
+        configuration=configuration,
+    )
+
+
+def _active_files(table: Any, partition_columns: Sequence[str]) -> list[TableFile]:
+    adds = pa.table(table.get_add_actions(flatten=True))
+    columns = adds.column_names
+    n = adds.num_rows
+
+    def column(name: str) -> list[Any]:
+        return adds.column(name).to_pylist() if name in columns else [None] * n
+
+    paths, sizes, records = column("path"), column("size_bytes"), column("num_records")
+    parts = {c: column(f"partition.{c}") for c in partition_columns}
+    mins = {c[len("min.") :]: adds.column(c).to_pylist() for c in columns if c.startswith("min.")}
+    maxs = {c[len("max.") :]: adds.column(c).to_pylist() for c in columns if c.startswith("max.")}
+    return [
+        TableFile(
+            path=str(paths[i]),
+            size=int(sizes[i] or 0),
+            partition_values={c: v[i] for c, v in parts.items()},
+            num_records=None if records[i] is None else int(records[i]),
+            min_values={c: v[i] for c, v in mins.items() if v[i] is not None},
+            max_values={c: v[i] for c, v in maxs.items() if v[i] is not None},
+        )
+        for i in range(n)
+    ]
+
+
+# -- executors: read ---------------------------------------------------------------------------------------------
+
+
+def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[TableFile]) -> DataFrame:
+    """The rows of ``files`` (read on executors) in the table schema, plus :data:`FILE_COLUMN` and
+    :data:`ROW_COLUMN`. Without files: an empty frame of the same schema."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType(
+        [*snapshot.spark_schema().fields, StructField(FILE_COLUMN, StringType()), StructField(ROW_COLUMN, LongType())]
+    )
+    if not files:
+        return spark.createDataFrame([], schema)
+    data_files = [
+        (f.path, DataFile(os.path.join(snapshot.root, unquote(f.path)), f.size, dict(f.partition_values)))
+        for f in files
+    ]
+    scan = snapshot.scan
+    slices = max(1, min(len(files), spark.sparkContext.defaultParallelism))
+    listing = spark.createDataFrame([(i,) for i in range(len(files))], "i int").repartition(slices)
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from _read_task(batches, data_files, scan)
+
+    rows: DataFrame = listing.mapInArrow(read, schema)
+    return rows
+
+
+def _read_task(
+    batches: Iterator[pa.RecordBatch], data_files: Sequence[tuple[str, DataFile]], scan: ScanSchema
+) -> Iterator[pa.RecordBatch]:
+    """Executor side: the rows of this task's files, each tagged with its file and position."""
+    for listing in batches:
+        for index in listing.column(0).to_pylist():
+            relative, data_file = data_files[index]
+            position = 0
+            for batch in read_files([data_file], scan):
+                n = batch.num_rows
+                arrays = [
+                    *batch.columns,
+                    pa.array([relative] * n, pa.string()),
+                    pa.array(range(position, position + n), pa.int64()),
+                ]
+                position += n
+                yield pa.RecordBatch.from_arrays(arrays, names=[*batch.schema.names, FILE_COLUMN, ROW_COLUMN])
+
+
+# -- executors: write --------------------------------------------------------------------------------------------
+
+
+def write_rows(
+    output: DataFrame, root: str, partition_by: Sequence[str], *, max_records_per_file: int | None = None
+) -> list[WrittenFile]:
+    """Write ``output`` into new data files under ``root`` (on executors, one or more files per task, partition
+    directories as Delta lays them out); return them for the Delta commit. Nothing is visible before it."""
+    options = FileWriterOptions(
+        table_root=root, partition_by=tuple(partition_by), max_records_per_file=max_records_per_file
+    )
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from write_task(batches, options)
+
+    return written_files(output.mapInArrow(write, WRITTEN_FILES_DDL).collect())
+
+
+def write_task(batches: Iterator[pa.RecordBatch], options: FileWriterOptions) -> Iterator[pa.RecordBatch]:
+    """Executor side: one task's rows into Parquet files; yields their descriptions (nothing visible yet)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    writer = TableFileWriter(options, task_id=context.partitionId() if context else 0)
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                writer.write(batch)
+        files = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    if files:
+        yield written_batch(files)
+
+
+def written_batch(files: Sequence[WrittenFile]) -> pa.RecordBatch:
+    """Executor side: written files as one record batch of :data:`WRITTEN_FILES_DDL`, sent back to the driver."""
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "path": f.path,
+                "size": f.size,
+                "partition_values": json.dumps(f.partition_values),
+                "modification_time": f.modification_time or int(time.time() * 1000),
+                "num_records": f.num_records,
+                "stats": f.stats,
+            }
+            for f in files
+        ],
+        schema=_WRITTEN_SCHEMA,
+    )
+
+
+def written_files(rows: Sequence[Any]) -> list[WrittenFile]:
+    """Driver side: the rows of :func:`written_batch` back as :class:`WrittenFile` for the Delta commit."""
+    return [
+        WrittenFile(r.path, r.size, json.loads(r.partition_values), r.modification_time, r.num_records, r.stats)
+        for r in rows
+    ]
+
+
+def as_column(expression: str | Column) -> Column:
+    """A SQL expression or Column as a Column."""
+    import pyspark.sql.functions as F
+
+    return F.expr(expression) if isinstance(expression, str) else expression
+
+
+def sql_text(expression: str | Column | None) -> str:
+    """An expression as Delta records it in ``operationParameters`` (SQL text)."""
+    if expression is None:
+        return "true"
+    if isinstance(expression, str):
+        return expression
+    return str(expression).removeprefix("Column<'").removesuffix("'>")
+
+
+# -- driver: commit ----------------------------------------------------------------------------------------------
+
+
+def commit_rewrite(
+    table_uri: str,
+    written: Sequence[WrittenFile],
+    removed: Sequence[TableFile],
+    *,
+    data_schema: pa.Schema,
+    operation: str,
+    parameters: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    txn: BatchTxn | None = None,
+    merge_schema: bool = False,
+    data_change: bool = True,
+    custom_metadata: Mapping[str, Any] | None = None,
+) -> CommitResult:
+    """One Delta commit of ``removed`` + ``written`` (+ ``txn``), recording Delta's operation name, parameters
+    and metrics in commitInfo's ``sparkonce`` object (delta-rs cannot write them as Delta's own fields)."""
+    from sparkonce.delta.writer import commit_metadata
+
+    extra: dict[str, Any] = {"operationMetrics": dict(metrics)}
+    if txn is not None:
+        extra["batchId"] = txn.txn_version
+    metadata = commit_metadata(operation, dict(parameters), None, **extra)
+    metadata.update(custom_metadata or {})
+    return commit_files(
+        table_uri,
+        written,
+        data_schema=data_schema,
+        mode="append",
+        txn=txn,
+        merge_schema=merge_schema,
+        custom_metadata=metadata,
+        removes=[f.removed() for f in removed],
+        data_change=data_change,
+    )
+
+
+def already_committed(table_uri: str, txn: BatchTxn | None) -> int | None:
+    """The table's txn version for ``txn.app_id`` when it is ``>= txn.txn_version`` (the batch is in the
+    table), else None. A table that does not exist holds nothing."""
+    from sparkonce.delta.commit import table_exists
+
+    if txn is None or not table_exists(table_uri):
+        return None
+    committed = load_table(table_uri).transaction_version(txn.app_id)
+    if committed is not None and committed >= txn.txn_version:
+        return int(committed)
+    return None
+
+
+__all__ = [
+    "FILE_COLUMN",
+    "WRITTEN_FILES_DDL",
+    "as_column",
+    "sql_text",
+    "written_batch",
+    "written_files",
+    "ROW_COLUMN",
+    "files_by_partition_predicate",
+    "TableFile",
+    "TableSnapshot",
+    "already_committed",
+    "commit_rewrite",
+    "local_root",
+    "open_snapshot",
+    "read_rows",
+    "write_rows",
+    "write_task",
+]
+
+
+def files_by_partition_predicate(
+    spark: SparkSession, snapshot: TableSnapshot, condition: str | Column
+) -> list[TableFile] | None:
+    """The files whose partition values satisfy ``condition``, evaluated by Spark over one row of partition
+    values per file (the Delta log's metadata, never the data); None when the condition references other
+    columns than the partition columns."""
+    import pyspark.sql.functions as F
+    from pyspark.errors import AnalysisException
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    if not snapshot.partition_columns:
+        return None
+    fields = {f.name: f for f in snapshot.spark_schema().fields}
+    schema = StructType(
+        [StructField("_sparkonce_index", IntegerType()), *(fields[c] for c in snapshot.partition_columns)]
+    )
+    rows = [(i, *(f.partition_values.get(c) for c in snapshot.partition_columns)) for i, f in enumerate(snapshot.files)]
+    frame = spark.createDataFrame(rows, schema)
+    predicate = as_column(condition)
+    try:
+        chosen = frame.where(F.coalesce(predicate, F.lit(False))).select("_sparkonce_index").collect()
+    except AnalysisException:
+        return None
+    return [snapshot.files[r[0]] for r in chosen]
