@@ -88,6 +88,7 @@ def test_doctor_json_schema(runner: CliRunner, healthy: tuple[Path, Path]) -> No
         "kafka",
         "timeline",
         "generated_at_ms",
+        "unread_checkpoint_files",
     }
     assert data["tables"][0]["txn_version"] == 2 and data["tables"][0]["kind"] == "delta"
     assert [(b["batch_id"], b["planned"], b["committed"], b["rows"]) for b in data["timeline"]] == [

@@ -395,3 +395,18 @@ def test_history_scan_modes(tmp_path: Path, mode: str, flagged: bool) -> None:
     report = run(cp, table, history_scan=mode)
     assert ("app-ids-overlap" in codes(report)) is flagged
     assert report.timeline[-1].table_versions == (5,)  # batch 2 of this query, found in every mode
+
+
+def test_checkpoint_scan_window_reads_only_the_newest_files(tmp_path: Path) -> None:
+    cp = make_checkpoint(tmp_path / "cp", planned=range(30), committed=range(30))
+    (cp / "offsets" / "3").write_text("v1\n{trunc")  # damage in an old file, outside a 10-batch window
+    (cp / "commits" / "12").unlink()  # a gap is found from the listing, in any mode
+    window = run(cp, timeline_batches=10)
+    assert codes(window) == {"commits-gap"}
+    assert window.unread_checkpoint_files == 20 + 19
+    assert [row.batch_id for row in window.timeline] == list(range(20, 30))
+    full = run(cp, timeline_batches=10, checkpoint_scan="full")
+    assert codes(full) == {"commits-gap", "file-malformed"}
+    assert full.unread_checkpoint_files == 0
+    (cp / "offsets" / "28").write_text("v1\n{trunc")  # inside the window: found by both
+    assert "file-malformed" in codes(run(cp, timeline_batches=10))

@@ -138,3 +138,45 @@ def test_parse_range(text: str, expected: OffsetRange) -> None:
 def test_parse_range_errors(text: str) -> None:
     with pytest.raises(OptionError, match="--range"):
         parse_range(text)
+
+
+@pytest.mark.parametrize("shape", ["runs", "shuffled", "sparse"])
+def test_counts_match_a_plain_python_count(tmp_path: Path, shape: str) -> None:
+    """Grouping by runs or by sort, counting by bincount or by sort: the same numbers as counting row by row."""
+    import random
+
+    rng = random.Random(7)
+    rows: list[tuple[str, int, int]] = []
+    for topic in ("a", "bb"):
+        for partition in range(3):
+            gap = 10**9 if shape == "sparse" else 1
+            offsets = [i * gap for i in range(300) if rng.random() > 0.05]
+            offsets += rng.sample(offsets, 20)  # duplicates
+            rows += [(topic, partition, o) for o in offsets]
+    if shape != "runs":
+        rng.shuffle(rows)
+    table = tmp_path / "raw"
+    for start in range(0, len(rows), 700):
+        chunk = rows[start : start + 700]
+        data = pa.table(
+            {
+                "topic": [r[0] for r in chunk],
+                "partition": pa.array([r[1] for r in chunk], pa.int32()),
+                "offset": pa.array([r[2] for r in chunk], pa.int64()),
+            }
+        )
+        write_deltalake(str(table), data, mode="append")
+    end = 300 * (10**9 if shape == "sparse" else 1)
+    expected = [OffsetRange(TopicPartition(t, p), 0, end) for t in ("a", "bb") for p in range(3)]
+    report = verify_table(table, expected=expected)
+    for p in report.partitions:
+        mine = [o for t, q, o in rows if (t, q) == (p.topic, p.partition)]
+        counts: dict[int, int] = {}
+        for o in mine:
+            counts[o] = counts.get(o, 0) + 1
+        dups = sorted(o for o, c in counts.items() if c > 1)
+        assert p.rows == len(mine) and p.distinct_offsets == len(counts)
+        assert (p.min_offset, p.max_offset) == (min(mine), max(mine))
+        assert p.duplicated_offsets == len(dups) and [d.offset for d in p.duplicates] == dups
+        assert all(d.count == counts[d.offset] == len(d.files) for d in p.duplicates)
+        assert p.missing_offsets == end - len(counts)

@@ -76,6 +76,8 @@ class CheckpointState:
     sources: dict[str, dict[int, SourceInitialOffsets]]
     problems: tuple[FileProblem, ...]
     temp_files: tuple[TempFile, ...]
+    unread_batches: int = 0
+    """Batch files listed but not read (older than ``newest_batches``); their problems are not looked for."""
 
     @property
     def query_id(self) -> str | None:
@@ -98,22 +100,29 @@ class CheckpointState:
         return not self.offset_ids and not self.commit_ids
 
 
-def list_batch_files(folder: Path) -> tuple[dict[int, Path], list[TempFile]]:
-    """Return the batch files (``N`` -> path) and leftover ``.tmp`` files of one log folder."""
-    batches: dict[int, Path] = {}
+def list_batch_files(folder: Path) -> tuple[dict[int, str], list[TempFile]]:
+    """Return the batch files (``N`` -> file name in ``folder``) and leftover ``.tmp`` files of one log folder.
+
+    Names stay strings: a checkpoint can hold hundreds of thousands of batch files, and a ``Path`` per file would
+    cost more than listing them.
+    """
     temps: list[TempFile] = []
-    if not folder.is_dir():
-        return batches, temps
-    for entry in os.scandir(folder):
-        name = entry.name
-        if name.isdigit():
-            batches[int(name)] = Path(entry.path)
-        elif name.endswith(".tmp"):
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}, temps
+    batches = {int(name): name for name in names if name.isdigit()}
+    for name in names:
+        if name.endswith(".tmp"):
+            path = folder / name
             m = _TMP_RE.match(name)
-            stat = entry.stat()
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # renamed into place by its writer since the listing
+                continue
             temps.append(
                 TempFile(
-                    Path(entry.path),
+                    path,
                     m.group("target") if m else name,
                     m.group("writer") if m else "",
                     stat.st_size,
@@ -123,8 +132,13 @@ def list_batch_files(folder: Path) -> tuple[dict[int, Path], list[TempFile]]:
     return batches, temps
 
 
-def read_checkpoint(checkpoint_dir: str | os.PathLike[str], *, read_sources: bool = True) -> CheckpointState:
+def read_checkpoint(
+    checkpoint_dir: str | os.PathLike[str], *, read_sources: bool = True, newest_batches: int | None = None
+) -> CheckpointState:
     """Read ``metadata``, ``offsets/``, ``commits/`` and ``sources/`` of a checkpoint directory.
+
+    ``newest_batches`` limits the files parsed to that many newest of ``offsets/`` and of ``commits/`` (Spark
+    itself keeps 100 by default and reads only the newest on restart); every batch file is still listed.
 
     Raises:
         CheckpointError: ``checkpoint_dir`` does not exist or is not a folder (the only error raised).
@@ -137,13 +151,15 @@ def read_checkpoint(checkpoint_dir: str | os.PathLike[str], *, read_sources: boo
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _read_checkpoint(root, read_sources=read_sources)
+        return _read_checkpoint(root, read_sources=read_sources, newest_batches=newest_batches)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _read_checkpoint(root: Path, *, read_sources: bool) -> CheckpointState:
+def _read_checkpoint(root: Path, *, read_sources: bool, newest_batches: int | None) -> CheckpointState:
+    """Read the checkpoint; with ``newest_batches``, parse only that many newest files of each log (every batch
+    file is still listed). Files are read by a few threads (the reads release the GIL), parsed in this one."""
     problems: list[FileProblem] = []
     temps: list[TempFile] = []
 
@@ -158,24 +174,31 @@ def _read_checkpoint(root: Path, *, read_sources: bool) -> CheckpointState:
     _, root_temps = list_batch_files(root)
     temps.extend(root_temps)
 
-    offsets: dict[int, OffsetsFile] = {}
-    offset_files, offset_temps = list_batch_files(root / "offsets")
+    offsets_dir, commits_dir = root / "offsets", root / "commits"
+    offset_files, offset_temps = list_batch_files(offsets_dir)
+    commit_files, commit_temps = list_batch_files(commits_dir)
     temps.extend(offset_temps)
-    for batch_id in sorted(offset_files):
-        path = offset_files[batch_id]
+    temps.extend(commit_temps)
+    offset_ids, commit_ids = sorted(offset_files), sorted(commit_files)
+    wanted_offsets = offset_ids if newest_batches is None else offset_ids[-newest_batches:] if newest_batches else []
+    wanted_commits = commit_ids if newest_batches is None else commit_ids[-newest_batches:] if newest_batches else []
+    offset_paths = [offsets_dir / offset_files[b] for b in wanted_offsets]
+    commit_paths = [commits_dir / commit_files[b] for b in wanted_commits]
+    offset_texts = _read_texts(offset_paths)
+    commit_texts = _read_texts(commit_paths)
+
+    offsets: dict[int, OffsetsFile] = {}
+    for batch_id, path, text in zip(wanted_offsets, offset_paths, offset_texts):
         try:
-            offsets[batch_id] = parse_offsets(read_text(path), batch_id, path=path)
-        except (CheckpointError, OSError) as err:
+            offsets[batch_id] = parse_offsets(_text(text, path), batch_id, path=path)
+        except CheckpointError as err:
             problems.append(FileProblem(path, "malformed", str(err)))
 
     commits: dict[int, CommitFile] = {}
-    commit_files, commit_temps = list_batch_files(root / "commits")
-    temps.extend(commit_temps)
-    for batch_id in sorted(commit_files):
-        path = commit_files[batch_id]
+    for batch_id, path, text in zip(wanted_commits, commit_paths, commit_texts):
         try:
-            commits[batch_id] = parse_commit(read_text(path), batch_id, path=path)
-        except (CheckpointError, OSError) as err:
+            commits[batch_id] = parse_commit(_text(text, path), batch_id, path=path)
+        except CheckpointError as err:
             problems.append(FileProblem(path, "malformed", str(err)))
 
     sources: dict[str, dict[int, SourceInitialOffsets]] = {}
@@ -184,10 +207,11 @@ def _read_checkpoint(root: Path, *, read_sources: bool) -> CheckpointState:
         for source in sorted(os.scandir(sources_dir), key=lambda e: e.name):
             if not source.is_dir():
                 continue
-            files, source_temps = list_batch_files(Path(source.path))
+            source_dir = Path(source.path)
+            files, source_temps = list_batch_files(source_dir)
             temps.extend(source_temps)
             for batch_id in sorted(files):
-                path = files[batch_id]
+                path = source_dir / files[batch_id]
                 try:
                     raw = path.read_bytes()
                     parsed = parse_source_initial_offsets(raw, path=path)
@@ -205,9 +229,46 @@ def _read_checkpoint(root: Path, *, read_sources: bool) -> CheckpointState:
         metadata_present=metadata_present,
         offsets=offsets,
         commits=commits,
-        offset_ids=tuple(sorted(offset_files)),
-        commit_ids=tuple(sorted(commit_files)),
+        offset_ids=tuple(offset_ids),
+        commit_ids=tuple(commit_ids),
         sources=sources,
         problems=tuple(problems),
         temp_files=tuple(sorted(temps, key=lambda t: str(t.path))),
+        unread_batches=len(offset_ids) - len(wanted_offsets) + len(commit_ids) - len(wanted_commits),
     )
+
+
+_READ_THREADS = 8
+_PARALLEL_FROM = 64
+
+
+def _read_bytes(path: Path) -> bytes | OSError:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as err:
+        return err
+
+
+def _read_texts(paths: list[Path]) -> list[bytes | OSError]:
+    """The bytes of each file (or the error reading it), read by a few threads when there are many."""
+    if len(paths) < _PARALLEL_FROM:
+        return [_read_bytes(p) for p in paths]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=_READ_THREADS, thread_name_prefix="checkpoint-read") as pool:
+        return list(pool.map(_read_bytes, paths, chunksize=256))
+
+
+def _text(data: bytes | OSError, path: Path) -> str:
+    """Decode what :func:`_read_bytes` returned, raising the error :func:`read_text` would.
+
+    Raises:
+        CheckpointError: The file could not be read or is not UTF-8.
+    """
+    if isinstance(data, OSError):
+        raise CheckpointError(f"{path}: cannot read: {data.strerror or data}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err

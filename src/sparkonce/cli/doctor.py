@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import click
 from rich.table import Table
@@ -65,6 +66,11 @@ def _print_doctor(report: DoctorReport) -> None:
     console.print(f"query id:        {report.query_id or '[red]unknown (no readable metadata)[/red]'}")
     console.print(f"last planned:    {'-' if report.last_planned is None else report.last_planned}")
     console.print(f"last committed:  {'-' if report.last_committed is None else report.last_committed}")
+    if report.unread_checkpoint_files:
+        console.print(
+            f"older files:     {report.unread_checkpoint_files} offsets/commits files before the timeline window "
+            "were listed, not read (--checkpoint-scan full reads them)"
+        )
     for t in report.tables:
         txn = "-" if t.txn_version is None else str(t.txn_version)
         at = f" (table version {t.txn_table_version})" if t.txn_table_version is not None else ""
@@ -108,6 +114,13 @@ def _doctor_json(report: DoctorReport) -> dict[str, object]:
     show_default=True,
     help="How much Delta history to read.",
 )
+@click.option(
+    "--checkpoint-scan",
+    type=click.Choice(["window", "full"]),
+    default="window",
+    show_default=True,
+    help="Read the newest batches' offsets/commits files only (every file is listed), or all of them.",
+)
 @handle_errors
 def doctor(
     checkpoint: Path,
@@ -115,10 +128,17 @@ def doctor(
     kafka: str | None,
     as_json: bool,
     html: Path | None,
-    history_scan: str,
+    history_scan: Literal["auto", "full", "window"],
+    checkpoint_scan: Literal["window", "full"],
 ) -> None:
     """Explain what restarting the query of CHECKPOINT will do, and what is wrong with it."""
-    report = diagnose(checkpoint, tables=tables, kafka_bootstrap=kafka, history_scan=history_scan)  # type: ignore[arg-type]
+    report = diagnose(
+        checkpoint,
+        tables=tables,
+        kafka_bootstrap=kafka,
+        history_scan=history_scan,
+        checkpoint_scan=checkpoint_scan,
+    )
     if html is not None:
         from sparkonce.cli.html_report import render_html
 

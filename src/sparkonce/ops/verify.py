@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sparkonce.delta.log import DeltaLog, Snapshot
 from sparkonce.errors import DeltaLogError, OptionError
@@ -166,9 +167,6 @@ def verify_table(
         DeltaLogError: The log or a data file cannot be read, or a column is missing.
     """
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     log = DeltaLog(table_path)
     snapshot = log.snapshot(table_version)
@@ -188,44 +186,38 @@ def verify_table(
                 path=str(table_path),
             )
         )
-    pieces: list[pa.Table] = []
-    for index, raw in enumerate(paths):
-        add = snapshot.files[raw]
+
+    # Each file is read (only the three columns, the topic dictionary-encoded) and grouped by topic-partition on
+    # a small thread pool: Parquet decoding and NumPy release the GIL, so reading one file overlaps grouping another.
+    def read_one(raw: str) -> _FileRows:
         local = log.data_file_path(raw)
         if local is None:
             raise DeltaLogError(f"{table_path}: file {raw} is not on the local filesystem")
-        from_file = [physical[c] for c in columns if c not in partition_cols]
-        try:
-            data = pq.read_table(local, columns=from_file) if from_file else None
-        except Exception as err:  # pyarrow raises ArrowInvalid / OSError subclasses
-            raise DeltaLogError(f"{local}: cannot read columns {from_file} ({err})") from err
-        n = data.num_rows if data is not None else int(json.loads(add.get("stats") or "{}")["numRecords"])
-        arrays: dict[str, pa.Array | pa.ChunkedArray] = {}
-        for c in columns:
-            if c in partition_cols:
-                value = (add.get("partitionValues") or {}).get(c)
-                arrays[c] = pa.array([value] * n, pa.string())
-            else:
-                assert data is not None
-                arrays[c] = data.column(physical[c])
-        pieces.append(
-            pa.table(
-                {
-                    "t": pc.cast(arrays[topic_column], pa.string()),
-                    "p": pc.cast(arrays[partition_column], pa.int32()),
-                    "o": pc.cast(arrays[offset_column], pa.int64()),
-                    "f": pa.array(np.full(n, index, dtype=np.int32)),
-                }
-            )
+        return _read_file(
+            local,
+            snapshot.files[raw],
+            [topic_column, partition_column, offset_column],
+            physical,
+            partition_cols,
         )
-    schema = pa.schema([("t", pa.string()), ("p", pa.int32()), ("o", pa.int64()), ("f", pa.int32())])
-    table = pa.concat_tables(pieces) if pieces else schema.empty_table()
-    table = table.combine_chunks()
-    rows = table.num_rows
-    valid = pc.and_(pc.and_(pc.is_valid(table["t"]), pc.is_valid(table["p"])), pc.is_valid(table["o"]))
-    nulls = rows - pc.sum(pc.cast(valid, pa.int64())).as_py() if rows else 0
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(4, max(1, len(paths))), thread_name_prefix="verify-read") as pool:
+        per_file = list(pool.map(read_one, paths))
+    topic_codes: dict[str, int] = {}
+    offsets: list[np.ndarray] = []
+    groups: dict[tuple[int, int], list[tuple[int, Any]]] = {}
+    """(topic code, partition) -> (file index, row selector) pieces."""
+    rows = nulls = 0
+    for index, found in enumerate(per_file):
+        codes = [topic_codes.setdefault(name, len(topic_codes)) for name in found.topics]
+        for (local_code, partition), selector in found.groups:
+            groups.setdefault((codes[local_code], partition), []).append((index, selector))
+        offsets.append(found.offsets)
+        rows += found.rows
+        nulls += found.nulls
     if nulls:
-        table = table.filter(valid)
         findings.append(
             Finding(
                 "null-coordinates",
@@ -237,38 +229,15 @@ def verify_table(
                 details={"rows": nulls},
             )
         )
-    versions = _file_versions(log, snapshot) if rows else {}
-
+    topics = {code: name for name, code in topic_codes.items()}
     expected_map: dict[TopicPartition, OffsetRange] = {r.tp: r for r in expected}
-    # Group rows by topic-partition with one stable argsort of an int64 key, then sort each partition's
-    # offsets: duplicates are runs of equal offsets, holes are gaps between distinct ones. All NumPy.
-    encoded = pc.dictionary_encode(table["t"]).combine_chunks()
-    topics = encoded.dictionary.to_pylist()
-    t_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    p_np = table["p"].to_numpy().astype(np.int64)
-    o_np = table["o"].to_numpy()
-    f_np = table["f"].to_numpy()
-    key = (t_codes << 32) | (p_np & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")
-    sorted_keys = key[order]
-    bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
-    starts = np.concatenate(([0], bounds)).astype(np.int64) if len(order) else np.array([], np.int64)
-    ends = np.concatenate((bounds, [len(order)])).astype(np.int64) if len(order) else np.array([], np.int64)
-    slices: dict[TopicPartition, tuple[int, int]] = {}
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        k = int(sorted_keys[a])
-        slices[TopicPartition(topics[k >> 32], int(np.int32(np.int64(k & 0xFFFFFFFF))))] = (a, b)
+    slices = {TopicPartition(topics[code], partition): g for (code, partition), g in groups.items()}
+    versions: dict[str, int] | None = None
     reports: list[PartitionReport] = []
     for tp in sorted(set(slices) | set(expected_map)):
-        a, b = slices.get(tp, (0, 0))
-        rows_idx = order[a:b]
-        offs = np.sort(o_np[rows_idx], kind="stable")
-        if len(offs):
-            run_starts = np.flatnonzero(np.concatenate(([True], offs[1:] != offs[:-1])))
-            run_counts = np.diff(np.concatenate((run_starts, [len(offs)])))
-            distinct = offs[run_starts]
-        else:
-            run_counts = distinct = np.array([], np.int64)
+        parts = slices.get(tp, [])
+        offs = np.concatenate([offsets[f][s] for f, s in parts]) if parts else np.array([], np.int64)
+        distinct, run_counts = _offset_counts(offs)
         dup_mask = run_counts > 1
         dup_values = distinct[dup_mask]
         want = expected_map.get(tp)
@@ -284,10 +253,14 @@ def verify_table(
                 missing_ranges = [(int(edges[i] + 1), int(edges[i + 1])) for i in holes]
         details: list[DuplicateOffset] = []
         if len(dup_values):
+            if versions is None:
+                versions = _file_versions(log, snapshot)
             shown = dup_values[:_MAX_DETAILS]
-            hit = rows_idx[np.isin(o_np[rows_idx], shown)]
+            hit_offsets = np.concatenate([offsets[f][s] for f, s in parts])
+            file_of = np.concatenate([np.full(_count(s), f, dtype=np.int64) for f, s in parts])
+            hit = np.isin(hit_offsets, shown)
             by_offset: dict[int, list[int]] = {}
-            for o, f in zip(o_np[hit].tolist(), f_np[hit].tolist()):
+            for o, f in zip(hit_offsets[hit].tolist(), file_of[hit].tolist()):
                 by_offset.setdefault(o, []).append(f)
             for o in shown.tolist():
                 files = sorted(by_offset[o], key=lambda i: (versions.get(paths[i], -1), paths[i]))
@@ -305,8 +278,8 @@ def verify_table(
                 partition=tp.partition,
                 expected_start=want.start if want else None,
                 expected_end=want.end if want else None,
-                min_offset=int(offs[0]) if len(offs) else None,
-                max_offset=int(offs[-1]) if len(offs) else None,
+                min_offset=int(distinct[0]) if len(distinct) else None,
+                max_offset=int(distinct[-1]) if len(distinct) else None,
                 rows=len(offs),
                 distinct_offsets=len(distinct),
                 duplicated_offsets=int(dup_mask.sum()),
@@ -326,6 +299,132 @@ def verify_table(
         partitions=tuple(reports),
         findings=tuple(findings),
     )
+
+
+@dataclass(frozen=True)
+class _FileRows:
+    """One data file's Kafka coordinates, grouped (plain data; built in :func:`_read_file`)."""
+
+    topics: list[str]
+    """The file's topic names; group keys hold indexes into it."""
+    groups: list[tuple[tuple[int, int], Any]]
+    """((topic index, partition), row selector) for each run or group of rows."""
+    offsets: Any
+    """The offsets of the rows with no null coordinate (an int64 NumPy array)."""
+    rows: int
+    nulls: int
+
+
+def _read_file(
+    local: Any, add: dict[str, Any], columns: list[str], physical: dict[str, str], partition_cols: set[str]
+) -> _FileRows:
+    """Read one data file's topic, partition and offset columns (``columns`` in that order) and group its rows.
+
+    Raises:
+        DeltaLogError: The file cannot be read or lacks a column.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    topic_column, partition_column, offset_column = columns
+    from_file = [physical[c] for c in columns if c not in partition_cols]
+    as_dictionary = [physical[topic_column]] if topic_column not in partition_cols else []
+    try:
+        data = pq.read_table(local, columns=from_file, read_dictionary=as_dictionary) if from_file else None
+    except Exception as err:  # pyarrow raises ArrowInvalid / OSError subclasses
+        raise DeltaLogError(f"{local}: cannot read columns {from_file} ({err})") from err
+    n = data.num_rows if data is not None else int(json.loads(add.get("stats") or "{}")["numRecords"])
+    cols: dict[str, Any] = {}
+    for c in columns:
+        if c in partition_cols:
+            cols[c] = pa.array([(add.get("partitionValues") or {}).get(c)] * n, pa.string())
+        else:
+            assert data is not None
+            cols[c] = data.column(physical[c]).combine_chunks()
+    topic_col = cols[topic_column]
+    if not pa.types.is_dictionary(topic_col.type):
+        topic_col = pc.dictionary_encode(topic_col)
+    topics = [str(v) for v in topic_col.dictionary.to_pylist()] or [""]
+    t_np = topic_col.indices.fill_null(0).to_numpy(zero_copy_only=False) if len(topics) > 1 else None
+    p_np = _int_numpy(cols[partition_column])
+    o_np = _int_numpy(cols[offset_column])
+    bad = [pc.is_valid(c).to_numpy(zero_copy_only=False) for c in (topic_col, *cols.values()) if c.null_count]
+    nulls = 0
+    if bad:
+        valid = np.logical_and.reduce(bad)
+        nulls = int(n - valid.sum())
+        p_np, o_np = p_np[valid], o_np[valid]
+        t_np = t_np[valid] if t_np is not None else None
+    return _FileRows(topics, _group_rows(0, t_np, p_np), o_np.astype(np.int64, copy=False), n, nulls)
+
+
+def _int_numpy(col: Any) -> Any:
+    """A NumPy copy of an Arrow integer column (strings, from partition values, are parsed; nulls become 0 and
+    are masked out by the caller)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_integer(col.type):
+        col = pc.cast(col, pa.int64())
+    return col.fill_null(0).to_numpy(zero_copy_only=False) if col.null_count else col.to_numpy(zero_copy_only=False)
+
+
+def _group_rows(code: int, topics: Any, partitions: Any) -> list[tuple[tuple[int, int], Any]]:
+    """The rows of one file per (topic code, partition), as row selectors (``slice`` runs or position arrays).
+
+    ``topics`` is ``None`` when the file holds one topic (``code``). Kafka data arrives in long runs of one
+    topic-partition (a Spark task reads one partition), so the runs are found in one pass; when the rows are
+    shuffled (many short runs) a stable sort groups them instead.
+    """
+    import numpy as np
+
+    n = len(partitions)
+    if not n:
+        return []
+    change = partitions[1:] != partitions[:-1]
+    if topics is not None:
+        change |= topics[1:] != topics[:-1]
+    bounds = np.flatnonzero(change) + 1
+    if len(bounds) <= max(1024, n // 64):
+        starts = np.concatenate(([0], bounds)).tolist()
+        ends = np.concatenate((bounds, [n])).tolist()
+        codes = [code] * len(starts) if topics is None else topics[starts].tolist()
+        return [((c, p), slice(a, b)) for c, p, a, b in zip(codes, partitions[starts].tolist(), starts, ends)]
+    wide = partitions.astype(np.int64)
+    key = wide if topics is None else (topics.astype(np.int64) << 32) | (wide & 0xFFFFFFFF)
+    order = np.argsort(key, kind="stable")
+    sorted_keys = key[order]
+    cut = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+    out = []
+    for a, b in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [n])).tolist()):
+        first = int(order[a])
+        c = code if topics is None else int(topics[first])
+        out.append(((c, int(partitions[first])), order[a:b]))
+    return out
+
+
+def _count(selector: Any) -> int:
+    """How many rows a :func:`_group_rows` selector stands for."""
+    return selector.stop - selector.start if isinstance(selector, slice) else len(selector)
+
+
+def _offset_counts(offs: Any) -> tuple[Any, Any]:
+    """The distinct offsets (ascending) and how many rows hold each: a count per offset when the offsets are
+    dense (the usual case, one linear pass), a sort otherwise (compacted topics, huge gaps)."""
+    import numpy as np
+
+    if not len(offs):
+        return np.array([], np.int64), np.array([], np.int64)
+    low, high = int(offs.min()), int(offs.max())
+    if high - low < 4 * len(offs) + 1_000_000:
+        counts = np.bincount(offs - low)
+        present = np.flatnonzero(counts)
+        return present + low, counts[present]
+    ordered = np.sort(offs)
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    return ordered[starts], np.diff(np.concatenate((starts, [len(ordered)])))
 
 
 def _findings(table: str, reports: list[PartitionReport]) -> list[Finding]:

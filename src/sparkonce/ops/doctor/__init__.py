@@ -27,13 +27,22 @@ from sparkonce.ops.doctor.delta import DeltaFacts, delta_findings, scan_history
 from sparkonce.ops.doctor.file_sink import file_sink_findings
 from sparkonce.ops.doctor.kafka import kafka_findings
 from sparkonce.ops.doctor.next_start import next_start_text
-from sparkonce.ops.doctor.report import BatchRow, DoctorReport, HistoryScan, KafkaPartitionState, TableReport
+from sparkonce.ops.doctor.ranges import newest_ids
+from sparkonce.ops.doctor.report import (
+    BatchRow,
+    CheckpointScan,
+    DoctorReport,
+    HistoryScan,
+    KafkaPartitionState,
+    TableReport,
+)
 from sparkonce.ops.doctor.timeline import timeline
 from sparkonce.ops.findings import Finding
 from sparkonce.ops.watermarks import WatermarkFetcher, fetch_watermarks
 
 __all__ = [
     "BatchRow",
+    "CheckpointScan",
     "DoctorReport",
     "HistoryScan",
     "KafkaPartitionState",
@@ -49,6 +58,7 @@ def diagnose(
     kafka_bootstrap: str | None = None,
     watermarks: WatermarkFetcher | None = None,
     history_scan: HistoryScan = "auto",
+    checkpoint_scan: CheckpointScan = "window",
     timeline_batches: int = 200,
     now_ms: int | None = None,
 ) -> DoctorReport:
@@ -64,7 +74,10 @@ def diagnose(
         history_scan: How much Delta history to read: ``auto`` reads every commit only when several app ids
             hold txns (to name the table versions of duplicated batches), else just the timeline window;
             ``full`` always reads all; ``window`` never more than the window.
-        timeline_batches: How many of the newest batches the timeline shows.
+        checkpoint_scan: Which ``offsets/`` and ``commits/`` files to read: ``window`` the timeline's newest
+            batches (every file is still listed, so gaps are found; Spark keeps 100 batches by default and reads
+            only the newest on restart), ``full`` all of them (finds damage in old files too).
+        timeline_batches: How many of the newest batches the timeline shows (at least 2 are always read).
         now_ms: The current time in ms (for retention checks); defaults to the clock.
 
     Raises:
@@ -73,12 +86,13 @@ def diagnose(
         BrokerError: The broker is unreachable.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    state = read_checkpoint(checkpoint_dir)
+    newest = None if checkpoint_scan == "full" else max(timeline_batches, 2)
+    state = read_checkpoint(checkpoint_dir, newest_batches=newest)
     findings = checkpoint_findings(state)
     reports: list[TableReport] = []
     delta: dict[Path, DeltaFacts] = {}
-    ids = sorted(set(state.offset_ids) | set(state.commit_ids))
-    window_start = ids[-timeline_batches:][0] if ids else None
+    ids = newest_ids(state.offset_ids, state.commit_ids, timeline_batches)
+    window_start = ids[0] if ids else None
     for table_arg in tables:
         table = Path(table_arg)
         if (table / "_delta_log").is_dir():
@@ -129,4 +143,5 @@ def diagnose(
         kafka=tuple(kafka_states),
         timeline=timeline(state, delta, timeline_batches),
         generated_at_ms=now,
+        unread_checkpoint_files=state.unread_batches,
     )

@@ -7,6 +7,7 @@ CLI/driver only; reads the table's ``_delta_log`` through :class:`~sparkonce.del
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def scan_history(
     entries: list[CommitEntry] = []
     if not full and (app_id is None or app_id not in snapshot.txns or window_start is None):
         return entries, False
-    for entry in log.iter_history():
+    for entry in log.iter_history() if full else _newest_commits(log, snapshot.table_version):
         entries.append(entry)
         if full:
             continue
@@ -49,6 +50,17 @@ def scan_history(
         if entry.query_id == app_id and window_covered:
             break
     return entries, full
+
+
+def _newest_commits(log: DeltaLog, table_version: int) -> Iterator[CommitEntry]:
+    """Commit entries from ``table_version`` down, until a JSON commit is gone (removed by log clean-up).
+
+    Asks for each file by name instead of listing ``_delta_log`` (which can hold 100,000s of files) again.
+    """
+    for v in range(table_version, -1, -1):
+        if not log.commit_path(v).is_file():
+            return
+        yield log.commit_entry(v)
 
 
 def delta_findings(

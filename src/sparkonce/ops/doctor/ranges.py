@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["missing_ids", "range_text"]
+__all__ = ["missing_ids", "newest_ids", "range_text"]
+
+
+def newest_ids(a: Sequence[int], b: Sequence[int], count: int) -> list[int]:
+    """The ``count`` largest ids of the union of two sorted sequences, ascending (without sorting them whole)."""
+    if count <= 0:
+        return []
+    return sorted(set(a[-count:]) | set(b[-count:]))[-count:]
 
 
 def range_text(ids: Sequence[int]) -> str:
@@ -26,7 +33,8 @@ def range_text(ids: Sequence[int]) -> str:
 
 
 def missing_ids(ids: Sequence[int]) -> list[int]:
-    if not ids:
+    """The ids missing between the first and the last of sorted, distinct ``ids``."""
+    if not ids or ids[-1] - ids[0] + 1 == len(ids):
         return []
     present = set(ids)
     return [i for i in range(ids[0], ids[-1] + 1) if i not in present]

@@ -8,9 +8,10 @@ from typing import Literal
 
 from sparkonce.ops.findings import Finding, Severity, worst_severity
 
-__all__ = ["BatchRow", "DoctorReport", "HistoryScan", "KafkaPartitionState", "TableReport"]
+__all__ = ["BatchRow", "CheckpointScan", "DoctorReport", "HistoryScan", "KafkaPartitionState", "TableReport"]
 
 HistoryScan = Literal["auto", "full", "window"]
+CheckpointScan = Literal["window", "full"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class DoctorReport:
     kafka: tuple[KafkaPartitionState, ...]
     timeline: tuple[BatchRow, ...]
     generated_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    unread_checkpoint_files: int = 0
+    """``offsets/``/``commits/`` files older than the timeline window, listed but not read (``window`` scan)."""
 
     @property
     def severity(self) -> Severity | None:

@@ -10,16 +10,17 @@ from pathlib import Path
 
 from sparkonce.checkpoint.reader import CheckpointState
 from sparkonce.ops.doctor.delta import DeltaFacts
+from sparkonce.ops.doctor.ranges import newest_ids
 from sparkonce.ops.doctor.report import BatchRow
 
 __all__ = ["timeline"]
 
 
 def timeline(state: CheckpointState, delta: dict[Path, DeltaFacts], window: int) -> tuple[BatchRow, ...]:
-    ids = sorted(set(state.offset_ids) | set(state.commit_ids))
+    """The newest ``window`` batches, each with the table versions (of this query's app id) that hold it."""
+    ids = newest_ids(state.offset_ids, state.commit_ids, window)
     if not ids:
         return ()
-    ids = ids[-window:]
     versions: dict[int, list[int]] = defaultdict(list)
     rows: dict[int, int] = {}
     app = state.query_id
@@ -30,11 +31,9 @@ def timeline(state: CheckpointState, delta: dict[Path, DeltaFacts], window: int)
                 if entry.added_rows is not None:
                     rows[entry.batch_id] = rows.get(entry.batch_id, 0) + entry.added_rows
     out = []
-    committed = set(state.commit_ids)
+    planned, committed = set(state.offset_ids[-window:]), set(state.commit_ids[-window:])
     for b in ids:
         offsets = state.offsets.get(b)
         ts = offsets.metadata.batch_timestamp_ms if offsets and offsets.metadata else None
-        out.append(
-            BatchRow(b, b in state.offset_ids, b in committed, ts, tuple(sorted(versions.get(b, []))), rows.get(b))
-        )
+        out.append(BatchRow(b, b in planned, b in committed, ts, tuple(sorted(versions.get(b, []))), rows.get(b)))
     return tuple(out)
