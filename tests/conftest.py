@@ -16,7 +16,12 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(os.environ.get("SPARKONCE_FIXTURES", REPO / "tests" / "fixtures"))
 
-pytest_plugins: list[str] = ["tests.fixtures_broker", "tests.fixtures_postgres", "tests.fixtures_storage"]
+pytest_plugins: list[str] = [
+    "tests.fixtures_broker",
+    "tests.fixtures_postgres",
+    "tests.fixtures_storage",
+    "tests.fixtures_cluster",
+]
 
 
 @pytest.fixture(scope="session")

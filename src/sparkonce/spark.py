@@ -1,10 +1,16 @@
-"""Creating a local SparkSession that can run sparkonce's Python data sources."""
+"""Creating a SparkSession that can run sparkonce's Python data sources, locally or on a standalone cluster."""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from sparkonce.errors import ClusterError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -21,6 +27,14 @@ def local_session(
 
     Python workers must import ``sparkonce``; from a virtualenv that only works when they run the driver's
     interpreter, so ``spark.pyspark.python`` and ``PYSPARK_PYTHON`` are set to ``sys.executable``.
+
+    On a cluster master (``spark://...``) the executors run on other processes or machines: they get the same
+    interpreter path (the shared-environment way: the same virtualenv path on every node, see
+    ``docs/cluster.md``), the driver's ``PYTHONPATH`` and crash-point variables, and a probe job checks, before
+    any data moves, that they import sparkonce, deltalake and pyarrow.
+
+    Raises:
+        ClusterError: on a cluster master, no executor came up in time or an executor cannot import sparkonce.
     """
     from pyspark.sql import SparkSession
 
@@ -43,12 +57,125 @@ def local_session(
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.stopTimeout", "60s")
     )
+    clustered = not master.startswith("local")
+    if clustered:
+        for key, value in cluster_conf(master).items():
+            builder = builder.config(key, value)
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if clustered:
+        try:
+            probe_executors(spark)
+        except ClusterError:
+            spark.stop()
+            raise
     sparkonce.register(spark)
     return spark
 
 
-__all__ = ["local_session"]
+@dataclass(frozen=True)
+class ExecutorProbe:
+    """What one probe task saw on an executor."""
+
+    host: str
+    pid: int
+    python: str
+    sparkonce_version: str | None
+    sparkonce_file: str | None
+    error: str | None
+    """``ModuleNotFoundError: ...`` when the executor could not import sparkonce or a dependency."""
+
+
+def cluster_conf(master: str) -> dict[str, str]:
+    """Spark conf for a driver on a cluster ``master``: this interpreter and environment on the executors.
+
+    A loopback master (``spark://127.0.0.1:...``, as ``sparkonce cluster start`` runs) also pins the driver to
+    127.0.0.1.
+    """
+    from sparkonce.crash import ENV_PGID, ENV_POINT, ENV_TARGET
+
+    conf = {"spark.executorEnv.PYSPARK_PYTHON": sys.executable}
+    host = urlsplit(master.split(",")[0]).hostname or ""
+    if host in {"127.0.0.1", "localhost"}:
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    for name in ("PYTHONPATH", ENV_POINT, ENV_TARGET, ENV_PGID):
+        value = os.environ.get(name)
+        if value:
+            conf[f"spark.executorEnv.{name}"] = value
+    return conf
+
+
+def probe_executors(spark: SparkSession, *, timeout: float = 300.0) -> list[ExecutorProbe]:
+    """Run a tiny job (two tasks per executor core) that imports sparkonce, deltalake and pyarrow on executors.
+
+    Runs on the driver; the probe function is shipped by value, so it runs even where sparkonce is missing.
+
+    Raises:
+        ClusterError: no executor ran the probe within ``timeout`` seconds, an executor cannot import one of
+            the modules (the message names the host, the interpreter and the fix), or runs another sparkonce
+            version than the driver.
+    """
+    import sparkonce
+
+    sc = spark.sparkContext
+    master = sc.master
+    group = f"sparkonce-probe-{uuid.uuid4().hex[:8]}"
+    outcome: dict[str, Any] = {}
+
+    def probe(_: object) -> tuple[str, int, str, str | None, str | None, str | None]:
+        import os as os_
+        import socket
+        import sys as sys_
+
+        try:
+            import deltalake  # noqa: F401
+            import pyarrow  # noqa: F401
+
+            import sparkonce as package
+
+            return (socket.gethostname(), os_.getpid(), sys_.executable, package.__version__, package.__file__, None)
+        except Exception as err:
+            return (socket.gethostname(), os_.getpid(), sys_.executable, None, None, f"{type(err).__name__}: {err}")
+
+    def run() -> None:
+        sc.setJobGroup(group, "sparkonce: can executors import sparkonce?", interruptOnCancel=True)
+        try:
+            tasks = max(2, 2 * sc.defaultParallelism)
+            outcome["rows"] = sc.parallelize(range(tasks), tasks).map(probe).collect()
+        except Exception as err:
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, name=group, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        sc.cancelJobGroup(group)
+        worker.join(30)
+        raise ClusterError(
+            f"no executor of {master} ran the sparkonce probe within {timeout:.0f}s: are its workers up, with "
+            f"free cores and at least spark.executor.memory "
+            f"({sc.getConf().get('spark.executor.memory', '1g')}) of free memory? (`sparkonce cluster status`)"
+        )
+    if "error" in outcome:
+        raise ClusterError(f"the sparkonce probe job failed on {master}: {outcome['error']}") from outcome["error"]
+    probes = [ExecutorProbe(*row) for row in outcome["rows"]]
+    for found in probes:
+        if found.error is not None:
+            raise ClusterError(
+                f"an executor of {master} on {found.host} (Python {found.python}) cannot run sparkonce: "
+                f"{found.error}. Executors need sparkonce and its dependencies: install sparkonce into the same "
+                f"virtualenv path on every node (the driver sets spark.pyspark.python={sys.executable}), or "
+                f"ship it with --py-files / spark.submit.pyFiles; see docs/cluster.md"
+            )
+        if found.sparkonce_version != sparkonce.__version__:
+            raise ClusterError(
+                f"an executor of {master} on {found.host} runs sparkonce {found.sparkonce_version} "
+                f"({found.sparkonce_file}), the driver {sparkonce.__version__}: install the same version everywhere"
+            )
+    return probes
+
+
+__all__ = ["ExecutorProbe", "cluster_conf", "local_session", "probe_executors"]

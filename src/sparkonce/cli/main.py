@@ -16,6 +16,7 @@ _COMMANDS: list[tuple[str, str]] = [
     ("sparkonce.cli.broker", "broker"),
     ("sparkonce.cli.broker", "produce"),
     ("sparkonce.cli.storage", "storage"),
+    ("sparkonce.cli.cluster", "cluster"),
     ("sparkonce.cli.doctor", "doctor"),
     ("sparkonce.cli.doctor", "history"),
     ("sparkonce.cli.doctor", "verify"),

@@ -17,7 +17,9 @@ from sparkonce.pipeline.defaults import DEFAULT_WORK_DIR
 @click.command()
 @click.argument("pipeline", type=click.Path(path_type=Path))
 @click.option("--stage", "stages", multiple=True, help="Run only this stage (repeatable). Default: all.")
-@click.option("--master", default=None, help="Spark master URL (default: local[2]).")
+@click.option(
+    "--master", default=None, help="Spark master URL (default: local[2]); spark://HOST:PORT: see docs/cluster.md."
+)
 @click.option("--plain", is_flag=True, help="One line per batch instead of the live table (logs, CI).")
 @click.option("--json", "as_json", is_flag=True, help="Print the final progress as JSON.")
 @handle_errors
@@ -104,7 +106,9 @@ def _table(progress: tuple[Any, ...]) -> Any:
 @click.argument("pipeline", type=click.Path(path_type=Path))
 @click.option("--stage", required=True, help="The stage to rebuild (bronze or gold).")
 @click.option("--as-of", "as_of", required=True, help="Input table version, or timestamp (UTC when naive).")
-@click.option("--master", default=None, help="Spark master URL (default: local[2]).")
+@click.option(
+    "--master", default=None, help="Spark master URL (default: local[2]); spark://HOST:PORT: see docs/cluster.md."
+)
 @click.option("--yes", is_flag=True, help="Act; without it, only print the plan.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan/result as JSON.")
 @handle_errors

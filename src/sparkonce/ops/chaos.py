@@ -12,8 +12,9 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from sparkonce.crash import ENV_PGID, ENV_POINT
+from sparkonce.crash import ENV_PGID, ENV_POINT, ENV_TARGET
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ def run_driver(
     args: Sequence[str],
     *,
     crash_at: str | None = None,
+    crash_target: Literal["driver", "task", "executor"] = "driver",
     env: Mapping[str, str] | None = None,
     timeout: float = 600.0,
     cwd: str | None = None,
@@ -39,13 +41,17 @@ def run_driver(
 
     The child leads a new process group; :func:`sparkonce.spark.local_session` exports that group as
     ``SPARKONCE_CRASH_PGID`` before the JVM starts, so a crash point reached in any process of the application
-    (Python driver, JVM, Python workers started by the JVM) kills the whole driver group.
+    (Python driver, JVM, Python workers started by the JVM) kills the whole driver group. With ``crash_target``
+    ``task`` or ``executor`` the point kills only the executor's Python worker or the executor JVM, once (the
+    task's first attempt), and the driver goes on (see :mod:`sparkonce.crash`).
     """
     child_env = dict(os.environ if env is None else env)
     child_env.pop(ENV_POINT, None)
     child_env.pop(ENV_PGID, None)
+    child_env.pop(ENV_TARGET, None)
     if crash_at:
         child_env[ENV_POINT] = crash_at
+        child_env[ENV_TARGET] = crash_target
     child_env.setdefault("PYSPARK_PYTHON", sys.executable)
     proc = subprocess.Popen(
         [sys.executable, *args],
