@@ -126,16 +126,17 @@ def _check_exact_contents(config: PipelineConfig, topic: str, produced: int) -> 
 
 def _check_one_txn_per_batch(config: PipelineConfig) -> None:
     assert config.bronze is not None and config.gold is not None
+    # Bronze and quarantine are one fan-out: txn app id f"{query id}:{table name in the fan-out}".
     owners = [
-        (config.raw.table, config.raw.checkpoint),
-        (config.bronze.table, config.bronze.checkpoint),
-        (config.bronze.quarantine, config.bronze.checkpoint),
-        (config.gold.table, config.gold.checkpoint),
+        (config.raw.table, config.raw.checkpoint, ""),
+        (config.bronze.table, config.bronze.checkpoint, ":bronze"),
+        (config.bronze.quarantine, config.bronze.checkpoint, ":quarantine"),
+        (config.gold.table, config.gold.checkpoint, ""),
     ]
-    for table, checkpoint in owners:
+    for table, checkpoint, suffix in owners:
         txns = _txns(table)
         assert len(txns) == len(set(txns)), f"{table}: a (app id, batch id) committed twice: {Counter(txns)}"
-        app_id = _query_id(checkpoint)
+        app_id = _query_id(checkpoint) + suffix
         assert {a for a, _ in txns} == {app_id}, table
         assert {v for _, v in txns} == _committed_batches(checkpoint), table
 
@@ -155,8 +156,8 @@ def test_crash_between_fanout_tables_then_after_gold_merge(broker, tmp_path: Pat
     assert crashed.killed, crashed.stderr[-3000:]
     assert _planned_not_committed(config.bronze.checkpoint, 1)
     bronze_app = _query_id(config.bronze.checkpoint)
-    assert max(v for a, v in _txns(config.bronze.table) if a == bronze_app) == 1
-    assert max(v for a, v in _txns(config.bronze.quarantine) if a == bronze_app) == 0
+    assert max(v for a, v in _txns(config.bronze.table) if a == f"{bronze_app}:bronze") == 1
+    assert max(v for a, v in _txns(config.bronze.quarantine) if a == f"{bronze_app}:quarantine") == 0
     assert not Path(config.gold.checkpoint, "commits").exists(), "gold ran before bronze finished"
 
     # 2. Bronze batch 1 re-run, then gold batch 1 merged (txn version 1) and killed before commits/1.

@@ -3,9 +3,10 @@
 * **raw**: ``sparkonce.kafka`` -> Delta streaming sink (``mergeSchema`` on). The sink's Delta commit carries
   ``txn(query id, batch id)``, so a batch re-run after a crash is skipped.
 * **bronze**: Delta stream of raw -> ``foreachBatch``: parse the JSON value with the declared schema; rows that
-  parse go to bronze, rows that fail go to quarantine with the reason. Both tables get one batch write each with
-  ``txnAppId`` = the bronze query id and ``txnVersion`` = the batch id, so each is written exactly once even when
-  a crash falls between the two.
+  parse go to bronze, rows that fail go to quarantine with the reason. One Spark job per batch parses, classifies
+  and writes both tables' files (a one-pass fan-out, :mod:`sparkonce.sinks.fanout`); each table then gets its own
+  Delta commit with txn app id ``f"{bronze query id}:{bronze|quarantine}"`` and txn version = the batch id, so
+  each is written exactly once even when a crash falls between the two.
 * **gold**: Delta stream of bronze (``skipChangeCommits``: a replayed bronze does not stop it) -> ``foreachBatch``
   :func:`sparkonce.delta.merge.merge_latest` with ``txn(gold query id, batch id)``.
 
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -32,11 +33,12 @@ from sparkonce.delta.sink import read_query_id
 from sparkonce.errors import SchemaMismatchError, TableNotFoundError
 from sparkonce.pipeline.config import LINEAGE_COLUMNS, BronzeStage, GoldStage, PipelineConfig, RawStage, Stage
 from sparkonce.pipeline.owner import claim_checkpoint
+from sparkonce.sinks.fanout import FanOutTarget, FanOutWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,12 @@ QUARANTINE_DDL = (
     "reason STRING, batch_id BIGINT, quarantined_at TIMESTAMP"
 )
 _CORRUPT = "_sparkonce_corrupt"
+_EXTRA = "_sparkonce_extra"
+ROUTE_COLUMN = "_sparkonce_route"
+BRONZE = "bronze"
+"""The bronze table's name in the bronze stage's fan-out (txn app id ``f"{query id}:bronze"``)."""
+QUARANTINE = "quarantine"
+"""The quarantine table's name in the bronze stage's fan-out (txn app id ``f"{query id}:quarantine"``)."""
 
 
 @dataclass(frozen=True)
@@ -187,9 +195,12 @@ def _start_bronze(
     if stage.max_files_per_trigger is not None:
         options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
     source = spark.readStream.format("delta").options(**options).load(config.raw.table)
+    app_ids: list[str] = []
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        write_bronze_batch(batch, batch_id, stage)
+        if not app_ids:  # the query id, read from the checkpoint once
+            app_ids.append(read_query_id(stage.checkpoint))
+        write_bronze_batch(batch, batch_id, stage, app_id=app_ids[0])
 
     return _start_foreach_batch(source, process, config, stage)
 
@@ -207,19 +218,44 @@ def _start_foreach_batch(
     )
 
 
-def write_bronze_batch(batch: DataFrame, batch_id: int, stage: BronzeStage) -> BronzeBatchResult:
-    """Parse one raw batch and write bronze and quarantine, each exactly once for ``batch_id``."""
-    app_id = read_query_id(stage.checkpoint)
-    batch = batch.persist()
-    try:
-        parsed, quarantined, added = parse_raw(batch, stage, batch_id=batch_id)
-        bronze_rows = _append(parsed, stage.table, app_id, batch_id, merge_schema=bool(added))
-        crash_point("between_fanout_tables", batch_id)
-        quarantined_rows = _append(quarantined, stage.quarantine, app_id, batch_id, merge_schema=False)
-    finally:
-        batch.unpersist()
+def write_bronze_batch(
+    batch: DataFrame, batch_id: int, stage: BronzeStage, *, app_id: str | None = None
+) -> BronzeBatchResult:
+    """Parse one raw batch and write bronze and quarantine, each exactly once for ``batch_id``, in one pass.
+
+    One Spark job parses, classifies and writes the files of both tables (a one-pass fan-out,
+    :meth:`~sparkonce.sinks.fanout.FanOutWriter.stage_routed`) and reports the JSON fields no schema declares in
+    the same pass; then the driver makes one Delta commit per table, txn app id ``f"{app_id}:bronze"`` and
+    ``f"{app_id}:quarantine"`` (app id: the bronze query id), txn version ``batch_id``. Only when undeclared fields
+    appear under ``drift = "add"`` are the files discarded and the batch written again with the inferred fields.
+
+    Raises:
+        SchemaMismatchError: undeclared fields under ``drift = "fail"`` (nothing of the batch is committed).
+    """
+    app_id = app_id or read_query_id(stage.checkpoint)
+    spark = batch.sparkSession
+    fields = payload_fields(spark, stage)
+    writer = bronze_writer(stage, fields, app_id)
+    staged = writer.stage_routed(
+        routed_frame(batch, stage, fields, batch_id=batch_id), batch_id, route=ROUTE_COLUMN, observe=(_EXTRA,)
+    )
+    added: tuple[str, ...] = ()
+    found = sorted(staged.observed.get(_EXTRA, ()))
+    if found:
+        writer.discard(staged)
+        if stage.drift == "fail":
+            raise _drift_error(found, batch_id)
+        new_fields = _infer_fields(spark, batch, found)
+        added = tuple(f.name for f in new_fields)
+        fields = [*fields, *new_fields]
+        writer = bronze_writer(stage, fields, app_id)
+        staged = writer.stage_routed(
+            routed_frame(batch, stage, fields, batch_id=batch_id), batch_id, route=ROUTE_COLUMN
+        )
+    result = writer.commit_staged(staged)
+    bronze_rows, quarantined_rows = result.rows(BRONZE), result.rows(QUARANTINE)
     log.info(
-        "bronze batch %s (app_id %s): %d row(s) to %s, %d quarantined to %s%s",
+        "bronze batch %s (app_id %s): %d row(s) to %s, %d quarantined to %s%s%s",
         batch_id,
         app_id,
         bronze_rows,
@@ -227,31 +263,62 @@ def write_bronze_batch(batch: DataFrame, batch_id: int, stage: BronzeStage) -> B
         quarantined_rows,
         stage.quarantine,
         f", added column(s) {list(added)}" if added else "",
+        f", already written to {list(result.skipped)}" if result.skipped else "",
     )
     return BronzeBatchResult(batch_id, bronze_rows, quarantined_rows, added)
 
 
-def _append(frame: DataFrame, table: str, app_id: str, batch_id: int, *, merge_schema: bool) -> int:
-    frame = frame.persist()
-    try:
-        rows = frame.count()
-        (
-            frame.write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", str(batch_id))
-            .option("mergeSchema", str(merge_schema).lower())
-            .save(table)
-        )
-    finally:
-        frame.unpersist()
-    return rows
+def bronze_writer(stage: BronzeStage, fields: Sequence[StructField], app_id: str) -> FanOutWriter:
+    """The one-pass fan-out of a bronze batch: rows routed ``bronze`` and ``quarantine`` (see :func:`routed_frame`)."""
+    return FanOutWriter(
+        [
+            FanOutTarget(
+                stage.table,
+                name=BRONZE,
+                columns=_bronze_columns(fields),
+                options={"mergeSchema": "true"} if stage.drift == "add" else {},
+            ),
+            FanOutTarget(stage.quarantine, name=QUARANTINE, columns=_QUARANTINE_COLUMNS),
+        ],
+        app_id=app_id,
+    )
+
+
+def routed_frame(
+    raw: DataFrame, stage: BronzeStage, fields: Sequence[StructField], *, batch_id: int | None
+) -> DataFrame:
+    """Raw rows parsed and classified in one projection: the route (``bronze`` / ``quarantine``), the typed payload
+    fields (``_b_<name>``), the quarantine columns, and the JSON keys no field declares (for drift detection).
+    """
+    import pyspark.sql.functions as F
+
+    known = [f.name for f in fields]
+    keys = F.json_object_keys(F.col("value"))
+    well_formed = F.col("value").isNotNull() & keys.isNotNull()
+    extra = F.array_except(keys, F.array(*[F.lit(n) for n in known]))
+    parsed = _classify(raw, stage, list(fields))
+    return parsed.select(
+        F.when(F.col("_reason").isNull(), F.lit(BRONZE)).otherwise(F.lit(QUARANTINE)).alias(ROUTE_COLUMN),
+        *[F.col(f"_p.{f.name}").alias(f"_b_{f.name}") for f in fields],
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        F.col("_reason").alias("_q_reason"),
+        F.lit(batch_id).cast("bigint").alias("_q_batch_id"),
+        F.current_timestamp().alias("_q_quarantined_at"),
+        F.when(well_formed, extra).alias(_EXTRA),
+    )
 
 
 def parse_raw(
     raw: DataFrame, stage: BronzeStage, *, batch_id: int | None = None
 ) -> tuple[DataFrame, DataFrame, tuple[str, ...]]:
     """Split raw rows into parsed bronze rows and quarantined rows with a reason; apply the drift policy.
+
+    For whole-table rebuilds (``replay``): the streaming stage writes through :func:`write_bronze_batch` in one pass.
 
     Returns:
         (bronze rows, quarantine rows, columns added to the payload schema by ``drift = "add"``).
@@ -263,66 +330,74 @@ def parse_raw(
     import pyspark.sql.functions as F
 
     spark = raw.sparkSession
-    fields = list(_payload_schema(spark, stage).fields)
-    known = [f.name for f in fields]
-    keys = F.json_object_keys(F.col("value"))
-    extra = F.array_except(keys, F.array(*[F.lit(n) for n in known]))
-    well_formed = raw.where(F.col("value").isNotNull() & keys.isNotNull())
-    found = well_formed.select(F.array_distinct(F.flatten(F.collect_list(extra))).alias("new")).collect()[0]["new"]
-    new_fields: list[Any] = []
+    fields = payload_fields(spark, stage)
+    frame = routed_frame(raw, stage, fields, batch_id=batch_id)
+    found = frame.select(F.array_distinct(F.flatten(F.collect_list(_EXTRA))).alias("new")).collect()[0]["new"]
+    new_fields: list[StructField] = []
     if found:
-        new_names = sorted(found)
         if stage.drift == "fail":
-            raise SchemaMismatchError(
-                f"stages.bronze: record(s) of batch {batch_id} carry field(s) {new_names} that the schema does not "
-                f'declare (drift = "fail"); declare them in stages.bronze.schema or set drift = "add"'
-            )
-        new_fields = _infer_fields(spark, well_formed, new_names)
-        fields.extend(new_fields)
-    parsed = _classify(raw, stage, fields)
-    lineage = [
-        F.col("topic").alias("_topic"),
-        F.col("partition").alias("_partition"),
-        F.col("offset").alias("_offset"),
-        F.col("kafka_timestamp").alias("_kafka_timestamp"),
-    ]
-    good = parsed.where(F.col("_reason").isNull()).select(
-        *[F.col(f"_p.{f.name}").alias(f.name) for f in fields], *lineage
-    )
-    bad = parsed.where(F.col("_reason").isNotNull()).select(
-        "key",
-        "value",
-        "topic",
-        "partition",
-        "offset",
-        "kafka_timestamp",
-        F.col("_reason").alias("reason"),
-        F.lit(batch_id).cast("bigint").alias("batch_id"),
-        F.current_timestamp().alias("quarantined_at"),
-    )
+            raise _drift_error(sorted(found), batch_id)
+        new_fields = _infer_fields(spark, raw, sorted(found))
+        fields = [*fields, *new_fields]
+        frame = routed_frame(raw, stage, fields, batch_id=batch_id)
+
+    def side(route: str, columns: Mapping[str, str]) -> DataFrame:
+        rows = frame.where(F.col(ROUTE_COLUMN) == route)
+        return rows.select(*[F.col(source).alias(target) for target, source in columns.items()])
+
+    good = side(BRONZE, _bronze_columns(fields))
+    bad = side(QUARANTINE, _QUARANTINE_COLUMNS)
     return good, bad, tuple(f.name for f in new_fields)
 
 
-def _payload_schema(spark: SparkSession, stage: BronzeStage) -> StructType:
-    """The declared fields plus the columns drift added to the bronze table earlier."""
-    from pyspark.sql.types import StructType
+def _bronze_columns(fields: Sequence[StructField]) -> dict[str, str]:
+    columns = {f.name: f"_b_{f.name}" for f in fields}
+    columns.update({"_topic": "topic", "_partition": "partition", "_offset": "offset"})
+    columns["_kafka_timestamp"] = "kafka_timestamp"
+    return columns
 
+
+_QUARANTINE_COLUMNS = {
+    "key": "key",
+    "value": "value",
+    "topic": "topic",
+    "partition": "partition",
+    "offset": "offset",
+    "kafka_timestamp": "kafka_timestamp",
+    "reason": "_q_reason",
+    "batch_id": "_q_batch_id",
+    "quarantined_at": "_q_quarantined_at",
+}
+
+
+def _drift_error(names: Sequence[str], batch_id: int | None) -> SchemaMismatchError:
+    return SchemaMismatchError(
+        f"stages.bronze: record(s) of batch {batch_id} carry field(s) {list(names)} that the schema does not "
+        f'declare (drift = "fail"); declare them in stages.bronze.schema or set drift = "add"'
+    )
+
+
+def payload_fields(spark: SparkSession, stage: BronzeStage) -> list[StructField]:
+    """The declared fields plus the columns drift added to the bronze table earlier."""
     declared = _ddl_schema(spark, stage.schema)
     if not table_exists(stage.table):
-        return declared
+        return list(declared.fields)
     table_schema = spark_schema(table_arrow_schema(load_table(stage.table)))
     names = set(declared.names) | set(LINEAGE_COLUMNS)
-    return StructType([*declared.fields, *(f for f in table_schema.fields if f.name not in names)])
+    return [*declared.fields, *(f for f in table_schema.fields if f.name not in names)]
 
 
-def _infer_fields(spark: SparkSession, well_formed: DataFrame, names: list[str]) -> list[Any]:
+def _infer_fields(spark: SparkSession, raw: DataFrame, names: list[str]) -> list[StructField]:
     """Spark's JSON schema inference for the new top-level fields (drift = "add")."""
+    import pyspark.sql.functions as F
+
+    well_formed = raw.where(F.col("value").isNotNull() & F.json_object_keys(F.col("value")).isNotNull())
     inferred = spark.read.json(well_formed.select("value").rdd.map(lambda row: row[0])).schema
     by_name = {f.name: f for f in inferred.fields}
     return [by_name[n] for n in names if n in by_name]
 
 
-def _classify(raw: DataFrame, stage: BronzeStage, fields: list[Any]) -> DataFrame:
+def _classify(raw: DataFrame, stage: BronzeStage, fields: list[StructField]) -> DataFrame:
     """Add ``_p`` (the typed parse) and ``_reason`` (null when the row is good) to the raw rows."""
     import pyspark.sql.functions as F
     from pyspark.sql.types import StringType, StructField, StructType
@@ -330,8 +405,10 @@ def _classify(raw: DataFrame, stage: BronzeStage, fields: list[Any]) -> DataFram
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
     typed = StructType([*fields, StructField(_CORRUPT, StringType())])
     text = StructType([*(StructField(f.name, StringType()) for f in fields), StructField(_CORRUPT, StringType())])
+    corrupt = F.col(f"_p.{_CORRUPT}").isNotNull()
+    # The all-strings parse only explains a wrong type: evaluated for corrupt rows alone.
     frame = raw.withColumn("_p", F.from_json("value", typed, options)).withColumn(
-        "_s", F.from_json("value", text, options)
+        "_s", F.when(corrupt, F.from_json("value", text, options))
     )
     wrong = [
         F.when(
@@ -348,7 +425,7 @@ def _classify(raw: DataFrame, stage: BronzeStage, fields: list[Any]) -> DataFram
     reason = (
         F.when(F.col("value").isNull(), F.lit("null value"))
         .when(F.json_object_keys("value").isNull(), F.lit("malformed JSON: not a JSON object"))
-        .when(F.col(f"_p.{_CORRUPT}").isNotNull(), F.concat(F.lit("wrong type: "), F.concat_ws("; ", *wrong)))
+        .when(corrupt, F.concat(F.lit("wrong type: "), F.concat_ws("; ", *wrong)))
     )
     if missing:
         reason = reason.when(

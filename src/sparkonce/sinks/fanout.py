@@ -18,6 +18,18 @@ already holds the batch, so its write is skipped, and the tables that the crash 
 
 Executors write the data files; the driver makes one Delta commit per table (``df.write.format("delta")`` with
 ``txnAppId``/``txnVersion``). A batch read by two or more tables is persisted once and unpersisted afterwards.
+
+**One pass** (:meth:`FanOutWriter.write_routed`): when each row belongs to exactly one table, named by a route
+column of the batch, one Spark job reads the batch once and every task writes the files of every pending table
+(:mod:`sparkonce.sinks.routing`); the driver then makes one Delta commit per table, each with its own txn, as
+above. No persist and no second read of the batch; row counts come from the written files. The bronze stage is
+built on it (route ``bronze`` / ``quarantine``)::
+
+    writer = FanOutWriter(
+        [FanOutTarget("/lake/good", columns={"id": "id"}), FanOutTarget("/lake/bad", columns={"raw": "value"})],
+        app_id="my-app",
+    )
+    writer.write_routed(batch.withColumn("_route", F.when(ok, "good").otherwise("bad")), batch_id, route="_route")
 """
 
 from __future__ import annotations
@@ -32,6 +44,9 @@ from sparkonce.errors import OptionError, SinkError, SparkonceError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from sparkonce.delta.files import WrittenFile
+    from sparkonce.sinks.routing import RoutedTable
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +68,11 @@ class FanOutTarget:
     """Turns the batch into this table's rows (filter, projection); the whole batch when None."""
     partition_by: tuple[str, ...] = ()
     options: Mapping[str, str] = field(default_factory=dict)
-    """Extra Delta write options (``mergeSchema``, ``userMetadata``, ...); txnAppId/txnVersion are set here."""
+    """Extra Delta write options (``mergeSchema``, ``userMetadata``, ...); txnAppId/txnVersion are set here.
+    One-pass writes honour ``mergeSchema`` and ``userMetadata``."""
+    columns: Mapping[str, str] | None = None
+    """One-pass writes only: this table's columns, table column -> batch column, in table order; every batch
+    column but the route and observed ones when None."""
 
     @property
     def table_name(self) -> str:
@@ -70,6 +89,8 @@ class TargetOutcome:
     status: Literal["written", "skipped"]
     table_version: int | None
     """The table version after the write (or the current one when skipped); None if unknown."""
+    rows: int | None = None
+    """Rows the Delta commit added (one-pass writes; 0 when skipped); None when not known."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +108,25 @@ class FanOutResult:
     @property
     def skipped(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.targets if t.status == "skipped")
+
+    def rows(self, name: str) -> int:
+        """Rows the batch added to table ``name`` (0 when skipped or unknown)."""
+        return next((t.rows or 0 for t in self.targets if t.name == name), 0)
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """The files a one-pass write left for the pending tables of one batch, not committed yet (driver)."""
+
+    batch_id: int
+    tables: tuple[RoutedTable, ...]
+    """The pending tables, in the fan-out's order."""
+    files: Mapping[str, tuple[WrittenFile, ...]]
+    """Table name -> the files the tasks wrote for it."""
+    skipped: tuple[str, ...]
+    """Tables that already hold the batch (their rows were dropped by the tasks)."""
+    observed: Mapping[str, frozenset[str]]
+    """Observed column -> the distinct values the tasks saw (only when some table was pending)."""
 
 
 class FanOutWriter:
@@ -165,17 +205,10 @@ class FanOutWriter:
         pending: list[FanOutTarget] = []
         outcomes: dict[str, TargetOutcome] = {}
         for target in self.targets:
-            if _committed_version(target.path, self.txn_app_id(target), batch_id) is None:
-                pending.append(target)
-            else:
+            if self._already_written(target, batch_id):
                 outcomes[target.table_name] = self._outcome(target, "skipped")
-                log.info(
-                    "fan-out batch %d of app %s: table %s (%s) already holds it, skipped",
-                    batch_id,
-                    self.app_id,
-                    target.table_name,
-                    target.path,
-                )
+            else:
+                pending.append(target)
         persisted = len(pending) > 1
         if persisted:
             batch_df.persist()
@@ -193,6 +226,192 @@ class FanOutWriter:
             targets=tuple(outcomes[t.table_name] for t in self.targets),
         )
 
+    # -- one pass ---------------------------------------------------------------------------------------------------
+
+    def write_routed(self, batch_df: DataFrame, batch_id: int, *, route: str) -> FanOutResult:
+        """Write each row of ``batch_df`` to the table its ``route`` column names, in one Spark job (driver).
+
+        Raises:
+            OptionError: the route column or a target's column is not in the batch.
+            SinkError: a task or a table's Delta commit failed (tables committed before it keep the batch).
+        """
+        return self.commit_staged(self.stage_routed(batch_df, batch_id, route=route))
+
+    def stage_routed(
+        self, batch_df: DataFrame, batch_id: int, *, route: str, observe: Sequence[str] = ()
+    ) -> StagedBatch:
+        """Write the files of every table not yet holding ``batch_id`` in one Spark job; commit nothing (driver).
+
+        ``observe`` names array-of-string columns whose distinct values come back in :attr:`StagedBatch.observed`
+        from the same job (the bronze stage finds undeclared JSON fields this way). Follow with
+        :meth:`commit_staged` or :meth:`discard`.
+
+        Raises:
+            OptionError: the route column or a target's column is not in the batch.
+            SinkError: a task failed (the files it wrote are deleted; other tasks' files stay unreferenced).
+        """
+        from sparkonce.delta.files import FileWriterOptions
+        from sparkonce.delta.rewrite import local_root
+        from sparkonce.delta.schema import arrow_schema_for_spark
+        from sparkonce.sinks.routing import RESULT_DDL, RoutedFileWriter, RoutedTable, written_file
+
+        if batch_id < 0:
+            raise OptionError("batch_id", batch_id, "must be a non-negative micro-batch id")
+        schema = batch_df.schema
+        names = schema.fieldNames()
+        for column in (route, *observe):
+            if column not in names:
+                raise OptionError("route" if column == route else "observe", column, f"is not a column of {names}")
+        pending = [t for t in self.targets if not self._already_written(t, batch_id)]
+        skipped = tuple(t.table_name for t in self.targets if t not in pending)
+        tables: list[RoutedTable] = []
+        by_name = {f.name: f for f in schema.fields}
+        for target in pending:
+            columns = (
+                dict(target.columns)
+                if target.columns is not None
+                else {n: n for n in names if n != route and n not in observe}
+            )
+            missing = sorted(c for c in columns.values() if c not in by_name)
+            if missing:
+                raise OptionError(f"targets[{target.table_name}].columns", missing, f"are not columns of {names}")
+            from pyspark.sql.types import StructField, StructType
+
+            fields = [StructField(t, by_name[s].dataType, by_name[s].nullable) for t, s in columns.items()]
+            tables.append(
+                RoutedTable(
+                    name=target.table_name,
+                    file_options=FileWriterOptions(
+                        table_root=local_root(target.path), partition_by=self._partition_by(target)
+                    ),
+                    columns=tuple(columns.items()),
+                    arrow_schema=arrow_schema_for_spark(StructType(fields)),
+                )
+            )
+        if not tables:
+            return StagedBatch(batch_id, (), {}, skipped, {})
+        function = RoutedFileWriter(tuple(tables), route, tuple(observe), batch_id)
+        try:
+            rows = batch_df.mapInArrow(function, RESULT_DDL).collect()
+        except SparkonceError:
+            raise
+        except Exception as err:
+            raise SinkError(
+                f"one-pass fan-out of batch {batch_id} (app id {self.app_id}) to "
+                f"{[t.name for t in tables]} failed: {_first_line(err)}"
+            ) from err
+        files: dict[str, list[WrittenFile]] = {t.name: [] for t in tables}
+        observed: dict[str, set[str]] = {c: set() for c in observe}
+        for row in rows:
+            if row["kind"] == "file":
+                files[row["target"]].append(written_file(row["payload"]))
+            else:
+                observed[row["target"]].add(row["payload"])
+        return StagedBatch(
+            batch_id,
+            tuple(tables),
+            {n: tuple(f) for n, f in files.items()},
+            skipped,
+            {c: frozenset(v) for c, v in observed.items()},
+        )
+
+    def commit_staged(self, staged: StagedBatch) -> FanOutResult:
+        """One Delta commit per pending table, each with its txn, in order (driver).
+
+        Raises:
+            SinkError: a commit failed; tables committed before it keep the batch, the files of the tables after it
+                are deleted, and the re-run of the batch writes those tables.
+            SchemaMismatchError: a table's schema does not take the rows (no ``mergeSchema``).
+        """
+        from sparkonce.delta.commit import BatchTxn, commit_files
+        from sparkonce.delta.writer import commit_metadata
+
+        outcomes = {name: self._outcome(self._target(name), "skipped", rows=0) for name in staged.skipped}
+        for index, table in enumerate(staged.tables):
+            target = self._target(table.name)
+            if index > 0:
+                crash_point_between_tables(staged.batch_id)
+            txn = BatchTxn(self.txn_app_id(target), staged.batch_id)
+            options = {k.lower(): v for k, v in target.options.items()}
+            try:
+                result = commit_files(
+                    target.path,
+                    staged.files[table.name],
+                    data_schema=table.arrow_schema,
+                    partition_by=table.file_options.partition_by,
+                    txn=txn,
+                    merge_schema=options.get("mergeschema", "false").lower() == "true",
+                    custom_metadata=commit_metadata(
+                        "WRITE",
+                        {"mode": "Append", "txnAppId": txn.app_id, "txnVersion": txn.txn_version},
+                        options.get("usermetadata"),
+                    ),
+                )
+            except BaseException as err:
+                self.discard(StagedBatch(staged.batch_id, staged.tables[index:], staged.files, (), {}))
+                if isinstance(err, SparkonceError) or not isinstance(err, Exception):
+                    raise
+                raise SinkError(
+                    f"fan-out commit of batch {staged.batch_id} (txn app id {txn.app_id}) to table {table.name} "
+                    f"at {target.path} failed: {_first_line(err)}"
+                ) from err
+            status: Literal["written", "skipped"] = "skipped" if result.skipped else "written"
+            outcomes[table.name] = TargetOutcome(
+                name=table.name,
+                path=target.path,
+                txn_app_id=txn.app_id,
+                status=status,
+                table_version=result.table_version,
+                rows=result.rows_added,
+            )
+            log.info(
+                "fan-out batch %d of app %s: table %s (%s) %s, %d row(s), table version %s",
+                staged.batch_id,
+                self.app_id,
+                table.name,
+                target.path,
+                status,
+                result.rows_added,
+                result.table_version,
+            )
+        return FanOutResult(
+            batch_id=staged.batch_id,
+            app_id=self.app_id,
+            targets=tuple(outcomes[t.table_name] for t in self.targets if t.table_name in outcomes),
+        )
+
+    def discard(self, staged: StagedBatch) -> None:
+        """Delete the files of a staged batch that will not be committed (driver)."""
+        from sparkonce.delta.files import remove_files
+
+        for table in staged.tables:
+            removed = remove_files(table.file_options.table_root, (f.path for f in staged.files.get(table.name, ())))
+            log.info("fan-out batch %d: discarded %d staged file(s) of %s", staged.batch_id, removed, table.name)
+
+    def _already_written(self, target: FanOutTarget, batch_id: int) -> bool:
+        if _committed_version(target.path, self.txn_app_id(target), batch_id) is None:
+            return False
+        log.info(
+            "fan-out batch %d of app %s: table %s (%s) already holds it, skipped",
+            batch_id,
+            self.app_id,
+            target.table_name,
+            target.path,
+        )
+        return True
+
+    def _partition_by(self, target: FanOutTarget) -> tuple[str, ...]:
+        from sparkonce.delta.commit import load_table, table_exists
+
+        if target.partition_by or not table_exists(target.path):
+            return tuple(target.partition_by)
+        return tuple(load_table(target.path).metadata().partition_columns)
+
+    def _target(self, name: str) -> FanOutTarget:
+        return next(t for t in self.targets if t.table_name == name)
+
+    # -- one job per table -------------------------------------------------------------------------------------
+
     def _write(self, target: FanOutTarget, batch_df: DataFrame, batch_id: int) -> TargetOutcome:
         txn_app_id = self.txn_app_id(target)
         frame = target.select(batch_df) if target.select is not None else batch_df
@@ -209,7 +428,7 @@ class FanOutWriter:
         except Exception as err:
             raise SinkError(
                 f"fan-out write of batch {batch_id} (txn app id {txn_app_id}) to table {target.table_name} "
-                f"at {target.path} failed: {str(err).strip().splitlines()[0] if str(err).strip() else err!r}"
+                f"at {target.path} failed: {_first_line(err)}"
             ) from err
         outcome = self._outcome(target, "written")
         log.info(
@@ -222,13 +441,16 @@ class FanOutWriter:
         )
         return outcome
 
-    def _outcome(self, target: FanOutTarget, status: Literal["written", "skipped"]) -> TargetOutcome:
+    def _outcome(
+        self, target: FanOutTarget, status: Literal["written", "skipped"], *, rows: int | None = None
+    ) -> TargetOutcome:
         return TargetOutcome(
             name=target.table_name,
             path=target.path,
             txn_app_id=self.txn_app_id(target),
             status=status,
             table_version=_table_version(target.path),
+            rows=rows,
         )
 
 
@@ -241,12 +463,15 @@ def crash_point_between_tables(batch_id: int) -> None:
 
 def _committed_version(path: str, txn_app_id: str, batch_id: int) -> int | None:
     """The table's txn version for ``txn_app_id`` when it is ``>= batch_id`` (already written), else None."""
-    from sparkonce.delta.commit import load_table, table_exists
+    from sparkonce.delta.commit import BatchTxn
+    from sparkonce.delta.rewrite import already_committed
 
-    if not table_exists(path):
-        return None
-    committed = load_table(path).transaction_version(txn_app_id)
-    return int(committed) if committed is not None and committed >= batch_id else None
+    return already_committed(path, BatchTxn(txn_app_id, batch_id))
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else repr(err)
 
 
 def _table_version(path: str) -> int | None:
@@ -255,4 +480,4 @@ def _table_version(path: str) -> int | None:
     return int(load_table(path).version()) if table_exists(path) else None
 
 
-__all__ = ["CRASH_POINT", "FanOutResult", "FanOutTarget", "FanOutWriter", "TargetOutcome"]
+__all__ = ["CRASH_POINT", "FanOutResult", "FanOutTarget", "FanOutWriter", "StagedBatch", "TargetOutcome"]

@@ -1,0 +1,308 @@
+"""Driver side of the PostgreSQL sink: the ledger check, the executors' staging load, ONE database transaction."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from sparkonce.errors import OptionError, SinkError
+from sparkonce.sinks.postgres import sql as pgsql
+from sparkonce.sinks.postgres.loader import StagingLoader
+from sparkonce.sinks.postgres.options import PostgresSinkOptions, table_parts
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+CRASH_INSIDE_TRANSACTION = "inside_pg_transaction"
+"""Crash point: target rows, ledger row and staging delete done; the database transaction is not committed."""
+CRASH_AFTER_STAGING = "after_pg_staging_load"
+"""Crash point: every partition of the batch is in the staging table; the database transaction has not begun."""
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What :meth:`PostgresSink.write_batch` did for one batch (a result on the driver)."""
+
+    app_id: str
+    batch_id: int
+    status: Literal["committed", "skipped"]
+    staged_rows: int
+    """Rows loaded into the staging table by the executors (0 when skipped)."""
+    target_rows: int
+    """Rows inserted or updated in the target by the database transaction (0 when skipped)."""
+
+
+class PostgresSink:
+    """A ``foreachBatch`` function writing each batch to a PostgreSQL table exactly once. Driver only.
+
+    Runs on the driver (Spark calls ``foreachBatch`` functions there), which only runs the SQL that checks the
+    ledger and moves staging rows; the rows themselves go from executors to the staging table (see
+    :class:`StagingLoader`) and never through the driver.
+    """
+
+    def __init__(self, options: PostgresSinkOptions) -> None:
+        self.options = options
+        self._app_id = options.app_id
+        self._prepared_for: tuple[str, ...] | None = None
+        self._columns: tuple[pgsql.Column, ...] = ()
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, str]) -> PostgresSink:
+        return cls(PostgresSinkOptions.from_mapping(options))
+
+    @property
+    def app_id(self) -> str:
+        """The ledger's application id: the one given, or ``f"{query id}:{table}"`` from the checkpoint."""
+        if self._app_id is None:
+            from sparkonce.delta.sink import read_query_id
+
+            assert self.options.checkpoint_dir is not None
+            self._app_id = f"{read_query_id(self.options.checkpoint_dir)}:{self.options.table}"
+        return self._app_id
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        """The ``foreachBatch`` entry point (driver)."""
+        self.write_batch(batch_df, batch_id)
+
+    def check(self, schema: StructType | None = None) -> None:
+        """Connect, create the ledger (and, given the batch ``schema``, the target and staging tables) if missing,
+        and check the upsert keys: every problem is raised here, before any data moves (driver).
+
+        Raises:
+            SinkError: the database is unreachable (the message names host:port) or refused a statement.
+            OptionError: a key is not a column, or no unique index covers the keys.
+        """
+        with self._connect() as conn, self._sql_errors("checking the tables"):
+            self._ensure_ledger(conn)
+            if schema is not None:
+                self._prepare(conn, schema)
+            elif self.options.keys and pgsql.table_columns(conn, self.options.table):
+                pgsql.check_unique_index(conn, self.options.table, self.options.keys)
+
+    def write_batch(self, batch_df: DataFrame, batch_id: int) -> BatchOutcome:
+        """Write ``batch_df`` as batch ``batch_id`` unless the ledger already holds it (driver).
+
+        Raises:
+            SinkError: the database is unreachable, a staging load failed, or the database transaction failed;
+                nothing of the batch is in the target then, and re-running the batch is safe.
+        """
+        from sparkonce.crash import crash_point
+
+        if batch_id < 0:
+            raise OptionError("batch_id", batch_id, "must be a non-negative micro-batch id")
+        app_id = self.app_id
+        with self._connect() as conn, self._sql_errors(f"preparing batch {batch_id} of app {app_id}"):
+            self._prepare(conn, batch_df.schema)
+            if self._in_ledger(conn, app_id, batch_id):
+                deleted = self._delete_staging(conn, app_id, batch_id)
+                log.info(
+                    "PostgreSQL sink: batch %d of app %s is in the ledger %s: skipped (%d leftover staging rows "
+                    "deleted)",
+                    batch_id,
+                    app_id,
+                    self.options.ledger_table,
+                    deleted,
+                )
+                return BatchOutcome(app_id, batch_id, "skipped", 0, 0)
+            cleared = self._delete_staging(conn, app_id, batch_id)
+            if cleared:
+                log.info(
+                    "PostgreSQL sink: batch %d of app %s: deleted %d staging rows of a failed attempt",
+                    batch_id,
+                    app_id,
+                    cleared,
+                )
+        staged = self._load_staging(batch_df, app_id, batch_id)
+        crash_point(CRASH_AFTER_STAGING, batch_id)
+        with self._connect() as conn:
+            return self._commit(conn, app_id, batch_id, staged)
+
+    # -- driver: the database transaction ------------------------------------------------------------------------
+
+    def _commit(self, conn: Any, app_id: str, batch_id: int, staged: int) -> BatchOutcome:
+        import psycopg
+
+        from sparkonce.crash import crash_point
+
+        try:
+            with conn.transaction():
+                if pgsql.in_ledger(conn, self._ledger, app_id, batch_id, lock=True):
+                    self._delete_staging(conn, app_id, batch_id)
+                    skipped = True
+                else:
+                    skipped = False
+                    move = pgsql.move_statement(self._target, self._staging, self._columns, self.options.keys)
+                    moved = conn.execute(move, (app_id, batch_id)).rowcount
+                    if not self.options.keys and moved != staged:
+                        # Raised inside the database transaction: it rolls back, nothing of the batch is kept.
+                        raise SinkError(
+                            f"batch {batch_id} of app {app_id}: the executors staged {staged} rows but the staging "
+                            f"table {self.options.staging_name} holds {moved}: another writer loads the same batch; "
+                            "nothing was committed"
+                        )
+                    pgsql.insert_ledger(conn, self._ledger, app_id, batch_id, self.options.table, staged, moved)
+                    self._delete_staging(conn, app_id, batch_id)
+                    crash_point(CRASH_INSIDE_TRANSACTION, batch_id)
+        except psycopg.errors.UniqueViolation as err:
+            if err.diag.table_name != self._ledger[-1]:
+                raise SinkError(
+                    f"batch {batch_id} of app {app_id}: the move into {self.options.table} hit a duplicate key: "
+                    f"{_first_line(err)}"
+                ) from err
+            # Another writer committed the same (app_id, batch_id) between our check and our insert; our
+            # database transaction rolled back, the target holds that writer's rows exactly once.
+            log.warning("PostgreSQL sink: batch %d of app %s was committed concurrently: skipped", batch_id, app_id)
+            return BatchOutcome(app_id, batch_id, "skipped", staged, 0)
+        except psycopg.Error as err:
+            raise SinkError(
+                f"database transaction of batch {batch_id} of app {app_id} into {self.options.table} at "
+                f"{self.options.address} failed (rolled back): {_first_line(err)}"
+            ) from err
+        if skipped:
+            log.info("PostgreSQL sink: batch %d of app %s is in the ledger: skipped", batch_id, app_id)
+            return BatchOutcome(app_id, batch_id, "skipped", staged, 0)
+        log.info(
+            "PostgreSQL sink: committed batch %d of app %s: %d staged rows, %d target rows in %s",
+            batch_id,
+            app_id,
+            staged,
+            moved,
+            self.options.table,
+        )
+        return BatchOutcome(app_id, batch_id, "committed", staged, moved)
+
+    # -- driver: executors load the staging table ----------------------------------------------------------------
+
+    def _load_staging(self, batch_df: DataFrame, app_id: str, batch_id: int) -> int:
+        names = tuple(c.name for c in self._columns)
+        loader = StagingLoader(
+            dsn=self.options.dsn,
+            staging=self._staging,
+            columns=names,
+            app_id=app_id,
+            batch_id=batch_id,
+            connect_timeout=self.options.connect_timeout,
+        )
+        try:
+            counts = batch_df.mapInArrow(loader, "part int, rows long").collect()
+        except Exception as err:
+            raise SinkError(
+                f"loading batch {batch_id} of app {app_id} into the staging table {self.options.staging_name} at "
+                f"{self.options.address} failed: {_first_line(err)}"
+            ) from err
+        staged = sum(int(row["rows"]) for row in counts)
+        log.info(
+            "PostgreSQL sink: batch %d of app %s: %d rows staged by %d tasks in %s",
+            batch_id,
+            app_id,
+            staged,
+            len(counts),
+            self.options.staging_name,
+        )
+        return staged
+
+    # -- driver: tables --------------------------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(self.options.dsn, autocommit=True, connect_timeout=self.options.connect_timeout)
+        except psycopg.OperationalError as err:
+            raise SinkError(f"PostgreSQL at {self.options.address} is unreachable: {_first_line(err)}") from err
+
+    @contextlib.contextmanager
+    def _sql_errors(self, doing: str) -> Iterator[None]:
+        """Turn a database error into a SinkError naming what was being done and where."""
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as err:
+            raise SinkError(f"PostgreSQL at {self.options.address}: {doing} failed: {_first_line(err)}") from err
+
+    def _prepare(self, conn: Any, schema: StructType) -> None:
+        """Create or check target, staging and ledger tables for the batch's columns (once per schema)."""
+        names = tuple(schema.fieldNames())
+        if self._prepared_for == names:
+            return
+        tagged = [n for n in names if n.startswith("_sparkonce_")]
+        if tagged:
+            raise SinkError(f"the batch has columns reserved for the staging table: {tagged}")
+        self._ensure_ledger(conn)
+        with conn.transaction():
+            existing = pgsql.table_columns(conn, self.options.table)
+            if not existing:
+                if not self.options.create_table:
+                    raise SinkError(
+                        f"target table {self.options.table} does not exist at {self.options.address} "
+                        "(createTable is off)"
+                    )
+                self._create_target(conn, schema)
+                existing = pgsql.table_columns(conn, self.options.table)
+            missing = [n for n in names if n not in existing]
+            if missing:
+                raise SinkError(
+                    f"target table {self.options.table} has no column(s) {missing} for the batch "
+                    f"(its columns: {list(existing)})"
+                )
+            self._columns = tuple(pgsql.Column(n, existing[n]) for n in names)
+            missing_keys = [k for k in self.options.keys if k not in names]
+            if missing_keys:
+                raise OptionError("keys", self.options.keys, f"{missing_keys} are not columns of the batch")
+            if self.options.keys:
+                pgsql.check_unique_index(conn, self.options.table, self.options.keys)
+            self._ensure_staging(conn)
+        self._prepared_for = names
+
+    # -- table names -----------------------------------------------------------------------------------------------
+
+    @property
+    def _target(self) -> tuple[str, ...]:
+        return table_parts("table", self.options.table)
+
+    @property
+    def _staging(self) -> tuple[str, ...]:
+        return table_parts("staging_table", self.options.staging_name)
+
+    @property
+    def _ledger(self) -> tuple[str, ...]:
+        return table_parts("ledger_table", self.options.ledger_table)
+
+    def _ensure_ledger(self, conn: Any) -> None:
+        pgsql.ensure_ledger(conn, self._ledger)
+
+    def _create_target(self, conn: Any, schema: StructType) -> None:
+        pgsql.create_target(conn, self._target, schema, self.options.keys)
+        log.info("PostgreSQL sink: created target table %s at %s", self.options.table, self.options.address)
+
+    def _ensure_staging(self, conn: Any) -> None:
+        pgsql.ensure_staging(conn, self._staging, self._columns)
+
+    def _in_ledger(self, conn: Any, app_id: str, batch_id: int) -> bool:
+        return pgsql.in_ledger(conn, self._ledger, app_id, batch_id)
+
+    def _delete_staging(self, conn: Any, app_id: str, batch_id: int) -> int:
+        return pgsql.delete_staging(conn, self._staging, app_id, batch_id)
+
+
+_PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Violation)\b: .+")
+
+
+def _first_line(err: BaseException) -> str:
+    """The message of ``err`` in one line; for a Python worker error wrapped by Spark, the worker's own error."""
+    text = str(err).strip()
+    if not text:
+        return type(err).__name__
+    worker = [line for line in text.splitlines() if _PYTHON_ERROR_LINE.match(line.strip())]
+    return worker[-1].strip() if worker else text.splitlines()[0]
+
+
+__all__ = ["CRASH_AFTER_STAGING", "CRASH_INSIDE_TRANSACTION", "BatchOutcome", "PostgresSink"]
