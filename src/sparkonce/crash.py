@@ -2,8 +2,9 @@
 
 A test (or the quickstart) starts a driver process in its own session and sets::
 
-    SPARKONCE_CRASH_AT=<point>[:<batch_id>]
+    SPARKONCE_CRASH_AT=<point>[:<batch_id>][#<hit>]
     SPARKONCE_CRASH_PGID=<process group of the driver>
+    SPARKONCE_CRASH_HITS_DIR=<an empty directory>      # with #<hit> only
 
 and optionally ``SPARKONCE_CRASH_TARGET`` (see below).
 
@@ -11,6 +12,10 @@ When code running anywhere in that application (the driver's Python worker that 
 reaches :func:`crash_point` with a matching name and batch id, it sends SIGKILL to the whole driver process group:
 the Python driver and its JVM die at once, exactly as on a machine failure, and no checkpoint commit
 (``commits/N``) can be written afterwards. Without those variables a crash point costs one dict lookup.
+
+``#<hit>`` fires at the hit-th time the point is reached in any process of the run (the chaos harness uses it
+to land a crash point at a random batch of any stage): every process reaching the point claims the next number by
+creating a file in ``SPARKONCE_CRASH_HITS_DIR`` with ``O_EXCL``, and only the one that claims ``hit`` fires.
 
 ``SPARKONCE_CRASH_TARGET`` chooses what dies at the point:
 
@@ -27,6 +32,10 @@ On a cluster master, :func:`sparkonce.spark.local_session` forwards these variab
 
 Points used by sparkonce:
 
+``before_offsets``
+    a streaming source (Kafka or Delta) is asked for the end of the next batch: ``offsets/N`` is not written yet.
+``after_offsets``
+    a streaming source plans the ranges of a batch: ``offsets/N`` is written, no task of the batch has run.
 ``after_delta_commit``
     the streaming sink made the Delta commit for a batch, Spark has not yet written ``commits/N``.
 ``mid_write``
@@ -39,8 +48,12 @@ Points used by sparkonce:
     the PostgreSQL sink's executors loaded the batch into the staging table; no database transaction ran yet.
 ``inside_pg_transaction``
     the PostgreSQL sink moved the staging rows into the target but has not committed the database transaction.
+``after_pg_commit``
+    the PostgreSQL sink committed the database transaction of a batch, Spark has not yet written ``commits/N``.
 ``after_gold_merge``
     the gold stage made its merge Delta commit (removes + adds + txn), Spark has not yet written ``commits/N``.
+``after_commits``
+    a streaming source is told a batch is done (its ``commit``): Spark wrote ``commits/N`` of that batch.
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ import signal
 ENV_POINT = "SPARKONCE_CRASH_AT"
 ENV_PGID = "SPARKONCE_CRASH_PGID"
 ENV_TARGET = "SPARKONCE_CRASH_TARGET"
+ENV_HITS_DIR = "SPARKONCE_CRASH_HITS_DIR"
 
 
 def crash_point(name: str, batch_id: int | None = None) -> None:
@@ -58,10 +72,13 @@ def crash_point(name: str, batch_id: int | None = None) -> None:
     wanted = os.environ.get(ENV_POINT)
     if not wanted:
         return
-    point, _, batch = wanted.partition(":")
+    spec, _, hit = wanted.partition("#")
+    point, _, batch = spec.partition(":")
     if point != name:
         return
     if batch and (batch_id is None or int(batch) != batch_id):
+        return
+    if hit and _claim_hit() != int(hit):
         return
     target = os.environ.get(ENV_TARGET, "driver")
     if target in ("task", "executor"):
@@ -105,4 +122,18 @@ def _ancestor(command: str) -> int | None:
     return None
 
 
-__all__ = ["ENV_PGID", "ENV_POINT", "ENV_TARGET", "crash_point"]
+def _claim_hit() -> int:
+    """Claim the next hit number of this run (1, 2, ...) across processes; 0 without a hits directory."""
+    folder = os.environ.get(ENV_HITS_DIR)
+    if not folder:
+        return 0
+    number = 1
+    while True:
+        try:
+            os.close(os.open(os.path.join(folder, str(number)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return number
+        except FileExistsError:
+            number += 1
+
+
+__all__ = ["ENV_HITS_DIR", "ENV_PGID", "ENV_POINT", "ENV_TARGET", "crash_point"]

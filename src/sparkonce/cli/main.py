@@ -24,6 +24,7 @@ _COMMANDS: list[tuple[str, str]] = [
     ("sparkonce.cli.pipeline", "run"),
     ("sparkonce.cli.pipeline", "replay"),
     ("sparkonce.cli.pipeline", "quickstart"),
+    ("sparkonce.cli.chaos", "chaos"),
 ]
 
 

@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from sparkonce.crash import crash_point
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.options import StreamReadOptions
 from sparkonce.delta.reader import (
@@ -217,6 +218,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # driver, each trigger
+        crash_point("before_offsets")
         begin = self._parse(start)
         budget = self._budget(limit)
         last: _Position | None = None
@@ -236,6 +238,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return DeltaSourceOffset(self._state.table_id, latest + 1, BASE_INDEX, False).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:  # driver
+        crash_point("after_offsets")
         begin, finish = self._parse(start), self._parse(end)
         _check_order(begin, finish)
         # An end at the base of table version v covers nothing of v: do not read its commit (it may not exist yet).
@@ -261,6 +264,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from read_files(partition.files, partition.scan)
 
     def commit(self, end: dict[str, Any]) -> None:  # driver, after Spark's checkpoint commit
+        crash_point("after_commits")
         if self._state is not None:
             self._state.forget_before(self._parse(end))
 

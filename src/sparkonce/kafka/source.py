@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from sparkonce.crash import crash_point
 from sparkonce.errors import OptionError
 from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
@@ -215,6 +216,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """End offsets of the next batch: the partitions' ends, capped by ``limit`` (driver)."""
+        crash_point("before_offsets")
         start_offsets = _parse_start(start)
         if self._available_now and self._available_now_target is not None:
             latest = dict(self._available_now_target)
@@ -240,6 +242,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Plan the ranges of one batch, checking for data loss (driver)."""
+        crash_point("after_offsets")
         start_offsets = _parse_start(start)
         end_offsets = PartitionOffsets.from_json(end, what="end offsets")
         if start_offsets == end_offsets:
@@ -255,6 +258,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Source commit: nothing to do; Kafka consumer groups are never written (the checkpoint rules)."""
+        crash_point("after_commits")
         log.debug("batch up to %s done; no offsets are committed to Kafka", end)
 
     def stop(self) -> None:

@@ -164,9 +164,7 @@ def start_postgres(
             ],
             what="initdb",
         )
-        options = f"-p {chosen} -k {base} -c listen_addresses={LOOPBACK} -c fsync=off -c max_connections=50"
-        pg_ctl = [str(bin_dir / "pg_ctl"), "-D", str(server.data_dir)]
-        _run(server, [*pg_ctl, "-l", str(server.log_file), "-W", "-o", options, "start"], what="pg_ctl start")
+        _pg_ctl_start(server)
         wait_until_ready(server.dsn, timeout=timeout, log_file=server.log_file)
     except BaseException:
         with contextlib.suppress(SinkError):
@@ -190,6 +188,78 @@ def stop_postgres(server: PostgresServer, *, timeout: float = 30.0) -> None:
     finally:
         if server.owns_base_dir:
             shutil.rmtree(server.base_dir, ignore_errors=True)
+
+
+def _pg_ctl_start(server: PostgresServer) -> None:
+    options = f"-p {server.port} -k {server.base_dir} -c listen_addresses={LOOPBACK} -c fsync=off -c max_connections=50"
+    pg_ctl = [str(server.bin_dir / "pg_ctl"), "-D", str(server.data_dir)]
+    _run(server, [*pg_ctl, "-l", str(server.log_file), "-W", "-o", options, "start"], what="pg_ctl start")
+
+
+def kill_postgres(server: PostgresServer, *, timeout: float = 30.0) -> int | None:
+    """SIGKILL the server's postmaster (as a machine failure would) and wait until its processes are gone.
+
+    Returns:
+        The postmaster's pid, or None when the server was not running.
+    """
+    import signal
+
+    pid_file = server.data_dir / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    children = _children(pid)
+    for victim in (pid, *children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{p}").exists() and not _zombie(p) for p in (pid, *children)):
+        if time.monotonic() >= deadline:
+            raise SinkError(f"PostgreSQL postmaster {pid} of {server.base_dir} still runs {timeout:.0f}s after SIGKILL")
+        time.sleep(0.05)  # poll until the kernel reaped them; the deadline bounds the wait
+    return pid
+
+
+def restart_postgres(server: PostgresServer, *, timeout: float = 60.0) -> None:
+    """Start ``server`` again on its data directory and port (after :func:`kill_postgres`: crash recovery runs).
+
+    Raises:
+        SinkError: ``pg_ctl start`` failed or the server did not accept connections in time.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _pg_ctl_start(server)
+            break
+        except SinkError:
+            # Right after a SIGKILL the old shared memory or socket can linger for a moment: retry to the deadline.
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+    wait_until_ready(server.dsn, timeout=max(1.0, deadline - time.monotonic()), log_file=server.log_file)
+    log.info("restarted PostgreSQL on %s:%d (cluster %s)", server.host, server.port, server.base_dir)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return False
 
 
 def wait_until_ready(dsn: str, *, timeout: float = 60.0, log_file: Path | None = None) -> None:
@@ -277,4 +347,13 @@ def _tail(path: Path, lines: int = 20) -> str:
     return "\nserver log:\n" + "\n".join(text) if text else ""
 
 
-__all__ = ["PostgresServer", "find_bin_dir", "free_port", "start_postgres", "stop_postgres", "wait_until_ready"]
+__all__ = [
+    "PostgresServer",
+    "find_bin_dir",
+    "free_port",
+    "kill_postgres",
+    "restart_postgres",
+    "start_postgres",
+    "stop_postgres",
+    "wait_until_ready",
+]

@@ -35,9 +35,16 @@ from __future__ import annotations
 
 from sparkonce.sinks.postgres.loader import StagingLoader
 from sparkonce.sinks.postgres.options import PostgresSinkOptions
-from sparkonce.sinks.postgres.sink import CRASH_AFTER_STAGING, CRASH_INSIDE_TRANSACTION, BatchOutcome, PostgresSink
+from sparkonce.sinks.postgres.sink import (
+    CRASH_AFTER_COMMIT,
+    CRASH_AFTER_STAGING,
+    CRASH_INSIDE_TRANSACTION,
+    BatchOutcome,
+    PostgresSink,
+)
 
 __all__ = [
+    "CRASH_AFTER_COMMIT",
     "CRASH_AFTER_STAGING",
     "CRASH_INSIDE_TRANSACTION",
     "BatchOutcome",

@@ -24,6 +24,8 @@ CRASH_INSIDE_TRANSACTION = "inside_pg_transaction"
 """Crash point: target rows, ledger row and staging delete done; the database transaction is not committed."""
 CRASH_AFTER_STAGING = "after_pg_staging_load"
 """Crash point: every partition of the batch is in the staging table; the database transaction has not begun."""
+CRASH_AFTER_COMMIT = "after_pg_commit"
+"""Crash point: the database transaction of the batch is committed; Spark has not written ``commits/N``."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ class PostgresSink:
         if skipped:
             log.info("PostgreSQL sink: batch %d of app %s is in the ledger: skipped", batch_id, app_id)
             return BatchOutcome(app_id, batch_id, "skipped", staged, 0)
+        crash_point(CRASH_AFTER_COMMIT, batch_id)
         log.info(
             "PostgreSQL sink: committed batch %d of app %s: %d staged rows, %d target rows in %s",
             batch_id,

@@ -1,4 +1,4 @@
-"""The crash harness: run a driver program in its own process group and kill it with SIGKILL at a named point.
+"""Driver processes: run one in its own process group, kill the group, find the Python workers of its JVM.
 
 Used by the tests and the quickstart to prove exactly-once for real: the driver (Python + its JVM) dies at once at
 the chosen :mod:`sparkonce.crash` point, is restarted on the same checkpoint, and the output is checked exactly.
@@ -78,4 +78,69 @@ def run_driver(
     return DriverRun(proc.returncode, proc.returncode == -signal.SIGKILL, out, err)
 
 
-__all__ = ["DriverRun", "run_driver"]
+def kill_group(pgid: int) -> bool:
+    """SIGKILL every process of the group ``pgid``; False when the group is already gone."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def python_workers(root_pid: int) -> list[int]:
+    """The executor Python workers below ``root_pid`` (the driver): children forked by a ``pyspark.daemon``.
+
+    Busiest first (most CPU time used in the last 50 ms), so the first one is most likely running a task.
+    """
+    import time
+
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                children.setdefault(int(stat[1]), []).append(int(entry))
+    below: list[int] = []
+    todo = [root_pid]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            below.append(child)
+            todo.append(child)
+    # Only the daemon of executor workers (``pyspark.daemon pyspark.worker``): the JVM also runs daemons for the
+    # driver-side planning of Python data sources, whose loss it does not recover from (it waits forever).
+    forked = {pid for pid in below if _cmdline(pid).rstrip().endswith("pyspark.daemon pyspark.worker")}
+    daemons = {pid for pid in forked if _parent(pid) not in forked}
+    workers = [pid for pid in forked if _parent(pid) in daemons]
+    before = {pid: _cpu(pid) for pid in workers}
+    time.sleep(0.05)  # one CPU-time sample apart, to tell a busy worker from an idle one
+    return sorted(workers, key=lambda pid: before[pid] - _cpu(pid))
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as file:
+            return file.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    stat = _stat(pid)
+    return int(stat[1]) if stat else None
+
+
+def _cpu(pid: int) -> int:
+    stat = _stat(pid)
+    return int(stat[11]) + int(stat[12]) if stat else 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+__all__ = ["DriverRun", "kill_group", "python_workers", "run_driver"]

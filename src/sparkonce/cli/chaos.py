@@ -1,0 +1,153 @@
+"""``sparkonce chaos``: run a pipeline under a seeded random fault plan, then reconcile every table."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from sparkonce.cli.common import EXIT_FINDINGS, console, err_console, handle_errors, print_json
+from sparkonce.ops.chaos.plan import FAULT_KINDS, NAIVE_KINDS
+
+
+@click.command()
+@click.argument("pipeline", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--faults", type=click.IntRange(0), default=10, show_default=True, help="Faults to inject.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault plan and of the data.")
+@click.option("--naive", type=click.Choice(NAIVE_KINDS), default=None, help="Run a naive baseline (expected to FAIL).")
+@click.option(
+    "--plan",
+    "plan_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Replay a fault plan written by an earlier run (rounds/plan.json in its work directory).",
+)
+@click.option(
+    "--kinds",
+    default=",".join(FAULT_KINDS),
+    show_default=True,
+    help="Comma-separated fault kinds to draw from.",
+)
+@click.option("--records", type=click.IntRange(1), default=400, show_default=True, help="Records produced per round.")
+@click.option(
+    "--work-dir",
+    type=click.Path(path_type=Path),
+    default=Path(".sparkonce/chaos"),
+    show_default=True,
+    help="Broker, PostgreSQL, tables, checkpoints and round logs (wiped first when made by chaos).",
+)
+@click.option("--deadline", type=click.FloatRange(10), default=3600.0, show_default=True, help="Seconds for the run.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def chaos(
+    pipeline: Path | None,
+    faults: int,
+    seed: int,
+    naive: str | None,
+    plan_file: Path | None,
+    kinds: str,
+    records: int,
+    work_dir: Path,
+    deadline: float,
+    as_json: bool,
+) -> None:
+    """Kill the pipeline's processes at random moments and at named crash points; exit 0 only when no table has
+    a duplicate or a loss (without PIPELINE: the quickstart's embedded broker, producer and PostgreSQL)."""
+    from sparkonce.errors import OptionError
+    from sparkonce.ops.chaos import ChaosOptions, FaultPlan, run_chaos
+
+    plan = None
+    if plan_file is not None:
+        try:
+            plan = FaultPlan.from_json(json.loads(plan_file.read_text(encoding="utf-8")), source=str(plan_file))
+        except json.JSONDecodeError as err:
+            raise OptionError("--plan", str(plan_file), f"is not JSON: {err}") from err
+        seed, naive = plan.seed, plan.naive
+    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    for kind in chosen:
+        if kind not in FAULT_KINDS:
+            raise OptionError("--kinds", kind, f"must be among {', '.join(FAULT_KINDS)}")
+    options = ChaosOptions(
+        pipeline=pipeline,
+        faults=faults,
+        seed=seed,
+        naive=naive,  # type: ignore[arg-type]  # a click.Choice of NAIVE_KINDS
+        plan=plan,
+        work_dir=work_dir,
+        records_per_round=records,
+        kinds=chosen,  # type: ignore[arg-type]  # checked above
+        deadline=deadline,
+    )
+    if not as_json:
+        what = f"naive baseline {naive}" if naive else "sparkonce"
+        console.print(f"chaos: {what}, seed {seed}, {len(plan.faults) if plan else faults} fault(s), in {work_dir}")
+    result = run_chaos(options, on_round=None if as_json else _print_round)
+    (Path(result.work_dir) / "rounds" / "plan.json").write_text(result.plan.dumps(), encoding="utf-8")
+    if as_json:
+        print_json(result)
+    else:
+        _render(result)
+    if not result.exactly_once:
+        sys.exit(EXIT_FINDINGS)
+
+
+def _print_round(round_result: object) -> None:
+    from sparkonce.ops.chaos import RoundResult
+
+    assert isinstance(round_result, RoundResult)
+    fault = round_result.fault.label if round_result.fault else "no fault (drain)"
+    mark = "injected" if round_result.injected else ("-" if round_result.fault is None else "not injected")
+    console.print(
+        f"  round {round_result.index}: +{round_result.records} records, {fault}: {mark}; "
+        f"{round_result.outcome} after {round_result.seconds:.0f}s"
+    )
+
+
+def _render(result: object) -> None:
+    from sparkonce.ops.chaos import ChaosResult
+
+    assert isinstance(result, ChaosResult)
+    faults = Table(title="faults injected", show_edge=False)
+    faults.add_column("kind")
+    faults.add_column("injected", justify="right")
+    for kind, count in result.injected_by_kind.items():
+        faults.add_row(kind, str(count))
+    for point, count in result.injected_by_point.items():
+        faults.add_row(f"  crash_point {point}", str(count))
+    console.print(faults)
+    tables = Table(title="reconciliation (independent: confluent-kafka, delta-rs, pyarrow, psycopg)", show_edge=False)
+    for column in ("table", "against", "rows", "expected", "duplicates", "lost", "extra", "wrong value"):
+        tables.add_column(column, justify="left" if column in ("table", "against") else "right")
+    for check in result.tables:
+        style = "" if check.ok else "red"
+        tables.add_row(
+            check.table,
+            check.against,
+            str(check.rows),
+            str(check.expected_rows),
+            str(check.duplicates),
+            str(check.lost),
+            str(check.extra),
+            str(check.mismatched),
+            style=style,
+        )
+    console.print(tables)
+    batches = ", ".join(f"{stage} {count}" for stage, count in result.batches.items())
+    console.print(
+        f"seed {result.seed}; {result.faults_injected} of {result.faults_planned} planned fault(s) injected; "
+        f"{result.driver_runs} driver run(s), {result.restarts} restart(s); batches committed: {batches}; "
+        f"{result.records} records ({result.malformed} malformed); {result.seconds:.0f}s"
+    )
+    if result.exactly_once:
+        console.print("[green]exactly once: nothing duplicated, nothing lost[/green]")
+        return
+    err_console.print("[red]FAILED[/red]" + (f": {result.error}" if result.error else ": duplicates or losses above"))
+    err_console.print(
+        f"replay: sparkonce chaos --plan {Path(result.work_dir) / 'rounds' / 'plan.json'}   (or --seed {result.seed}"
+        f" --faults {result.faults_planned}{' --naive ' + result.naive if result.naive else ''})"
+    )
+    err_console.print("fault plan:\n" + result.plan.dumps(), soft_wrap=True)
+    if result.log_tail:
+        err_console.print("last driver log lines:\n" + result.log_tail, soft_wrap=True, markup=False)

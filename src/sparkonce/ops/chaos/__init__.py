@@ -1,0 +1,36 @@
+"""The chaos harness: drivers killed for real, a seeded fault plan, naive baselines and an independent check.
+
+* :mod:`.process`: run a driver program in its own process group, kill it, find its executor Python workers
+  (:func:`run_driver` is what the crash tests use).
+* :mod:`.plan`: the seeded fault plan (JSON round-trip, so a failure replays exactly).
+* :mod:`.harness`: :func:`run_chaos`, the rounds and the fault injection.
+* :mod:`.reconcile`: every table against its source, read with confluent-kafka, delta-rs, pyarrow and psycopg.
+* :mod:`.naive`: the naive sinks the harness must catch; :mod:`.driver`: the driver program.
+"""
+
+from __future__ import annotations
+
+from sparkonce.ops.chaos.harness import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundResult, run_chaos
+from sparkonce.ops.chaos.plan import FAULT_KINDS, NAIVE_KINDS, Fault, FaultKind, FaultPlan, NaiveKind, make_plan
+from sparkonce.ops.chaos.process import DriverRun, kill_group, python_workers, run_driver
+from sparkonce.ops.chaos.reconcile import TableCheck
+
+__all__ = [
+    "FAULT_KINDS",
+    "NAIVE_KINDS",
+    "SCHEMA_VERSION",
+    "ChaosOptions",
+    "ChaosResult",
+    "DriverRun",
+    "Fault",
+    "FaultKind",
+    "FaultPlan",
+    "NaiveKind",
+    "RoundResult",
+    "TableCheck",
+    "kill_group",
+    "make_plan",
+    "python_workers",
+    "run_chaos",
+    "run_driver",
+]

@@ -1,0 +1,477 @@
+"""The chaos harness: run a pipeline round after round under a seeded fault plan, then reconcile every table.
+
+Runs in the calling process (the CLI); the pipeline runs in driver processes (:mod:`sparkonce.ops.chaos.driver`),
+each in its own process group so it can be killed whole. Each round produces a known number of records (the
+quickstart setup), starts the driver with the round's fault armed, and injects it: at a random moment anchored on
+a stage's next batch (``delay`` seconds after its ``offsets/N`` appears) for the timed kinds, or when the run
+reaches a named crash point. The last rounds run without a fault until the driver drains the input and exits 0.
+Then :mod:`sparkonce.ops.chaos.reconcile` checks every table against its source, independently of sparkonce.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkonce.crash import ENV_HITS_DIR, ENV_PGID, ENV_POINT
+from sparkonce.errors import OptionError, SparkonceError
+from sparkonce.ops.chaos.plan import (
+    DURING_COMMITS,
+    FAULT_KINDS,
+    Fault,
+    FaultKind,
+    FaultPlan,
+    NaiveKind,
+    make_plan,
+)
+from sparkonce.ops.chaos.process import kill_group, python_workers
+from sparkonce.ops.chaos.reconcile import (
+    TableCheck,
+    check_bronze,
+    check_file_sink,
+    check_gold,
+    check_postgres,
+    check_raw,
+    checkpoint_batches,
+    delta_rows,
+    read_topic,
+)
+from sparkonce.ops.chaos.spec import DriverSpec
+
+if TYPE_CHECKING:
+    from sparkonce.pipeline.config import PipelineConfig
+    from sparkonce.services.postgres import PostgresServer
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+MARKER = ".sparkonce-chaos"
+"""File that marks a work directory as made by the harness (only such a directory is wiped)."""
+MALFORMED_SHARE = 0.03
+_START_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    """What to run. Driver only."""
+
+    pipeline: Path | None = None
+    """A pipeline file; None: the quickstart's embedded setup (broker, producer, PostgreSQL) in ``work_dir``."""
+    faults: int = 10
+    seed: int = 0
+    naive: NaiveKind | None = None
+    plan: FaultPlan | None = None
+    """Replay this plan instead of making one from ``seed`` and ``faults``."""
+    work_dir: Path = Path(".sparkonce") / "chaos"
+    records_per_round: int = 400
+    partitions: int = 2
+    kinds: tuple[FaultKind, ...] = FAULT_KINDS
+    deadline: float = 3600.0
+    """Seconds for the whole run; past it the driver is killed and the run reports it did not drain."""
+    retries: int = 3
+    """Extra clean rounds allowed when the last planned round does not exit 0."""
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """One driver run."""
+
+    index: int
+    records: int
+    fault: Fault | None
+    injected: bool
+    outcome: str
+    exit_code: int | None
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ChaosResult:
+    """Everything a chaos run did and found."""
+
+    schema_version: int
+    seed: int
+    naive: NaiveKind | None
+    pipeline: str
+    work_dir: str
+    faults_planned: int
+    faults_injected: int
+    injected_by_kind: dict[str, int]
+    injected_by_point: dict[str, int]
+    driver_runs: int
+    restarts: int
+    """Driver runs after the first (every one resumes from the checkpoints)."""
+    batches: dict[str, int]
+    """Committed batches (``commits/N`` files) per stage at the end."""
+    records: int
+    malformed: int
+    tables: tuple[TableCheck, ...]
+    drained: bool
+    """The last driver run exited 0: every stage drained its input."""
+    exactly_once: bool
+    """Drained, and every table holds every record once: no duplicate, no loss, no extra, no wrong value."""
+    seconds: float
+    rounds: tuple[RoundResult, ...]
+    plan: FaultPlan
+    error: str | None = None
+    log_tail: str = ""
+
+    @property
+    def duplicates(self) -> int:
+        return sum(t.duplicates for t in self.tables)
+
+    @property
+    def lost(self) -> int:
+        return sum(t.lost for t in self.tables)
+
+
+RoundCallback = Callable[[RoundResult], None]
+
+
+@dataclass
+class _Setup:
+    """The services and paths of one run (harness side)."""
+
+    work_dir: Path
+    pipeline_file: Path
+    config: PipelineConfig
+    bootstrap: str
+    spec: DriverSpec
+    checkpoints: dict[str, str]
+    broker_dir: Path | None = None
+    postgres: PostgresServer | None = None
+    produced: list[tuple[int, int]] = field(default_factory=list)
+
+
+def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -> ChaosResult:
+    """Run the plan of ``options`` and reconcile every table.
+
+    Raises:
+        OptionError: bad options, or a work directory that the harness did not make.
+        PipelineConfigError: the pipeline file is invalid.
+        BrokerError: the broker cannot start or does not answer.
+        SinkError: PostgreSQL cannot start.
+    """
+    started = time.monotonic()
+    deadline = started + options.deadline
+    work_dir = _fresh_work_dir(options.work_dir)
+    setup = _set_up(options, work_dir)
+    try:
+        plan = options.plan or make_plan(
+            seed=options.seed,
+            faults=options.faults,
+            stages=tuple(setup.checkpoints),
+            kinds=options.kinds,
+            naive=options.naive,
+            records_per_round=options.records_per_round,
+        )
+        if plan.naive != options.naive:
+            raise OptionError("plan", plan.naive, f"was made for naive={plan.naive}, the run asks for {options.naive}")
+        rounds: list[RoundResult] = []
+        error: str | None = None
+        last: RoundResult | None = None
+        queue = list(plan.rounds)
+        retries = options.retries
+        index = 0
+        while queue:
+            planned = queue.pop(0)
+            if time.monotonic() >= deadline:
+                error = f"deadline of {options.deadline:.0f}s passed before round {index}"
+                break
+            if planned.records and options.pipeline is None:
+                _produce(setup, planned.records, options, index)
+            last = _run_round(setup, index, planned.records, planned.fault, deadline)
+            rounds.append(last)
+            if on_round is not None:
+                on_round(last)
+            index += 1
+            if not queue and last.exit_code != 0 and retries > 0:
+                retries -= 1
+                queue.append(type(planned)(0, None))
+        drained = last is not None and last.exit_code == 0
+        if last is not None and not drained and error is None:
+            error = f"the last driver run ended with {last.outcome}: the input was not drained"
+        tables = _reconcile(setup, options)
+        injected = [r.fault for r in rounds if r.fault is not None and r.injected]
+        by_kind = Counter(f.kind for f in injected)
+        by_point = Counter(f.point or "" for f in injected if f.kind == "crash_point")
+        exactly_once = drained and error is None and all(t.ok for t in tables)
+        return ChaosResult(
+            schema_version=SCHEMA_VERSION,
+            seed=plan.seed,
+            naive=plan.naive,
+            pipeline=str(setup.pipeline_file),
+            work_dir=str(work_dir),
+            faults_planned=len(plan.faults),
+            faults_injected=len(injected),
+            injected_by_kind={k: by_kind.get(k, 0) for k in FAULT_KINDS},
+            injected_by_point=dict(sorted(by_point.items())),
+            driver_runs=len(rounds),
+            restarts=max(0, len(rounds) - 1),
+            batches={stage: checkpoint_batches(ck) for stage, ck in setup.checkpoints.items()},
+            records=sum(n for n, _ in setup.produced),
+            malformed=sum(m for _, m in setup.produced),
+            tables=tuple(tables),
+            drained=drained,
+            exactly_once=exactly_once,
+            seconds=round(time.monotonic() - started, 1),
+            rounds=tuple(rounds),
+            plan=plan,
+            error=error,
+            log_tail="" if exactly_once else _log_tail(work_dir, rounds),
+        )
+    finally:
+        _tear_down(setup)
+
+
+# -- setup ---------------------------------------------------------------------------------------------------------
+
+
+def _fresh_work_dir(work_dir: Path) -> Path:
+    work_dir = work_dir.absolute()
+    if work_dir.exists():
+        if any(work_dir.iterdir()) and not (work_dir / MARKER).exists():
+            raise OptionError(
+                "work_dir", str(work_dir), f"exists and was not made by sparkonce chaos (no {MARKER}): not wiping it"
+            )
+        shutil.rmtree(work_dir)
+    work_dir.mkdir(parents=True)
+    (work_dir / MARKER).write_text("made by sparkonce chaos; wiped by the next run\n", encoding="utf-8")
+    (work_dir / "rounds").mkdir()
+    return work_dir
+
+
+def _set_up(options: ChaosOptions, work_dir: Path) -> _Setup:
+    from sparkonce.pipeline.config import load_pipeline
+
+    if options.pipeline is not None:
+        pipeline_file = options.pipeline.absolute()
+        config = load_pipeline(pipeline_file)
+        spec = DriverSpec(pipeline=str(pipeline_file), naive=options.naive)
+        checkpoints: dict[str, str] = {s.name: s.checkpoint for s in config.stages}
+        return _Setup(work_dir, pipeline_file, config, config.source.bootstrap_servers, spec, checkpoints)
+    from sparkonce.pipeline.defaults import write_quickstart_pipeline
+    from sparkonce.services.broker import start_broker, stop_broker
+    from sparkonce.services.postgres import start_postgres
+
+    broker_dir = work_dir / "broker"
+    info = start_broker(state_dir=broker_dir)
+    try:
+        pipeline_file = write_quickstart_pipeline(work_dir, info.bootstrap)
+        config = load_pipeline(pipeline_file)
+        if options.naive == "file-sink-glob":
+            checkpoints = {"raw_files": str(work_dir / "checkpoints" / "raw_files")}
+            spec = DriverSpec(
+                pipeline=str(pipeline_file),
+                naive=options.naive,
+                file_sink_dir=str(work_dir / "tables" / "raw_files"),
+                file_sink_checkpoint=checkpoints["raw_files"],
+            )
+            return _Setup(work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir=broker_dir)
+        postgres = start_postgres(work_dir / "pg")
+    except BaseException:
+        stop_broker(state_dir=broker_dir)
+        raise
+    checkpoints = {s.name: s.checkpoint for s in config.stages}
+    checkpoints["postgres"] = str(work_dir / "checkpoints" / "postgres")
+    spec = DriverSpec(
+        pipeline=str(pipeline_file),
+        naive=options.naive,
+        postgres_dsn=postgres.dsn,
+        postgres_checkpoint=checkpoints["postgres"],
+    )
+    return _Setup(work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir, postgres)
+
+
+def _tear_down(setup: _Setup) -> None:
+    from sparkonce.services.broker import stop_broker
+    from sparkonce.services.postgres import stop_postgres
+
+    if setup.postgres is not None:
+        with contextlib.suppress(SparkonceError):
+            stop_postgres(setup.postgres)
+    if setup.broker_dir is not None:
+        stop_broker(state_dir=setup.broker_dir)
+
+
+def _produce(setup: _Setup, records: int, options: ChaosOptions, index: int) -> None:
+    from sparkonce.services.producer import produce_sensor_readings
+
+    result = produce_sensor_readings(
+        setup.bootstrap,
+        topic=setup.config.source.topic,
+        count=records,
+        partitions=options.partitions,
+        malformed_share=MALFORMED_SHARE,
+        seed=options.seed * 100_003 + index,
+        start_time=_START_TIME + timedelta(hours=index),
+    )
+    setup.produced.append((result.records, result.malformed))
+
+
+# -- one round -----------------------------------------------------------------------------------------------------
+
+
+def _run_round(setup: _Setup, index: int, records: int, fault: Fault | None, deadline: float) -> RoundResult:
+    started = time.monotonic()
+    round_dir = setup.work_dir / "rounds" / f"{index:04d}"
+    round_dir.mkdir(parents=True)
+    spec_file = round_dir / "driver.json"
+    setup.spec.dump(spec_file)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable}
+    for name in (ENV_POINT, ENV_PGID, ENV_HITS_DIR):
+        env.pop(name, None)
+    if fault is not None and fault.kind == "crash_point":
+        point = "after_delta_commit" if fault.point == DURING_COMMITS else fault.point
+        env[ENV_POINT] = f"{point}#{fault.hit}"
+        env[ENV_HITS_DIR] = str(round_dir / "hits")
+        (round_dir / "hits").mkdir()
+    anchors = {stage: _last_batch(ck) for stage, ck in setup.checkpoints.items()}
+    with open(round_dir / "driver.log", "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkonce.ops.chaos.driver", str(spec_file)],
+            env=env,
+            cwd=str(setup.work_dir),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    injected = False
+    note = ""
+    try:
+        if fault is not None and fault.kind != "crash_point":
+            injected, note = _inject_timed(setup, proc, fault, anchors, deadline)
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            proc.wait()
+            return RoundResult(index, records, fault, injected, "deadline: killed", None, _since(started))
+    finally:
+        kill_group(proc.pid)
+    code = proc.returncode
+    if fault is not None and fault.kind == "crash_point":
+        injected = code == -signal.SIGKILL
+        note = "killed at the point" if injected else "point not reached"
+        if injected and fault.point == DURING_COMMITS:
+            note += _tear_commit(setup.checkpoints.get("raw"))
+    outcome = f"SIGKILL ({note})" if code == -signal.SIGKILL else f"exit {code}" + (f" ({note})" if note else "")
+    return RoundResult(index, records, fault, injected, outcome, code, _since(started))
+
+
+def _inject_timed(
+    setup: _Setup, proc: subprocess.Popen[bytes], fault: Fault, anchors: dict[str, int], deadline: float
+) -> tuple[bool, str]:
+    """Wait for the anchor (the stage's next batch planned), then ``delay`` seconds, then inject the fault."""
+    stage = fault.stage or next(iter(setup.checkpoints))
+    checkpoint = setup.checkpoints.get(stage)
+    while proc.poll() is None and time.monotonic() < deadline:
+        if checkpoint is None or _last_batch(checkpoint) > anchors.get(stage, -1):
+            break
+        time.sleep(0.05)  # polling the checkpoint folder for offsets/N; the deadline bounds it
+    end = time.monotonic() + fault.delay
+    while proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.01)
+    if proc.poll() is not None:
+        return False, "missed: the driver ended first"
+    if fault.kind == "driver_kill":
+        kill_group(proc.pid)
+        return True, "driver group killed"
+    if fault.kind == "worker_kill":
+        # The anchor is the batch's offsets/N: its tasks (and their workers) may start a while later.
+        while proc.poll() is None and time.monotonic() < deadline:
+            workers = python_workers(proc.pid)
+            if workers:
+                os.kill(workers[0], signal.SIGKILL)
+                return True, f"worker {workers[0]} killed"
+            time.sleep(0.02)
+        return False, "missed: the driver ended before a Python worker ran"
+    if fault.kind == "postgres_restart":
+        from sparkonce.services.postgres import kill_postgres, restart_postgres
+
+        if setup.postgres is None:
+            return False, "missed: no PostgreSQL in this setup"
+        kill_postgres(setup.postgres)
+        time.sleep(fault.downtime)  # the planned downtime of the database
+        restart_postgres(setup.postgres)
+        return True, f"PostgreSQL killed, down {fault.downtime:.2f}s, restarted"
+    return False, f"missed: unknown kind {fault.kind}"
+
+
+def _last_batch(checkpoint: str) -> int:
+    folder = Path(checkpoint) / "offsets"
+    if not folder.is_dir():
+        return -1
+    numbers = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
+    return max(numbers, default=-1)
+
+
+def _tear_commit(checkpoint: str | None) -> str:
+    """Leave what a kill in the middle of Spark's ``commits/N`` write leaves: a torn ``.N.<uuid>.tmp``."""
+    if checkpoint is None:
+        return ""
+    batch = _last_batch(checkpoint)
+    commits = Path(checkpoint) / "commits"
+    if batch < 0 or (commits / str(batch)).exists():
+        return ""
+    commits.mkdir(exist_ok=True)
+    (commits / f".{batch}.{uuid.uuid4()}.tmp").write_text('v1\n{"nextBatchWatermarkMs', encoding="utf-8")
+    return f"; torn commits/.{batch}.tmp left"
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 1)
+
+
+# -- reconciliation ------------------------------------------------------------------------------------------------
+
+
+def _reconcile(setup: _Setup, options: ChaosOptions) -> list[TableCheck]:
+    config = setup.config
+    topic = read_topic(setup.bootstrap, config.source.topic)
+    if options.naive == "file-sink-glob":
+        folder = Path(setup.spec.file_sink_dir or "")
+        return [
+            check_file_sink(folder, topic, through_metadata=False),
+            check_file_sink(folder, topic, through_metadata=True),
+        ]
+    checks = [check_raw(config.raw.table, topic)]
+    if config.bronze is not None:
+        raw_keys = {
+            (int(r["partition"]), int(r["offset"])) for r in delta_rows(config.raw.table, ["partition", "offset"])
+        }
+        checks.append(check_bronze(config.bronze.table, config.bronze.quarantine, raw_keys))
+        if config.gold is not None:
+            order = (config.gold.order_by,) if isinstance(config.gold.order_by, str) else tuple(config.gold.order_by)
+            checks.append(
+                check_gold(config.gold.table, config.bronze.table, keys=tuple(config.gold.keys), order_by=order)
+            )
+        if setup.postgres is not None and setup.spec.postgres_dsn is not None:
+            checks.append(check_postgres(setup.spec.postgres_dsn, setup.spec.postgres_table, config.bronze.table))
+    return checks
+
+
+def _log_tail(work_dir: Path, rounds: list[RoundResult], lines: int = 25) -> str:
+    if not rounds:
+        return ""
+    path = work_dir / "rounds" / f"{rounds[-1].index:04d}" / "driver.log"
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+__all__ = ["SCHEMA_VERSION", "ChaosOptions", "ChaosResult", "RoundResult", "run_chaos"]

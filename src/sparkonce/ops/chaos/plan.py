@@ -1,0 +1,220 @@
+"""The fault plan of a chaos run: a seeded list of rounds, each one producing records and injecting one fault.
+
+Pure data, no services: :func:`make_plan` turns ``(seed, faults, setup)`` into the same plan every time, and a plan
+round-trips through JSON (``to_json`` / ``from_json``) so a failed run can be replayed with ``--plan FILE``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, cast, get_args
+
+from sparkonce.errors import OptionError
+
+FaultKind = Literal["driver_kill", "worker_kill", "postgres_restart", "crash_point"]
+"""``driver_kill``: SIGKILL of the driver's process group (Python driver, JVM, its Python workers) at a random
+moment; ``worker_kill``: SIGKILL of one executor Python worker (a child of ``pyspark.daemon``) while it runs a
+task; ``postgres_restart``: SIGKILL of the PostgreSQL server, restarted on the same data directory and port after
+a random downtime; ``crash_point``: the driver group dies when the run reaches a named
+:mod:`sparkonce.crash` point for the ``hit``-th time."""
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+
+NaiveKind = Literal["delta-append", "postgres-append", "file-sink-glob"]
+"""``delta-append``: the raw stage is a ``foreachBatch`` appending to Delta without ``txnAppId``/``txnVersion``;
+``postgres-append``: the PostgreSQL stage inserts each batch in its own database transaction without a ledger
+(as naive as ``.write.mode("append").jdbc(...)``); ``file-sink-glob``: the raw stage is Spark's built-in parquet
+file sink and its output is read by globbing the folder instead of through ``_spark_metadata``."""
+NAIVE_KINDS: tuple[NaiveKind, ...] = get_args(NaiveKind)
+
+NAIVE_WINDOW: dict[NaiveKind, str] = {
+    "delta-append": "after_delta_commit",
+    "postgres-append": "after_pg_commit",
+    "file-sink-glob": "mid_write",
+}
+"""The crash point in the window where each naive sink duplicates (data written, ``commits/N`` not yet)."""
+
+DURING_COMMITS = "during_commits"
+"""Not a code point: the harness crashes at ``after_delta_commit`` and leaves the torn temp file a kill in the
+middle of Spark's ``commits/N`` write leaves (Spark writes ``.N.<uuid>.tmp`` and renames it)."""
+
+POINTS_BY_STAGE: dict[str, tuple[str, ...]] = {
+    "raw": ("before_offsets", "after_offsets", "mid_read", "mid_write", "after_delta_commit", DURING_COMMITS),
+    "bronze": ("between_fanout_tables", "after_commits"),
+    "gold": ("after_gold_merge",),
+    "postgres": ("after_pg_staging_load", "inside_pg_transaction", "after_pg_commit"),
+}
+"""Named crash points and the stage that makes them reachable (a point fires in whichever stage reaches it)."""
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One round's fault. Driver only (the harness)."""
+
+    kind: FaultKind
+    stage: str | None = None
+    """Timed faults: the stage whose next batch in the round anchors the moment (``delay`` seconds after its
+    ``offsets/N`` appears)."""
+    delay: float = 0.0
+    point: str | None = None
+    """``crash_point``: the :mod:`sparkonce.crash` point (or :data:`DURING_COMMITS`)."""
+    hit: int = 1
+    """``crash_point``: fires the hit-th time the point is reached in the round."""
+    downtime: float = 0.0
+    """``postgres_restart``: seconds the server stays down."""
+
+    @property
+    def label(self) -> str:
+        if self.kind == "crash_point":
+            return f"crash_point {self.point} #{self.hit}"
+        if self.kind == "postgres_restart":
+            return f"postgres_restart at {self.stage}+{self.delay:.2f}s, down {self.downtime:.2f}s"
+        return f"{self.kind} at {self.stage}+{self.delay:.2f}s"
+
+
+@dataclass(frozen=True)
+class Round:
+    """Produce ``records`` (the quickstart setup only), then run the driver under ``fault`` (None: a clean run)."""
+
+    records: int
+    fault: Fault | None
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Every round of a chaos run, in order; the last rounds are clean runs that drain the input."""
+
+    seed: int
+    naive: NaiveKind | None
+    stages: tuple[str, ...]
+    rounds: tuple[Round, ...]
+    plan_version: int = PLAN_VERSION
+
+    @property
+    def faults(self) -> tuple[Fault, ...]:
+        return tuple(r.fault for r in self.rounds if r.fault is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, source: str = "plan") -> FaultPlan:
+        """Parse a plan written by :meth:`to_json`.
+
+        Raises:
+            OptionError: a field is missing or has a wrong value (the message names ``source`` and the field).
+        """
+        try:
+            if int(data.get("plan_version", 0)) != PLAN_VERSION:
+                raise OptionError(f"{source}: plan_version", data.get("plan_version"), f"must be {PLAN_VERSION}")
+            naive = data.get("naive")
+            if naive is not None and naive not in NAIVE_KINDS:
+                raise OptionError(f"{source}: naive", naive, f"must be one of {list(NAIVE_KINDS)} or null")
+            rounds = []
+            for index, item in enumerate(data["rounds"]):
+                fault = item.get("fault")
+                parsed = None
+                if fault is not None:
+                    if fault.get("kind") not in FAULT_KINDS:
+                        raise OptionError(
+                            f"{source}: rounds[{index}].fault.kind", fault.get("kind"), f"must be one of {FAULT_KINDS}"
+                        )
+                    parsed = Fault(
+                        kind=fault["kind"],
+                        stage=fault.get("stage"),
+                        delay=float(fault.get("delay", 0.0)),
+                        point=fault.get("point"),
+                        hit=int(fault.get("hit", 1)),
+                        downtime=float(fault.get("downtime", 0.0)),
+                    )
+                rounds.append(Round(int(item["records"]), parsed))
+            return cls(
+                seed=int(data["seed"]),
+                naive=cast("NaiveKind | None", naive),
+                stages=tuple(str(s) for s in data["stages"]),
+                rounds=tuple(rounds),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise OptionError(source, "...", f"is not a chaos fault plan ({type(err).__name__}: {err})") from err
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+
+def make_plan(
+    *,
+    seed: int,
+    faults: int,
+    stages: Sequence[str],
+    kinds: Sequence[FaultKind] = FAULT_KINDS,
+    naive: NaiveKind | None = None,
+    records_per_round: int = 400,
+    clean_rounds: int = 1,
+) -> FaultPlan:
+    """The seeded plan: ``faults`` rounds with one fault each, then ``clean_rounds`` rounds without.
+
+    ``stages`` are the stages the driver runs (``raw``, ``bronze``, ``gold``, ``postgres``; ``raw_files`` for the
+    file-sink baseline): timed faults anchor on one of them, crash points are drawn from those they make reachable,
+    ``postgres_restart`` only when there is a ``postgres`` stage. A naive run's first fault is the crash point in
+    the window where that sink duplicates (:data:`NAIVE_WINDOW`), so its failure is certain for every seed.
+
+    Raises:
+        OptionError: ``faults`` < 0, ``records_per_round`` < 1, an unknown kind, or no kind applies.
+    """
+    if faults < 0:
+        raise OptionError("faults", faults, "must be >= 0")
+    if records_per_round < 1:
+        raise OptionError("records_per_round", records_per_round, "must be >= 1")
+    for kind in kinds:
+        if kind not in FAULT_KINDS:
+            raise OptionError("kinds", kind, f"must be among {list(FAULT_KINDS)}")
+    usable = [k for k in kinds if k != "postgres_restart" or "postgres" in stages]
+    if faults and not usable:
+        raise OptionError("kinds", list(kinds), f"none applies to stages {list(stages)}")
+    points = [p for stage in stages for p in POINTS_BY_STAGE.get(stage, ())]
+    if naive == "file-sink-glob":
+        points = ["before_offsets", "after_offsets", "mid_read", "after_commits"]
+    if not points:
+        usable = [k for k in usable if k != "crash_point"]
+    rng = random.Random(seed)
+    rounds: list[Round] = []
+
+    def records() -> int:
+        return rng.randint(max(1, records_per_round // 2), max(1, records_per_round * 3 // 2))
+
+    for index in range(faults):
+        if index == 0 and naive is not None:
+            rounds.append(Round(records_per_round, Fault("crash_point", point=NAIVE_WINDOW[naive], hit=1)))
+            continue
+        kind = rng.choice(usable)
+        stage = rng.choice(list(stages))
+        if kind == "crash_point":
+            fault = Fault(kind, point=rng.choice(points), hit=rng.randint(1, 3))
+        elif kind == "postgres_restart":
+            fault = Fault(
+                kind, stage=stage, delay=round(rng.uniform(0.0, 1.5), 2), downtime=round(rng.uniform(0.5, 4), 2)
+            )
+        else:
+            fault = Fault(kind, stage=stage, delay=round(rng.uniform(0.0, 1.5 if stage == "raw" else 0.8), 2))
+        rounds.append(Round(records(), fault))
+    rounds.extend(Round(records() if not rounds else 0, None) for _ in range(clean_rounds))
+    return FaultPlan(seed=seed, naive=naive, stages=tuple(stages), rounds=tuple(rounds))
+
+
+__all__ = [
+    "DURING_COMMITS",
+    "FAULT_KINDS",
+    "NAIVE_KINDS",
+    "NAIVE_WINDOW",
+    "POINTS_BY_STAGE",
+    "Fault",
+    "FaultKind",
+    "FaultPlan",
+    "NaiveKind",
+    "Round",
+    "make_plan",
+]

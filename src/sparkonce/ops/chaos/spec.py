@@ -1,0 +1,35 @@
+"""What the chaos driver program runs: a JSON file the harness writes before each round."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkonce.ops.chaos.plan import NaiveKind
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    """What the driver program runs (written as JSON by the harness). Driver only."""
+
+    pipeline: str
+    naive: NaiveKind | None = None
+    postgres_dsn: str | None = None
+    postgres_table: str = "chaos_bronze"
+    postgres_checkpoint: str | None = None
+    file_sink_dir: str | None = None
+    file_sink_checkpoint: str | None = None
+    master: str = "local[2,4]"
+    """Two cores; a task may be tried 4 times, so a killed executor Python worker costs a task retry."""
+
+    def dump(self, path: Path) -> None:
+        path.write_text(json.dumps(dataclasses.asdict(self), indent=2), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> DriverSpec:
+        return cls(**json.loads(path.read_text(encoding="utf-8")))
+
+
+__all__ = ["DriverSpec"]

@@ -1,0 +1,122 @@
+"""The chaos harness's pure parts: the seeded fault plan, its JSON round-trip, the hit-counted crash point, and the
+reconciliation arithmetic and file-sink log parsing (no Spark, no services)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sparkonce.errors import OptionError
+from sparkonce.ops.chaos.plan import NAIVE_KINDS, NAIVE_WINDOW, POINTS_BY_STAGE, FaultPlan, make_plan
+from sparkonce.ops.chaos.reconcile import check_file_sink, check_keys, file_sink_files
+
+STAGES = ("raw", "bronze", "gold", "postgres")
+
+
+def test_same_seed_same_plan_and_json_round_trip() -> None:
+    first = make_plan(seed=7, faults=40, stages=STAGES)
+    assert first == make_plan(seed=7, faults=40, stages=STAGES)
+    assert first != make_plan(seed=8, faults=40, stages=STAGES)
+    assert FaultPlan.from_json(json.loads(first.dumps())) == first
+    assert len(first.faults) == 40
+    assert first.rounds[-1].fault is None  # the drain round
+    kinds = {f.kind for f in first.faults}
+    assert kinds == {"driver_kill", "worker_kill", "postgres_restart", "crash_point"}
+    allowed = {p for s in STAGES for p in POINTS_BY_STAGE[s]}
+    assert {f.point for f in first.faults if f.kind == "crash_point"} <= allowed
+
+
+def test_points_and_kinds_follow_the_stages() -> None:
+    plan = make_plan(seed=1, faults=60, stages=("raw",))
+    assert "postgres_restart" not in {f.kind for f in plan.faults}
+    assert {f.point for f in plan.faults if f.point} <= set(POINTS_BY_STAGE["raw"])
+    assert sum(len(v) for v in POINTS_BY_STAGE.values()) >= 8
+
+
+@pytest.mark.parametrize("naive", NAIVE_KINDS)
+def test_a_naive_plan_starts_in_its_duplicate_window(naive: str) -> None:
+    for seed in range(5):
+        plan = make_plan(seed=seed, faults=3, stages=STAGES, naive=naive)  # type: ignore[arg-type]
+        first = plan.faults[0]
+        assert (first.kind, first.point, first.hit) == ("crash_point", NAIVE_WINDOW[naive], 1)  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"plan_version": 99, "seed": 1, "naive": None, "stages": [], "rounds": []}, "plan_version"),
+        ({"plan_version": 1, "seed": 1, "naive": "jdbc", "stages": [], "rounds": []}, "naive"),
+        (
+            {
+                "plan_version": 1,
+                "seed": 1,
+                "naive": None,
+                "stages": [],
+                "rounds": [{"records": 1, "fault": {"kind": "x"}}],
+            },
+            "rounds[0].fault.kind",
+        ),
+        ({"plan_version": 1, "naive": None, "stages": [], "rounds": []}, "plan.json"),
+    ],
+)
+def test_bad_plans_name_the_field(data: dict[str, object], field: str) -> None:
+    with pytest.raises(OptionError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        FaultPlan.from_json(data, source="plan.json")
+
+
+def test_bad_options() -> None:
+    with pytest.raises(OptionError, match="faults"):
+        make_plan(seed=1, faults=-1, stages=STAGES)
+    with pytest.raises(OptionError, match="kinds"):
+        make_plan(seed=1, faults=1, stages=STAGES, kinds=("meteor",))  # type: ignore[arg-type]
+
+
+def test_crash_point_fires_at_its_hit(tmp_path: Path) -> None:
+    """``point#3`` lets the first two reaches pass and SIGKILLs the process group at the third."""
+    program = (
+        "from sparkonce.crash import crash_point\n"
+        "for i in range(5):\n"
+        "    print(i, flush=True)\n"
+        "    crash_point('mid_write')\n"
+    )
+    env = {
+        **os.environ,
+        "SPARKONCE_CRASH_AT": "mid_write#3",
+        "SPARKONCE_CRASH_HITS_DIR": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, start_new_session=True, check=False
+    )
+    assert done.returncode == -9
+    assert done.stdout.split() == ["0", "1", "2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2", "3"]
+
+
+def test_check_keys_counts_duplicates_losses_extras() -> None:
+    check = check_keys("t", "p", "topic", [(0, 1), (0, 1), (0, 1), (1, 5), (2, 9)], {(0, 1), (1, 5), (1, 6)})
+    assert (check.rows, check.expected_rows, check.duplicates, check.lost, check.extra) == (5, 3, 2, 1, 1)
+    assert not check.ok
+    assert check_keys("t", "p", "topic", [(0, 1)], {(0, 1)}).ok
+
+
+def test_file_sink_glob_sees_an_uncommitted_file_the_metadata_log_does_not(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    (folder / "_spark_metadata").mkdir(parents=True)
+    rows = pa.table({"partition": [0, 0], "offset": [0, 1]})
+    pq.write_table(rows, folder / "part-00000-a.snappy.parquet")
+    pq.write_table(rows, folder / "part-00000-b.snappy.parquet")  # the re-run's copy; the first is orphaned
+    entry = {"path": f"file://{folder}/part-00000-b.snappy.parquet", "size": 1, "isDir": False, "action": "add"}
+    (folder / "_spark_metadata" / "0").write_text("v1\n" + json.dumps(entry) + "\n")
+    topic = {(0, 0): b"a", (0, 1): b"b"}
+    assert [p.name for p in file_sink_files(folder, through_metadata=True)] == ["part-00000-b.snappy.parquet"]
+    assert len(file_sink_files(folder, through_metadata=False)) == 2
+    assert check_file_sink(folder, topic, through_metadata=True).ok
+    assert check_file_sink(folder, topic, through_metadata=False).duplicates == 2
