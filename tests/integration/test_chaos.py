@@ -37,7 +37,10 @@ def test_seeded_sample_of_every_fault_kind_is_exactly_once(tmp_path: Path) -> No
                 {"records": 300, "fault": {"kind": "crash_point", "point": "mid_write", "hit": 2}},
                 {"records": 200, "fault": {"kind": "worker_kill", "stage": "raw", "delay": 0.2}},
                 {"records": 200, "fault": {"kind": "crash_point", "point": "between_fanout_tables", "hit": 1}},
-                {"records": 200, "fault": {"kind": "postgres_restart", "stage": "postgres", "delay": 0.0, "downtime": 1.0}},
+                {
+                    "records": 200,
+                    "fault": {"kind": "postgres_restart", "stage": "postgres", "delay": 0.0, "downtime": 1.0},
+                },
                 {"records": 200, "fault": {"kind": "driver_kill", "stage": "gold", "delay": 0.1}},
                 {"records": 100, "fault": None},
             ],

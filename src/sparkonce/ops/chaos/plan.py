@@ -48,6 +48,10 @@ POINTS_BY_STAGE: dict[str, tuple[str, ...]] = {
 }
 """Named crash points and the stage that makes them reachable (a point fires in whichever stage reaches it)."""
 
+MAX_HIT: dict[str, int] = {"before_offsets": 4, "after_offsets": 4, "mid_read": 3, "mid_write": 4, "after_commits": 3}
+"""Points reached several times per round (every stage, every task) draw their hit from 1 to this; the others are
+reached about once per round (one batch per stage and round under ``availableNow``) and always use hit 1."""
+
 PLAN_VERSION = 1
 
 
@@ -193,7 +197,8 @@ def make_plan(
         kind = rng.choice(usable)
         stage = rng.choice(list(stages))
         if kind == "crash_point":
-            fault = Fault(kind, point=rng.choice(points), hit=rng.randint(1, 3))
+            point = rng.choice(points)
+            fault = Fault(kind, point=point, hit=rng.randint(1, MAX_HIT.get(point, 1)))
         elif kind == "postgres_restart":
             fault = Fault(
                 kind, stage=stage, delay=round(rng.uniform(0.0, 1.5), 2), downtime=round(rng.uniform(0.5, 4), 2)
