@@ -34,27 +34,26 @@ def test_seeded_sample_of_every_fault_kind_is_exactly_once(tmp_path: Path) -> No
             "naive": None,
             "stages": ["raw", "bronze", "gold", "postgres"],
             "rounds": [
-                {"records": 300, "fault": {"kind": "crash_point", "point": "mid_write", "hit": 2}},
-                {"records": 200, "fault": {"kind": "worker_kill", "stage": "raw", "delay": 0.2}},
-                {"records": 200, "fault": {"kind": "crash_point", "point": "between_fanout_tables", "hit": 1}},
+                {"records": 200, "fault": {"kind": "crash_point", "point": "mid_write", "hit": 2}},
+                {"records": 150, "fault": {"kind": "worker_kill", "stage": "raw", "delay": 0.2}},
                 {
-                    "records": 200,
+                    "records": 150,
                     "fault": {"kind": "postgres_restart", "stage": "postgres", "delay": 0.0, "downtime": 1.0},
                 },
-                {"records": 200, "fault": {"kind": "driver_kill", "stage": "gold", "delay": 0.1}},
-                {"records": 100, "fault": None},
+                {"records": 150, "fault": {"kind": "driver_kill", "stage": "gold", "delay": 0.1}},
+                {"records": 50, "fault": None},
             ],
         }
     )
     result = run_chaos(ChaosOptions(plan=plan, seed=11, work_dir=tmp_path / "chaos", deadline=DEADLINE))
     assert result.drained, result.error or result.log_tail
-    assert result.records == 1200
+    assert result.records == 700
     assert {t.table for t in result.tables} == {"raw", "bronze+quarantine", "gold", "postgres"}
     for check in result.tables:
         assert check.ok, check
     assert result.exactly_once
     # The crash points are reached for certain; timed faults land unless the driver already ended.
-    assert result.injected_by_point == {"between_fanout_tables": 1, "mid_write": 1}
+    assert result.injected_by_point == {"mid_write": 1}
     assert result.faults_injected >= 3
     assert result.restarts == len(result.rounds) - 1
 

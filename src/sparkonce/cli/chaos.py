@@ -83,7 +83,7 @@ def chaos(
     if not as_json:
         what = f"naive baseline {naive}" if naive else "sparkonce"
         console.print(f"chaos: {what}, seed {seed}, {len(plan.faults) if plan else faults} fault(s), in {work_dir}")
-    result = run_chaos(options, on_round=None if as_json else _print_round)
+    result = run_chaos(options, on_round=_print_round_to_stderr if as_json else _print_round)
     (Path(result.work_dir) / "rounds" / "plan.json").write_text(result.plan.dumps(), encoding="utf-8")
     if as_json:
         print_json(result)
@@ -94,12 +94,20 @@ def chaos(
 
 
 def _print_round(round_result: object) -> None:
+    console.print(_round_line(round_result), soft_wrap=True, markup=False)
+
+
+def _print_round_to_stderr(round_result: object) -> None:
+    err_console.print(_round_line(round_result), soft_wrap=True, markup=False)
+
+
+def _round_line(round_result: object) -> str:
     from sparkonce.ops.chaos import RoundResult
 
     assert isinstance(round_result, RoundResult)
     fault = round_result.fault.label if round_result.fault else "no fault (drain)"
     mark = "injected" if round_result.injected else ("-" if round_result.fault is None else "not injected")
-    console.print(
+    return (
         f"  round {round_result.index}: +{round_result.records} records, {fault}: {mark}; "
         f"{round_result.outcome} after {round_result.seconds:.0f}s"
     )

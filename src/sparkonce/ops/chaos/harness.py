@@ -117,6 +117,7 @@ class ChaosResult:
     batches: dict[str, int]
     """Committed batches (``commits/N`` files) per stage at the end."""
     records: int
+    """Records produced (the quickstart setup), or found in the topic (a pipeline file)."""
     malformed: int
     tables: tuple[TableCheck, ...]
     drained: bool
@@ -204,7 +205,7 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
         drained = last is not None and last.exit_code == 0
         if last is not None and not drained and error is None:
             error = f"the last driver run ended with {last.outcome}: the input was not drained"
-        tables = _reconcile(setup, options)
+        tables, topic_records = _reconcile(setup, options)
         injected = [r.fault for r in rounds if r.fault is not None and r.injected]
         by_kind = Counter(f.kind for f in injected)
         by_point = Counter(f.point or "" for f in injected if f.kind == "crash_point")
@@ -222,7 +223,7 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
             driver_runs=len(rounds),
             restarts=max(0, len(rounds) - 1),
             batches={stage: checkpoint_batches(ck) for stage, ck in setup.checkpoints.items()},
-            records=sum(n for n, _ in setup.produced),
+            records=sum(n for n, _ in setup.produced) if options.pipeline is None else topic_records,
             malformed=sum(m for _, m in setup.produced),
             tables=tuple(tables),
             drained=drained,
@@ -439,7 +440,8 @@ def _since(started: float) -> float:
 # -- reconciliation ------------------------------------------------------------------------------------------------
 
 
-def _reconcile(setup: _Setup, options: ChaosOptions) -> list[TableCheck]:
+def _reconcile(setup: _Setup, options: ChaosOptions) -> tuple[list[TableCheck], int]:
+    """Every table's check, and the number of records in the topic."""
     config = setup.config
     topic = read_topic(setup.bootstrap, config.source.topic)
     if options.naive == "file-sink-glob":
@@ -447,7 +449,7 @@ def _reconcile(setup: _Setup, options: ChaosOptions) -> list[TableCheck]:
         return [
             check_file_sink(folder, topic, through_metadata=False),
             check_file_sink(folder, topic, through_metadata=True),
-        ]
+        ], len(topic)
     checks = [check_raw(config.raw.table, topic)]
     if config.bronze is not None:
         raw_keys = {
@@ -461,7 +463,7 @@ def _reconcile(setup: _Setup, options: ChaosOptions) -> list[TableCheck]:
             )
         if setup.postgres is not None and setup.spec.postgres_dsn is not None:
             checks.append(check_postgres(setup.spec.postgres_dsn, setup.spec.postgres_table, config.bronze.table))
-    return checks
+    return checks, len(topic)
 
 
 def _log_tail(work_dir: Path, rounds: list[RoundResult], lines: int = 25) -> str:
