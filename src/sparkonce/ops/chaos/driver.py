@@ -31,7 +31,9 @@ def run(spec: DriverSpec) -> None:
 
     config = _available_now(load_pipeline(spec.pipeline))
     master = "local[1,4]" if spec.naive == "file-sink-glob" else spec.master
-    spark = local_session(app_name="sparkonce-chaos", master=master)
+    spark = local_session(
+        app_name="sparkonce-chaos", master=master, extra_conf={"spark.ui.showConsoleProgress": "false"}
+    )
     if spec.naive == "file-sink-glob":
         _await(_start_file_sink(spark, config, spec))
         return
