@@ -26,36 +26,15 @@ def _tables(result: ChaosResult) -> dict[str, tuple[int, int]]:
     return {t.table: (t.duplicates, t.lost) for t in result.tables}
 
 
-def test_seeded_sample_of_every_fault_kind_is_exactly_once(tmp_path: Path) -> None:
-    plan = FaultPlan.from_json(
-        {
-            "plan_version": 1,
-            "seed": 11,
-            "naive": None,
-            "stages": ["raw", "bronze", "gold", "postgres"],
-            "rounds": [
-                {"records": 200, "fault": {"kind": "crash_point", "point": "mid_write", "hit": 2}},
-                {"records": 150, "fault": {"kind": "worker_kill", "stage": "raw", "delay": 0.2}},
-                {
-                    "records": 150,
-                    "fault": {"kind": "postgres_restart", "stage": "postgres", "delay": 0.0, "downtime": 1.0},
-                },
-                {"records": 150, "fault": {"kind": "driver_kill", "stage": "gold", "delay": 0.1}},
-                {"records": 50, "fault": None},
-            ],
-        }
+def test_file_sink_glob_sees_duplicates_that_spark_metadata_hides(tmp_path: Path) -> None:
+    result = run_chaos(
+        ChaosOptions(naive="file-sink-glob", faults=1, seed=2, records_per_round=300, work_dir=tmp_path / "files")
     )
-    result = run_chaos(ChaosOptions(plan=plan, seed=11, work_dir=tmp_path / "chaos", deadline=DEADLINE))
-    assert result.drained, result.error or result.log_tail
-    assert result.records == 700
-    assert {t.table for t in result.tables} == {"raw", "bronze+quarantine", "gold", "postgres"}
-    for check in result.tables:
-        assert check.ok, check
-    assert result.exactly_once
-    # The crash points are reached for certain; timed faults land unless the driver already ended.
     assert result.injected_by_point == {"mid_write": 1}
-    assert result.faults_injected >= 3
-    assert result.restarts == len(result.rounds) - 1
+    tables = _tables(result)
+    assert tables["raw_files (glob)"][0] > 0
+    assert tables["raw_files (_spark_metadata)"] == (0, 0)
+    assert not result.exactly_once
 
 
 def test_naive_delta_append_duplicates_and_sparkonce_does_not_under_the_same_plan(tmp_path: Path) -> None:
@@ -95,12 +74,33 @@ def test_naive_postgres_append_duplicates_and_the_ledger_sink_does_not(tmp_path:
     assert real.exactly_once, real
 
 
-def test_file_sink_glob_sees_duplicates_that_spark_metadata_hides(tmp_path: Path) -> None:
-    result = run_chaos(
-        ChaosOptions(naive="file-sink-glob", faults=1, seed=2, records_per_round=300, work_dir=tmp_path / "files")
+def test_seeded_sample_of_every_fault_kind_is_exactly_once(tmp_path: Path) -> None:
+    plan = FaultPlan.from_json(
+        {
+            "plan_version": 1,
+            "seed": 11,
+            "naive": None,
+            "stages": ["raw", "bronze", "gold", "postgres"],
+            "rounds": [
+                {"records": 200, "fault": {"kind": "crash_point", "point": "mid_write", "hit": 2}},
+                {"records": 150, "fault": {"kind": "worker_kill", "stage": "raw", "delay": 0.2}},
+                {
+                    "records": 150,
+                    "fault": {"kind": "postgres_restart", "stage": "postgres", "delay": 0.0, "downtime": 1.0},
+                },
+                {"records": 150, "fault": {"kind": "driver_kill", "stage": "gold", "delay": 0.1}},
+                {"records": 50, "fault": None},
+            ],
+        }
     )
+    result = run_chaos(ChaosOptions(plan=plan, seed=11, work_dir=tmp_path / "chaos", deadline=DEADLINE))
+    assert result.drained, result.error or result.log_tail
+    assert result.records == 700
+    assert {t.table for t in result.tables} == {"raw", "bronze+quarantine", "gold", "postgres"}
+    for check in result.tables:
+        assert check.ok, check
+    assert result.exactly_once
+    # The crash points are reached for certain; timed faults land unless the driver already ended.
     assert result.injected_by_point == {"mid_write": 1}
-    tables = _tables(result)
-    assert tables["raw_files (glob)"][0] > 0
-    assert tables["raw_files (_spark_metadata)"] == (0, 0)
-    assert not result.exactly_once
+    assert result.faults_injected >= 3
+    assert result.restarts == len(result.rounds) - 1

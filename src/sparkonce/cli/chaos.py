@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -83,6 +84,8 @@ def chaos(
     if not as_json:
         what = f"naive baseline {naive}" if naive else "sparkonce"
         console.print(f"chaos: {what}, seed {seed}, {len(plan.faults) if plan else faults} fault(s), in {work_dir}")
+    # SIGTERM ends the run like Ctrl-C: the driver, the broker and PostgreSQL it started are stopped on the way out.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     result = run_chaos(options, on_round=_print_round_to_stderr if as_json else _print_round)
     (Path(result.work_dir) / "rounds" / "plan.json").write_text(result.plan.dumps(), encoding="utf-8")
     if as_json:
@@ -91,6 +94,10 @@ def chaos(
         _render(result)
     if not result.exactly_once:
         sys.exit(EXIT_FINDINGS)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    sys.exit(128 + signum)
 
 
 def _print_round(round_result: object) -> None:
