@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from sparkonce.cli.common import EXIT_FINDINGS, console, err_console, handle_errors, print_json
+from sparkonce.cli.common import EXIT_FINDINGS, console, err_console, handle_errors, print_json, to_jsonable
 from sparkonce.ops.chaos.plan import FAULT_KINDS, NAIVE_KINDS
 
 
@@ -87,7 +87,9 @@ def chaos(
     # SIGTERM ends the run like Ctrl-C: the driver, the broker and PostgreSQL it started are stopped on the way out.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     result = run_chaos(options, on_round=_print_round_to_stderr if as_json else _print_round)
-    (Path(result.work_dir) / "rounds" / "plan.json").write_text(result.plan.dumps(), encoding="utf-8")
+    rounds_dir = Path(result.work_dir) / "rounds"
+    (rounds_dir / "plan.json").write_text(result.plan.dumps(), encoding="utf-8")
+    (rounds_dir / "result.json").write_text(json.dumps(to_jsonable(result), indent=2), encoding="utf-8")
     if as_json:
         print_json(result)
     else:

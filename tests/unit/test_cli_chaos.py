@@ -1,0 +1,42 @@
+"""``sparkonce chaos`` refuses bad input before anything starts: exit 2 with the option or file named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from sparkonce.cli.main import cli
+
+
+def test_unknown_fault_kind(tmp_path: Path) -> None:
+    done = CliRunner().invoke(cli, ["chaos", "--kinds", "driver_kill,meteor", "--work-dir", str(tmp_path / "w")])
+    assert done.exit_code == 2
+    assert "--kinds" in done.output and "meteor" in done.output
+    assert not (tmp_path / "w").exists()
+
+
+def test_plan_file_that_is_not_json(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text("{not json")
+    done = CliRunner().invoke(cli, ["chaos", "--plan", str(plan), "--work-dir", str(tmp_path / "w")])
+    assert done.exit_code == 2
+    assert str(plan) in done.output
+
+
+def test_plan_file_that_is_not_a_plan(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"plan_version": 1, "rounds": []}')
+    done = CliRunner().invoke(cli, ["chaos", "--plan", str(plan), "--work-dir", str(tmp_path / "w")])
+    assert done.exit_code == 2
+    assert str(plan) in done.output and "not a chaos fault plan" in done.output
+
+
+def test_refuses_to_wipe_a_work_dir_it_did_not_make(tmp_path: Path) -> None:
+    work = tmp_path / "mine"
+    work.mkdir()
+    (work / "keep.txt").write_text("precious")
+    done = CliRunner().invoke(cli, ["chaos", "--faults", "1", "--work-dir", str(work)])
+    assert done.exit_code == 2
+    assert "not made by sparkonce chaos" in done.output
+    assert (work / "keep.txt").read_text() == "precious"
