@@ -283,7 +283,9 @@ def _set_up(options: ChaosOptions, work_dir: Path) -> _Setup:
                 file_sink_checkpoint=checkpoints["raw_files"],
             )
             return _Setup(work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir=broker_dir)
-        postgres = start_postgres(work_dir / "pg")
+        # A temporary cluster directory (removed on stop): when run as root, the server runs as the postgres OS user,
+        # which cannot enter a private work directory.
+        postgres = start_postgres()
     except BaseException:
         stop_broker(state_dir=broker_dir)
         raise
