@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from sparkonce.cli.common import to_jsonable
 from sparkonce.cli.main import cli
 from sparkonce.ops.chaos import ChaosOptions, ChaosResult, FaultPlan, run_chaos
 
@@ -26,10 +28,19 @@ def _tables(result: ChaosResult) -> dict[str, tuple[int, int]]:
     return {t.table: (t.duplicates, t.lost) for t in result.tables}
 
 
+def _keep(result: ChaosResult) -> None:
+    """With SPARKONCE_CHAOS_RECORD set, keep the run's JSON report there (the record in docs/reliability.md)."""
+    folder = os.environ.get("SPARKONCE_CHAOS_RECORD")
+    if folder:
+        name = f"{result.naive or 'sparkonce'}-seed{result.seed}-{os.getpid()}-{len(os.listdir(folder))}.json"
+        Path(folder, name).write_text(json.dumps(to_jsonable(result), indent=2))
+
+
 def test_file_sink_glob_sees_duplicates_that_spark_metadata_hides(tmp_path: Path) -> None:
     result = run_chaos(
         ChaosOptions(naive="file-sink-glob", faults=1, seed=2, records_per_round=300, work_dir=tmp_path / "files")
     )
+    _keep(result)
     assert result.injected_by_point == {"mid_write": 1}
     tables = _tables(result)
     assert tables["raw_files (glob)"][0] > 0
@@ -43,7 +54,9 @@ def test_naive_delta_append_duplicates_and_sparkonce_does_not_under_the_same_pla
     args = ["chaos", "--naive", "delta-append", "--faults", "1", "--seed", "5", "--records", "300"]
     done = runner.invoke(cli, [*args, "--work-dir", str(work), "--json"])
     assert done.exit_code == 1, done.output
-    naive = json.loads(done.output)
+    naive = json.loads(done.stdout)  # round lines go to stderr with --json
+    if os.environ.get("SPARKONCE_CHAOS_RECORD"):
+        Path(os.environ["SPARKONCE_CHAOS_RECORD"], f"delta-append-seed5-{os.getpid()}.json").write_text(done.stdout)
     assert naive["schema_version"] == 1
     assert naive["injected_by_point"] == {"after_delta_commit": 1}
     raw = next(t for t in naive["tables"] if t["table"] == "raw")
@@ -55,6 +68,7 @@ def test_naive_delta_append_duplicates_and_sparkonce_does_not_under_the_same_pla
     real = run_chaos(
         ChaosOptions(plan=dataclasses.replace(plan, naive=None), work_dir=tmp_path / "real", deadline=DEADLINE)
     )
+    _keep(real)
     assert real.injected_by_point == {"after_delta_commit": 1}
     assert _tables(real)["raw"] == (0, 0)
     assert real.exactly_once, real
@@ -64,11 +78,13 @@ def test_naive_postgres_append_duplicates_and_the_ledger_sink_does_not(tmp_path:
     naive = run_chaos(
         ChaosOptions(naive="postgres-append", faults=1, seed=3, records_per_round=300, work_dir=tmp_path / "naive")
     )
+    _keep(naive)
     assert naive.injected_by_point == {"after_pg_commit": 1}
     assert _tables(naive)["postgres"][0] > 0
     assert _tables(naive)["raw"] == (0, 0)
     assert not naive.exactly_once
     real = run_chaos(ChaosOptions(plan=dataclasses.replace(naive.plan, naive=None), work_dir=tmp_path / "real"))
+    _keep(real)
     assert real.injected_by_point == {"after_pg_commit": 1}
     assert _tables(real)["postgres"] == (0, 0)
     assert real.exactly_once, real
@@ -94,6 +110,7 @@ def test_seeded_sample_of_every_fault_kind_is_exactly_once(tmp_path: Path) -> No
         }
     )
     result = run_chaos(ChaosOptions(plan=plan, seed=11, work_dir=tmp_path / "chaos", deadline=DEADLINE))
+    _keep(result)
     assert result.drained, result.error or result.log_tail
     assert result.records == 700
     assert {t.table for t in result.tables} == {"raw", "bronze+quarantine", "gold", "postgres"}
