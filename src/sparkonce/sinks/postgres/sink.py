@@ -308,4 +308,4 @@ def _first_line(err: BaseException) -> str:
     return worker[-1].strip() if worker else text.splitlines()[0]
 
 
-__all__ = ["CRASH_AFTER_STAGING", "CRASH_INSIDE_TRANSACTION", "BatchOutcome", "PostgresSink"]
+__all__ = ["CRASH_AFTER_COMMIT", "CRASH_AFTER_STAGING", "CRASH_INSIDE_TRANSACTION", "BatchOutcome", "PostgresSink"]
