@@ -6,11 +6,17 @@
   batch and streaming reads and writes, with exactly-once streaming commits (one Delta commit per batch
   carrying ``txn(appId = query id, version = batch id)``);
 * ``sparkonce.kafka``: a Kafka source faithful to Spark's own.
+
+The rest of the public API is re-exported here (imported on first use, so ``import sparkonce`` stays cheap):
+:class:`FanOutWriter` and :class:`PostgresSink` (exactly-once ``foreachBatch`` sinks), :func:`merge_latest`
+(upsert by key), :func:`history` (``DESCRIBE HISTORY``), :func:`vacuum`, :func:`diagnose` (the doctor), and
+the error tree.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from sparkonce.errors import (
     BrokerError,
@@ -23,12 +29,50 @@ from sparkonce.errors import (
     SinkError,
     SourceOffsetError,
     SparkonceError,
+    StorageError,
     TableNotFoundError,
     UnsupportedFeatureError,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from sparkonce.delta.commit import BatchTxn
+    from sparkonce.delta.history import history
+    from sparkonce.delta.merge import MergeResult, merge_latest
+    from sparkonce.delta.vacuum import VacuumResult, vacuum
+    from sparkonce.ops.doctor import DoctorReport, diagnose
+    from sparkonce.sinks.fanout import FanOutResult, FanOutTarget, FanOutWriter
+    from sparkonce.sinks.postgres import PostgresSink
+    from sparkonce.storage import TableLocation, table_location
+
+_LAZY = {
+    "BatchTxn": "sparkonce.delta.commit",
+    "DoctorReport": "sparkonce.ops.doctor",
+    "FanOutResult": "sparkonce.sinks.fanout",
+    "FanOutTarget": "sparkonce.sinks.fanout",
+    "FanOutWriter": "sparkonce.sinks.fanout",
+    "MergeResult": "sparkonce.delta.merge",
+    "PostgresSink": "sparkonce.sinks.postgres",
+    "TableLocation": "sparkonce.storage",
+    "VacuumResult": "sparkonce.delta.vacuum",
+    "diagnose": "sparkonce.ops.doctor",
+    "history": "sparkonce.delta.history",
+    "merge_latest": "sparkonce.delta.merge",
+    "table_location": "sparkonce.storage",
+    "vacuum": "sparkonce.delta.vacuum",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a re-exported name on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparkonce' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 
@@ -74,18 +118,33 @@ def _jvm_delta_available(spark: SparkSession) -> bool:
 
 
 __all__ = [
+    "BatchTxn",
     "BrokerError",
     "CheckpointError",
     "CommitConflictError",
     "DeltaLogError",
+    "DoctorReport",
+    "FanOutResult",
+    "FanOutTarget",
+    "FanOutWriter",
+    "MergeResult",
     "OptionError",
     "PipelineConfigError",
+    "PostgresSink",
     "SchemaMismatchError",
     "SinkError",
     "SourceOffsetError",
     "SparkonceError",
+    "StorageError",
+    "TableLocation",
     "TableNotFoundError",
     "UnsupportedFeatureError",
+    "VacuumResult",
     "__version__",
+    "diagnose",
+    "history",
+    "merge_latest",
     "register",
+    "table_location",
+    "vacuum",
 ]

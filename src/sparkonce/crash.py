@@ -60,6 +60,23 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Literal, get_args
+
+CrashPoint = Literal[
+    "before_offsets",
+    "after_offsets",
+    "after_delta_commit",
+    "mid_write",
+    "mid_read",
+    "between_fanout_tables",
+    "after_pg_staging_load",
+    "inside_pg_transaction",
+    "after_pg_commit",
+    "after_gold_merge",
+    "after_commits",
+]
+"""The named crash points (documented above)."""
+CRASH_POINTS: tuple[CrashPoint, ...] = get_args(CrashPoint)
 
 ENV_POINT = "SPARKONCE_CRASH_AT"
 ENV_PGID = "SPARKONCE_CRASH_PGID"
@@ -67,7 +84,7 @@ ENV_TARGET = "SPARKONCE_CRASH_TARGET"
 ENV_HITS_DIR = "SPARKONCE_CRASH_HITS_DIR"
 
 
-def crash_point(name: str, batch_id: int | None = None) -> None:
+def crash_point(name: CrashPoint, batch_id: int | None = None) -> None:
     """Kill the driver process group if the environment asks to crash at ``name`` (for ``batch_id``)."""
     wanted = os.environ.get(ENV_POINT)
     if not wanted:
@@ -136,4 +153,4 @@ def _claim_hit() -> int:
             number += 1
 
 
-__all__ = ["ENV_HITS_DIR", "ENV_PGID", "ENV_POINT", "ENV_TARGET", "crash_point"]
+__all__ = ["CRASH_POINTS", "ENV_HITS_DIR", "ENV_PGID", "ENV_POINT", "ENV_TARGET", "CrashPoint", "crash_point"]

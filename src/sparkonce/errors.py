@@ -77,7 +77,8 @@ class BrokerError(SparkonceError):
 
 
 class StorageError(SparkonceError):
-    """The object store is unreachable, refused a request, or its embedded server could not be managed."""
+    """A table or checkpoint location is malformed, or the object store is unreachable, refused a request, or
+    its embedded server could not be managed."""
 
 
 class ClusterError(SparkonceError):

@@ -37,11 +37,19 @@ def test_append_overwrite_and_time_travel(spark: SparkSession, tmp_path: Path) -
     assert rows(spark, path, versionAsOf="2") == [(1, "a"), (2, "b"), (3, "c")]
     assert DeltaTable(str(path)).version() == 3  # create + 3 writes
     # timestampAsOf resolves to the newest table version committed at or before the timestamp
-    ts = DeltaTable(str(path)).history()[-2]["timestamp"]  # table version 1
     import datetime as dt
 
-    when = dt.datetime.fromtimestamp(ts / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    assert rows(spark, path, timestampAsOf=when) in ([(1, "a"), (2, "b")], [(1, "a"), (2, "b"), (3, "c")])
+    committed_at = {h["version"]: h["timestamp"] for h in DeltaTable(str(path)).history()}
+    assert committed_at[1] < committed_at[2] < committed_at[3]  # distinct commit times, or the check proves nothing
+
+    def as_of(millis: float) -> list[tuple]:
+        when = dt.datetime.fromtimestamp(millis / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        return rows(spark, path, timestampAsOf=when)
+
+    assert as_of(committed_at[1]) == [(1, "a"), (2, "b")]  # exactly at table version 1
+    assert as_of((committed_at[1] + committed_at[2]) / 2) == [(1, "a"), (2, "b")]  # between 1 and 2
+    assert as_of(committed_at[2]) == [(1, "a"), (2, "b"), (3, "c")]  # exactly at table version 2
+    assert as_of(committed_at[3]) == [(9, "z")]
 
 
 def test_seed_002_time_travel_read(spark: SparkSession, tmp_path: Path) -> None:
@@ -239,11 +247,19 @@ def test_orphan_files_are_never_read(spark: SparkSession, tmp_path: Path) -> Non
 def test_sparkonce_delta_name_and_seed_003_fanout(spark: SparkSession, tmp_path: Path) -> None:
     """Seed 003's fan-out: foreachBatch writes one batch to two tables, each idempotent by (app id, batch id)."""
     df = spark.createDataFrame([(1,), (2,)], "id long")
-    for attempt in range(2):  # the second attempt replays batch 7 (a restart after a crash between the tables)
+
+    def write_batch_7() -> None:
         for name in ("a", "b"):
             df.write.format("sparkonce.delta").option("txnAppId", f"fanout-{name}").option("txnVersion", 7).mode(
                 "append"
             ).save(str(tmp_path / name))
-        assert attempt in (0, 1)
-    for name in ("a", "b"):
+
+    write_batch_7()
+    first = {name: DeltaTable(str(tmp_path / name)) for name in ("a", "b")}
+    for name, table in first.items():
+        assert table.transaction_version(f"fanout-{name}") == 7
+        assert rows(spark, tmp_path / name) == [(1,), (2,)]
+    write_batch_7()  # the replay of batch 7 (a restart after a crash between the tables) commits nothing
+    for name, table in first.items():
+        assert DeltaTable(str(tmp_path / name)).version() == table.version()
         assert rows(spark, tmp_path / name) == [(1,), (2,)]

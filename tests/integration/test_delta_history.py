@@ -1,4 +1,4 @@
-"""sparkonce.delta.history: DESCRIBE HISTORY as a DataFrame, and seed 000's duplicate-epoch checks run on it as SQL."""
+"""sparkonce.history: DESCRIBE HISTORY as a DataFrame, and seed 000's duplicate-epoch checks run on it as SQL."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def source(tmp_path: Path) -> Path:
 
 
 def _checks(spark: SparkSession, target: Path) -> tuple[int, list[tuple[str, int]]]:
-    sparkonce.delta.history(spark, target).createOrReplaceTempView("table_history")
+    sparkonce.history(spark, target).createOrReplaceTempView("table_history")
     same_query = spark.sql(SAME_QUERY_DUPLICATES).count()
     many = [(r.epoch, r.unique_query_count) for r in spark.sql(EPOCH_BY_MANY_QUERIES).orderBy("epoch").collect()]
     return same_query, many
@@ -71,7 +71,7 @@ def _checks(spark: SparkSession, target: Path) -> tuple[int, list[tuple[str, int
 def test_healthy_stream_is_not_flagged(spark: SparkSession, source: Path, tmp_path: Path) -> None:
     target = tmp_path / "target"
     query_id = _stream_once(spark, source, target, tmp_path / "ck")
-    history = sparkonce.delta.history(spark, target)
+    history = sparkonce.history(spark, target)
     assert history.columns == [
         "version",
         "timestamp",
@@ -99,7 +99,7 @@ def test_healthy_stream_is_not_flagged(spark: SparkSession, source: Path, tmp_pa
     assert params["outputMode"] == "Append"
     assert rows[0].version == max(r.version for r in rows) and rows[0].timestamp is not None
     assert _checks(spark, target) == (0, [])
-    assert [r.version for r in sparkonce.delta.history(spark, target, limit=1).collect()] == [rows[0].version]
+    assert [r.version for r in sparkonce.history(spark, target, limit=1).collect()] == [rows[0].version]
 
 
 def test_same_batch_ids_from_two_query_ids_are_flagged(spark: SparkSession, source: Path, tmp_path: Path) -> None:
@@ -113,6 +113,6 @@ def test_same_batch_ids_from_two_query_ids_are_flagged(spark: SparkSession, sour
 
 def test_bad_arguments(spark: SparkSession, tmp_path: Path, source: Path) -> None:
     with pytest.raises(TableNotFoundError):
-        sparkonce.delta.history(spark, tmp_path / "nothing")
+        sparkonce.history(spark, tmp_path / "nothing")
     with pytest.raises(OptionError, match="limit"):
-        sparkonce.delta.history(spark, source, limit=0)
+        sparkonce.history(spark, source, limit=0)

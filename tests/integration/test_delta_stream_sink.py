@@ -35,7 +35,7 @@ def test_seed_000_example_1_and_inspection(spark: SparkSession, tmp_path: Path) 
     metadata_df = spark.read.json(str(tmp_path / "ck" / "metadata"))
     assert metadata_df.select("id").first()[0] == query.id
 
-    from sparkonce.delta import history
+    from sparkonce import history
 
     history(spark, str(tmp_path / "events")).createOrReplaceTempView("table_history")
     streaming = spark.sql(

@@ -1,7 +1,6 @@
-"""Spark streaming checkpoint files: readers for ``metadata``, ``offsets/``, ``commits/``, ``sources/``
-and the
-file sink's ``_spark_metadata`` log, and a writer for ``metadata``/``offsets``/``commits`` in Spark's
-format."""
+"""Spark streaming checkpoint files: readers for ``metadata``, ``offsets/``, ``commits/``, ``sources/`` and the
+file sink's ``_spark_metadata`` log, a writer for ``metadata``/``offsets``/``commits`` in Spark's format, and the
+running query's own reads (:func:`read_query_id`, :func:`read_offsets_text`)."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ from sparkonce.checkpoint.files import (
     parse_offsets,
     parse_source_initial_offsets,
 )
+from sparkonce.checkpoint.query import read_offsets_text, read_query_id
 from sparkonce.checkpoint.reader import CheckpointState, FileProblem, TempFile, read_checkpoint
 from sparkonce.checkpoint.writer import (
     format_commit,
@@ -48,6 +48,8 @@ __all__ = [
     "parse_source_initial_offsets",
     "read_checkpoint",
     "read_file_log",
+    "read_offsets_text",
+    "read_query_id",
     "write_commit",
     "write_metadata",
     "write_offsets",

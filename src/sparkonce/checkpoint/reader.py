@@ -28,6 +28,7 @@ from sparkonce.checkpoint.files import (
     read_text,
 )
 from sparkonce.errors import CheckpointError
+from sparkonce.storage import checkpoint_path
 
 __all__ = ["CheckpointState", "FileProblem", "TempFile", "list_batch_files", "read_checkpoint"]
 
@@ -143,7 +144,7 @@ def read_checkpoint(
     Raises:
         CheckpointError: ``checkpoint_dir`` does not exist or is not a folder (the only error raised).
     """
-    root = Path(checkpoint_dir)
+    root = Path(checkpoint_path(checkpoint_dir))
     if not root.is_dir():
         raise CheckpointError(f"{root}: checkpoint directory not found")
     # Hundreds of thousands of small, long-lived objects: pause the cyclic GC (nothing here forms cycles), or

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from sparkonce.checkpoint.files import VOID_OFFSET, OffsetSeqMetadata
 from sparkonce.errors import CheckpointError
+from sparkonce.storage import checkpoint_path
 
 __all__ = [
     "format_commit",
@@ -124,7 +125,7 @@ def write_metadata(checkpoint_dir: str | os.PathLike[str], query_id: str) -> Pat
     Raises:
         CheckpointError: The file exists already or cannot be written.
     """
-    return _atomic_write(Path(checkpoint_dir) / "metadata", format_metadata(query_id))
+    return _atomic_write(Path(checkpoint_path(checkpoint_dir)) / "metadata", format_metadata(query_id))
 
 
 def write_offsets(
@@ -141,7 +142,7 @@ def write_offsets(
         CheckpointError: The file exists already or cannot be written.
     """
     text = format_offsets(metadata=metadata, sources=sources, log_version=log_version)
-    return _atomic_write(Path(checkpoint_dir) / "offsets" / str(batch_id), text)
+    return _atomic_write(Path(checkpoint_path(checkpoint_dir)) / "offsets" / str(batch_id), text)
 
 
 def write_commit(
@@ -162,4 +163,4 @@ def write_commit(
         state_unique_ids=state_unique_ids,
         log_version=log_version,
     )
-    return _atomic_write(Path(checkpoint_dir) / "commits" / str(batch_id), text)
+    return _atomic_write(Path(checkpoint_path(checkpoint_dir)) / "commits" / str(batch_id), text)

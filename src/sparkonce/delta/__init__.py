@@ -1,13 +1,11 @@
-"""The Delta Lake data source (``format("delta")``) and table housekeeping.
+"""The Delta Lake data source (``format("delta")``): reader, streaming source, batch writer, streaming sink, the
+driver-side commit, merge, ``DESCRIBE HISTORY`` (:mod:`sparkonce.delta.history`) and vacuum
+(:mod:`sparkonce.delta.vacuum`).
 
-Public API: :func:`history` (``DESCRIBE HISTORY`` as a DataFrame), :func:`vacuum` and :class:`VacuumResult`.
-The names shadow their modules on purpose (``sparkonce.delta.history`` is the function); import the modules'
-other names with ``from sparkonce.delta.history import ...``.
+The public functions are re-exported by the package root: ``sparkonce.history(spark, path)``,
+``sparkonce.vacuum(path)``, ``sparkonce.merge_latest(...)``.
 """
 
 from __future__ import annotations
 
-from sparkonce.delta.history import history
-from sparkonce.delta.vacuum import VacuumResult, vacuum
-
-__all__ = ["VacuumResult", "history", "vacuum"]
+__all__: list[str] = []

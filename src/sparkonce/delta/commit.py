@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -27,6 +26,10 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.files import WrittenFile, remove_files
 from sparkonce.delta.schema import delta_fields, reconcile, table_fields
 from sparkonce.errors import CommitConflictError, DeltaLogError, OptionError, SchemaMismatchError
+from sparkonce.storage import TableLocation, table_location
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable, Schema
 
 log = logging.getLogger(__name__)
 
@@ -65,41 +68,68 @@ class RemovedFile:
     partition_values: dict[str, str | None]
 
 
-def table_exists(table_uri: str) -> bool:
+def table_exists(table: str | TableLocation) -> bool:
+    """True when ``table`` holds a Delta table (a ``_delta_log`` with commits)."""
     from deltalake import DeltaTable
 
-    return bool(DeltaTable.is_deltatable(table_uri))
+    location = table_location(table)
+    return bool(DeltaTable.is_deltatable(location.uri, storage_options=location.options() or None))
 
 
-def load_table(table_uri: str, *, table_version: int | None = None) -> Any:
-    """Open a Delta table, turning delta-rs errors into sparkonce errors naming the table."""
+def load_table(table: str | TableLocation, *, table_version: int | None = None) -> DeltaTable:
+    """Open a Delta table, turning delta-rs errors into sparkonce errors naming the table.
+
+    Raises:
+        StorageError: ``table`` is not a valid table location.
+        TableNotFoundError: no Delta table there.
+        DeltaLogError: the log cannot be read (the message names the broken commit file when it can).
+    """
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
     from deltalake.exceptions import TableNotFoundError as RsTableNotFound
 
     from sparkonce.errors import TableNotFoundError
 
+    location = table_location(table)
     try:
-        return DeltaTable(table_uri, version=table_version)
+        return DeltaTable(location.uri, version=table_version, storage_options=location.options() or None)
     except RsTableNotFound as err:
-        raise TableNotFoundError(f"{table_uri} is not a Delta table (no _delta_log commits found)") from err
+        raise TableNotFoundError(f"{location} is not a Delta table (no _delta_log commits found)") from err
     except DeltaError as err:
         where = f" at table version {table_version}" if table_version is not None else ""
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise _diagnose_log(table_uri) or DeltaLogError(
-            f"cannot read the Delta log of {table_uri}{where}: {first_line}"
+        raise _diagnose_log(location) or DeltaLogError(
+            f"cannot read the Delta log of {location}{where}: {first_line}"
         ) from err
 
 
-def _diagnose_log(table_uri: str) -> DeltaLogError | None:
+def committed_txn_version(table: DeltaTable, txn: BatchTxn) -> int | None:
+    """The one "is this batch already in the table" check.
+
+    Returns:
+        The table's ``txn_version`` for ``txn.app_id`` when it is ``>= txn.txn_version`` (the batch, or a later
+        one of the same app, is already committed), else None.
+    """
+    committed = table.transaction_version(txn.app_id)
+    return int(committed) if committed is not None and committed >= txn.txn_version else None
+
+
+def table_committed_txn_version(table: str | TableLocation, txn: BatchTxn) -> int | None:
+    """:func:`committed_txn_version` on the newest table version; None when there is no table yet."""
+    location = table_location(table)
+    if not table_exists(location):
+        return None
+    return committed_txn_version(load_table(location), txn)
+
+
+def _diagnose_log(location: TableLocation) -> DeltaLogError | None:
     """After delta-rs failed to load a log, find the commit file that is broken (newest first) to name it."""
     from sparkonce.delta.log import DeltaLog
 
-    root = _local_root(table_uri)
-    if root is None:
+    if not location.is_local:
         return None
     try:
-        delta_log = DeltaLog(root)
+        delta_log = DeltaLog(location.local_path)
         for table_version in reversed(delta_log.commit_versions()):
             delta_log.read_actions(table_version)
     except DeltaLogError as found:
@@ -110,7 +140,7 @@ def _diagnose_log(table_uri: str) -> DeltaLogError | None:
 
 
 def commit_files(
-    table_uri: str,
+    table: str | TableLocation,
     files: Iterable[WrittenFile],
     *,
     data_schema: pa.Schema,
@@ -144,17 +174,18 @@ def commit_files(
     removes = list(removes)
     if removes and mode != "append":
         raise OptionError("mode", mode, "removes go with mode append (an overwrite removes every file already)")
-    table_root = _local_root(table_uri)
+    location = table_location(table)
+    table_uri = str(location)
     partition_by = tuple(partition_by)
-    _ensure_table(table_uri, data_schema, partition_by)
+    _ensure_table(location, data_schema, partition_by)
 
     for attempt in range(1, max_attempts + 1):
-        table = load_table(table_uri)
-        read_version = table.version()
+        snapshot = load_table(location)
+        read_version = snapshot.version()
         if txn is not None:
-            committed = table.transaction_version(txn.app_id)
-            if committed is not None and committed >= txn.txn_version:
-                removed = remove_files(table_root, (f.path for f in files)) if table_root else 0
+            committed = committed_txn_version(snapshot, txn)
+            if committed is not None:
+                removed = remove_files(location.local_path, (f.path for f in files))
                 log.info(
                     "skipping batch: table %s already holds txn(app_id=%s, txn_version=%s) >= %s "
                     "(table_version %s); removed %d unreferenced file(s) of this attempt",
@@ -166,18 +197,18 @@ def commit_files(
                     removed,
                 )
                 return CommitResult(None, True, attempt, 0, 0)
-        table_partitions = tuple(table.metadata().partition_columns)
+        table_partitions = tuple(snapshot.metadata().partition_columns)
         if partition_by and table_partitions != partition_by:
             raise SchemaMismatchError(
                 f"partition columns {list(partition_by)} do not match the table's {list(table_partitions)} "
                 f"at {table_uri}"
             )
-        schema = _schema_for_commit(table, table_uri, data_schema, mode, merge_schema, overwrite_schema)
+        schema = _schema_for_commit(snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema)
         actions: list[Any] = [
             AddAction(f.path, f.size, f.partition_values, f.modification_time, data_change, f.stats) for f in files
         ]
         if removes:
-            _check_still_active(table, table_uri, read_version, removes)
+            _check_still_active(snapshot, table_uri, read_version, removes)
             now = int(time.time() * 1000)
             actions += [RemoveAction(r.path, data_change, now, r.size, r.partition_values) for r in removes]
         properties = CommitProperties(
@@ -186,7 +217,7 @@ def commit_files(
             app_transactions=[Transaction(txn.app_id, txn.txn_version, int(time.time() * 1000))] if txn else None,
         )
         try:
-            table.create_write_transaction(
+            snapshot.create_write_transaction(
                 actions, mode, schema, partition_by=list(table_partitions), commit_properties=properties
             )
         except CommitFailedError as err:
@@ -216,7 +247,7 @@ def commit_files(
     )
 
 
-def _check_still_active(table: Any, table_uri: str, read_version: int, removes: list[RemovedFile]) -> None:
+def _check_still_active(table: DeltaTable, table_uri: str, read_version: int, removes: list[RemovedFile]) -> None:
     import pyarrow as pa
 
     active = set(pa.table(table.get_add_actions(flatten=False)).column("path").to_pylist())
@@ -229,13 +260,13 @@ def _check_still_active(table: Any, table_uri: str, read_version: int, removes: 
 
 
 def _schema_for_commit(
-    table: Any,
+    table: DeltaTable,
     table_uri: str,
     data_schema: pa.Schema,
     mode: CommitMode,
     merge_schema: bool,
     overwrite_schema: bool,
-) -> Any:
+) -> Schema:
     """The schema to commit with; adds merged columns first (a metadata-only Delta commit) when allowed."""
     from deltalake import Schema
 
@@ -246,7 +277,7 @@ def _schema_for_commit(
         current,
         delta_fields(data_schema),
         merge_schema=merge_schema,
-        table_id=table.metadata().id,
+        table_id=str(table.metadata().id),
         table_path=table_uri,
     )
     if new_fields:
@@ -258,24 +289,32 @@ def _schema_for_commit(
     return table.schema()
 
 
-def _ensure_table(table_uri: str, data_schema: pa.Schema, partition_by: tuple[str, ...]) -> None:
+def _ensure_table(location: TableLocation, data_schema: pa.Schema, partition_by: tuple[str, ...]) -> None:
     from deltalake import DeltaTable
 
-    if DeltaTable.is_deltatable(table_uri):
+    if table_exists(location):
         return
     unknown = [c for c in partition_by if c not in data_schema.names]
     if unknown:
         raise SchemaMismatchError(f"partition column(s) {unknown} are not columns of the data {data_schema.names}")
     # mode="ignore": a concurrent creator may win; its table is then used.
-    DeltaTable.create(table_uri, schema=data_schema, partition_by=list(partition_by) or None, mode="ignore")
+    DeltaTable.create(
+        location.uri,
+        schema=data_schema,
+        partition_by=list(partition_by) or None,
+        mode="ignore",
+        storage_options=location.options() or None,
+    )
 
 
-def _local_root(table_uri: str) -> str | None:
-    if table_uri.startswith("file://"):
-        return table_uri[len("file://") :]
-    if "://" in table_uri:
-        return None
-    return os.path.abspath(table_uri)
-
-
-__all__ = ["BatchTxn", "CommitMode", "CommitResult", "RemovedFile", "commit_files", "load_table", "table_exists"]
+__all__ = [
+    "BatchTxn",
+    "CommitMode",
+    "CommitResult",
+    "RemovedFile",
+    "commit_files",
+    "committed_txn_version",
+    "table_committed_txn_version",
+    "load_table",
+    "table_exists",
+]

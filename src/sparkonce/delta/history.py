@@ -1,10 +1,10 @@
 """``DESCRIBE HISTORY`` as a Spark DataFrame, read from ``_delta_log`` on the driver.
 
-``sparkonce.delta.history(spark, path)`` returns one row per Delta commit, newest first, with Delta's column names
+``sparkonce.history(spark, path)`` returns one row per Delta commit, newest first, with Delta's column names
 (``version``, ``timestamp``, ``operation``, ``operationParameters``, ...) plus the ``txn`` of each commit
 (``txnAppId``, ``txnVersion``), so checks written against ``DESCRIBE HISTORY`` run on it as SQL::
 
-    sparkonce.delta.history(spark, path).createOrReplaceTempView("table_history")
+    sparkonce.history(spark, path).createOrReplaceTempView("table_history")
     spark.sql("SELECT operationParameters.txnVersion AS epoch FROM table_history WHERE operation = 'STREAMING UPDATE'")
 
 Streaming commits (Delta-JVM ``STREAMING UPDATE`` or sparkonce's sink) carry both key pairs in
@@ -20,6 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from sparkonce.delta.log import CommitEntry, DeltaLog
+from sparkonce.storage import table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,7 +46,7 @@ def history_rows(path: str | os.PathLike[str], *, limit: int | None = None) -> l
         from sparkonce.errors import OptionError
 
         raise OptionError("limit", limit, "must be a positive number of commits, or None for all")
-    delta_log = DeltaLog(_local(path))
+    delta_log = DeltaLog(table_location(path).local_path)
     versions = sorted(delta_log.commit_versions(), reverse=True)
     if limit is not None:
         versions = versions[:limit]
@@ -57,7 +58,7 @@ def history(spark: SparkSession, path: str | os.PathLike[str], *, limit: int | N
 
     Args:
         spark: The session to build the DataFrame in.
-        path: The table root (local path or ``file://`` URI).
+        path: The table root (a path or a ``file:`` URI).
         limit: The number of newest commits to return (all when None), like ``DESCRIBE HISTORY t LIMIT n``.
 
     Returns:
@@ -102,11 +103,6 @@ def _text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     return json.dumps(value)
-
-
-def _local(path: str | os.PathLike[str]) -> str:
-    text = os.fspath(path)
-    return text[len("file://") :] if text.startswith("file://") else text
 
 
 __all__ = ["HISTORY_SCHEMA", "history", "history_rows"]

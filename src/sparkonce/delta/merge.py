@@ -33,16 +33,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce._types import TableVersion
-from sparkonce.delta.commit import BatchTxn
+from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
     ROW_COLUMN,
     TableFile,
     TableSnapshot,
-    already_committed,
     as_column,
     commit_rewrite,
-    local_root,
     open_snapshot,
     read_rows,
     sql_text,
@@ -50,6 +48,7 @@ from sparkonce.delta.rewrite import (
 )
 from sparkonce.delta.schema import arrow_schema_for_spark
 from sparkonce.errors import OptionError, SchemaMismatchError
+from sparkonce.storage import table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -153,7 +152,7 @@ def merge_into(
     import pyspark.sql.functions as F
 
     started = time.monotonic()
-    committed = already_committed(table_uri, txn)
+    committed = table_committed_txn_version(table_uri, txn) if txn is not None else None
     if committed is not None and txn is not None:
         log.info(
             "merge into %s: already in the table (txn app_id=%s txn_version=%s >= %s)",
@@ -172,11 +171,11 @@ def merge_into(
         snapshot = open_snapshot(table_uri, operation="MERGE")
         target_schema = snapshot.spark_schema()
         partition_by: tuple[str, ...] = snapshot.partition_columns
-        root = snapshot.root
+        location = snapshot.location
     else:
         target_schema = source.schema
         partition_by = ()
-        root = local_root(table_uri)
+        location = table_location(table_uri)
     files = list(snapshot.files) if snapshot is not None else []
     target_columns = [f.name for f in target_schema.fields]
     new_columns = _new_columns(source, target_columns, clauses, schema_evolution, table_uri)
@@ -224,7 +223,7 @@ def merge_into(
                     output = output.repartitionByRange(n_files, *key_columns).sortWithinPartitions(*key_columns)
                 else:
                     output = output.repartition(n_files)
-                written = write_rows(output, root, partition_by)
+                written = write_rows(output, location, partition_by)
             rewrite_ms = int((time.monotonic() - rewrite_started) * 1000)
         finally:
             actions.unpersist()
@@ -338,7 +337,7 @@ def merge_latest(
 
     from sparkonce.delta.commit import load_table, table_exists
 
-    committed = already_committed(table_uri, txn)
+    committed = table_committed_txn_version(table_uri, txn)
     if committed is not None:
         log.info(
             "merge into %s: batch already in the table (txn app_id=%s txn_version=%s >= %s)",

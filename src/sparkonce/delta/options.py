@@ -9,6 +9,7 @@ from typing import Literal
 
 from sparkonce.errors import OptionError
 from sparkonce.options import get_bool, get_bytes, get_choice, get_int, get_json, get_str, lookup
+from sparkonce.storage import TableLocation, table_location
 
 SaveMode = Literal["append", "overwrite", "error", "ignore"]
 SAVE_MODE_OPTION = "sparkonce.saveMode"
@@ -47,6 +48,8 @@ class WriteOptions:
     """Options of batch and streaming writes."""
 
     path: str
+    """The table location as the user gave it (for messages)."""
+    location: TableLocation
     partition_by: tuple[str, ...]
     merge_schema: bool
     overwrite_schema: bool
@@ -80,8 +83,10 @@ class WriteOptions:
             )
         compression = get_choice(options, "compression", ("snappy", "zstd", "gzip", "lz4", "none"), "snappy")
         save_mode_raw = get_choice(options, SAVE_MODE_OPTION, ("append", "overwrite", "error", "ignore", ""), "")
+        path = table_path(options)
         return cls(
-            path=table_path(options),
+            path=path,
+            location=table_location(path),
             partition_by=partition_columns(options),
             merge_schema=get_bool(options, "mergeSchema", False),
             overwrite_schema=get_bool(options, "overwriteSchema", False),
@@ -100,6 +105,7 @@ class ReadOptions:
     """Options of batch reads (time travel)."""
 
     path: str
+    location: TableLocation
     version_as_of: int | None
     timestamp_as_of: dt.datetime | None
 
@@ -109,7 +115,9 @@ class ReadOptions:
         raw_ts = get_str(options, "timestampAsOf")
         if version is not None and raw_ts is not None:
             raise OptionError("timestampAsOf", raw_ts, "cannot be combined with versionAsOf; give one of the two")
-        return cls(table_path(options), version, parse_timestamp("timestampAsOf", raw_ts) if raw_ts else None)
+        path = table_path(options)
+        timestamp = parse_timestamp("timestampAsOf", raw_ts) if raw_ts else None
+        return cls(path, table_location(path), version, timestamp)
 
 
 def parse_timestamp(option: str, raw: str) -> dt.datetime:
@@ -127,6 +135,7 @@ class StreamReadOptions:
     """Options of the Delta streaming source."""
 
     path: str
+    location: TableLocation
     starting_version: int | Literal["latest"] | None
     starting_timestamp: dt.datetime | None
     max_files_per_trigger: int | None
@@ -147,8 +156,10 @@ class StreamReadOptions:
         if raw_start is not None and raw_ts is not None:
             raise OptionError("startingTimestamp", raw_ts, "cannot be combined with startingVersion")
         max_files = get_int(options, "maxFilesPerTrigger", None, minimum=1)
+        path = table_path(options)
         return cls(
-            path=table_path(options),
+            path=path,
+            location=table_location(path),
             starting_version=starting_version,
             starting_timestamp=parse_timestamp("startingTimestamp", raw_ts) if raw_ts else None,
             max_files_per_trigger=max_files,

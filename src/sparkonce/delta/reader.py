@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import numpy as np
@@ -36,6 +36,9 @@ from pyspark.sql.datasource import (
 from sparkonce.delta.commit import load_table
 from sparkonce.delta.options import ReadOptions
 from sparkonce.errors import OptionError, UnsupportedFeatureError
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +81,7 @@ class ScanSchema:
     """Physical -> logical names of nested fields (column mapping), per top-level logical column."""
 
 
-def check_reader_features(table: Any, table_uri: str) -> None:
+def check_reader_features(table: DeltaTable, table_uri: str) -> None:
     """Refuse tables whose reader features we cannot honour (reading them would give wrong rows)."""
     protocol = table.protocol()
     features = set(protocol.reader_features or [])
@@ -95,9 +98,9 @@ def check_reader_features(table: Any, table_uri: str) -> None:
         )
 
 
-def open_snapshot(options: ReadOptions) -> Any:
+def open_snapshot(options: ReadOptions) -> DeltaTable:
     """Load the table at the requested table version or timestamp, with errors naming the option."""
-    table = load_table(options.path)
+    table = load_table(options.location)
     latest = table.version()
     if options.version_as_of is not None:
         if options.version_as_of > latest:
@@ -106,14 +109,14 @@ def open_snapshot(options: ReadOptions) -> Any:
                 str(options.version_as_of),
                 f"is beyond the latest table version {latest} of {options.path}",
             )
-        table = load_table(options.path, table_version=options.version_as_of)
+        table = load_table(options.location, table_version=options.version_as_of)
     elif options.timestamp_as_of is not None:
         _load_as_of_timestamp(table, options.timestamp_as_of, options.path)
     check_reader_features(table, options.path)
     return table
 
 
-def _load_as_of_timestamp(table: Any, when: dt.datetime, path: str) -> None:
+def _load_as_of_timestamp(table: DeltaTable, when: dt.datetime, path: str) -> None:
     history = table.history()
     first = min(h["timestamp"] for h in history) if history else None
     if first is not None and when.timestamp() * 1000 < first:
@@ -128,7 +131,7 @@ def _load_as_of_timestamp(table: Any, when: dt.datetime, path: str) -> None:
         raise OptionError("timestampAsOf", when.isoformat(), f"cannot be resolved on {path}: {err}") from err
 
 
-def scan_schema(table: Any) -> ScanSchema:
+def scan_schema(table: DeltaTable) -> ScanSchema:
     from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
 
     logical = table_arrow_schema(table)
@@ -170,7 +173,7 @@ def _nested_renames(delta_type: Any) -> Any:
     return None
 
 
-def snapshot_files(table: Any, table_root: str, scan: ScanSchema) -> list[DataFile]:
+def snapshot_files(table: DeltaTable, table_root: str, scan: ScanSchema) -> list[DataFile]:
     """The active files of the loaded table version, with typed partition values (from the Delta log)."""
     adds = pa.table(table.get_add_actions(flatten=True))
     paths = adds.column("path").to_pylist()
@@ -322,12 +325,10 @@ class DeltaBatchReader(DataSourceReader):
     """Batch reader: plans on the driver (snapshot, pruning, splits); ``read`` runs on executors."""
 
     def __init__(self, options: ReadOptions) -> None:
-        from sparkonce.delta.writer import _local_path
-
         self.options = options
         table = open_snapshot(options)
         self.table_version = table.version()
-        self.table_root = _local_path(options.path)
+        self.table_root = options.location.local_path
         self.scan = scan_schema(table)
         self.files = snapshot_files(table, self.table_root, self.scan)
         self.pushed: list[Filter] = []

@@ -23,9 +23,11 @@ import pyarrow as pa
 from sparkonce.delta.commit import BatchTxn, CommitResult, RemovedFile, commit_files, load_table
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
 from sparkonce.delta.reader import DataFile, ScanSchema, check_reader_features, read_files, scan_schema
-from sparkonce.errors import OptionError, UnsupportedFeatureError
+from sparkonce.errors import UnsupportedFeatureError
+from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -74,7 +76,7 @@ class TableSnapshot:
     """A table version loaded for a rewrite. Driver only."""
 
     table_uri: str
-    root: str
+    location: TableLocation
     table_version: int
     scan: ScanSchema
     partition_columns: tuple[str, ...]
@@ -87,19 +89,6 @@ class TableSnapshot:
         return spark_schema(self.scan.output)
 
 
-def local_root(table_uri: str) -> str:
-    """The local directory of a table given as a path or ``file://`` URI.
-
-    Raises:
-        OptionError: the table is not on the local file system.
-    """
-    if table_uri.startswith("file://"):
-        return table_uri[len("file://") :]
-    if "://" in table_uri:
-        raise OptionError("path", table_uri, "only local file system tables are supported by this version of sparkonce")
-    return os.path.abspath(table_uri)
-
-
 def open_snapshot(table_uri: str, *, operation: str) -> TableSnapshot:
     """Load the newest table version for ``operation`` (``MERGE``, ``DELETE``, ...), with its active files.
 
@@ -108,11 +97,11 @@ def open_snapshot(table_uri: str, *, operation: str) -> TableSnapshot:
         UnsupportedFeatureError: a reader feature sparkonce cannot honour, or column mapping (its files use
             physical column names, which rewrites do not write yet).
     """
-    root = local_root(table_uri)
-    table = load_table(table_uri)
+    location = table_location(table_uri)
+    table = load_table(location)
     check_reader_features(table, table_uri)
     scan = scan_schema(table)
-    configuration = dict(table.metadata().configuration)
+    configuration: dict[str, str | None] = dict(table.metadata().configuration)
     mapping = configuration.get("delta.columnMapping.mode")
     if (mapping and mapping != "none") or scan.physical_names or scan.nested_renames:
         raise UnsupportedFeatureError(
@@ -121,7 +110,7 @@ def open_snapshot(table_uri: str, *, operation: str) -> TableSnapshot:
         )
     return TableSnapshot(
         table_uri=table_uri,
-        root=root,
+        location=location,
         table_version=int(table.version()),
         scan=scan,
         partition_columns=tuple(table.metadata().partition_columns),
@@ -130,7 +119,7 @@ def open_snapshot(table_uri: str, *, operation: str) -> TableSnapshot:
     )
 
 
-def _active_files(table: Any, partition_columns: Sequence[str]) -> list[TableFile]:
+def _active_files(table: DeltaTable, partition_columns: Sequence[str]) -> list[TableFile]:
     adds = pa.table(table.get_add_actions(flatten=True))
     columns = adds.column_names
     n = adds.num_rows
@@ -169,7 +158,10 @@ def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[Tabl
     if not files:
         return spark.createDataFrame([], schema)
     data_files = [
-        (f.path, DataFile(os.path.join(snapshot.root, unquote(f.path)), f.size, dict(f.partition_values)))
+        (
+            f.path,
+            DataFile(os.path.join(snapshot.location.local_path, unquote(f.path)), f.size, dict(f.partition_values)),
+        )
         for f in files
     ]
     scan = snapshot.scan
@@ -206,12 +198,17 @@ def _read_task(
 
 
 def write_rows(
-    output: DataFrame, root: str, partition_by: Sequence[str], *, max_records_per_file: int | None = None
+    output: DataFrame,
+    location: TableLocation,
+    partition_by: Sequence[str],
+    *,
+    max_records_per_file: int | None = None,
 ) -> list[WrittenFile]:
-    """Write ``output`` into new data files under ``root`` (on executors, one or more files per task, partition
-    directories as Delta lays them out); return them for the Delta commit. Nothing is visible before it."""
+    """Write ``output`` into new data files of the table at ``location`` (on executors, one or more files per
+    task, partition directories as Delta lays them out); return them for the Delta commit. Nothing is visible
+    before it."""
     options = FileWriterOptions(
-        table_root=root, partition_by=tuple(partition_by), max_records_per_file=max_records_per_file
+        table_root=location.local_path, partition_by=tuple(partition_by), max_records_per_file=max_records_per_file
     )
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -319,19 +316,6 @@ def commit_rewrite(
     )
 
 
-def already_committed(table_uri: str, txn: BatchTxn | None) -> int | None:
-    """The table's txn version for ``txn.app_id`` when it is ``>= txn.txn_version`` (the batch is in the
-    table), else None. A table that does not exist holds nothing."""
-    from sparkonce.delta.commit import table_exists
-
-    if txn is None or not table_exists(table_uri):
-        return None
-    committed = load_table(table_uri).transaction_version(txn.app_id)
-    if committed is not None and committed >= txn.txn_version:
-        return int(committed)
-    return None
-
-
 __all__ = [
     "FILE_COLUMN",
     "WRITTEN_FILES_DDL",
@@ -343,9 +327,7 @@ __all__ = [
     "files_by_partition_predicate",
     "TableFile",
     "TableSnapshot",
-    "already_committed",
     "commit_rewrite",
-    "local_root",
     "open_snapshot",
     "read_rows",
     "write_rows",

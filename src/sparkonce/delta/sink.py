@@ -9,15 +9,15 @@ duplicates data. The commit also records the batch's ``offsets/N`` so a lost che
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from sparkonce._types import BatchId
+from sparkonce.checkpoint.query import read_offsets_text, read_query_id
 from sparkonce.crash import crash_point
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, remove_files
@@ -25,42 +25,16 @@ from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.schema import arrow_schema_for_spark
 from sparkonce.delta.writer import (
     DeltaFilesMessage,
-    _local_path,
     check_partition_columns,
     check_target,
     collect_files,
     commit_metadata,
     write_task,
 )
-from sparkonce.errors import CheckpointError, OptionError
+from sparkonce.errors import OptionError
+from sparkonce.storage import checkpoint_path
 
 log = logging.getLogger(__name__)
-
-
-def read_query_id(checkpoint_dir: str) -> str:
-    """The streaming query id from ``<checkpoint_dir>/metadata`` (Spark writes it before the first batch)."""
-    path = os.path.join(_local_path(checkpoint_dir), "metadata")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError as err:
-        raise CheckpointError(f"checkpoint metadata {path} is missing: cannot tell the query id") from err
-    try:
-        query_id = json.loads(text.splitlines()[0])["id"]
-    except (IndexError, KeyError, TypeError, json.JSONDecodeError) as err:
-        raise CheckpointError(
-            f'checkpoint metadata {path} is not valid (expected {{"id": ...}}): {text[:200]!r}'
-        ) from err
-    return str(query_id)
-
-
-def read_offsets_log(checkpoint_dir: str, batch_id: int) -> str | None:
-    path = os.path.join(_local_path(checkpoint_dir), "offsets", str(batch_id))
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
 
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
@@ -76,12 +50,13 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             )
         if options.txn_app_id is not None:
             raise OptionError("txnAppId", options.txn_app_id, "is for batch writes; a stream uses its query id")
+        checkpoint_path(options.checkpoint_location)  # refuse a location the driver cannot read, before any data
         self.options = options
         self.arrow_schema = arrow_schema_for_spark(schema)
         self.mode: CommitMode = "overwrite" if overwrite else "append"
         self.output_mode = "Complete" if overwrite else "Append"
         self.file_options = FileWriterOptions(
-            table_root=_local_path(options.path),
+            table_root=options.location.local_path,
             partition_by=options.partition_by,
             max_records_per_file=options.max_records_per_file,
             compression=options.compression,
@@ -91,9 +66,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def _check_table(self) -> None:
         """Fail before the first batch when the data cannot go into the existing table."""
         check_partition_columns(self.options, self.arrow_schema)
-        if table_exists(self.options.path):
+        if table_exists(self.options.location):
             self.file_options.partition_by = check_target(
-                load_table(self.options.path), self.options, self.arrow_schema
+                load_table(self.options.location), self.options, self.arrow_schema
             )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
@@ -101,34 +76,35 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
         assert self.options.checkpoint_location is not None
+        batch_id = BatchId(batchId)
         query_id = read_query_id(self.options.checkpoint_location)
         files = collect_files(messages)
-        offsets_log = read_offsets_log(self.options.checkpoint_location, batchId)
+        offsets_log = read_offsets_text(self.options.checkpoint_location, batch_id)
         metadata = commit_metadata(
             "STREAMING UPDATE",
-            {"outputMode": self.output_mode, "queryId": query_id, "epochId": str(batchId)},
+            {"outputMode": self.output_mode, "queryId": query_id, "epochId": str(batch_id)},
             self.options.user_metadata,
-            batchId=batchId,
-            checkpointLocation=os.path.abspath(_local_path(self.options.checkpoint_location)),
+            batchId=batch_id,
+            checkpointLocation=checkpoint_path(self.options.checkpoint_location),
             offsetsLog=offsets_log,
         )
         result = commit_files(
-            self.options.path,
+            self.options.location,
             files,
             data_schema=self.arrow_schema,
             partition_by=self.file_options.partition_by,
             mode=self.mode,
-            txn=BatchTxn(query_id, batchId),
+            txn=BatchTxn(query_id, batch_id),
             merge_schema=self.options.merge_schema,
             custom_metadata=metadata,
         )
         if result.skipped:
-            log.info("batch %s of query %s was already in %s: skipped", batchId, query_id, self.options.path)
-        crash_point("after_delta_commit", batchId)
+            log.info("batch %s of query %s was already in %s: skipped", batch_id, query_id, self.options.path)
+        crash_point("after_delta_commit", batch_id)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
         removed = remove_files(self.file_options.table_root, (f.path for f in collect_files(messages)))
         log.info("batch %s to %s aborted; removed %d file(s)", batchId, self.options.path, removed)
 
 
-__all__ = ["DeltaStreamWriter", "read_offsets_log", "read_query_id"]
+__all__ = ["DeltaStreamWriter"]

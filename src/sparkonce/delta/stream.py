@@ -360,11 +360,11 @@ class _TableState:
         from sparkonce.delta.reader import check_reader_features, scan_schema
         from sparkonce.delta.schema import arrow_schema_for_spark, table_fields
 
-        table = load_table(options.path)
+        table = load_table(options.location)
         check_reader_features(table, options.path)
         # Read exactly the schema Spark resolved for this query, whatever the table has become since.
         scan = replace(scan_schema(table), output=arrow_schema_for_spark(schema))
-        state = cls(options, DeltaLog(_local_path(options.path)), table.metadata().id, scan, table_fields(table))
+        state = cls(options, DeltaLog(options.location.local_path), str(table.metadata().id), scan, table_fields(table))
         state.table_version = table.version()
         return state
 
@@ -563,12 +563,6 @@ def _partition_value(raw: str | None, type_: pa.DataType, table_version: int, pa
         raise DeltaLogError(
             f"table version {table_version}: partition value {raw!r} of {path} is not a valid {type_}"
         ) from err
-
-
-def _local_path(table_uri: str) -> str:
-    from sparkonce.delta.writer import _local_path as local
-
-    return str(local(table_uri))
 
 
 __all__ = ["BASE_INDEX", "DeltaSourceOffset", "DeltaStreamReader", "StreamPartition", "VersionChanges"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from sparkonce.delta.commit import load_table
 from sparkonce.delta.interval import parse_interval_ms
 from sparkonce.errors import OptionError
+from sparkonce.storage import TableLocation, table_location
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def retention_from_properties(configuration: dict[str, str | None]) -> float:
 
 
 def vacuum(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | TableLocation,
     *,
     retention_hours: float | None = None,
     dry_run: bool = True,
@@ -81,8 +82,9 @@ def vacuum(
     """
     if retention_hours is not None and retention_hours < 0:
         raise OptionError("retention_hours", retention_hours, "must be >= 0")
-    table_path = os.fspath(path)
-    table = load_table(table_path)
+    location = table_location(path)
+    table_path = str(location)
+    table = load_table(location)
     minimum = retention_from_properties(dict(table.metadata().configuration))
     if retention_hours is None:
         retention_hours = minimum
@@ -95,7 +97,7 @@ def vacuum(
             "on this table runs for longer than that, pass enforce_retention_duration=False (Delta's "
             "spark.databricks.delta.retentionDurationCheck.enabled=false)",
         )
-    root = _local(table_path)
+    root = location.local_path
     # delta-rs takes whole hours; round up so nothing younger than asked is deleted.
     hours = int(-(-retention_hours // 1))
     candidates = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
@@ -132,10 +134,6 @@ def _size(root: str, relative: str) -> int:
         except OSError:
             continue
     return 0
-
-
-def _local(table_path: str) -> str:
-    return table_path[len("file://") :] if table_path.startswith("file://") else os.path.abspath(table_path)
 
 
 __all__ = ["DEFAULT_RETENTION_HOURS", "RETENTION_PROPERTY", "VacuumResult", "retention_from_properties", "vacuum"]

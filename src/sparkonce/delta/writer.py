@@ -10,18 +10,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from sparkonce import __version__
-from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
+from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, remove_files
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, reconcile, table_fields
 from sparkonce.errors import OptionError, SchemaMismatchError
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.arrow_schema = arrow_schema_for_spark(schema)
         self.mode: CommitMode = "overwrite" if overwrite or options.save_mode == "overwrite" else "append"
         self.file_options = FileWriterOptions(
-            table_root=_local_path(options.path),
+            table_root=options.location.local_path,
             partition_by=options.partition_by,
             max_records_per_file=options.max_records_per_file,
             compression=options.compression,
@@ -103,7 +106,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.options.overwrite_schema and self.mode != "overwrite":
             raise OptionError("overwriteSchema", "true", "needs mode overwrite (use mergeSchema to add columns)")
         check_partition_columns(self.options, self.arrow_schema)
-        if not table_exists(self.options.path):
+        if not table_exists(self.options.location):
             return None
         if self.options.save_mode == "error":
             raise OptionError(
@@ -113,10 +116,10 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             )
         if self.options.save_mode == "ignore":
             return f"mode ignore: the table {self.options.path} already exists"
-        table = load_table(self.options.path)
+        table = load_table(self.options.location)
         if self.txn is not None:
-            committed = table.transaction_version(self.txn.app_id)
-            if committed is not None and committed >= self.txn.txn_version:
+            committed = committed_txn_version(table, self.txn)
+            if committed is not None:
                 return (
                     f"already completed: txn(app_id={self.txn.app_id}, txn_version={committed}) "
                     f">= {self.txn.txn_version}"
@@ -139,7 +142,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.txn is not None:
             params.update(txnAppId=self.txn.app_id, txnVersion=self.txn.txn_version)
         commit_files(
-            self.options.path,
+            self.options.location,
             files,
             data_schema=self.arrow_schema,
             partition_by=self.file_options.partition_by,
@@ -161,7 +164,7 @@ def check_partition_columns(options: WriteOptions, arrow_schema: pa.Schema) -> N
         raise OptionError("partitionBy", ",".join(options.partition_by), f"{missing} are not data columns")
 
 
-def check_target(table: Any, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:
+def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:
     """Check data against an existing table (driver, before any file is written); return the partition columns.
 
     Raises:
@@ -172,7 +175,7 @@ def check_target(table: Any, options: WriteOptions, arrow_schema: pa.Schema) -> 
         table_fields(table),
         delta_fields(arrow_schema),
         merge_schema=options.merge_schema,
-        table_id=table.metadata().id,
+        table_id=str(table.metadata().id),
         table_path=options.path,
     )
     partitions = tuple(table.metadata().partition_columns)
@@ -198,16 +201,6 @@ def commit_metadata(
     if user_metadata is not None:
         metadata["userMetadata"] = user_metadata
     return metadata
-
-
-def _local_path(path: str) -> str:
-    import os
-
-    if path.startswith("file://"):
-        return path[len("file://") :]
-    if "://" in path:
-        raise OptionError("path", path, "only local file system tables are supported by this version of sparkonce")
-    return os.path.abspath(path)
 
 
 __all__ = ["DeltaBatchWriter", "DeltaFilesMessage", "collect_files", "commit_metadata", "write_task"]

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkonce.errors import PipelineConfigError
+from sparkonce.errors import PipelineConfigError, StorageError
+from sparkonce.storage import checkpoint_path, table_location
 
 StageName = Literal["raw", "bronze", "gold"]
 STAGE_ORDER: tuple[StageName, ...] = ("raw", "bronze", "gold")
@@ -467,10 +468,12 @@ class _Parser:
     def path(self, data: Mapping[str, Any], name: str, parent: str) -> str:
         value = self.string(data, name, parent)
         assert value is not None
-        if "://" in value and not value.startswith("file://"):
-            raise self.fail(f"{parent}.{name}", f"{value!r}: only local paths are supported")
-        local = value[len("file://") :] if value.startswith("file://") else value
-        return os.path.normpath(os.path.join(self.base, os.path.expanduser(local)))
+        is_uri = value.lower().startswith("file:") or "://" in value
+        where = value if is_uri else os.path.join(self.base, os.path.expanduser(value))
+        try:
+            return checkpoint_path(where) if name == "checkpoint" else str(table_location(where))
+        except StorageError as err:
+            raise self.fail(f"{parent}.{name}", str(err)) from err
 
     def drift(self, data: Mapping[str, Any], parent: str) -> DriftPolicy:
         value = data.get("drift", "fail")

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from sparkonce.checkpoint.query import read_query_id
 from sparkonce.crash import crash_point
 from sparkonce.delta.commit import BatchTxn, load_table, table_exists
 from sparkonce.delta.merge import MergeResult, merge_latest
 from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
-from sparkonce.delta.sink import read_query_id
 from sparkonce.errors import SchemaMismatchError, TableNotFoundError
 from sparkonce.pipeline.config import LINEAGE_COLUMNS, BronzeStage, GoldStage, PipelineConfig, RawStage, Stage
 from sparkonce.pipeline.owner import claim_checkpoint

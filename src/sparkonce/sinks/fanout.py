@@ -45,12 +45,13 @@ from sparkonce.errors import OptionError, SinkError, SparkonceError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from sparkonce.crash import CrashPoint
     from sparkonce.delta.files import WrittenFile
     from sparkonce.sinks.routing import RoutedTable
 
 log = logging.getLogger(__name__)
 
-CRASH_POINT = "between_fanout_tables"
+CRASH_POINT: CrashPoint = "between_fanout_tables"
 
 _RESERVED_OPTIONS = {"txnappid", "txnversion", "path"}
 
@@ -179,7 +180,7 @@ class FanOutWriter:
     def app_id(self) -> str:
         """The base txn app id: the one given, or the query id from the checkpoint metadata."""
         if self._app_id is None:
-            from sparkonce.delta.sink import read_query_id
+            from sparkonce.checkpoint.query import read_query_id
 
             assert self.checkpoint_dir is not None
             self._app_id = read_query_id(self.checkpoint_dir)
@@ -251,9 +252,9 @@ class FanOutWriter:
             SinkError: a task failed (the files it wrote are deleted; other tasks' files stay unreferenced).
         """
         from sparkonce.delta.files import FileWriterOptions
-        from sparkonce.delta.rewrite import local_root
         from sparkonce.delta.schema import arrow_schema_for_spark
         from sparkonce.sinks.routing import RESULT_DDL, RoutedFileWriter, RoutedTable, written_file
+        from sparkonce.storage import table_location
 
         if batch_id < 0:
             raise OptionError("batch_id", batch_id, "must be a non-negative micro-batch id")
@@ -282,7 +283,7 @@ class FanOutWriter:
                 RoutedTable(
                     name=target.table_name,
                     file_options=FileWriterOptions(
-                        table_root=local_root(target.path), partition_by=self._partition_by(target)
+                        table_root=table_location(target.path).local_path, partition_by=self._partition_by(target)
                     ),
                     columns=tuple(columns.items()),
                     arrow_schema=arrow_schema_for_spark(StructType(fields)),
@@ -463,10 +464,9 @@ def crash_point_between_tables(batch_id: int) -> None:
 
 def _committed_version(path: str, txn_app_id: str, batch_id: int) -> int | None:
     """The table's txn version for ``txn_app_id`` when it is ``>= batch_id`` (already written), else None."""
-    from sparkonce.delta.commit import BatchTxn
-    from sparkonce.delta.rewrite import already_committed
+    from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
 
-    return already_committed(path, BatchTxn(txn_app_id, batch_id))
+    return table_committed_txn_version(path, BatchTxn(txn_app_id, batch_id))
 
 
 def _first_line(err: BaseException) -> str:

@@ -18,13 +18,15 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
+    from sparkonce.crash import CrashPoint
+
 log = logging.getLogger(__name__)
 
-CRASH_INSIDE_TRANSACTION = "inside_pg_transaction"
+CRASH_INSIDE_TRANSACTION: CrashPoint = "inside_pg_transaction"
 """Crash point: target rows, ledger row and staging delete done; the database transaction is not committed."""
-CRASH_AFTER_STAGING = "after_pg_staging_load"
+CRASH_AFTER_STAGING: CrashPoint = "after_pg_staging_load"
 """Crash point: every partition of the batch is in the staging table; the database transaction has not begun."""
-CRASH_AFTER_COMMIT = "after_pg_commit"
+CRASH_AFTER_COMMIT: CrashPoint = "after_pg_commit"
 """Crash point: the database transaction of the batch is committed; Spark has not written ``commits/N``."""
 
 
@@ -63,7 +65,7 @@ class PostgresSink:
     def app_id(self) -> str:
         """The ledger's application id: the one given, or ``f"{query id}:{table}"`` from the checkpoint."""
         if self._app_id is None:
-            from sparkonce.delta.sink import read_query_id
+            from sparkonce.checkpoint.query import read_query_id
 
             assert self.options.checkpoint_dir is not None
             self._app_id = f"{read_query_id(self.options.checkpoint_dir)}:{self.options.table}"

@@ -1,0 +1,84 @@
+"""The one table-location parser: plain and relative paths, file: URIs (Hadoop's one-slash form too), bad input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sparkonce._types import BatchId
+from sparkonce.checkpoint.query import read_offsets_text, read_query_id
+from sparkonce.errors import CheckpointError, StorageError
+from sparkonce.storage import checkpoint_path, table_location
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("/data/t", "/data/t"),
+        ("/data/t/", "/data/t"),
+        ("file:///data/t", "/data/t"),
+        ("file:/data/t", "/data/t"),  # Hadoop-qualified (Spark Declarative Pipelines' checkpoints)
+        ("file://localhost/data/t", "/data/t"),
+        ("file:///data/a%20b", "/data/a b"),
+        ("FILE:/data/t", "/data/t"),
+    ],
+)
+def test_local_forms_normalize_to_one_absolute_path(given: str, expected: str) -> None:
+    location = table_location(given)
+    assert location.uri == expected
+    assert location.is_local and location.local_path == expected
+    assert checkpoint_path(given) == expected
+
+
+def test_relative_paths_resolve_against_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert table_location("tables/t").uri == os.path.join(str(tmp_path), "tables", "t")
+    assert checkpoint_path(Path("ck")) == os.path.join(str(tmp_path), "ck")
+    assert table_location(table_location("t")) == table_location("t")
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ("", "empty table location"),
+        ("file://otherhost/data/t", "file://otherhost/data/t"),
+        ("file:relative/t", "file:relative/t"),
+        ("hdfs://nn/data/t", "hdfs://nn/data/t"),
+    ],
+)
+def test_bad_table_locations_raise_one_error_naming_the_uri(given: str, named: str) -> None:
+    with pytest.raises(StorageError, match=named):
+        table_location(given)
+
+
+def test_checkpoints_must_be_on_the_drivers_file_system() -> None:
+    with pytest.raises(StorageError, match=r"checkpoint location s3://bucket/ck.*file system the driver sees"):
+        checkpoint_path("s3://bucket/ck")
+
+
+def test_storage_options_are_not_shown_in_repr() -> None:
+    location = table_location("/t")
+    hidden = type(location)("s3://b/t", "s3", (("AWS_SECRET_ACCESS_KEY", "hunter2"),))
+    assert "hunter2" not in repr(hidden) and "AWS_SECRET_ACCESS_KEY" in repr(hidden)
+    assert hidden.join("part-0.parquet") == "s3://b/t/part-0.parquet"
+    assert location.options() == {}
+
+
+def test_query_id_and_offsets_from_a_hadoop_qualified_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "metadata").write_text('{"id":"8c1f6f3e-0d5b-4a8e-9a55-3f0a4b2a5f10"}\n')
+    (tmp_path / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"x":1}\n')
+    uri = f"file:{tmp_path}"
+    assert read_query_id(uri) == "8c1f6f3e-0d5b-4a8e-9a55-3f0a4b2a5f10"
+    assert read_offsets_text(uri, BatchId(0)) == 'v1\n{"batchWatermarkMs":0}\n{"x":1}\n'
+    assert read_offsets_text(uri, BatchId(1)) is None
+
+
+def test_missing_or_bad_metadata_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=str(tmp_path / "metadata")):
+        read_query_id(tmp_path)
+    (tmp_path / "metadata").write_text("{}\n")
+    with pytest.raises(CheckpointError, match="metadata"):
+        read_query_id(tmp_path)
