@@ -210,10 +210,13 @@ def test_starting_timestamp_starts_at_the_first_commit_at_or_after_it(spark: Spa
     for version, expected in ((1, 1), (2, 2)):
         when = dt.datetime.fromtimestamp(stamps[version] / 1000, dt.UTC).isoformat()
         reader = DeltaStreamReader(StreamReadOptions.parse({"path": str(table), "startingTimestamp": when}), schema)
-        offset = reader.initialOffset()
-        assert (offset["reservoirVersion"], offset["index"], offset["isStartingVersion"]) == (expected, -1, False)
-    future = StreamReadOptions.parse({"path": str(table), "startingTimestamp": "2999-01-01"})
-    assert DeltaStreamReader(future, schema).initialOffset()["reservoirVersion"] == 3
+        initial = reader.initialOffset()  # unresolved: batch 0's end fixes where reading starts
+        assert (initial["reservoirVersion"], initial["index"], initial["isStartingVersion"]) == (-1, -1, False)
+        end = reader.latestOffset(initial, ReadMaxFiles(1))  # one file: the one of table version ``expected``
+        assert (end["reservoirVersion"], end["index"], end["isStartingVersion"]) == (expected + 1, -1, False)
+    future = DeltaStreamReader(StreamReadOptions.parse({"path": str(table), "startingTimestamp": "2999-01-01"}), schema)
+    end = future.latestOffset(future.initialOffset(), ReadAllAvailable())
+    assert (end["reservoirVersion"], end["index"]) == (3, -1)  # nothing read yet: waits for table version 3
     with pytest.raises(OptionError, match="startingVersion"):
         DeltaStreamReader(StreamReadOptions.parse({"path": str(table), "startingVersion": "9"}), schema).initialOffset()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Iterable
@@ -360,7 +361,7 @@ def test_kafka_fixture_offsets(fixtures_dir: Path) -> None:
     topic = "spark-test-topic-2b8619f5-d3c4-4c2d-b5d1-8d9d9458aa62"
     # Batch 0 is planned, not committed: its re-run starts from the initial offsets, which were not exported.
     report = run(cp, watermarks=fake_broker({}))
-    assert codes(report) == {"kafka-no-offsets"}
+    assert codes(report) == {"kafka-no-offsets", "batch0-rerun"}
     state = read_checkpoint(cp)
     assert state.offsets[0].source_offset("0")[topic]["4"] == 3
 
@@ -410,3 +411,25 @@ def test_checkpoint_scan_window_reads_only_the_newest_files(tmp_path: Path) -> N
     assert full.unread_checkpoint_files == 0
     (cp / "offsets" / "28").write_text("v1\n{trunc")  # inside the window: found by both
     assert "file-malformed" in codes(run(cp, timeline_batches=10))
+
+
+def test_batch_zero_planned_not_committed_is_a_normal_rerun(tmp_path: Path) -> None:
+    """Issue 13: a crash inside batch 0 leaves offsets/0 only; the next start derives batch 0's start from it."""
+    from sparkonce.checkpoint import OffsetSeqMetadata, write_metadata, write_offsets
+
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    write_metadata(cp, QID)
+    end = {"sourceVersion": 1, "reservoirId": "t-1", "reservoirVersion": 7, "index": 2, "isStartingVersion": True}
+    write_offsets(cp, 0, metadata=OffsetSeqMetadata(0, NOW, {}), sources=[json.dumps(end)])
+    report = run(cp)
+    assert report.healthy
+    (rerun,) = [f for f in report.findings if f.code == "batch0-rerun"]
+    assert rerun.severity == "info"
+    assert "table version 7, index 2 of its initial snapshot" in rerun.message
+    assert rerun.details == {"end_offsets": {"0": end}}
+    assert "Batch 0 is planned but not committed" in report.next_start
+    assert "derive them from the end in offsets/0" in report.next_start
+    # Once batch 0 is committed, or a later batch is planned, the finding goes away.
+    write_offsets(cp, 1, metadata=OffsetSeqMetadata(0, NOW, {}), sources=[json.dumps(end)])
+    assert "batch0-rerun" not in codes(run(cp))

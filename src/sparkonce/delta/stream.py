@@ -17,6 +17,21 @@ strictly after ``start`` up to and including ``end``; put in this project's word
 inclusive and ``end`` is the exclusive bound of the next batch. When a batch ends on the last file of a table
 version, its end offset is normalized to ``(v + 1, -1, false)``. Commits are immutable, so the same ``(start,
 end)`` always yields the same files: a batch re-run after a crash reads identical data.
+
+Spark does not checkpoint a source's *initial* offset: when it re-runs an uncommitted batch 0 after a crash it
+calls ``initialOffset()`` again and pairs the answer with the end saved in ``offsets/0``. An initial offset that
+depends on when it is asked ("the latest table version") would then name another table version. So, as the
+Kafka source keeps ``latest``/``earliest`` unresolved, :meth:`DeltaStreamReader.initialOffset` answers with an
+*unresolved* offset (``reservoirVersion`` -1) whenever the start depends on time, and batch 0's start is derived
+from its end (Delta's JVM source does the same in ``getBatch(None, end)``):
+
+- the initial snapshot (no ``startingVersion``/``startingTimestamp``): batch 0 reads only the snapshot of the
+  table version fixed when its end is chosen; its end names that table version (``(v, i, true)`` inside the
+  snapshot, ``(v + 1, -1, false)`` after all of it), so a re-run reads the same snapshot files;
+- ``startingVersion=latest``, and ``startingTimestamp`` when no commit is at or after it yet: batch 0 reads
+  nothing and its end ``(v, -1, false)`` pins the first table version to read;
+- ``startingTimestamp`` with a commit at or after it: the first such table version (commit timestamps never
+  change), capped by the end's table version.
 """
 
 from __future__ import annotations
@@ -56,6 +71,8 @@ log = logging.getLogger(__name__)
 
 SOURCE_VERSION = 1
 BASE_INDEX = -1
+UNRESOLVED_VERSION = -1
+"""``reservoirVersion`` of an unresolved initial offset: batch 0's start is derived from its end."""
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000
 
 
@@ -74,6 +91,11 @@ class DeltaSourceOffset:
     """The last file read within ``reservoir_version`` (``-1``: none yet)."""
     is_starting_version: bool
     """True while reading the initial snapshot of ``reservoir_version``; false for the changes committed at it."""
+
+    @property
+    def is_unresolved(self) -> bool:
+        """True for an initial offset whose table version is fixed by batch 0's end (never checkpointed)."""
+        return self.reservoir_version == UNRESOLVED_VERSION
 
     @property
     def key(self) -> tuple[int, int]:
@@ -114,7 +136,8 @@ class DeltaSourceOffset:
             )
         except (KeyError, TypeError, ValueError) as err:
             raise SourceOffsetError(f"Delta source offset {json.dumps(data)} is malformed: {err}") from err
-        if offset.reservoir_version < 0 or offset.index < BASE_INDEX:
+        unresolved = (offset.reservoir_version, offset.index) == (UNRESOLVED_VERSION, BASE_INDEX)
+        if offset.index < BASE_INDEX or (offset.reservoir_version < 0 and not unresolved):
             raise SourceOffsetError(f"Delta source offset {json.dumps(data)} has a negative table version or index")
         return offset
 
@@ -184,13 +207,16 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target_version: int | None = None
 
     # ------------------------------------------------------------------ driver: Spark's API
-    def initialOffset(self) -> dict[str, Any]:  # driver, when the query has no checkpointed offset
+    def initialOffset(self) -> dict[str, Any]:  # driver, when batch 0 is planned and again when it is re-run
+        """Where the stream starts; unresolved (see the module docstring) unless ``startingVersion`` is a number.
+
+        Spark calls this again when it re-runs an uncommitted batch 0 after a crash, so the answer must not depend
+        on when it is asked: a table version that later commits move is resolved against batch 0's end instead.
+        """
         state = self._table()
-        latest = state.delta_log.latest_version()
         options = self.options
-        if options.starting_version == "latest":
-            offset = DeltaSourceOffset(state.table_id, latest + 1, BASE_INDEX, False)
-        elif isinstance(options.starting_version, int):
+        if isinstance(options.starting_version, int):
+            latest = state.delta_log.latest_version()
             if options.starting_version > latest:
                 raise OptionError(
                     "startingVersion",
@@ -198,11 +224,9 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"is beyond the latest table version {latest} of {options.path}",
                 )
             offset = DeltaSourceOffset(state.table_id, options.starting_version, BASE_INDEX, False)
-        elif options.starting_timestamp is not None:
-            version = state.first_version_at_or_after(options.starting_timestamp, latest)
-            offset = DeltaSourceOffset(state.table_id, version, BASE_INDEX, False)
         else:
-            offset = DeltaSourceOffset(state.table_id, latest, BASE_INDEX, True)
+            from_snapshot = options.starting_version is None and options.starting_timestamp is None
+            offset = DeltaSourceOffset(state.table_id, UNRESOLVED_VERSION, BASE_INDEX, from_snapshot)
         log.info("Delta stream from %s starts at %s", options.path, offset.to_json())
         return offset.to_json()
 
@@ -220,15 +244,29 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # driver, each trigger
         crash_point("before_offsets")
         begin = self._parse(start)
+        last_version = self._last_version()
+        if begin.is_unresolved:
+            if begin.is_starting_version:
+                # Batch 0 reads only the snapshot of ``last_version``, so its end names that table version.
+                begin = DeltaSourceOffset(begin.reservoir_id, last_version, BASE_INDEX, True)
+                empty_end = DeltaSourceOffset(begin.reservoir_id, last_version + 1, BASE_INDEX, False)
+            else:
+                first = self._starting_version()
+                begin = DeltaSourceOffset(begin.reservoir_id, first, BASE_INDEX, False)
+                if first > last_version:
+                    return begin.to_json()  # nothing to read yet: batch 0 is empty and pins ``first``
+                empty_end = begin
+        else:
+            empty_end = begin
         budget = self._budget(limit)
         last: _Position | None = None
-        for position in self._positions(begin, self._last_version()):
+        for position in self._positions(begin, last_version):
             if not budget.admits():
                 break
             budget.take(position.data_file.size)
             last = position
         if last is None:
-            return begin.to_json()
+            return empty_end.to_json()
         return self._offset_after(begin.reservoir_id, last).to_json()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # driver, for query progress
@@ -240,6 +278,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:  # driver
         crash_point("after_offsets")
         begin, finish = self._parse(start), self._parse(end)
+        if finish.is_unresolved:
+            raise SourceOffsetError(f"Delta source end offset {finish.to_json()} is unresolved; Spark never plans one")
+        if begin.is_unresolved:
+            begin = self._start_of_first_batch(begin, finish)
         _check_order(begin, finish)
         # An end at the base of table version v covers nothing of v: do not read its commit (it may not exist yet).
         last_version = finish.reservoir_version - (1 if finish.index == BASE_INDEX else 0)
@@ -287,6 +329,34 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "overwritten by another table). Start the query with a new checkpointLocation to read the new table"
             )
         return offset
+
+    def _starting_version(self) -> int:
+        """The first table version to read for ``startingVersion=latest`` or ``startingTimestamp``, resolved now."""
+        latest = self._table().delta_log.latest_version()
+        when = self.options.starting_timestamp
+        if when is None:
+            return latest + 1
+        return self._table().first_version_at_or_after(when, latest)
+
+    def _start_of_first_batch(self, start: DeltaSourceOffset, end: DeltaSourceOffset) -> DeltaSourceOffset:
+        """Resolve an unresolved initial offset against batch 0's checkpointed end (a re-run reads what was planned).
+
+        Raises:
+            SourceOffsetError: the end cannot follow that initial offset (the checkpoint does not match the options).
+        """
+        if start.is_starting_version:
+            # The snapshot whose table version the end names: inside it, or just after all of it.
+            table_version = end.reservoir_version if end.is_starting_version else end.reservoir_version - 1
+            if table_version < 0:
+                raise SourceOffsetError(
+                    f"batch 0 of the Delta stream from {self.options.path} ends at {end.to_json()}, which names no "
+                    "initial snapshot; was the query restarted with other startingVersion/startingTimestamp options?"
+                )
+            return DeltaSourceOffset(start.reservoir_id, table_version, BASE_INDEX, True)
+        # Commits after the first resolution may only move the answer later (when none was at or after the
+        # timestamp, or for ``latest``); batch 0 then read nothing and its end is where reading starts.
+        first = min(self._starting_version(), end.reservoir_version)
+        return DeltaSourceOffset(start.reservoir_id, first, BASE_INDEX, False)
 
     def _last_version(self) -> int:
         latest = self._table().delta_log.latest_version()

@@ -1,9 +1,11 @@
 """Driver program for crash tests: a Delta table streamed into another Delta table through sparkonce.
 
 Usage: python -m tests.integration.drivers.delta_to_delta SOURCE_TABLE TARGET_TABLE CHECKPOINT [--max-files N]
+           [--starting-version V|none] [--starting-timestamp TS]
 
-Reads the source from table version 0 (``startingVersion``) with the availableNow trigger, ``--max-files`` files
-per batch, then prints ``DONE`` and exits 0. Crash points are armed by the environment (see sparkonce.crash).
+Reads the source from table version 0 (``startingVersion``; ``none`` reads the latest snapshot first, then the
+changes) or from ``--starting-timestamp``, with the availableNow trigger, ``--max-files`` files per batch, then
+prints ``DONE`` and exits 0. Crash points are armed by the environment (see sparkonce.crash).
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ def main() -> None:
     parser.add_argument("target")
     parser.add_argument("checkpoint")
     parser.add_argument("--max-files", type=int, default=1)
+    parser.add_argument("--starting-version", default="0")
+    parser.add_argument("--starting-timestamp", default=None)
     args = parser.parse_args()
 
     spark = local_session(app_name="delta-to-delta")
-    stream = (
-        spark.readStream.format("delta")
-        .option("startingVersion", 0)
-        .option("maxFilesPerTrigger", args.max_files)
-        .load(args.source)
-    )
+    reader = spark.readStream.format("delta").option("maxFilesPerTrigger", args.max_files)
+    if args.starting_timestamp is not None:
+        reader = reader.option("startingTimestamp", args.starting_timestamp)
+    elif args.starting_version != "none":
+        reader = reader.option("startingVersion", args.starting_version)
     query = (
-        stream.writeStream.format("delta")
+        reader.load(args.source)
+        .writeStream.format("delta")
         .option("checkpointLocation", args.checkpoint)
         .trigger(availableNow=True)
         .start(args.target)

@@ -12,7 +12,7 @@ from sparkonce.checkpoint.reader import CheckpointState
 from sparkonce.ops.doctor.ranges import missing_ids, range_text
 from sparkonce.ops.findings import Finding
 
-__all__ = ["checkpoint_findings"]
+__all__ = ["checkpoint_findings", "first_batch_rerun"]
 
 _MAX_FILE_FINDINGS = 20
 
@@ -80,6 +80,9 @@ def checkpoint_findings(state: CheckpointState) -> list[Finding]:
                 path=f"{cp}/offsets/{lp - 1}",
             )
         )
+    rerun = first_batch_rerun(state)
+    if rerun is not None:
+        findings.append(rerun)
     commit_gaps = missing_ids(commits)
     if commit_gaps:
         findings.append(
@@ -198,3 +201,34 @@ def checkpoint_findings(state: CheckpointState) -> list[Finding]:
             )
         )
     return findings
+
+
+def first_batch_rerun(state: CheckpointState) -> Finding | None:
+    """``batch0-rerun`` (info): batch 0 is planned, not committed; its start offsets are not in the checkpoint.
+
+    A normal state after a crash in the first batch: Spark asks the sources for their initial offsets again,
+    and sparkonce's sources derive them from the end saved in ``offsets/0`` (issue 13).
+    """
+    planned = state.offsets.get(0)
+    if planned is None or 0 in state.commit_ids or state.last_planned != 0:
+        return None
+    cp = str(state.checkpoint_dir)
+    ends = {source: planned.source_offset(source) for source in planned.sources}
+    delta = [s for s, end in ends.items() if isinstance(end, dict) and "reservoirId" in end]
+    said = [
+        f"source {s} (Delta table id {ends[s]['reservoirId']}) re-reads up to table version "
+        f"{ends[s]['reservoirVersion']}, index {ends[s]['index']}"
+        + (" of its initial snapshot" if ends[s].get("isStartingVersion") else "")
+        for s in delta
+    ]
+    return Finding(
+        "batch0-rerun",
+        "info",
+        "batch 0 is planned but not committed: Spark re-runs it from the sources' initial offsets, which it does "
+        "not checkpoint; sparkonce's Delta and Kafka sources derive them from the end in offsets/0, so the re-run "
+        "reads exactly what batch 0 planned, whatever the inputs received since"
+        + (f" ({'; '.join(said)})" if said else ""),
+        "nothing to do: start the query again",
+        path=f"{cp}/offsets/0",
+        details={"end_offsets": ends},
+    )

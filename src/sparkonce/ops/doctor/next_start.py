@@ -41,6 +41,12 @@ def next_start_text(state: CheckpointState, delta: dict[Path, DeltaFacts]) -> st
                 sentences.append(f"{table} holds txn({app}, {txn}): checkpoint and table agree: safe.")
         return " ".join(sentences)
     sentences.append(f"Batch {lp} is planned but not committed: Spark will re-run it with the same offsets.")
+    if lp == 0:
+        sentences.append(
+            "Its start offsets are the sources' initial offsets, which Spark does not checkpoint: sparkonce's "
+            "sources derive them from the end in offsets/0, so the re-run reads what batch 0 planned, even if the "
+            "input has grown since."
+        )
     if lp > 0 and state.offset_ids[0] == lp:
         sentences.append(f"But offsets/{lp - 1} is missing, so Spark cannot find where it starts: it fails.")
     if lc is not None and lp - lc > 1:
