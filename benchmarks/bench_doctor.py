@@ -2,8 +2,10 @@
 
 Run: ``.venv/bin/python benchmarks/bench_doctor.py [--sizes 10000 100000] [--verify-rows 10000000]``.
 Prints times and the 100k/10k ratio (linear growth gives about 10; the Delta snapshot, which starts from a
-Delta checkpoint, should stay flat). Prints only; nothing is asserted. Files are generated directly (no Spark,
-no delta-rs for the log), in a temporary folder removed at the end.
+Delta checkpoint, should stay flat). ``doctor`` reads the timeline window's checkpoint files (the default);
+``doctor full`` reads every ``offsets/``/``commits/`` file (``checkpoint_scan="full"``). Prints only; nothing is
+asserted. Files are generated directly (no Spark, no delta-rs for the log), in a temporary folder removed at the
+end.
 """
 
 from __future__ import annotations
@@ -158,7 +160,10 @@ def bench_doctor(sizes: list[int], work: Path) -> None:
         f"doctor: checkpoint with N batches (8 Kafka partitions) + Delta table with N table versions "
         f"(Delta checkpoint every {CHECKPOINT_EVERY})"
     )
-    header = f"{'N':>8} {'generate s':>11} {'read ckpt s':>12} {'snapshot s':>11} {'doctor s':>9} {'findings':>9}"
+    header = (
+        f"{'N':>8} {'generate s':>11} {'read ckpt s':>12} {'snapshot s':>11} {'doctor s':>9} {'findings':>9} "
+        f"{'doctor full s':>14}"
+    )
     print(header)
     results: dict[int, dict[str, float]] = {}
     for n in sizes:
@@ -168,8 +173,12 @@ def bench_doctor(sizes: list[int], work: Path) -> None:
         t_snap, snap = timed(lambda table=table: DeltaLog(table).snapshot())
         assert snap.txn_version(QUERY_ID) == n - 1
         t_doc, report = timed(lambda cp=cp, table=table: diagnose(cp, tables=[table]))
-        results[n] = {"read": t_read, "snapshot": t_snap, "doctor": t_doc}
-        print(f"{n:>8} {gen:>11.2f} {t_read:>12.2f} {t_snap:>11.3f} {t_doc:>9.2f} {len(report.findings):>9}")
+        t_full, _ = timed(lambda cp=cp, table=table: diagnose(cp, tables=[table], checkpoint_scan="full"))
+        results[n] = {"read": t_read, "snapshot": t_snap, "doctor": t_doc, "doctor full": t_full}
+        print(
+            f"{n:>8} {gen:>11.2f} {t_read:>12.2f} {t_snap:>11.3f} {t_doc:>9.2f} {len(report.findings):>9} "
+            f"{t_full:>14.2f}"
+        )
         shutil.rmtree(cp)
         shutil.rmtree(table)
     if len(sizes) >= 2:
@@ -177,7 +186,8 @@ def bench_doctor(sizes: list[int], work: Path) -> None:
         print(
             f"ratio {big}/{small}: "
             + ", ".join(
-                f"{k} {results[big][k] / max(results[small][k], 1e-9):.1f}x" for k in ("read", "snapshot", "doctor")
+                f"{k} {results[big][k] / max(results[small][k], 1e-9):.1f}x"
+                for k in ("read", "snapshot", "doctor", "doctor full")
             )
             + f" (size ratio {big / small:.0f}x)"
         )

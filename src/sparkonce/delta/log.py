@@ -272,6 +272,8 @@ class DeltaLog:
             return None
         except OSError as err:
             raise DeltaLogError(f"{path}: cannot read: {err}") from err
+        except UnicodeDecodeError as err:
+            raise DeltaLogError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
@@ -306,6 +308,8 @@ class DeltaLog:
                 ) from err
             if not isinstance(action, dict):
                 raise DeltaLogError(f"{path}: line {lineno} of table version {table_version} is not a JSON object")
+            if (problem := _action_problem(action)) is not None:
+                raise DeltaLogError(f"{path}: line {lineno} of table version {table_version}: {problem}")
             actions.append(action)
         return actions
 
@@ -543,6 +547,36 @@ def _entry_from_actions(table_version: int, actions: list[dict[str, Any]], path:
     )
 
 
+def _action_problem(action: dict[str, Any]) -> str | None:
+    """What makes a log action unusable (a field the readers rely on is missing or of the wrong type), if anything."""
+
+    def not_int(value: Any) -> bool:
+        return isinstance(value, bool) or not isinstance(value, int)
+
+    for key in ("add", "remove"):
+        if key in action:
+            file = action[key]
+            if not isinstance(file, dict) or not isinstance(file.get("path"), str):
+                return f"{key!r} action has no string 'path'"
+            if file.get("size") is not None and not_int(file["size"]):
+                return f"{key!r} action for {file['path']} has a non-integer 'size'"
+            for field, kind in (("partitionValues", dict), ("deletionVector", dict), ("stats", str)):
+                if file.get(field) is not None and not isinstance(file[field], kind):
+                    return f"{key!r} action for {file['path']} has a malformed {field!r}"
+    if "txn" in action:
+        txn = action["txn"]
+        if not isinstance(txn, dict) or not isinstance(txn.get("appId"), str) or not_int(txn.get("version")):
+            return "'txn' action needs a string 'appId' and an integer 'version'"
+    for key in ("metaData", "protocol", "commitInfo"):
+        if key in action and not isinstance(action[key], dict):
+            return f"{key!r} action is not a JSON object"
+    if "sidecar" in action and not (
+        isinstance(action["sidecar"], dict) and isinstance(action["sidecar"].get("path"), str)
+    ):
+        return "'sidecar' action has no string 'path'"
+    return None
+
+
 def _added_rows(added: list[dict[str, Any]], metrics: dict[str, Any]) -> int | None:
     if not added:
         return 0
@@ -553,7 +587,7 @@ def _added_rows(added: list[dict[str, Any]], metrics: dict[str, Any]) -> int | N
             break
         try:
             records = json.loads(stats).get("numRecords")
-        except (json.JSONDecodeError, AttributeError):
+        except (json.JSONDecodeError, AttributeError, TypeError):
             break
         if not isinstance(records, int):
             break
@@ -577,9 +611,13 @@ def _read_checkpoint_file(path: Path) -> Iterator[dict[str, Any]]:
         for lineno, line in enumerate(lines, start=1):
             if line.strip():
                 try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as err:
+                    action = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError) as err:
                     raise DeltaLogError(f"{path}: line {lineno} is not valid JSON ({err})") from err
+                problem = "not a JSON object" if not isinstance(action, dict) else _action_problem(action)
+                if problem is not None:
+                    raise DeltaLogError(f"{path}: line {lineno}: {problem}")
+                yield action
         return
     import pyarrow.parquet as pq
 
@@ -598,7 +636,11 @@ def _read_checkpoint_file(path: Path) -> Iterator[dict[str, Any]]:
         if len(filtered) == 0:
             continue
         arrow_type = filtered.type
-        for value in filtered.to_pylist():
+        try:
+            values = filtered.to_pylist()
+        except (UnicodeDecodeError, ValueError) as err:  # a string column with bytes that are not UTF-8
+            raise DeltaLogError(f"{path}: column {name!r} of the Parquet checkpoint is unreadable ({err})") from err
+        for value in values:
             yield {name: _normalize(value, arrow_type)}
 
 
