@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkonce.crash import ENV_HITS_DIR, ENV_PGID, ENV_POINT
+from sparkonce.crash import ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_TARGET
 from sparkonce.errors import OptionError, SparkonceError
 from sparkonce.ops.chaos.plan import (
     DURING_COMMITS,
@@ -336,7 +336,7 @@ def _run_round(setup: _Setup, index: int, records: int, fault: Fault | None, dea
     spec_file = round_dir / "driver.json"
     setup.spec.dump(spec_file)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable}
-    for name in (ENV_POINT, ENV_PGID, ENV_HITS_DIR):
+    for name in (ENV_POINT, ENV_PGID, ENV_HITS_DIR, ENV_TARGET):
         env.pop(name, None)
     if fault is not None and fault.kind == "crash_point":
         point = "after_delta_commit" if fault.point == DURING_COMMITS else fault.point
