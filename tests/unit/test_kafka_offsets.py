@@ -11,7 +11,7 @@ import pytest
 from sparkonce.errors import OptionError, SourceOffsetError
 from sparkonce.kafka.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
-from sparkonce.kafka.planner import check_broker, plan_ranges, rate_limit, resolve_start, split_ranges
+from sparkonce.kafka.planner import BY_TIMESTAMP, check_broker, plan_ranges, rate_limit, resolve_start, split_ranges
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "a"}
@@ -121,7 +121,42 @@ def test_assign_parses_partitions() -> None:
         ({**BASE, "failOnDataLoss": "maybe"}, "failOnDataLoss", "true or false"),
         ({**BASE, "kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
         ({**BASE, "kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "never commits"),
-        ({**BASE, "startingTimestamp": "1000"}, "startingTimestamp", "does not support yet"),
+        ({**BASE, "maxRecordsPerPartition": "1000"}, "maxRecordsPerPartition", "does not support yet"),
+        ({**BASE, "startingTimestamp": "soon"}, "startingTimestamp", "one timestamp in milliseconds"),
+        ({**BASE, "startingTimestamp": "-5"}, "startingTimestamp", ">= 0"),
+        ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": x}}'}, "startingOffsetsByTimestamp", "must be JSON"),
+        ({**BASE, "endingOffsetsByTimestamp": '{"a": {"0": -1}}'}, "endingOffsetsByTimestamp", "not allowed"),
+        ({**BASE, "startingOffsetsByTimestampStrategy": "earliest"}, "startingOffsetsByTimestampStrategy", "one of"),
+        ({**BASE, "maxTriggerDelay": "soon"}, "maxTriggerDelay", "duration"),
+        ({**BASE, "maxTriggerDelay": "5 years"}, "maxTriggerDelay", "duration"),
+        (
+            {**BASE, "minOffsetsPerTrigger": "11", "maxOffsetsPerTrigger": "10"},
+            "minOffsetsPerTrigger",
+            "higher than maxOffsetsPerTrigger",
+        ),
+        (
+            {
+                **BASE,
+                "startingOffsetsByTimestamp": '{"a": {"0": 2000}}',
+                "endingOffsetsByTimestamp": '{"a": {"0": 1000}}',
+            },
+            "endingOffsetsByTimestamp",
+            "before its start",
+        ),
+        (
+            {
+                **BASE,
+                "startingOffsetsByTimestamp": '{"a": {"0": 2000}}',
+                "endingOffsetsByTimestamp": '{"a": {"1": 3000}}',
+            },
+            "endingOffsetsByTimestamp",
+            "other partitions",
+        ),
+        (
+            {**BASE, "startingOffsets": '{"a": {"0": 5}}', "endingOffsets": '{"a": {"0": 4}}'},
+            "endingOffsets",
+            "before its start",
+        ),
         ({**BASE, "maxOffsetPerTrigger": "10"}, "maxOffsetPerTrigger", "not an option"),
     ],
 )
@@ -139,14 +174,53 @@ def test_bad_options_name_option_and_value(options: dict[str, str], option: str,
         ("batch", {**BASE, "startingOffsets": '{"a": {"0": -1}}'}, "startingOffsets"),
         ("batch", {**BASE, "endingOffsets": "earliest"}, "endingOffsets"),
         ("batch", {**BASE, "endingOffsets": '{"a": {"0": -2}}'}, "endingOffsets"),
-        ("batch", {**BASE, "maxOffsetsPerTrigger": "5"}, "maxOffsetsPerTrigger"),
+        ("stream", {**BASE, "endingOffsetsByTimestamp": '{"a": {"0": 5}}'}, "endingOffsetsByTimestamp"),
+        ("stream", {**BASE, "endingTimestamp": "5"}, "endingTimestamp"),
     ],
 )
 def test_mode_rules(mode: str, options: dict[str, str], option: str) -> None:
     parsed = KafkaOptions.parse(options)
     with pytest.raises(OptionError) as info:
-        parsed.check_mode(mode)  # type: ignore[arg-type]
+        parsed.check_mode(mode, given=options)  # type: ignore[arg-type]
     assert info.value.option == option
+
+
+def test_stream_only_options_on_a_batch_read_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    given = {**BASE, "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "2", "maxTriggerDelay": "1m"}
+    with caplog.at_level(logging.WARNING, logger="sparkonce.kafka.options"):
+        KafkaOptions.parse(given).check_mode("batch", given=given)
+    assert [r.getMessage() for r in caplog.records] == [
+        "maxOffsetsPerTrigger option ignored in batch queries",
+        "minOffsetsPerTrigger option ignored in batch queries",
+        "maxTriggerDelay option ignored in batch queries",
+    ]
+
+
+def test_timestamp_options_follow_sparks_precedence() -> None:
+    options = KafkaOptions.parse(
+        {
+            **BASE,
+            "startingTimestamp": "1000",
+            "startingOffsetsByTimestamp": '{"a": {"0": 5}}',
+            "startingOffsets": "earliest",
+            "endingOffsetsByTimestamp": '{"a": {"0": 7000}}',
+            "endingOffsets": "latest",
+        }
+    )
+    assert options.starting is not None and options.starting.option == "startingTimestamp"
+    assert options.starting.timestamp_for(A0) == 1000 and options.starting.timestamp_for(A1) == 1000
+    assert options.ending is not None and options.ending.option == "endingOffsetsByTimestamp"
+    assert options.ending.timestamp_for(A0) == 7000
+    assert options.starting_strategy == "error"
+    assert KafkaOptions.parse({**BASE, "startingOffsetsByTimestampStrategy": "LATEST"}).starting_strategy == "latest"
+
+
+@pytest.mark.parametrize(
+    ("text", "millis"), [("15m", 900_000), ("30s", 30_000), ("500", 500), ("250ms", 250), ("2h", 7_200_000)]
+)
+def test_max_trigger_delay_takes_spark_time_strings(text: str, millis: int) -> None:
+    assert KafkaOptions.parse({**BASE, "maxTriggerDelay": text}).max_trigger_delay_ms == millis
+    assert KafkaOptions.parse(BASE).max_trigger_delay_ms == 15 * 60_000
 
 
 # -- rate limit ---------------------------------------------------------------------------------------------------
@@ -272,6 +346,12 @@ def test_offset_json_is_what_spark_checkpoints() -> None:
     # Spark's Python stream runner writes json.dumps(latestOffset()) into offsets/N: our dict must survive it.
     offsets = PartitionOffsets({A0: 1, A1: 2})
     assert PartitionOffsets.from_json(json.loads(json.dumps(offsets.to_json()))) == offsets
+
+
+def test_resolve_start_bounds_timestamp_markers_by_the_batch_end() -> None:
+    start = PartitionOffsets({A0: BY_TIMESTAMP, A1: BY_TIMESTAMP, B0: BY_TIMESTAMP})
+    resolved = resolve_start(start, {A0: 10, A1: 10, B0: 10}, {}, {A0: 4, A1: None, B0: 12})
+    assert resolved == PartitionOffsets({A0: 4, A1: 10, B0: 10})
 
 
 def test_resolve_start_replaces_initial_markers() -> None:

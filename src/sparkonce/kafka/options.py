@@ -9,8 +9,16 @@ Names and meanings follow Spark's own Kafka source:
 ``assign``                 JSON ``{"topic": [0, 1]}``            }
 ``startingOffsets``        ``earliest``, ``latest`` or JSON ``{"topic": {"0": 42}}`` (-2 earliest, -1 latest);
                            default ``latest`` for streams, ``earliest`` for batch reads
+``startingOffsetsByTimestamp``  JSON ``{"topic": {"0": 1700000000000}}``: start at the first record whose
+                           timestamp (ms) is at or after the given one; takes precedence over ``startingOffsets``
+``startingTimestamp``      one timestamp (ms) for every partition; takes precedence over both above
+``startingOffsetsByTimestampStrategy``  ``error`` (default) or ``latest``: what a partition without a matching
+                           record does
 ``endingOffsets``          batch reads only: ``latest`` (default) or JSON (-1 latest)
+``endingOffsetsByTimestamp`` / ``endingTimestamp``  batch reads only, as the starting ones (no match: latest)
 ``maxOffsetsPerTrigger``   records per micro-batch, split across partitions in proportion to their backlog
+``minOffsetsPerTrigger``   streams: wait for at least this many new records before a batch, at most
+                           ``maxTriggerDelay`` (default ``15m``)
 ``minPartitions``          split large offset ranges so a batch has at least about this many tasks
 ``failOnDataLoss``         default true: fail when offsets point at records that no longer exist
 ``includeHeaders``         default false: add the ``headers`` column
@@ -28,6 +36,7 @@ Every invalid option raises :class:`~sparkonce.errors.OptionError` naming the op
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,11 +44,14 @@ from typing import Literal
 
 from sparkonce.errors import OptionError, SourceOffsetError
 from sparkonce.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
-from sparkonce.options import get_bool, get_int, get_str, lookup
+from sparkonce.options import get_bool, get_choice, get_int, get_str, lookup
+
+log = logging.getLogger(__name__)
 
 SubscriptionKind = Literal["subscribe", "subscribePattern", "assign"]
-OffsetKind = Literal["earliest", "latest", "specific"]
+OffsetKind = Literal["earliest", "latest", "specific", "timestamp"]
 ReadMode = Literal["batch", "stream"]
+NoMatchStrategy = Literal["error", "latest"]
 
 BOOTSTRAP = "kafka.bootstrap.servers"
 
@@ -49,7 +61,14 @@ _SOURCE_OPTIONS = {
     "assign",
     "startingoffsets",
     "endingoffsets",
+    "startingoffsetsbytimestamp",
+    "endingoffsetsbytimestamp",
+    "startingtimestamp",
+    "endingtimestamp",
+    "startingoffsetsbytimestampstrategy",
     "maxoffsetspertrigger",
+    "minoffsetspertrigger",
+    "maxtriggerdelay",
     "minpartitions",
     "failondataloss",
     "includeheaders",
@@ -58,14 +77,12 @@ _SOURCE_OPTIONS = {
     "metadatatimeoutms",
     "confirmlatestoffsets",
 }
+_STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+"""Options Spark ignores on batch reads, with a logged warning."""
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
+"""Spark's default ``maxTriggerDelay`` (``15m``)."""
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 _NOT_YET_SUPPORTED = {
-    "startingoffsetsbytimestamp",
-    "endingoffsetsbytimestamp",
-    "startingtimestamp",
-    "endingtimestamp",
-    "startingoffsetsbytimestampstrategy",
-    "minoffsetspertrigger",
-    "maxtriggerdelay",
     "maxrecordsperpartition",
     "fetchoffset.numretries",
     "fetchoffset.retryintervalms",
@@ -107,11 +124,26 @@ class Subscription:
 
 @dataclass(frozen=True)
 class OffsetSpec:
-    """``startingOffsets`` / ``endingOffsets``: earliest, latest, or specific offsets (may hold -2 / -1)."""
+    """Where a read starts or ends: earliest, latest, specific offsets (may hold -2 / -1), or timestamps.
+
+    ``timestamp`` specs come from ``startingTimestamp`` / ``endingTimestamp`` (``global_timestamp``, every
+    partition) or ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (``timestamps``, per partition,
+    in milliseconds); ``option`` names the option the spec came from, for errors.
+    """
 
     kind: OffsetKind
     specific: PartitionOffsets | None = None
     raw: str = ""
+    option: str = ""
+    timestamps: PartitionOffsets | None = None
+    global_timestamp: int | None = None
+
+    def timestamp_for(self, tp: TopicPartition) -> int:
+        """The timestamp a ``timestamp`` spec asks for ``tp``."""
+        if self.global_timestamp is not None:
+            return self.global_timestamp
+        assert self.timestamps is not None
+        return self.timestamps[tp]
 
 
 @dataclass(frozen=True)
@@ -124,6 +156,12 @@ class KafkaOptions:
     """None: the default of the read mode (latest for streams, earliest for batch reads)."""
     ending: OffsetSpec | None
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+    """``maxTriggerDelay``: how long ``minOffsetsPerTrigger`` may hold back a batch."""
+    starting_strategy: NoMatchStrategy
+    """``startingOffsetsByTimestampStrategy``: a timestamp start without a matching record fails or starts at
+    the partition's latest offset."""
     min_partitions: int | None
     fail_on_data_loss: bool
     include_headers: bool
@@ -142,27 +180,28 @@ class KafkaOptions:
         """The starting offsets to use in ``mode``, applying Spark's defaults."""
         if self.starting is not None:
             return self.starting
-        return OffsetSpec("latest" if mode == "stream" else "earliest", raw="")
+        return OffsetSpec("latest" if mode == "stream" else "earliest", raw="", option="startingOffsets")
 
     def ending_for_batch(self) -> OffsetSpec:
-        return self.ending if self.ending is not None else OffsetSpec("latest", raw="")
+        return self.ending if self.ending is not None else OffsetSpec("latest", raw="", option="endingOffsets")
 
-    def check_mode(self, mode: ReadMode) -> None:
+    def check_mode(self, mode: ReadMode, *, given: Mapping[str, str] | None = None) -> None:
         """Reject options that make no sense in ``mode`` (Spark's rules).
 
+        Stream-only options on a batch read (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``,
+        ``maxTriggerDelay``, found in ``given``, the raw option map) are ignored with a logged warning, as
+        Spark does.
+
         Raises:
-            OptionError: ``endingOffsets`` on a stream; ``latest`` as batch start or ``earliest`` as batch
-                end;
-                stream-only options on a batch read.
+            OptionError: an ending option on a stream; ``latest`` as batch start or ``earliest`` as batch end.
         """
         if mode == "stream":
             if self.ending is not None:
-                raise OptionError("endingOffsets", self.ending.raw, "is only valid for batch reads, not streams")
+                raise OptionError(self.ending.option, self.ending.raw, "is only valid for batch reads, not streams")
             return
-        if self.max_offsets_per_trigger is not None:
-            raise OptionError(
-                "maxOffsetsPerTrigger", str(self.max_offsets_per_trigger), "is only valid for streaming reads"
-            )
+        for name in _STREAM_ONLY:
+            if given is not None and lookup(given, name) is not None:
+                log.warning("%s option ignored in batch queries", name)
         starting = self.starting_for("batch")
         if starting.kind == "latest" or (
             starting.specific is not None and LATEST in starting.specific.offsets.values()
@@ -171,6 +210,42 @@ class KafkaOptions:
         ending = self.ending_for_batch()
         if ending.kind == "earliest" or (ending.specific is not None and EARLIEST in ending.specific.offsets.values()):
             raise OptionError("endingOffsets", ending.raw, "earliest (-2) is not allowed as an ending offset")
+
+    def _check_limits(self) -> None:
+        """Spark's ``checkOffsetLimitValidity`` and the min/max-per-trigger rule (every read mode).
+
+        Raises:
+            OptionError: start and end name different partitions, or a start after its end.
+        """
+        if (
+            self.min_offsets_per_trigger is not None
+            and self.max_offsets_per_trigger is not None
+            and self.min_offsets_per_trigger > self.max_offsets_per_trigger
+        ):
+            raise OptionError(
+                "minOffsetsPerTrigger",
+                str(self.min_offsets_per_trigger),
+                f"is higher than maxOffsetsPerTrigger ({self.max_offsets_per_trigger})",
+            )
+        start, end = self.starting, self.ending
+        if start is None or end is None or start.kind != end.kind:
+            return
+        if start.kind == "specific":
+            first, last = start.specific, end.specific
+        elif start.kind == "timestamp" and start.timestamps is not None and end.timestamps is not None:
+            first, last = start.timestamps, end.timestamps
+        else:
+            return
+        assert first is not None and last is not None
+        if first.partitions() != last.partitions():
+            raise OptionError(
+                end.option,
+                end.raw,
+                f"names other partitions than {start.option} ({', '.join(map(str, sorted(first.partitions())))})",
+            )
+        for tp in first:
+            if first[tp] >= 0 and last[tp] >= 0 and first[tp] > last[tp]:
+                raise OptionError(end.option, end.raw, f"{tp} ends at {last[tp]}, before its start {first[tp]}")
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -198,12 +273,15 @@ class KafkaOptions:
         client_config = {k: v for k, v in client_config.items() if k.lower() != "bootstrap.servers"}
         client_config["bootstrap.servers"] = bootstrap.strip()
 
-        return cls(
+        parsed = cls(
             bootstrap_servers=bootstrap.strip(),
             subscription=_parse_subscription(options),
-            starting=_parse_offset_spec(options, "startingOffsets"),
-            ending=_parse_offset_spec(options, "endingOffsets"),
+            starting=_parse_range_limit(options, "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets"),
+            ending=_parse_range_limit(options, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets"),
             max_offsets_per_trigger=get_int(options, "maxOffsetsPerTrigger", minimum=1),
+            min_offsets_per_trigger=get_int(options, "minOffsetsPerTrigger", minimum=1),
+            max_trigger_delay_ms=_parse_time_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+            starting_strategy=get_choice(options, "startingOffsetsByTimestampStrategy", ("error", "latest"), "error"),
             min_partitions=get_int(options, "minPartitions", minimum=1),
             fail_on_data_loss=get_bool(options, "failOnDataLoss", True),
             include_headers=get_bool(options, "includeHeaders", False),
@@ -213,6 +291,8 @@ class KafkaOptions:
             confirm_latest_offsets=get_bool(options, "confirmLatestOffsets", True),
             client_config=client_config,
         )
+        parsed._check_limits()
+        return parsed
 
 
 def _parse_subscription(options: Mapping[str, str]) -> Subscription:
@@ -258,6 +338,53 @@ def _parse_subscription(options: Mapping[str, str]) -> Subscription:
     return Subscription("assign", assigned=tuple(sorted(set(assigned))), raw=raw)
 
 
+def _parse_time_ms(options: Mapping[str, str], name: str, default: int) -> int:
+    """A Spark time string (``15m``, ``30s``, ``500ms``, ``2h``; a bare number is milliseconds)."""
+    raw = lookup(options, name)
+    if raw is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if match is None or (match.group(2) and match.group(2) not in _TIME_UNITS_MS):
+        raise OptionError(name, raw, "must be a duration like 15m, 30s, 500ms, 2h or 1d (a bare number is ms)")
+    return int(int(match.group(1)) * _TIME_UNITS_MS[match.group(2) or "ms"])
+
+
+def _parse_range_limit(
+    options: Mapping[str, str], global_name: str, by_timestamp_name: str, offsets_name: str
+) -> OffsetSpec | None:
+    """Spark's ``getKafkaOffsetRangeLimit``: a global timestamp wins over timestamps per partition, which win
+    over offsets; the options not used are ignored (with a warning)."""
+    given = [n for n in (global_name, by_timestamp_name, offsets_name) if lookup(options, n) is not None]
+    if len(given) > 1:
+        log.warning("%s is set, so %s ignored", given[0], " and ".join(given[1:]))
+    raw = get_str(options, global_name)
+    if raw is not None:
+        try:
+            timestamp = int(raw.strip())
+        except ValueError:
+            raise OptionError(global_name, raw, "must be one timestamp in milliseconds (a long value)") from None
+        if timestamp < 0:
+            raise OptionError(global_name, raw, "must be a timestamp in milliseconds >= 0")
+        return OffsetSpec("timestamp", raw=raw, option=global_name, global_timestamp=timestamp)
+    raw = get_str(options, by_timestamp_name)
+    if raw is not None:
+        try:
+            data = json.loads(raw.strip())
+            timestamps = PartitionOffsets.from_json(data, what=by_timestamp_name)
+        except json.JSONDecodeError as err:
+            raise OptionError(
+                by_timestamp_name,
+                raw,
+                f'must be JSON like {{"topic":{{"0":1700000000000}}}} ({err.msg} at char {err.pos})',
+            ) from None
+        except SourceOffsetError as err:
+            raise OptionError(by_timestamp_name, raw, str(err).replace("offset", "timestamp")) from None
+        if not timestamps:
+            raise OptionError(by_timestamp_name, raw, "names no partitions")
+        return OffsetSpec("timestamp", raw=raw, option=by_timestamp_name, timestamps=timestamps)
+    return _parse_offset_spec(options, offsets_name)
+
+
 def _parse_offset_spec(options: Mapping[str, str], name: str) -> OffsetSpec | None:
     raw = get_str(options, name)
     if raw is None:
@@ -265,7 +392,7 @@ def _parse_offset_spec(options: Mapping[str, str], name: str) -> OffsetSpec | No
     text = raw.strip()
     if text.lower() in ("earliest", "latest"):
         kind: OffsetKind = "earliest" if text.lower() == "earliest" else "latest"
-        return OffsetSpec(kind, raw=raw)
+        return OffsetSpec(kind, raw=raw, option=name)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -280,7 +407,16 @@ def _parse_offset_spec(options: Mapping[str, str], name: str) -> OffsetSpec | No
         raise OptionError(name, raw, str(err)) from None
     if not specific:
         raise OptionError(name, raw, "names no partitions")
-    return OffsetSpec("specific", specific=specific, raw=raw)
+    return OffsetSpec("specific", specific=specific, raw=raw, option=name)
 
 
-__all__ = ["BOOTSTRAP", "KafkaOptions", "OffsetSpec", "ReadMode", "Subscription", "SubscriptionKind"]
+__all__ = [
+    "BOOTSTRAP",
+    "DEFAULT_MAX_TRIGGER_DELAY_MS",
+    "KafkaOptions",
+    "NoMatchStrategy",
+    "OffsetSpec",
+    "ReadMode",
+    "Subscription",
+    "SubscriptionKind",
+]

@@ -24,7 +24,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sparkonce.errors import BrokerError, OptionError, SourceOffsetError
@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 client_log = logging.getLogger("sparkonce.kafka.client")
+
+BY_TIMESTAMP: int = -3
+"""Marker in a stream's initial offsets: start at the ``startingTimestamp`` / ``startingOffsetsByTimestamp``
+lookup, bounded by batch 0's end (so a re-run batch 0 resolves it to the same offset)."""
 
 _FAIL_HINT = (
     "Some data may have been lost: the records were deleted (retention) or the topic was recreated. "
@@ -295,50 +299,48 @@ class OffsetPlanner:
     # -- resolution ------------------------------------------------------------------------------------------
 
     def resolve(
-        self, spec: OffsetSpec, tps: list[TopicPartition], *, option: str, keep_special: bool = False
+        self, spec: OffsetSpec, tps: list[TopicPartition], *, keep_special: bool = False, keep_latest: bool = False
     ) -> PartitionOffsets:
-        """Turn ``startingOffsets``/``endingOffsets`` into offsets for ``tps``.
+        """Turn a starting or ending spec (offsets or timestamps) into offsets for ``tps``.
 
-        Specific offsets must name exactly the partitions the subscription reads (Spark's rule); -2 / -1 are
-        resolved to earliest / latest, or kept as they are with ``keep_special`` (a stream's initial offsets:
-        resolved when batch 0 is planned, see :class:`~sparkonce.kafka.source.KafkaStreamReader`); a concrete
-        start below the earliest offset is data loss.
+        Specific offsets or timestamps must name exactly the partitions the subscription reads (Spark's rule);
+        -2 / -1 are resolved to earliest / latest, or kept as they are with ``keep_special`` (a stream's initial
+        offsets: resolved when batch 0 is planned, see :class:`~sparkonce.kafka.source.KafkaStreamReader`;
+        timestamps then become :data:`BY_TIMESTAMP`); ``keep_latest`` keeps only -1 (a batch read's open end,
+        resolved when the read runs). A concrete start below the earliest offset is data loss. A timestamp
+        without a matching record is latest for an end, and for a start follows
+        ``startingOffsetsByTimestampStrategy``.
 
         Raises:
-            OptionError: the specific offsets do not name the subscribed partitions.
+            OptionError: the spec does not name the subscribed partitions, or a timestamp start has no matching
+                record and the strategy is ``error``.
             SourceOffsetError: a concrete starting offset points below the earliest available offset and
                 ``failOnDataLoss`` is true.
         """
+        option = spec.option
+        if spec.kind == "timestamp":
+            return self._resolve_timestamps(spec, tps, keep_special=keep_special, keep_latest=keep_latest)
         if spec.kind == "earliest":
             return PartitionOffsets({tp: EARLIEST for tp in tps} if keep_special else self.earliest(tps))
         if spec.kind == "latest":
-            return PartitionOffsets({tp: LATEST for tp in tps} if keep_special else self.latest(tps))
+            return PartitionOffsets({tp: LATEST for tp in tps} if keep_special or keep_latest else self.latest(tps))
         assert spec.specific is not None
-        named = spec.specific.partitions()
-        if named != set(tps):
-            missing = sorted(set(tps) - named)
-            extra = sorted(named - set(tps))
-            problems = []
-            if missing:
-                problems.append("misses " + ", ".join(map(str, missing)))
-            if extra:
-                problems.append("names partitions the subscription does not read: " + ", ".join(map(str, extra)))
-            raise OptionError(option, spec.raw, "must name every subscribed partition; it " + "; ".join(problems))
+        _check_named(spec, spec.specific, tps)
         earliest_needed = [tp for tp in tps if spec.specific[tp] == EARLIEST or spec.specific[tp] >= 0]
-        latest_needed = [tp for tp in tps if spec.specific[tp] == LATEST and not keep_special]
+        latest_needed = [tp for tp in tps if spec.specific[tp] == LATEST and not (keep_special or keep_latest)]
         earliest = self.earliest(earliest_needed)
         latest = self.latest(latest_needed)
         resolved: dict[TopicPartition, int] = {}
         for tp in tps:
             offset = spec.specific[tp]
-            if offset < 0 and keep_special:
+            if (offset == LATEST and (keep_special or keep_latest)) or (offset == EARLIEST and keep_special):
                 resolved[tp] = offset
             elif offset == EARLIEST:
                 resolved[tp] = earliest[tp]
             elif offset == LATEST:
                 resolved[tp] = latest[tp]
             else:
-                if option == "startingOffsets" and tp in earliest and offset < earliest[tp]:
+                if option.startswith("starting") and tp in earliest and offset < earliest[tp]:
                     report_data_loss(
                         self.options.fail_on_data_loss,
                         tp,
@@ -350,6 +352,165 @@ class OffsetPlanner:
                     offset = earliest[tp]
                 resolved[tp] = offset
         return PartitionOffsets(resolved)
+
+    def _resolve_timestamps(
+        self, spec: OffsetSpec, tps: list[TopicPartition], *, keep_special: bool, keep_latest: bool
+    ) -> PartitionOffsets:
+        if spec.timestamps is not None:
+            _check_named(spec, spec.timestamps, tps)
+        starting = spec.option.startswith("starting")
+        matches = self.timestamp_offsets({tp: spec.timestamp_for(tp) for tp in tps})
+        resolved: dict[TopicPartition, int] = {}
+        for tp in tps:
+            match = matches.get(tp)
+            if match is not None:
+                resolved[tp] = BY_TIMESTAMP if keep_special else match
+                continue
+            if starting and self.options.starting_strategy == "error":
+                raise OptionError(
+                    spec.option,
+                    spec.raw,
+                    f"no record of {tp} has a timestamp at or after {spec.timestamp_for(tp)}; set "
+                    "startingOffsetsByTimestampStrategy=latest to start such partitions at their latest offset",
+                )
+            # latest; a stream's initial offset keeps the lookup (bounded by batch 0's end, so records written
+            # before that end and matching the timestamp are read by batch 0, the same on a re-run).
+            resolved[tp] = BY_TIMESTAMP if keep_special and starting else LATEST
+        unresolved = [tp for tp, offset in resolved.items() if offset == LATEST]
+        if unresolved and not (keep_special or keep_latest):
+            resolved.update(self.latest(unresolved))
+        return PartitionOffsets(resolved)
+
+    def timestamp_offsets(
+        self, timestamps: Mapping[TopicPartition, int], *, bound: Mapping[TopicPartition, int] | None = None
+    ) -> dict[TopicPartition, int | None]:
+        """Kafka's offsetsForTimes: the first offset whose record timestamp is at or after the given one.
+
+        None: no such record (before ``bound``, when given: offsets at or beyond it do not count, so the
+        answer for a fixed bound never changes as records are appended). The broker's ListOffsets(timestamp)
+        answer is confirmed (``confirmLatestOffsets``) by reading the records around it: the embedded broker
+        answers from its own append time, not the records' timestamps, and never answers "no match". When
+        the answer does not hold, the partition's records are scanned (logged as a warning).
+
+        Raises:
+            BrokerError: the broker failed or did not answer within ``metadataTimeoutMs``.
+        """
+        from confluent_kafka import KafkaException
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+        from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec  # type: ignore[attr-defined]
+
+        wanted = sorted(timestamps)
+        if not wanted:
+            return {}
+        request = {
+            KafkaTopicPartition(tp.topic, tp.partition): KafkaOffsetSpec.for_timestamp(timestamps[tp])
+            for tp in wanted
+        }
+        futures = self._get_admin().list_offsets(request, request_timeout=self.options.metadata_timeout_s)
+        candidates: dict[TopicPartition, int | None] = {}
+        for ktp, future in futures.items():
+            tp = TopicPartition(ktp.topic, ktp.partition)
+            try:
+                info = future.result(timeout=self.options.metadata_timeout_s + 1.0)
+            except KafkaException as err:
+                raise BrokerError(
+                    f"cannot look up the offset of {tp} for timestamp {timestamps[tp]} on "
+                    f"{self.options.bootstrap_servers}: {err.args[0].str()}"
+                ) from err
+            offset, stamp = int(info.offset), int(info.timestamp)
+            candidates[tp] = offset if offset >= 0 and stamp >= 0 else None
+        ends = dict(self.latest(wanted))
+        if bound is not None:
+            ends = {tp: min(end, bound.get(tp, end)) for tp, end in ends.items()}
+        starts = self.earliest(wanted)
+        result: dict[TopicPartition, int | None] = {}
+        for tp in wanted:
+            begin, end, wanted_ts = starts.get(tp, 0), ends.get(tp, 0), timestamps[tp]
+            candidate = candidates.get(tp)
+            if candidate is not None and candidate >= end:
+                candidate = None  # at or beyond the bound: no match before it
+            if not self.options.confirm_latest_offsets:
+                result[tp] = candidate
+                continue
+            if self._timestamp_answer_holds(tp, begin, end, wanted_ts, candidate):
+                result[tp] = candidate
+                continue
+            log.warning(
+                "the broker's offset for %s at timestamp %d (%s) does not hold; scanning offsets [%d, %d)",
+                tp,
+                wanted_ts,
+                candidate,
+                begin,
+                end,
+            )
+            result[tp] = next((o for o, ts in self._timestamps(tp, begin, end) if ts >= wanted_ts), None)
+        return result
+
+    def _timestamp_answer_holds(
+        self, tp: TopicPartition, begin: int, end: int, wanted: int, candidate: int | None
+    ) -> bool:
+        """Check a timestamp lookup against the records next to it (the one before it, and it)."""
+        if end <= begin:
+            return candidate is None
+        if candidate is None:
+            last = list(self._timestamps(tp, end - 1, end))
+            return all(ts < wanted for _, ts in last)
+        if candidate < begin:
+            return False
+        around = list(self._timestamps(tp, max(begin, candidate - 1), min(end, candidate + 1)))
+        before = [ts for offset, ts in around if offset < candidate]
+        at = [ts for offset, ts in around if offset >= candidate]
+        return bool(at) and at[0] >= wanted and all(ts < wanted for ts in before)
+
+    def _timestamps(self, tp: TopicPartition, start: int, end: int) -> Iterator[tuple[int, int]]:
+        """(offset, timestamp ms) of the records of ``tp`` in ``[start, end)``, read by the planner's consumer."""
+        from confluent_kafka import KafkaError
+        from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+        if end <= start:
+            return
+        consumer = self._get_consumer()
+        consumer.assign([KafkaTopicPartition(tp.topic, tp.partition, start)])
+        deadline = time.monotonic() + self.options.metadata_timeout_s
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise BrokerError(
+                        f"no fetch answer from {self.options.bootstrap_servers} for {tp} within "
+                        f"{self.options.metadata_timeout_ms} ms while looking up a timestamp"
+                    )
+                message = consumer.poll(0.05)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise BrokerError(f"fetch of {tp} from offset {start} failed: {error.str()}")
+                offset = message.offset() or 0
+                if offset >= end:
+                    return
+                deadline = time.monotonic() + self.options.metadata_timeout_s
+                yield offset, message.timestamp()[1]
+                if offset >= end - 1:
+                    return
+        finally:
+            consumer.unassign()
+
+
+def _check_named(spec: OffsetSpec, named_offsets: PartitionOffsets, tps: list[TopicPartition]) -> None:
+    """Specific offsets or timestamps must name exactly the subscribed partitions (Spark's rule)."""
+    named = named_offsets.partitions()
+    if named == set(tps):
+        return
+    missing = sorted(set(tps) - named)
+    extra = sorted(named - set(tps))
+    problems = []
+    if missing:
+        problems.append("misses " + ", ".join(map(str, missing)))
+    if extra:
+        problems.append("names partitions the subscription does not read: " + ", ".join(map(str, extra)))
+    raise OptionError(spec.option, spec.raw, "must name every subscribed partition; it " + "; ".join(problems))
 
 
 def broker_offsets(
@@ -414,14 +575,20 @@ def resolve_start(
     start: PartitionOffsets,
     latest: Mapping[TopicPartition, int],
     earliest: Mapping[TopicPartition, int],
+    by_timestamp: Mapping[TopicPartition, int | None] | None = None,
 ) -> PartitionOffsets:
-    """Replace the markers of a stream's initial offsets: -1 (latest) by ``latest``, -2 (earliest) by ``earliest``.
+    """Replace the markers of a stream's initial offsets: -1 (latest) by ``latest``, -2 (earliest) by ``earliest``,
+    :data:`BY_TIMESTAMP` by ``by_timestamp`` (the timestamp lookup bounded by ``latest``; no match: ``latest``).
 
     Marked partitions missing from the mapping they need are left out (they have no records in the batch).
     """
     resolved: dict[TopicPartition, int] = {}
     for tp, offset in start.offsets.items():
-        if offset == LATEST:
+        if offset == BY_TIMESTAMP:
+            if tp in latest:
+                match = (by_timestamp or {}).get(tp)
+                resolved[tp] = latest[tp] if match is None else min(match, latest[tp])
+        elif offset == LATEST:
             if tp in latest:
                 resolved[tp] = latest[tp]
         elif offset == EARLIEST:
@@ -559,6 +726,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
 
 
 __all__ = [
+    "BY_TIMESTAMP",
     "OffsetPlanner",
     "broker_offsets",
     "check_broker",

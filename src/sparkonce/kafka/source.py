@@ -17,6 +17,7 @@ Kafka consumer groups. See :mod:`sparkonce.kafka.options` for every option.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
@@ -32,7 +34,14 @@ from sparkonce.crash import crash_point
 from sparkonce.errors import OptionError
 from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
-from sparkonce.kafka.planner import OffsetPlanner, check_broker, plan_ranges, rate_limit, resolve_start
+from sparkonce.kafka.planner import (
+    BY_TIMESTAMP,
+    OffsetPlanner,
+    check_broker,
+    plan_ranges,
+    rate_limit,
+    resolve_start,
+)
 from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
 
 if TYPE_CHECKING:
@@ -43,11 +52,17 @@ log = logging.getLogger(__name__)
 
 
 class KafkaInputPartition(InputPartition):
-    """One task's work: an offset range of one topic-partition. Built on the driver, read on executors."""
+    """One task's work: an offset range of one topic-partition. Built on the driver, read on executors.
 
-    def __init__(self, offset_range: OffsetRange) -> None:
+    ``open_end``: a batch read's last range of a partition whose end is "latest": the task reads to the
+    partition's end *when it runs* (at least to ``range.end``, the end when the read was planned), so each
+    execution of the same DataFrame sees the records written since (Spark resolves "latest" per execution).
+    """
+
+    def __init__(self, offset_range: OffsetRange, *, open_end: bool = False) -> None:
         super().__init__(offset_range)
         self.range = offset_range
+        self.open_end = open_end
 
 
 class KafkaDataSource(DataSource):
@@ -60,6 +75,7 @@ class KafkaDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.kafka_options = KafkaOptions.parse(options)
+        self.given_options = dict(options)
         check_broker(self.kafka_options)
 
     @classmethod
@@ -71,7 +87,7 @@ class KafkaDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         self._check_schema(schema)
-        self.kafka_options.check_mode("batch")
+        self.kafka_options.check_mode("batch", given=self.given_options)
         return KafkaBatchReader(self.kafka_options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -90,8 +106,10 @@ class KafkaDataSource(DataSource):
 
 
 def _parse_start(start: dict[str, Any]) -> PartitionOffsets:
-    """A batch's start offsets; the initial ones may hold the -2 / -1 markers of ``startingOffsets``."""
-    return PartitionOffsets.from_json(start, what="start offsets", allowed_special=frozenset({EARLIEST, LATEST}))
+    """A batch's start offsets; the initial ones may hold the -2 / -1 / -3 markers of the starting options."""
+    return PartitionOffsets.from_json(
+        start, what="start offsets", allowed_special=frozenset({EARLIEST, LATEST, BY_TIMESTAMP})
+    )
 
 
 def _read_settings(options: KafkaOptions) -> ReadSettings:
@@ -132,30 +150,53 @@ class KafkaBatchReader(DataSourceReader):
         self.settings = _read_settings(options)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Resolve start and end offsets and plan the ranges (driver side)."""
+        """Resolve start and end offsets and plan the ranges (driver side).
+
+        Spark's Python data sources plan a DataFrame's partitions once and reuse them for every execution;
+        ends that mean "latest" (``latest``, -1, an ending timestamp without a match) are therefore planned
+        as open ranges that the tasks extend to the partition's end when they run.
+        """
         planner = OffsetPlanner(self.options)
         try:
             tps = planner.discover()
-            start = planner.resolve(self.options.starting_for("batch"), tps, option="startingOffsets")
+            start = planner.resolve(self.options.starting_for("batch"), tps)
             ending = self.options.ending_for_batch()
-            end = planner.resolve(ending, tps, option="endingOffsets")
-            latest = planner.latest(tps) if ending.kind == "specific" else end.offsets
+            planned_end = planner.resolve(ending, tps, keep_latest=True)
+            latest = planner.latest(tps)
+            open_tps = {tp for tp in tps if planned_end[tp] == LATEST}
+            end = PartitionOffsets({tp: latest[tp] if tp in open_tps else planned_end[tp] for tp in tps})
             for tp in tps:
                 if end[tp] < start[tp]:
                     raise OptionError(
-                        "endingOffsets", ending.raw, f"{tp} ends at {end[tp]}, before its start {start[tp]}"
+                        ending.option, ending.raw, f"{tp} ends at {end[tp]}, before its start {start[tp]}"
                     )
                 if end[tp] > latest[tp]:
                     raise OptionError(
-                        "endingOffsets", ending.raw, f"{tp} ends at {end[tp]}, beyond its last offset {latest[tp]}"
+                        ending.option, ending.raw, f"{tp} ends at {end[tp]}, beyond its last offset {latest[tp]}"
                     )
             earliest = planner.earliest(tps)
         finally:
             planner.close()
-        return _input_partitions(self.options, start, end, earliest)
+        planned = _input_partitions(self.options, start, end, earliest)
+        last = {p.range.tp: p for p in planned}  # ranges come sorted by partition and offset
+        for tp in sorted(open_tps):
+            if tp in last:
+                last[tp].open_end = True
+            else:  # nothing to read when planned: an empty range that the task extends when it runs
+                planned.append(KafkaInputPartition(OffsetRange(tp, end[tp], end[tp]), open_end=True))
+        return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Read one range (executor)."""
+        """Read one range (executor); an open range first looks up the partition's end."""
+        assert isinstance(partition, KafkaInputPartition)
+        if partition.open_end:
+            rng = partition.range
+            planner = OffsetPlanner(self.options)
+            try:
+                now = planner.latest([rng.tp]).get(rng.tp, rng.end)
+            finally:
+                planner.close()
+            partition = KafkaInputPartition(OffsetRange(rng.tp, rng.start, max(rng.end, now)))
         return _read_partition(self.settings, partition, self.schema)
 
 
@@ -175,6 +216,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: PartitionOffsets | None = None
         self._available_now_target: dict[TopicPartition, int] | None = None
         self._available_now = False
+        self._last_trigger_ms = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -196,18 +238,28 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         initial offsets and calls this again when it re-runs batch 0 after a crash, when "latest" would mean
         something else. They are resolved when batch 0's end is chosen (:meth:`latestOffset`, which Spark
         checkpoints in ``offsets/0``) and replayed from there: a ``latest`` partition reads nothing in batch 0,
-        an ``earliest`` one reads from its earliest offset.
+        an ``earliest`` one reads from its earliest offset. Timestamp starts are checked here (a partition
+        without a matching record fails with the ``error`` strategy, or becomes ``latest``) and kept as
+        :data:`~sparkonce.kafka.planner.BY_TIMESTAMP`: batch 0 starts at the first record at or after the
+        timestamp *before batch 0's end*, which is the same offset whenever batch 0 is planned again.
         """
         tps = self.planner.discover()
-        start = self.planner.resolve(
-            self.options.starting_for("stream"), tps, option="startingOffsets", keep_special=True
-        )
+        start = self.planner.resolve(self.options.starting_for("stream"), tps, keep_special=True)
         log.info("initial offsets: %s", start.dumps())
         return start.to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxOffsetsPerTrigger`` as Spark's admission control; ``minOffsetsPerTrigger`` goes through it too.
+
+        Python sources have no composite read limit: with ``minOffsetsPerTrigger`` alone the limit is
+        ``ReadMinRows``; with both, ``ReadMaxRows`` and the minimum applied by :meth:`latestOffset` itself.
+        When the engine asks for everything (``ReadAllAvailable``: ``Trigger.Once``) neither applies, as in
+        Spark.
+        """
         if self.options.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -215,7 +267,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = True
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """End offsets of the next batch: the partitions' ends, capped by ``limit`` (driver)."""
+        """End offsets of the next batch: the partitions' ends, capped by ``limit`` (driver).
+
+        ``minOffsetsPerTrigger`` (Spark's ``delayBatch``): while fewer new records than the minimum are
+        available and ``maxTriggerDelay`` has not passed since the last batch, the answer is ``start`` (no
+        batch). Under ``Trigger.AvailableNow`` the minimum does not apply: the run must drain its target.
+        """
         crash_point("before_offsets")
         start_offsets = _parse_start(start)
         if self._available_now and self._available_now_target is not None:
@@ -226,14 +283,44 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._available_now:
                 self._available_now_target = dict(latest)
         self._latest = PartitionOffsets(latest)
-        if isinstance(limit, ReadMaxRows):
-            need_earliest = [tp for tp in latest if tp not in start_offsets or start_offsets[tp] == EARLIEST]
-            earliest = self.planner.earliest(need_earliest) if need_earliest else {}
-            begin = resolve_start(start_offsets, latest, earliest)
-            latest = rate_limit(limit.max_rows, begin, latest, earliest)
-        elif not isinstance(limit, ReadAllAvailable):
+        if isinstance(limit, ReadAllAvailable):
+            return PartitionOffsets(latest).to_json()
+        if not isinstance(limit, (ReadMaxRows, ReadMinRows)):
             log.warning("read limit %r is not supported by sparkonce.kafka; reading all available records", limit)
+            return PartitionOffsets(latest).to_json()
+        need_earliest = [tp for tp in latest if tp not in start_offsets or start_offsets[tp] == EARLIEST]
+        earliest = self.planner.earliest(need_earliest) if need_earliest else {}
+        begin = self._resolve_markers(start_offsets, latest, earliest)
+        minimum = self.options.min_offsets_per_trigger if not self._available_now else None
+        if minimum is not None and self._delay_batch(minimum, begin, latest):
+            log.debug("fewer than minOffsetsPerTrigger=%d new records: delaying the batch", minimum)
+            return start
+        if isinstance(limit, ReadMaxRows):
+            latest = rate_limit(limit.max_rows, begin, latest, earliest)
         return PartitionOffsets(latest).to_json()
+
+    def _delay_batch(self, minimum: int, begin: PartitionOffsets, latest: dict[TopicPartition, int]) -> bool:
+        """Spark's ``delayBatch``: hold the batch back while too few records wait and the delay has not passed."""
+        now_ms = time.time() * 1000.0
+        if now_ms - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now_ms
+            return False
+        waiting = sum(end - (begin.get(tp, 0) or 0) for tp, end in latest.items())
+        if waiting < minimum:
+            return True
+        self._last_trigger_ms = now_ms
+        return False
+
+    def _resolve_markers(
+        self, start: PartitionOffsets, bound: dict[TopicPartition, int], earliest: Any
+    ) -> PartitionOffsets:
+        """Resolve the initial-offset markers against ``bound`` (batch 0's end, or the current ends)."""
+        by_time = [tp for tp, offset in start.offsets.items() if offset == BY_TIMESTAMP and tp in bound]
+        by_timestamp: dict[TopicPartition, int | None] = {}
+        if by_time:
+            spec = self.options.starting_for("stream")
+            by_timestamp = self.planner.timestamp_offsets({tp: spec.timestamp_for(tp) for tp in by_time}, bound=bound)
+        return resolve_start(start, bound, earliest, by_timestamp)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         if self._latest is None or not self._latest:
@@ -248,8 +335,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start_offsets == end_offsets:
             return []
         earliest = self.planner.earliest(end_offsets.partitions())
-        # Initial-offset markers: -1 reads nothing in this batch (its end is where "latest" was resolved).
-        begin = resolve_start(start_offsets, end_offsets.offsets, earliest)
+        # Initial-offset markers: -1 reads nothing in this batch (its end is where "latest" was resolved);
+        # a timestamp start is looked up below the batch's end, so a re-run finds the same offset.
+        begin = self._resolve_markers(start_offsets, dict(end_offsets.offsets), earliest)
         return _input_partitions(self.options, begin, end_offsets, earliest)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
