@@ -403,8 +403,7 @@ class OffsetPlanner:
         if not wanted:
             return {}
         request = {
-            KafkaTopicPartition(tp.topic, tp.partition): KafkaOffsetSpec.for_timestamp(timestamps[tp])
-            for tp in wanted
+            KafkaTopicPartition(tp.topic, tp.partition): KafkaOffsetSpec.for_timestamp(timestamps[tp]) for tp in wanted
         }
         futures = self._get_admin().list_offsets(request, request_timeout=self.options.metadata_timeout_s)
         candidates: dict[TopicPartition, int | None] = {}
