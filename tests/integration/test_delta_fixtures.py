@@ -80,12 +80,6 @@ def test_streaming_written_fixture_has_its_txn(fixtures_dir: Path) -> None:
     assert table.transaction_version("e4a20b59-dd0e-4c50-b074-e8ae4786df30") == 0
 
 
-def test_deletion_vectors_refused_with_the_feature_named(spark: SparkSession, fixtures_dir: Path) -> None:
-    path = fixtures_dir / "delta-tables" / "dv-partitioned-with-checkpoint"
-    with pytest.raises(Exception, match="deletionVectors"):
-        spark.read.format("delta").load(str(path)).collect()
-
-
 def test_log_only_fixture_refuses_with_missing_files(spark: SparkSession, fixtures_dir: Path) -> None:
     """The 'checkpoint' golden table has fake AddFile paths and no data files: the error names the file."""
     path = fixtures_dir / "delta-tables" / "checkpoint"
@@ -93,24 +87,30 @@ def test_log_only_fixture_refuses_with_missing_files(spark: SparkSession, fixtur
         spark.read.format("delta").load(str(path)).collect()
 
 
-def test_column_mapping_name_mode_reads_logical_names(spark: SparkSession, fixtures_dir: Path) -> None:
-    """Physical ``col-<uuid>`` names (nested too) map back to logical names.
+@pytest.mark.parametrize("mode", ["name", "id"])
+def test_column_mapping_reads_logical_names_and_keeps_nulls(spark: SparkSession, fixtures_dir: Path, mode: str) -> None:
+    """Physical ``col-<uuid>`` names (nested too) map back to logical names; a null nested value stays null.
 
-    delta-rs 1.6.6 returns every value of this table as null, so the reference here is the pattern Delta's
-    golden-table generator writes: row ``i`` holds ``i`` in every numeric column and derived nested values.
+    delta-rs 1.6.6 returns every value of these tables as null, so the reference here is the pattern Delta's
+    golden-table generator writes (``generateCMIcebegCompatTableHelper``): row ``i`` (0..4) holds ``i`` in every
+    numeric column and derived nested values, and a sixth row is null in every column.
     """
-    path = fixtures_dir / "delta-tables" / "table-with-columnmapping-mode-name"
+    path = fixtures_dir / "delta-tables" / f"table-with-columnmapping-mode-{mode}"
     rows = _spark_rows(spark, path)
     assert len(rows) == 6
-    checked = 0
+    checked = []
     for row in rows:
         i = row["LongType"]
         if i is None:
+            assert all(value is None for value in row.values()), row  # maps, arrays, structs: null, not empty
             continue
         assert row["IntegerType"] == row["ShortType"] == row["ByteType"] == i
         assert row["nested_struct"] == {"aa": str(i), "ac": {"aca": i}}
         assert row["map_of_prims"] == [(i, i + 1), (i + 2, i + 3)]
         assert row["map_of_rows"] == [(i + 1, {"ab": i * 20})]
         assert row["array_of_prims"] == [i, i + 1]
-        checked += 1
-    assert checked >= 5
+        assert row["array_of_structs"] == [{"ab": i}, {"ab": i}]
+        assert row["struct_of_arrays_maps_of_structs"] == {"aa": [i, i + 1], "ab": [([i, i + 1], {"aca": i + 2})]}
+        assert row["map_of_arrays"] == [(i, [i, None, i + 1]), (i + 1, [])]
+        checked.append(i)
+    assert sorted(checked) == [0, 1, 2, 3, 4]

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualNullSafe,
@@ -34,6 +35,7 @@ from pyspark.sql.datasource import (
 )
 
 from sparkonce.delta.commit import load_table
+from sparkonce.delta.deletion_vectors import DeletionVector, keep_mask
 from sparkonce.delta.options import ReadOptions
 from sparkonce.errors import OptionError, UnsupportedFeatureError
 
@@ -42,7 +44,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_READER_FEATURES = frozenset({"columnMapping", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"})
+SUPPORTED_READER_FEATURES = frozenset(
+    {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
+)
 TARGET_SPLIT_BYTES = 128 * 1024 * 1024
 
 
@@ -56,6 +60,8 @@ class DataFile:
     partition_values: dict[str, Any]
     """Logical partition column name -> typed Python value (None for null)."""
     table_version: int | None = None
+    deletion_vector: DeletionVector | None = None
+    """Rows of the file the table has deleted (dropped while reading), when the ``add`` carries one."""
 
 
 @dataclass
@@ -174,8 +180,10 @@ def _nested_renames(delta_type: Any) -> Any:
 
 
 def snapshot_files(table: DeltaTable, table_root: str, scan: ScanSchema) -> list[DataFile]:
-    """The active files of the loaded table version, with typed partition values (from the Delta log)."""
+    """The active files of the loaded table version, with typed partition values (from the Delta log) and,
+    on tables with the ``deletionVectors`` feature, their deletion vectors."""
     adds = pa.table(table.get_add_actions(flatten=True))
+    dvs = _deletion_vectors(table, table_root)
     paths = adds.column("path").to_pylist()
     sizes = adds.column("size_bytes").to_pylist()
     partition_cols: dict[str, list[Any]] = {}
@@ -187,8 +195,26 @@ def snapshot_files(table: DeltaTable, table_root: str, scan: ScanSchema) -> list
     for i, path in enumerate(paths):
         local = unquote(path)
         absolute = local if os.path.isabs(local) else os.path.join(table_root, local)
-        files.append(DataFile(absolute, int(sizes[i]), {n: v[i] for n, v in partition_cols.items()}))
+        values = {n: v[i] for n, v in partition_cols.items()}
+        files.append(DataFile(absolute, int(sizes[i]), values, deletion_vector=dvs.get(local)))
     return files
+
+
+def _deletion_vectors(table: DeltaTable, table_root: str) -> dict[str, DeletionVector]:
+    """Decoded data file path -> deletion vector of the loaded table version (delta-rs does not expose the
+    descriptors, so they come from sparkonce's own log replay; only on tables that can have them)."""
+    if "deletionVectors" not in set(table.protocol().reader_features or []):
+        return {}
+    from sparkonce.delta.log import DeltaLog
+
+    snapshot = DeltaLog(table_root).snapshot(table.version())
+    result: dict[str, DeletionVector] = {}
+    for path, add in snapshot.files.items():
+        descriptor = add.get("deletionVector")
+        if isinstance(descriptor, dict):
+            local = unquote(path)
+            result[local] = DeletionVector.from_action(descriptor, table_root, data_file=local)
+    return result
 
 
 def prune(files: Sequence[DataFile], filters: Sequence[Filter], partition_columns: Iterable[str]) -> list[DataFile]:
@@ -259,13 +285,24 @@ def plan_partitions(
 
 
 def read_files(files: Iterable[DataFile], scan: ScanSchema, *, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
-    """Executor side: stream record batches of the table schema out of data files."""
+    """Executor side: stream record batches of the table schema out of data files, without the rows their
+    deletion vectors delete."""
     import pyarrow.parquet as pq
 
     for data_file in files:
         parquet = pq.ParquetFile(data_file.path)
         present = set(parquet.schema_arrow.names)
+        keep = None
+        if data_file.deletion_vector is not None:
+            keep = keep_mask(data_file.deletion_vector, parquet.metadata.num_rows, data_file=data_file.path)
+        first_row = 0
         for batch in parquet.iter_batches(batch_size=batch_size, use_threads=False):
+            if keep is not None:
+                rows = batch.num_rows
+                selected = keep[first_row : first_row + rows]
+                first_row += rows
+                if not selected.all():
+                    batch = batch.filter(pa.array(selected))
             yield _to_output(batch, data_file, scan, present)
 
 
@@ -297,6 +334,9 @@ def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
 
 
 def _rename_nested(column: pa.Array, renames: Any) -> pa.Array:
+    """Give nested fields their logical names (column mapping), keeping every null where it is: a null struct,
+    list or map stays null, never an empty one."""
+    mask = column.is_null() if column.null_count else None
     if pa.types.is_struct(column.type) and isinstance(renames, dict):
         children, fields = [], []
         for i in range(column.type.num_fields):
@@ -307,18 +347,29 @@ def _rename_nested(column: pa.Array, renames: Any) -> pa.Array:
                 child = _rename_nested(child, sub)
             children.append(child)
             fields.append(pa.field(logical, child.type, child_field.nullable))
-        return pa.StructArray.from_arrays(children, fields=fields, mask=column.is_null() if column.null_count else None)
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
     if pa.types.is_list(column.type) and renames.get("__element__"):
-        values = _rename_nested(column.flatten(), renames["__element__"])
-        return pa.ListArray.from_arrays(column.offsets, values, mask=column.is_null() if column.null_count else None)
+        offsets, values = _rebased(column)
+        values = _rename_nested(values, renames["__element__"])
+        return pa.ListArray.from_arrays(offsets, values, mask=mask)
     if pa.types.is_map(column.type):
-        keys, items = column.keys, column.items
+        offsets, entries = _rebased(column)
+        keys, items = entries.field(0), entries.field(1)
         if renames.get("__key__"):
             keys = _rename_nested(keys, renames["__key__"])
         if renames.get("__value__"):
             items = _rename_nested(items, renames["__value__"])
-        return pa.MapArray.from_arrays(column.offsets, keys, items)
+        return pa.MapArray.from_arrays(offsets, keys, items, mask=mask)
     return column
+
+
+def _rebased(column: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """A list or map array's offsets starting at 0 and the child values they index (works for slices)."""
+    offsets = column.offsets
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    if first:
+        offsets = pc.subtract(offsets, pa.scalar(first, offsets.type))
+    return offsets, column.values.slice(first, last - first)
 
 
 class DeltaBatchReader(DataSourceReader):

@@ -55,6 +55,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from sparkonce.crash import crash_point
+from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.options import StreamReadOptions
 from sparkonce.delta.reader import (
@@ -579,18 +580,17 @@ class _TableState:
                 f"table version {table_version} of {self.options.path} adds {raw}, which is not on the local "
                 "file system; the streaming source reads local tables only"
             )
-        if add.get("deletionVector"):
-            raise UnsupportedFeatureError(
-                f"table version {table_version} of {self.options.path} adds {raw} with a deletion vector, "
-                "which sparkonce cannot honour yet"
-            )
         values = add.get("partitionValues") or {}
         typed = {}
         for name in self.scan.partition_columns:
             physical = self.scan.physical_names.get(name, name)
             raw_value = values.get(physical, values.get(name))
             typed[name] = _partition_value(raw_value, self.scan.output.field(name).type, table_version, raw)
-        return DataFile(str(local), int(add.get("size") or 0), typed, table_version)
+        descriptor = add.get("deletionVector")
+        dv = None
+        if isinstance(descriptor, dict):
+            dv = DeletionVector.from_action(descriptor, str(self.delta_log.table_path), data_file=str(local))
+        return DataFile(str(local), int(add.get("size") or 0), typed, table_version, dv)
 
 
 def _check_protocol(table_version: int, protocol: dict[str, Any], path: str) -> None:
