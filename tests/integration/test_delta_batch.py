@@ -33,30 +33,30 @@ def test_append_overwrite_and_time_travel(spark: SparkSession, tmp_path: Path) -
     spark.createDataFrame([(9, "z")], "id long, name string").write.format("delta").mode("overwrite").save(str(path))
 
     assert rows(spark, path) == [(9, "z")]
-    assert rows(spark, path, versionAsOf="1") == [(1, "a"), (2, "b")]
-    assert rows(spark, path, versionAsOf="2") == [(1, "a"), (2, "b"), (3, "c")]
-    assert DeltaTable(str(path)).version() == 3  # create + 3 writes
+    assert rows(spark, path, versionAsOf="0") == [(1, "a"), (2, "b")]  # table version 0 holds the first write
+    assert rows(spark, path, versionAsOf="1") == [(1, "a"), (2, "b"), (3, "c")]
+    assert DeltaTable(str(path)).version() == 2  # 3 writes
     # timestampAsOf resolves to the newest table version committed at or before the timestamp
     import datetime as dt
 
     committed_at = {h["version"]: h["timestamp"] for h in DeltaTable(str(path)).history()}
-    assert committed_at[1] < committed_at[2] < committed_at[3]  # distinct commit times, or the check proves nothing
+    assert committed_at[0] < committed_at[1] < committed_at[2]  # distinct commit times, or the check proves nothing
 
     def as_of(millis: float) -> list[tuple]:
         when = dt.datetime.fromtimestamp(millis / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
         return rows(spark, path, timestampAsOf=when)
 
-    assert as_of(committed_at[1]) == [(1, "a"), (2, "b")]  # exactly at table version 1
-    assert as_of((committed_at[1] + committed_at[2]) / 2) == [(1, "a"), (2, "b")]  # between 1 and 2
-    assert as_of(committed_at[2]) == [(1, "a"), (2, "b"), (3, "c")]  # exactly at table version 2
-    assert as_of(committed_at[3]) == [(9, "z")]
+    assert as_of(committed_at[0]) == [(1, "a"), (2, "b")]  # exactly at table version 0
+    assert as_of((committed_at[0] + committed_at[1]) / 2) == [(1, "a"), (2, "b")]  # between 0 and 1
+    assert as_of(committed_at[1]) == [(1, "a"), (2, "b"), (3, "c")]  # exactly at table version 1
+    assert as_of(committed_at[2]) == [(9, "z")]
 
 
 def test_seed_002_time_travel_read(spark: SparkSession, tmp_path: Path) -> None:
     """Seed 002: read the raw zone as of a timestamp, reprocess, overwrite the bronze table."""
     raw, bronze = tmp_path / "raw", tmp_path / "bronze"
     spark.createDataFrame([('{"v": 1}',)], "raw_payload string").write.format("delta").mode("append").save(str(raw))
-    before = spark.read.format("delta").option("versionAsOf", 1).load(str(raw))
+    before = spark.read.format("delta").option("versionAsOf", 0).load(str(raw))
     fixed = before.selectExpr("get_json_object(raw_payload, '$.v') as v")
     fixed.write.format("delta").mode("overwrite").save(str(bronze))
     assert rows(spark, bronze) == [("1",)]
@@ -70,7 +70,7 @@ def test_save_modes_error_and_ignore(spark: SparkSession, tmp_path: Path) -> Non
         df.write.format("delta").save(str(path))  # default mode is errorifexists, as in Delta
     spark.createDataFrame([(2,)], "id long").write.format("delta").mode("ignore").save(str(path))
     assert rows(spark, path) == [(1,)]
-    assert DeltaTable(str(path)).version() == 1
+    assert DeltaTable(str(path)).version() == 0
 
 
 def test_partition_by_writes_partition_dirs_and_prunes(spark: SparkSession, tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_bad_write_options_name_the_option(spark: SparkSession, tmp_path: Path, 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"versionAsOf": "7"}, "beyond the latest table version 1"),
+        ({"versionAsOf": "7"}, "beyond the latest table version 0"),
         ({"versionAsOf": "1", "timestampAsOf": "2020-01-01"}, "cannot be combined"),
         ({"versionAsOf": "-1"}, "versionAsOf"),
         ({"timestampAsOf": "yesterday"}, "timestampAsOf"),
@@ -179,10 +179,11 @@ def test_reading_a_path_that_is_not_a_delta_table(spark: SparkSession, tmp_path:
 def test_corrupted_log_json_names_the_file_and_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
     path = tmp_path / "t"
     spark.createDataFrame([(1,)], "id long").write.format("delta").save(str(path))
+    spark.createDataFrame([(2,)], "id long").write.format("delta").mode("append").save(str(path))
     bad = path / "_delta_log" / f"{1:020d}.json"
     bad.write_text(bad.read_text()[:40])
     with pytest.raises(Exception, match=r"00000000000000000001\.json|table version 1"):
-        spark.createDataFrame([(2,)], "id long").write.format("delta").mode("append").save(str(path))
+        spark.createDataFrame([(3,)], "id long").write.format("delta").mode("append").save(str(path))
     assert sorted(p.name for p in (path / "_delta_log").glob("*.json")) == [f"{0:020d}.json", f"{1:020d}.json"]
 
 
@@ -217,7 +218,7 @@ def test_overwrite_schema_replaces_schema_atomically(spark: SparkSession, tmp_pa
         "overwriteSchema", "true"
     ).save(str(path))
     assert rows(spark, path) == [("a",)]
-    actions = table_log(path, 2)
+    actions = table_log(path, 1)
     assert any("metaData" in a for a in actions) and any("add" in a for a in actions)  # one Delta commit
     with pytest.raises(Exception, match="overwriteSchema"):
         spark.createDataFrame([(1,)], "id long").write.format("delta").mode("append").option(

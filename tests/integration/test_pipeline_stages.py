@@ -125,13 +125,13 @@ def test_replay_replaces_the_table_atomically(spark, tmp_path: Path) -> None:
     bad = '{"device_id":"x","reading_time":"2026-05-14T09:00:00.000Z","value":"n/a"}'
     values = [GOOD.replace("21.5", str(i)) if i % 5 else bad for i in range(200)]
     raw = _raw(spark, values)
-    raw.write.format("delta").mode("append").save(config.raw.table)  # table_version 0 creates, 1 adds the rows
-    raw.limit(50).write.format("delta").mode("append").save(config.raw.table)  # table_version 2: 50 more rows
+    raw.write.format("delta").mode("append").save(config.raw.table)  # table_version 0: the first write's rows
+    raw.limit(50).write.format("delta").mode("append").save(config.raw.table)  # table_version 1: 50 more rows
     good, _, _ = parse_raw(raw, stage, batch_id=0)
     for _ in range(3):  # bronze spread over several Delta commits, as a stream writes it
         good.write.format("delta").mode("append").save(stage.table)
     old_rows = 3 * 160
-    new_rows = 160  # replay as of raw table_version 1: the 200 first records, 40 of them quarantined
+    new_rows = 160  # replay as of raw table_version 0: the 200 first records, 40 of them quarantined
 
     seen: set[int] = set()
     done = threading.Event()
@@ -143,7 +143,7 @@ def test_replay_replaces_the_table_atomically(spark, tmp_path: Path) -> None:
     reader = threading.Thread(target=poll)
     reader.start()
     try:
-        plan = plan_replay(config, "bronze", "1")
+        plan = plan_replay(config, "bronze", "0")
         result = replay_stage(spark, config, plan)
     finally:
         done.set()
@@ -154,4 +154,4 @@ def test_replay_replaces_the_table_atomically(spark, tmp_path: Path) -> None:
     from sparkonce.pipeline.owner import read_owner
 
     owner = read_owner(stage.checkpoint)
-    assert owner is not None and owner.starting_version == 2
+    assert owner is not None and owner.starting_version == 1

@@ -55,7 +55,7 @@ def _log_txns(table: Path) -> list[tuple[int, str, int]]:
 def test_replayed_batch_is_skipped_and_its_files_removed(tmp_path: Path) -> None:
     table = str(tmp_path / "t")
     first = commit_files(table, _write(table, [1, 2], "a"), data_schema=SCHEMA, txn=BatchTxn("q", 0))
-    assert not first.skipped and first.table_version == 1
+    assert not first.skipped and first.table_version == 0  # the first write is table version 0
     replay_files = _write(table, [1, 2], "a")
     replay = commit_files(table, replay_files, data_schema=SCHEMA, txn=BatchTxn("q", 0))
     assert replay.skipped and replay.table_version is None
@@ -94,7 +94,7 @@ def test_two_queries_appending_concurrently_lose_no_commit(tmp_path: Path) -> No
         assert p.exitcode == 0
     assert all(not skipped for _, _, skipped, _ in results)
     versions = sorted(v for _, _, _, v in results)
-    assert versions == list(range(2, 18))  # contiguous: every commit landed on its own table version
+    assert versions == list(range(1, 17))  # contiguous: every commit landed on its own table version
     txns = _log_txns(tmp_path / "t")
     assert sorted((app, v) for _, app, v in txns) == sorted((app, b) for app in ("a", "b") for b in range(8))
     data = pa.table(DeltaTable(table).to_pyarrow_table())
@@ -109,4 +109,4 @@ def test_partition_mismatch_and_type_conflict_are_refused(tmp_path: Path) -> Non
     other = pa.schema([("id", pa.string())])
     with pytest.raises(SchemaMismatchError, match="column 'id'"):
         commit_files(table, [], data_schema=other)
-    assert DeltaTable(table).version() == 1
+    assert DeltaTable(table).version() == 0

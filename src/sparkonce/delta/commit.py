@@ -9,6 +9,10 @@ This is where exactly-once lives. For a batch with ``(app_id, txn_version)``:
    version;
 3. on a lost race, reload and go back to 1. A concurrent run of the same batch that won makes this one skip;
    an unrelated writer that won makes this one retry on top of it.
+
+The first write to a new table is table version 0, as with Delta's JVM connector: protocol, metadata, the files
+and the txn in one commit, put-if-absent like any other. Of writers racing to create the table exactly one
+wins; the others find the table and go on at step 1 (a replayed batch 0 is then skipped).
 """
 
 from __future__ import annotations
@@ -177,9 +181,15 @@ def commit_files(
     location = table_location(table)
     table_uri = str(location)
     partition_by = tuple(partition_by)
-    _ensure_table(location, data_schema, partition_by)
 
     for attempt in range(1, max_attempts + 1):
+        if not table_exists(location):
+            created = _create_with_first_commit(
+                location, files, data_schema, partition_by, txn, custom_metadata, data_change, attempt
+            )
+            if created is not None:
+                return created
+            continue  # another writer created the table first: commit on top of it (or skip the batch)
         snapshot = load_table(location)
         read_version = snapshot.version()
         if txn is not None:
@@ -289,22 +299,53 @@ def _schema_for_commit(
     return table.schema()
 
 
-def _ensure_table(location: TableLocation, data_schema: pa.Schema, partition_by: tuple[str, ...]) -> None:
-    from deltalake import DeltaTable
+def _create_with_first_commit(
+    location: TableLocation,
+    files: list[WrittenFile],
+    data_schema: pa.Schema,
+    partition_by: tuple[str, ...],
+    txn: BatchTxn | None,
+    custom_metadata: Mapping[str, Any] | None,
+    data_change: bool,
+    attempt: int,
+) -> CommitResult | None:
+    """Create the table with the files in table version 0; None when another writer created it first."""
+    from deltalake import CommitProperties, Schema, Transaction
+    from deltalake.transaction import AddAction, create_table_with_add_actions
 
-    if table_exists(location):
-        return
     unknown = [c for c in partition_by if c not in data_schema.names]
     if unknown:
         raise SchemaMismatchError(f"partition column(s) {unknown} are not columns of the data {data_schema.names}")
-    # mode="ignore": a concurrent creator may win; its table is then used.
-    DeltaTable.create(
-        location.uri,
-        schema=data_schema,
-        partition_by=list(partition_by) or None,
-        mode="ignore",
-        storage_options=location.options() or None,
+    actions = [AddAction(f.path, f.size, f.partition_values, f.modification_time, data_change, f.stats) for f in files]
+    properties = CommitProperties(
+        custom_metadata=dict(custom_metadata or {}),
+        max_commit_retries=0,
+        app_transactions=[Transaction(txn.app_id, txn.txn_version, int(time.time() * 1000))] if txn else None,
     )
+    try:
+        create_table_with_add_actions(
+            location.uri,
+            Schema.from_arrow(data_schema),
+            actions,
+            mode="error",
+            partition_by=list(partition_by) or None,
+            storage_options=location.options() or None,
+            commit_properties=properties,
+        )
+    except Exception as err:  # delta-rs: "already exists" / a lost put-if-absent of table version 0
+        if table_exists(location):
+            log.info("Delta table %s was created by another writer first (attempt %d, txn %s)", location, attempt, txn)
+            return None
+        raise DeltaLogError(f"cannot create the Delta table at {location}: {err}") from err
+    rows = sum(f.num_records for f in files)
+    log.info(
+        "Delta commit table_version 0 on %s (table created): %d file(s), %d row(s), txn %s",
+        location,
+        len(files),
+        rows,
+        txn,
+    )
+    return CommitResult(TableVersion(0), False, attempt, len(files), rows)
 
 
 __all__ = [
