@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -96,8 +97,8 @@ def test_errors_name_the_key(tmp_path: Path, old: str, new: str, message: str) -
 def test_missing_sections(tmp_path: Path) -> None:
     with pytest.raises(PipelineConfigError, match=r"^source: missing"):
         _parse('[stages.raw]\ntable = "t"\ncheckpoint = "c"\n', tmp_path)
-    with pytest.raises(PipelineConfigError, match=r"stages\.raw: missing"):
-        _parse('[source]\nbootstrap_servers = "b"\ntopic = "t"\n[stages.bronze]\ntable = "x"\n', tmp_path)
+    with pytest.raises(PipelineConfigError, match=r"^stages: defines no stage"):
+        _parse('[source]\nbootstrap_servers = "b"\ntopic = "t"\n[stages]\n', tmp_path)
     with pytest.raises(PipelineConfigError, match="not valid TOML"):
         _parse("[source\n", tmp_path)
     with pytest.raises(PipelineConfigError, match="pipeline file not found"):
@@ -156,3 +157,164 @@ def test_foreign_spark_checkpoint_is_refused(tmp_path: Path) -> None:
     (ck / "metadata").write_text(json.dumps({"id": "q"}))
     with pytest.raises(CheckpointError, match=f"no {OWNER_FILE}"):
         claim_checkpoint(config.path, "raw", str(ck))
+
+
+SOURCE_TOML = '[source]\nbootstrap_servers = "b"\ntopic = "t"\n'
+
+
+def _stage(name: str, input_name: str, table: str, extra: str = 'sql = "SELECT * FROM {input}"') -> str:
+    return f'[stages.{name}]\ninput = "{input_name}"\ntable = "tables/{table}"\ncheckpoint = "ck/{name}"\n{extra}\n'
+
+
+def test_stages_in_a_dag_are_ordered_upstream_first(tmp_path: Path) -> None:
+    text = SOURCE_TOML + _stage("d", "b", "d") + _stage("b", "a", "b") + _stage("a", "source", "a")
+    text += _stage("c", "a", "c")
+    config = parse_pipeline(text, tmp_path / "p.toml")
+    assert [s.name for s in config.stages] == ["a", "b", "c", "d"]
+    assert config.downstream("a") == ("b", "c", "d")
+    assert config.downstream("b") == ("d",)
+    assert config.downstream("d") == ()
+    assert config.input_table(config.stage("d")) == str(tmp_path / "tables" / "b")
+    assert config.input_table(config.stage("a")) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (SOURCE_TOML + _stage("a", "nowhere", "a"), "stages.a.input: 'nowhere' is not a stage of this pipeline"),
+        (SOURCE_TOML + _stage("a", "b", "a") + _stage("b", "a", "b"), "stages: the stages a -> b read one another"),
+        (SOURCE_TOML + _stage("a", "a", "a"), "stages.a.input: a stage cannot read its own table"),
+        (SOURCE_TOML + _stage("a", "source", "x") + _stage("b", "a", "x"), "stages.b.table: same path as stages.a"),
+        (
+            SOURCE_TOML + _stage("a", "source", "x", 'sql = "SELECT 1"\ntransform = "m:f"'),
+            "stages.a: give exactly one of transform",
+        ),
+        (SOURCE_TOML + _stage("a", "source", "x", 'sql = "SELECT 1"'), "stages.a.sql: the SQL must read"),
+        (SOURCE_TOML + _stage("a", "source", "x", 'sql = "missing.sql"'), "stages.a.sql: cannot read the SQL file"),
+        (SOURCE_TOML + _stage("a", "source", "x", 'kind = "sink"\nsql = "x"'), "stages.a.kind: 'sink' is not"),
+        (
+            SOURCE_TOML
+            + '[stages.a]\ninput = "source"\ncheckpoint = "ck/a"\nsql = "SELECT * FROM {input}"\n'
+            + 'tables = ["t/x", { path = "u/x" }]\n',
+            "stages.a.tables[1].name: 'x' names two tables",
+        ),
+        (
+            SOURCE_TOML + '[stages.p]\nkind = "postgres"\ninput = "source"\ntable = "t"\ncheckpoint = "ck/p"\n',
+            "stages.p: give exactly one of dsn",
+        ),
+        (
+            SOURCE_TOML
+            + '[stages.p]\nkind = "postgres"\ninput = "source"\ntable = "t; drop"\ndsn = "postgresql://h/db"\n'
+            + 'checkpoint = "ck/p"\n',
+            "stages.p.table: ",
+        ),
+        (
+            SOURCE_TOML
+            + '[stages.p]\nkind = "postgres"\ninput = "source"\ntable = "t"\ndsn = "postgresql://h/db"\n'
+            + 'checkpoint = "ck/p"\n'
+            + _stage("a", "p", "a"),
+            "stages.a.input: stage 'p' writes PostgreSQL",
+        ),
+        (
+            SOURCE_TOML
+            + _stage("a", "source", "a")
+            + '[stages.m]\nkind = "merge"\ninput = "a"\ntable = "tables/m"\ncheckpoint = "ck/m"\nkeys = ["id"]\n'
+            + 'order_by = "seq"\ndelete = "source.op = \'D\'"\n',
+            'stages.m.delete: SQL clauses go with merge = "clauses"',
+        ),
+        (
+            SOURCE_TOML
+            + _stage("a", "source", "a")
+            + '[stages.m]\nkind = "merge"\ninput = "a"\ntable = "tables/m"\ncheckpoint = "ck/m"\nkeys = ["id"]\n'
+            + 'order_by = "seq"\npartition_by = ["site"]\n',
+            'stages.m.partition_by: a partitioned merge target goes with merge = "clauses"',
+        ),
+        (
+            SOURCE_TOML
+            + _stage("a", "source", "a")
+            + '[stages.m]\nkind = "merge"\ninput = "a"\ntable = "tables/m"\ncheckpoint = "ck/m"\nkeys = ["id"]\n'
+            + 'order_by = "seq"\nmerge = "clauses"\n',
+            'stages.m: merge = "clauses" needs at least one of delete, update, insert',
+        ),
+    ],
+    ids=[
+        "unknown-input",
+        "cycle",
+        "self-input",
+        "two-stages-one-table",
+        "sql-and-transform",
+        "sql-no-input",
+        "sql-file-missing",
+        "unknown-kind",
+        "fan-out-name-clash",
+        "postgres-no-dsn",
+        "postgres-bad-table",
+        "reads-postgres",
+        "clause-without-clauses-rule",
+        "partitioned-latest",
+        "clauses-none",
+    ],
+)
+def test_graph_and_stage_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(PipelineConfigError, match=re.escape(message)):
+        config = parse_pipeline(text, tmp_path / "p.toml")
+        for stage in config.stages:  # the SQL check needs no Spark
+            transform = getattr(stage, "transform", None)
+            if transform is not None:
+                transform.resolve()
+
+
+@pytest.mark.parametrize(
+    ("module", "spec", "message"),
+    [
+        ("", "nosuchmodule_xyz:f", "module 'nosuchmodule_xyz' not found"),
+        ("import nosuchdependency_xyz\n", "broken_dep:f", "importing module 'broken_dep' failed"),
+        ("f = 3\n", "notcallable:f", "'notcallable:f' is a int, not a callable"),
+        ("def g(df): return df\n", "noattr:f", "module 'noattr' has no 'f'"),
+        ("def f(a, b, c): return a\n", "threeargs:f", "a transform takes (df) or (df, batch_id)"),
+        ("def f(df, *, mode): return df\n", "kwonly:f", "a transform takes (df) or (df, batch_id)"),
+        ("def f(df): return df\n", "nocolon", "'nocolon' is not 'module:function'"),
+    ],
+    ids=["not-found", "import-fails", "not-callable", "no-attribute", "three-args", "keyword-only", "no-colon"],
+)
+def test_transform_load_errors(tmp_path: Path, module: str, spec: str, message: str) -> None:
+    name = spec.partition(":")[0]
+    if module:
+        (tmp_path / f"{name}.py").write_text(module)
+    text = SOURCE_TOML + _stage("a", "source", "x", f'transform = "{spec}"')
+    config = parse_pipeline(text, tmp_path / "p.toml")
+    stage = config.stage("a")
+    with pytest.raises(PipelineConfigError, match=re.escape(message)) as info:
+        stage.transform.resolve()  # type: ignore[union-attr]
+    assert str(info.value).startswith("stages.a.transform: ")
+
+
+def test_transform_styles_resolve(tmp_path: Path) -> None:
+    (tmp_path / "styles_mod.py").write_text(
+        "def one(df): return df\ndef two(df, batch_id): return df\ndef opt(df, batch_id=None): return df\n"
+    )
+    (tmp_path / "q.sql").write_text("SELECT value FROM {input};\n")
+    styles = {}
+    for function in ("one", "two", "opt"):
+        text = SOURCE_TOML + _stage("a", "source", "x", f'transform = "styles_mod:{function}"')
+        stage = parse_pipeline(text, tmp_path / "p.toml").stage("a")
+        styles[function] = stage.transform.resolve().style  # type: ignore[union-attr]
+    assert styles == {"one": "batch", "two": "batch_and_id", "opt": "batch"}
+    stage = parse_pipeline(SOURCE_TOML + _stage("a", "source", "x", 'sql = "q.sql"'), tmp_path / "p.toml").stage("a")
+    assert stage.transform.sql == "SELECT value FROM {input}"  # type: ignore[union-attr]
+
+
+def test_postgres_stage_dsn_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = SOURCE_TOML + (
+        '[stages.p]\nkind = "postgres"\ninput = "source"\ntable = "analytics.t"\ndsn_env = "PIPE_TEST_DSN"\n'
+        'keys = ["id"]\ncheckpoint = "ck/p"\nsql = "SELECT key AS id FROM {input}"\n'
+    )
+    stage = parse_pipeline(text, tmp_path / "p.toml").stage("p")
+    monkeypatch.delenv("PIPE_TEST_DSN", raising=False)
+    with pytest.raises(
+        PipelineConfigError, match=re.escape("stages.p.dsn_env: the environment variable PIPE_TEST_DSN is not set")
+    ):
+        stage.resolved_dsn()  # type: ignore[union-attr]
+    monkeypatch.setenv("PIPE_TEST_DSN", "postgresql://app@db:5432/x")
+    assert stage.resolved_dsn() == "postgresql://app@db:5432/x"  # type: ignore[union-attr]
+    assert stage.tables == () and stage.keys == ("id",)

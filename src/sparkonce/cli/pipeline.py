@@ -104,7 +104,7 @@ def _table(progress: tuple[Any, ...]) -> Any:
 
 @click.command()
 @click.argument("pipeline", type=click.Path(path_type=Path))
-@click.option("--stage", required=True, help="The stage to rebuild (bronze or gold).")
+@click.option("--stage", required=True, help="The stage to rebuild (any stage reading a table).")
 @click.option("--as-of", "as_of", required=True, help="Input table version, or timestamp (UTC when naive).")
 @click.option(
     "--master", default=None, help="Spark master URL (default: local[2]); spark://HOST:PORT: see docs/cluster.md."
@@ -130,6 +130,8 @@ def replay(pipeline: Path, stage: str, as_of: str, master: str | None, yes: bool
                 f"at input table_version {plan.input_table_version + 1}. Stop the pipeline first. "
                 "Re-run with --yes to act."
             )
+            if plan.downstream:
+                console.print(f"Then replay the stages downstream of it, in this order: {', '.join(plan.downstream)}.")
         return
     from sparkonce.spark import local_session
 
@@ -143,6 +145,8 @@ def replay(pipeline: Path, stage: str, as_of: str, master: str | None, yes: bool
         console.print(
             f"stage {stage}: fresh checkpoint {plan.checkpoint_dir}; old one kept at {plan.retired_checkpoint_dir}"
         )
+        if plan.downstream:
+            console.print(f"Replay the stages downstream of it next, in this order: {', '.join(plan.downstream)}.")
 
 
 @click.command()

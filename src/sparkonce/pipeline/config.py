@@ -46,12 +46,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sparkonce.errors import PipelineConfigError, StorageError
+from sparkonce.pipeline.transforms import Transform, read_sql
 from sparkonce.storage import checkpoint_path, table_location
 
-StageName = Literal["raw", "bronze", "gold"]
-STAGE_ORDER: tuple[StageName, ...] = ("raw", "bronze", "gold")
+StageName = str
+STAGE_ORDER: tuple[str, ...] = ("raw", "bronze", "gold")
+"""The built-in stages, by name: a stage named so without a ``kind`` key has that kind (raw, bronze, merge)."""
+SOURCE = "source"
+"""The ``input`` of a stage that reads the Kafka source."""
+StageKind = Literal["raw", "bronze", "merge", "transform", "postgres"]
+_DEFAULT_KIND: dict[str, StageKind] = {"raw": "raw", "bronze": "bronze", "gold": "merge"}
+_DEFAULT_INPUT = {"raw": SOURCE, "bronze": "raw", "gold": "bronze"}
 DriftPolicy = Literal["fail", "add"]
-MergeRule = Literal["latest"]
+MergeRule = Literal["latest", "clauses"]
 
 LINEAGE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp")
 """Columns bronze adds to every row (where in Kafka the record came from); payload fields may not use them."""
@@ -142,6 +149,11 @@ class RawStage:
     checkpoint: str
     trigger: Trigger
     name: StageName = "raw"
+    input: str = SOURCE
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return (self.table,)
 
 
 @dataclass(frozen=True)
@@ -159,11 +171,18 @@ class BronzeStage:
     drift: DriftPolicy = "fail"
     max_files_per_trigger: int | None = None
     name: StageName = "bronze"
+    input: str = "raw"
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return (self.table, self.quarantine)
 
 
 @dataclass(frozen=True)
 class GoldStage:
-    """Bronze -> gold: upsert the latest row per key (by ``order_by``), rewriting only the files that hold them."""
+    """A merge stage (``kind = "merge"``; the built-in gold): upsert the input's rows into a Delta table by keys,
+    rewriting only the files that hold them. Rule ``latest``: the latest row per key (by ``order_by``) wins;
+    rule ``clauses``: SQL conditions over ``source.<col>`` / ``target.<col>`` decide delete / update / insert."""
 
     table: str
     checkpoint: str
@@ -175,9 +194,100 @@ class GoldStage:
     target_file_rows: int = 100_000
     max_files_per_trigger: int | None = None
     name: StageName = "gold"
+    input: str = "bronze"
+    delete: str | None = None
+    """Rule ``clauses``: WHEN MATCHED AND delete THEN DELETE."""
+    update: str | None = None
+    """Rule ``clauses``: WHEN MATCHED [AND update] THEN UPDATE SET *."""
+    insert: str | None = None
+    """Rule ``clauses``: WHEN NOT MATCHED [AND insert] THEN INSERT *."""
+    partition_by: tuple[str, ...] = ()
+    """Partition columns of the table when the stage creates it."""
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return (self.table,)
 
 
-Stage = RawStage | BronzeStage | GoldStage
+@dataclass(frozen=True)
+class OutputTable:
+    """One Delta table a transform stage writes (its rows: the stage's output, filtered by ``where``)."""
+
+    path: str
+    name: str
+    """Its name in the stage's fan-out: part of the txn app id (``f"{query id}:{name}"``)."""
+    where: str | None = None
+    """A SQL condition picking this table's rows; every row when None."""
+
+
+@dataclass(frozen=True)
+class TransformStage:
+    """Input batches through a user transformation (Python or SQL) into one or more Delta tables, each exactly once."""
+
+    name: StageName
+    input: str
+    """``"source"`` (the Kafka records, in the raw table's shape) or another stage's name (its first table)."""
+    checkpoint: str
+    trigger: Trigger
+    outputs: tuple[OutputTable, ...]
+    transform: Transform
+    merge_schema: bool = False
+    max_files_per_trigger: int | None = None
+
+    @property
+    def table(self) -> str:
+        """The first output table (what a downstream stage reads)."""
+        return self.outputs[0].path
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return tuple(o.path for o in self.outputs)
+
+
+@dataclass(frozen=True)
+class PostgresStage:
+    """Input batches (optionally transformed) into a PostgreSQL table, exactly once per batch: the staging load on
+    executors and one database transaction with the ledger row (:class:`~sparkonce.sinks.postgres.PostgresSink`)."""
+
+    name: StageName
+    input: str
+    checkpoint: str
+    trigger: Trigger
+    pg_table: str
+    """The target table, ``table`` or ``schema.table`` (the ``table`` key)."""
+    dsn: str | None
+    dsn_env: str | None
+    """The environment variable holding the DSN (read when the stage starts), when ``dsn`` is not in the file."""
+    keys: tuple[str, ...] = ()
+    """Upsert keys; rows are appended when empty."""
+    ledger_table: str = "sparkonce_ledger"
+    transform: Transform | None = None
+    max_files_per_trigger: int | None = None
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Delta tables written: none."""
+        return ()
+
+    def resolved_dsn(self) -> str:
+        """The DSN, from the file or the environment.
+
+        Raises:
+            PipelineConfigError: the environment variable is not set.
+        """
+        if self.dsn is not None:
+            return self.dsn
+        assert self.dsn_env is not None
+        value = os.environ.get(self.dsn_env, "").strip()
+        if not value:
+            raise PipelineConfigError(
+                f"stages.{self.name}.dsn_env: the environment variable {self.dsn_env} is not set (the DSN of the "
+                "PostgreSQL stage)"
+            )
+        return value
+
+
+Stage = RawStage | BronzeStage | GoldStage | TransformStage | PostgresStage
 
 
 @dataclass(frozen=True)
@@ -188,14 +298,36 @@ class PipelineConfig:
     """The absolute path of the definition file (the owner recorded in each checkpoint)."""
     name: str
     source: SourceConfig
-    raw: RawStage
-    bronze: BronzeStage | None = None
-    gold: GoldStage | None = None
+    stages: tuple[Stage, ...]
+    """Every stage, upstream first (an input before the stages reading it)."""
 
     @property
-    def stages(self) -> tuple[Stage, ...]:
-        """The defined stages, upstream first."""
-        return tuple(s for s in (self.raw, self.bronze, self.gold) if s is not None)
+    def raw(self) -> RawStage:
+        """The raw stage (Kafka -> Delta).
+
+        Raises:
+            PipelineConfigError: the pipeline has none.
+        """
+        for stage in self.stages:
+            if isinstance(stage, RawStage):
+                return stage
+        raise PipelineConfigError(f"{self.path}: the pipeline has no raw stage (Kafka -> Delta)")
+
+    @property
+    def bronze(self) -> BronzeStage | None:
+        return next((s for s in self.stages if isinstance(s, BronzeStage)), None)
+
+    @property
+    def gold(self) -> GoldStage | None:
+        return next((s for s in self.stages if isinstance(s, GoldStage)), None)
+
+    def downstream(self, name: str) -> tuple[str, ...]:
+        """The stages reading ``name``'s table, directly or through others, upstream first."""
+        found: set[str] = set()
+        for stage in self.stages:
+            if stage.input == name or stage.input in found:
+                found.add(stage.name)
+        return tuple(s.name for s in self.stages if s.name in found)
 
     def stage(self, name: str) -> Stage:
         """The stage called ``name``.
@@ -210,13 +342,10 @@ class PipelineConfig:
         raise PipelineConfigError(f"stages.{name}: not defined in {self.path} (defined: {defined})")
 
     def input_table(self, stage: Stage) -> str | None:
-        """The Delta table a stage reads (None for raw, which reads Kafka)."""
-        if isinstance(stage, BronzeStage):
-            return self.raw.table
-        if isinstance(stage, GoldStage):
-            assert self.bronze is not None
-            return self.bronze.table
-        return None
+        """The Delta table a stage reads (None when it reads the Kafka source)."""
+        if stage.input == SOURCE:
+            return None
+        return self.stage(stage.input).tables[0]
 
 
 def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
@@ -265,19 +394,61 @@ class _Parser:
         assert name is not None
         source = self.source(self.table(data, "source", ""))
         stages = self.table(data, "stages", "")
-        self.known(stages, "stages", set(STAGE_ORDER))
-        if "raw" not in stages:
-            raise self.fail("stages.raw", "missing: every pipeline starts with the raw stage (Kafka -> Delta)")
-        raw = self.raw(self.table(stages, "raw", "stages"))
-        bronze = self.bronze(self.table(stages, "bronze", "stages")) if "bronze" in stages else None
-        gold = None
-        if "gold" in stages:
-            if bronze is None:
-                raise self.fail("stages.gold", "needs a stages.bronze to read from")
-            gold = self.gold(self.table(stages, "gold", "stages"), bronze)
-        config = PipelineConfig(str(self.file), name, source, raw, bronze, gold)
+        if not stages:
+            raise self.fail("stages", "defines no stage")
+        parsed: dict[str, Stage] = {}
+        for stage_name in stages:
+            if not _NAME.match(stage_name):
+                raise self.fail(f"stages.{stage_name}", "a stage name uses letters, digits and underscores")
+            parsed[stage_name] = self.stage(stage_name, self.table(stages, stage_name, "stages"), parsed)
+        config = PipelineConfig(str(self.file), name, source, self.upstream_first(parsed))
         self.check_paths(config)
         return config
+
+    def stage(self, name: str, data: Mapping[str, Any], before: Mapping[str, Stage]) -> Stage:
+        key = f"stages.{name}"
+        kind = data.get("kind", _DEFAULT_KIND.get(name, "transform"))
+        if kind not in ("raw", "bronze", "merge", "transform", "postgres"):
+            raise self.fail(f"{key}.kind", f"{kind!r} is not a stage kind (raw, bronze, merge, transform, postgres)")
+        fields = {k: v for k, v in data.items() if k != "kind"}
+        if kind == "raw":
+            return self.raw(name, fields)
+        if kind == "bronze":
+            return self.bronze(name, fields)
+        if kind == "merge":
+            return self.gold(name, fields, before)
+        if kind == "postgres":
+            return self.postgres(name, fields)
+        return self.transform_stage(name, fields)
+
+    def upstream_first(self, stages: Mapping[str, Stage]) -> tuple[Stage, ...]:
+        """The stages ordered so each comes after its input; unknown inputs and cycles are errors."""
+        for stage in stages.values():
+            if stage.input != SOURCE and stage.input not in stages:
+                raise self.fail(
+                    f"stages.{stage.name}.input",
+                    f"{stage.input!r} is not a stage of this pipeline (stages: {sorted(stages)}) nor 'source'",
+                )
+            if stage.input == stage.name:
+                raise self.fail(f"stages.{stage.name}.input", "a stage cannot read its own table")
+            if stage.input != SOURCE and isinstance(stages[stage.input], PostgresStage):
+                raise self.fail(
+                    f"stages.{stage.name}.input",
+                    f"stage {stage.input!r} writes PostgreSQL; a stage reads the Kafka source or a Delta table",
+                )
+        ordered: list[Stage] = []
+        done: set[str] = set()
+        remaining = dict(stages)
+        while remaining:
+            ready = [s for s in remaining.values() if s.input == SOURCE or s.input in done]
+            if not ready:
+                cycle = " -> ".join(sorted(remaining))
+                raise self.fail("stages", f"the stages {cycle} read one another in a cycle")
+            for stage in ready:
+                ordered.append(stage)
+                done.add(stage.name)
+                del remaining[stage.name]
+        return tuple(ordered)
 
     # -- sections ----------------------------------------------------------------------------------------------
 
@@ -303,17 +474,31 @@ class _Parser:
             fail_on_data_loss=self.boolean(data, "fail_on_data_loss", key, default=True),
         )
 
-    def raw(self, data: Mapping[str, Any]) -> RawStage:
-        key = "stages.raw"
-        self.known(data, key, {"table", "checkpoint", "trigger"})
-        return RawStage(self.path(data, "table", key), self.path(data, "checkpoint", key), self.trigger(data, key))
+    def raw(self, name: str, data: Mapping[str, Any]) -> RawStage:
+        key = f"stages.{name}"
+        self.known(data, key, {"table", "checkpoint", "trigger", "input"})
+        if data.get("input", SOURCE) != SOURCE:
+            raise self.fail(f"{key}.input", "a raw stage reads the Kafka source: input = 'source'")
+        return RawStage(
+            self.path(data, "table", key), self.path(data, "checkpoint", key), self.trigger(data, key), name=name
+        )
 
-    def bronze(self, data: Mapping[str, Any]) -> BronzeStage:
-        key = "stages.bronze"
+    def bronze(self, name: str, data: Mapping[str, Any]) -> BronzeStage:
+        key = f"stages.{name}"
         self.known(
             data,
             key,
-            {"table", "checkpoint", "trigger", "quarantine", "schema", "required", "drift", "max_files_per_trigger"},
+            {
+                "table",
+                "checkpoint",
+                "trigger",
+                "quarantine",
+                "schema",
+                "required",
+                "drift",
+                "max_files_per_trigger",
+                "input",
+            },
         )
         schema = self.string(data, "schema", key)
         assert schema is not None
@@ -333,10 +518,136 @@ class _Parser:
             required=required,
             drift=self.drift(data, key),
             max_files_per_trigger=self.integer(data, "max_files_per_trigger", key),
+            name=name,
+            input=self.input(data, key, _DEFAULT_INPUT.get(name)),
         )
 
-    def gold(self, data: Mapping[str, Any], bronze: BronzeStage) -> GoldStage:
-        key = "stages.gold"
+    def input(self, data: Mapping[str, Any], key: str, default: str | None) -> str:
+        value = self.string(data, "input", key, default=default)
+        if value is None:
+            raise self.fail(f"{key}.input", "missing: another stage's name, or 'source' for the Kafka source")
+        return value
+
+    def postgres(self, name: str, data: Mapping[str, Any]) -> PostgresStage:
+        from sparkonce.errors import OptionError
+        from sparkonce.sinks.postgres.options import table_parts
+
+        key = f"stages.{name}"
+        self.known(
+            data,
+            key,
+            {
+                "input",
+                "checkpoint",
+                "trigger",
+                "dsn",
+                "dsn_env",
+                "table",
+                "keys",
+                "ledger_table",
+                "transform",
+                "sql",
+                "max_files_per_trigger",
+            },
+        )
+        if ("dsn" in data) == ("dsn_env" in data):
+            raise self.fail(key, 'give exactly one of dsn = "postgresql://..." and dsn_env = "ENV_VARIABLE"')
+        table = self.string(data, "table", key)
+        ledger = self.string(data, "ledger_table", key, default="sparkonce_ledger")
+        assert table is not None and ledger is not None
+        for option, value in (("table", table), ("ledger_table", ledger)):
+            try:
+                table_parts(option, value)
+            except OptionError as err:
+                raise self.fail(f"{key}.{option}", str(err)) from err
+        if "transform" in data and "sql" in data:
+            raise self.fail(key, "give at most one of transform and sql")
+        return PostgresStage(
+            name=name,
+            input=self.input(data, key, None),
+            checkpoint=self.path(data, "checkpoint", key),
+            trigger=self.trigger(data, key),
+            pg_table=table,
+            dsn=self.string(data, "dsn", key) if "dsn" in data else None,
+            dsn_env=self.string(data, "dsn_env", key) if "dsn_env" in data else None,
+            keys=self.names(data, "keys", key, default=()),
+            ledger_table=ledger,
+            transform=self.optional_transform(data, key),
+            max_files_per_trigger=self.integer(data, "max_files_per_trigger", key),
+        )
+
+    def optional_transform(self, data: Mapping[str, Any], key: str) -> Transform | None:
+        if "transform" in data:
+            function = self.string(data, "transform", key)
+            return Transform(f"{key}.transform", function=function, base_dir=str(self.base))
+        if "sql" in data:
+            text = self.string(data, "sql", key)
+            assert text is not None
+            return Transform(f"{key}.sql", sql=read_sql(f"{key}.sql", text, self.base), base_dir=str(self.base))
+        return None
+
+    def transform_stage(self, name: str, data: Mapping[str, Any]) -> TransformStage:
+        key = f"stages.{name}"
+        self.known(
+            data,
+            key,
+            {
+                "input",
+                "table",
+                "tables",
+                "checkpoint",
+                "trigger",
+                "transform",
+                "sql",
+                "merge_schema",
+                "max_files_per_trigger",
+            },
+        )
+        if ("transform" in data) == ("sql" in data):
+            raise self.fail(key, 'give exactly one of transform = "module:function" and sql = "SELECT ... {input}"')
+        transform = self.optional_transform(data, key)
+        assert transform is not None
+        return TransformStage(
+            name=name,
+            input=self.input(data, key, None),
+            checkpoint=self.path(data, "checkpoint", key),
+            trigger=self.trigger(data, key),
+            outputs=self.outputs(data, key),
+            transform=transform,
+            merge_schema=self.boolean(data, "merge_schema", key, default=False),
+            max_files_per_trigger=self.integer(data, "max_files_per_trigger", key),
+        )
+
+    def outputs(self, data: Mapping[str, Any], key: str) -> tuple[OutputTable, ...]:
+        """``table = "path"``, or ``tables = ["path", { path = "...", name = "...", where = "SQL" }, ...]``."""
+        if ("table" in data) == ("tables" in data):
+            raise self.fail(key, 'give exactly one of table = "path" and tables = [...] (a fan-out)')
+        if "table" in data:
+            path = self.path(data, "table", key)
+            return (OutputTable(path, os.path.basename(path)),)
+        items = data["tables"]
+        if not isinstance(items, list) or not items:
+            raise self.fail(f"{key}.tables", "must be a non-empty list of paths or { path, name, where } tables")
+        outputs: list[OutputTable] = []
+        for index, item in enumerate(items):
+            item_key = f"{key}.tables[{index}]"
+            entry = {"path": item} if isinstance(item, str) else item
+            if not isinstance(entry, dict):
+                raise self.fail(item_key, f"must be a path or a table {{ path, name, where }}, not {item!r}")
+            self.known(entry, item_key, {"path", "name", "where"})
+            path = self.path(entry, "path", item_key)
+            table_name = self.string(entry, "name", item_key, default=os.path.basename(path))
+            assert table_name is not None
+            where = entry.get("where")
+            if where is not None and (not isinstance(where, str) or not where.strip()):
+                raise self.fail(f"{item_key}.where", f"must be a SQL condition, not {where!r}")
+            if any(o.name == table_name for o in outputs):
+                raise self.fail(f"{item_key}.name", f"{table_name!r} names two tables of the stage; give name = ...")
+            outputs.append(OutputTable(path, table_name, where))
+        return tuple(outputs)
+
+    def gold(self, name: str, data: Mapping[str, Any], before: Mapping[str, Stage]) -> GoldStage:
+        key = f"stages.{name}"
         self.known(
             data,
             key,
@@ -350,8 +661,14 @@ class _Parser:
                 "drift",
                 "target_file_rows",
                 "max_files_per_trigger",
+                "input",
+                "delete",
+                "update",
+                "insert",
+                "partition_by",
             },
         )
+        input_name = self.input(data, key, _DEFAULT_INPUT.get(name))
         keys = self.names(data, "keys", key)
         if not keys:
             raise self.fail(f"{key}.keys", "must name at least one column")
@@ -361,20 +678,39 @@ class _Parser:
         order_by = (raw_order,) if isinstance(raw_order, str) else self.names(data, "order_by", key)
         if not order_by or not all(order_by):
             raise self.fail(f"{key}.order_by", "must name at least one column")
-        columns = {f.name for f in bronze.fields} | set(LINEAGE_COLUMNS)
-        for list_key, names in (("keys", keys), ("order_by", order_by)):
+        bronze = before.get(input_name)
+        checked: tuple[tuple[str, tuple[str, ...]], ...] = ()
+        if isinstance(bronze, BronzeStage):  # other inputs: the columns are checked against the input's schema
+            checked = (("keys", keys), ("order_by", order_by))
+        columns = {f.name for f in bronze.fields} | set(LINEAGE_COLUMNS) if isinstance(bronze, BronzeStage) else set()
+        for list_key, names in checked:
+            assert isinstance(bronze, BronzeStage)
             for column in names:
                 if column not in columns:
                     raise self.fail(f"{key}.{list_key}", f"{column!r} is not a bronze column {sorted(columns)}")
                 if column in {f.name for f in bronze.fields} and column not in bronze.required:
                     raise self.fail(
                         f"{key}.{list_key}",
-                        f"{column!r} must be listed in stages.bronze.required (a null {list_key[:-1]} cannot "
+                        f"{column!r} must be listed in stages.{bronze.name}.required (a null {list_key[:-1]} cannot "
                         "be merged)",
                     )
         merge = self.string(data, "merge", key, default="latest")
-        if merge != "latest":
-            raise self.fail(f"{key}.merge", f"{merge!r} is not a merge rule (supported: 'latest')")
+        if merge not in ("latest", "clauses"):
+            raise self.fail(f"{key}.merge", f"{merge!r} is not a merge rule (supported: 'latest', 'clauses')")
+        clauses: dict[str, str | None] = {}
+        for clause in ("delete", "update", "insert"):
+            value = data.get(clause)
+            if value is not None and merge == "latest":
+                raise self.fail(f"{key}.{clause}", 'SQL clauses go with merge = "clauses"')
+            if value is True:
+                value = "true"
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise self.fail(f"{key}.{clause}", f"must be a SQL condition or true, not {value!r}")
+            clauses[clause] = value
+        if "partition_by" in data and merge != "clauses":
+            raise self.fail(f"{key}.partition_by", 'a partitioned merge target goes with merge = "clauses"')
+        if merge == "clauses" and not any(clauses.values()):
+            raise self.fail(key, 'merge = "clauses" needs at least one of delete, update, insert')
         target = self.integer(data, "target_file_rows", key)
         return GoldStage(
             table=self.path(data, "table", key),
@@ -382,10 +718,16 @@ class _Parser:
             trigger=self.trigger(data, key),
             keys=keys,
             order_by=order_by,
-            merge="latest",
+            merge="clauses" if merge == "clauses" else "latest",
             drift=self.drift(data, key),
             target_file_rows=target if target is not None else 100_000,
             max_files_per_trigger=self.integer(data, "max_files_per_trigger", key),
+            name=name,
+            input=input_name,
+            delete=clauses["delete"],
+            update=clauses["update"],
+            insert=clauses["insert"],
+            partition_by=self.names(data, "partition_by", key, default=()),
         )
 
     def check_paths(self, config: PipelineConfig) -> None:
@@ -393,9 +735,13 @@ class _Parser:
         places: list[tuple[str, str]] = []
         for stage in config.stages:
             places.append((f"stages.{stage.name}.checkpoint", stage.checkpoint))
+            if isinstance(stage, PostgresStage):
+                continue
             places.append((f"stages.{stage.name}.table", stage.table))
             if isinstance(stage, BronzeStage):
                 places.append((f"stages.{stage.name}.quarantine", stage.quarantine))
+            if isinstance(stage, TransformStage):
+                places += [(f"stages.{stage.name}.tables[{i}]", t) for i, t in enumerate(stage.tables[1:], 1)]
         for index, (key, path) in enumerate(places):
             for other_key, other in places[:index]:
                 if path == other:
@@ -558,12 +904,17 @@ __all__ = [
     "BronzeStage",
     "DriftPolicy",
     "GoldStage",
+    "OutputTable",
     "PipelineConfig",
+    "PostgresStage",
     "RawStage",
     "SchemaField",
     "SourceConfig",
+    "SOURCE",
     "Stage",
+    "StageKind",
     "StageName",
+    "TransformStage",
     "Trigger",
     "load_pipeline",
     "parse_pipeline",

@@ -1,11 +1,11 @@
 """``replay``: rebuild a stage's table from its input table as of a table version or time (seed 002's recovery).
 
-The input table (raw for bronze, bronze for gold) is read as of the resolved ``table_version`` and run through the
-stage's *current* logic; the result replaces the target table in ONE Delta overwrite commit (readers see the old
-table or the new one, never a mix), written with a fresh ``txnAppId``. The stage's old checkpoint is retired
-(renamed, never deleted) and a fresh one is claimed, recording ``starting_version = table_version + 1``: the next
-``run`` streams the input's later changes on top of the rebuilt table, under a new query id, so the txn of the old
-query cannot make it skip anything.
+The input table (raw for bronze, bronze for gold, the ``input`` stage's table for a transform stage) is read as of
+the resolved ``table_version`` and run through the stage's *current* logic; the result replaces the target table in
+ONE Delta overwrite commit (readers see the old table or the new one, never a mix), written with a fresh
+``txnAppId``. The stage's old checkpoint is retired (renamed, never deleted) and a fresh one is claimed, recording
+``starting_version = table_version + 1``: the next ``run`` streams the input's later changes on top of the rebuilt
+table, under a new query id, so the txn of the old query cannot make it skip anything.
 
 Stop the pipeline before replaying. Runs on the driver; reads and writes run on executors.
 """
@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sparkonce._types import TableVersion
-from sparkonce.delta.commit import load_table
+from sparkonce.delta.commit import load_table, table_exists
 from sparkonce.delta.options import parse_timestamp
 from sparkonce.errors import OptionError, PipelineConfigError
-from sparkonce.pipeline.config import BronzeStage, GoldStage, PipelineConfig
+from sparkonce.pipeline.config import SOURCE, BronzeStage, GoldStage, PipelineConfig, TransformStage
 from sparkonce.pipeline.owner import claim_checkpoint, new_owner, read_owner, write_owner
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ class ReplayPlan:
     retired_checkpoint_dir: str
     app_id: str
     """The txnAppId of the overwrite commits."""
+    downstream: tuple[str, ...] = ()
+    """Stages reading the rebuilt tables, directly or not: replay them after this one (upstream first), or they keep
+    rows derived from the old tables."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,9 @@ def plan_replay(config: PipelineConfig, stage_name: str, as_of: str) -> ReplayPl
         CheckpointError: the stage's checkpoint belongs to another stage or pipeline, or was moved.
     """
     stage = config.stage(stage_name)
-    if not isinstance(stage, BronzeStage | GoldStage):
+    if not isinstance(stage, BronzeStage | GoldStage | TransformStage) or stage.input == SOURCE:
         raise PipelineConfigError(
-            f"stages.{stage_name}: replay rebuilds a stage from its input table; raw reads Kafka (reset its "
+            f"stages.{stage_name}: replay rebuilds a stage from its input table; this stage reads Kafka (reset its "
             "checkpoint and table instead, seed 004)"
         )
     input_table = config.input_table(stage)
@@ -81,7 +84,7 @@ def plan_replay(config: PipelineConfig, stage_name: str, as_of: str) -> ReplayPl
     if owner is not None:
         claim_checkpoint(config.path, stage.name, stage.checkpoint)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    targets = (stage.table, stage.quarantine) if isinstance(stage, BronzeStage) else (stage.table,)
+    targets = stage.tables
     return ReplayPlan(
         pipeline=config.path,
         stage=stage.name,
@@ -92,6 +95,7 @@ def plan_replay(config: PipelineConfig, stage_name: str, as_of: str) -> ReplayPl
         checkpoint_dir=stage.checkpoint,
         retired_checkpoint_dir=f"{stage.checkpoint}.replaced-{stamp}",
         app_id=f"sparkonce-replay-{uuid.uuid4()}",
+        downstream=config.downstream(stage.name),
     )
 
 
@@ -120,7 +124,7 @@ def resolve_as_of(table: str, as_of: str) -> TableVersion:
 def replay_stage(spark: SparkSession, config: PipelineConfig, plan: ReplayPlan) -> ReplayResult:
     """Rebuild the stage's tables as planned, replace them atomically, and give the stage a fresh checkpoint."""
     from sparkonce.delta.merge import latest_per_key
-    from sparkonce.pipeline.stages import parse_raw, table_rows
+    from sparkonce.pipeline.stages import parse_raw, plan_transform, table_rows
 
     stage = config.stage(plan.stage)
     source = spark.read.format("delta").option("versionAsOf", str(plan.input_table_version)).load(plan.input_table)
@@ -128,20 +132,36 @@ def replay_stage(spark: SparkSession, config: PipelineConfig, plan: ReplayPlan) 
     if isinstance(stage, BronzeStage):
         good, bad, _added = parse_raw(source, stage, batch_id=None)
         outputs = [(stage.table, good), (stage.quarantine, bad)]
+    elif isinstance(stage, TransformStage):
+        # The whole input, as of the table version, is one batch (batch_id 0 for (df, batch_id) functions).
+        bound, _ = plan_transform(spark, config, stage)
+        frame = bound.apply(source, 0)
+        outputs = [(o.path, frame.where(o.where) if o.where is not None else frame) for o in stage.outputs]
     else:
         assert isinstance(stage, GoldStage)
-        outputs = [(stage.table, latest_per_key(source, stage.keys, stage.order_by))]
+        latest = latest_per_key(source, stage.keys, stage.order_by)
+        if stage.merge == "clauses":
+            # The whole input merged into an empty table: only the insert clause can apply.
+            import pyspark.sql.functions as F
+
+            inserted = latest.withColumn("source", F.struct(*latest.columns))
+            condition = stage.insert if stage.insert is not None else "false"
+            latest = inserted.where(condition).drop("source")
+        outputs = [(stage.table, latest)]
     versions: dict[str, int] = {}
     for table, frame in outputs:
-        (
+        partitions = list(load_table(table).metadata().partition_columns) if table_exists(table) else []
+        writer = (
             frame.write.format("delta")
             .mode("overwrite")
             .option("overwriteSchema", "true")
             .option("txnAppId", plan.app_id)
             .option("txnVersion", "0")
             .option("userMetadata", f"sparkonce replay of stage {plan.stage} as of {plan.as_of}")
-            .save(table)
         )
+        if partitions:
+            writer = writer.partitionBy(*partitions)
+        writer.save(table)
         versions[table] = int(load_table(table).version())
         log.info(
             "replay of stage %s: %s replaced at table_version %s (app_id %s, input table_version %s)",

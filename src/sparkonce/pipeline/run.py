@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import sparkonce.errors as errors
 from sparkonce.errors import BrokerError, SparkonceError
-from sparkonce.pipeline.config import PipelineConfig, RawStage, Stage
+from sparkonce.pipeline.config import SOURCE, PipelineConfig, Stage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -100,7 +100,7 @@ def preflight(config: PipelineConfig, stages: Sequence[Stage]) -> None:
     Raises:
         BrokerError: the broker does not answer, or the topic does not exist.
     """
-    if not any(isinstance(s, RawStage) for s in stages):
+    if not any(s.input == SOURCE for s in stages):
         return
     from sparkonce.services.broker import list_topics
 
@@ -126,12 +126,13 @@ def run_pipeline(
     """Run the pipeline's stages (all, or ``stages``) until they finish or ``stop`` is set.
 
     Raises:
-        PipelineConfigError: an unknown stage name.
+        PipelineConfigError: an unknown stage name, or a transformation that does not resolve or analyse
+            (checked for every selected stage before any query starts).
         BrokerError: the broker is unreachable or the topic is missing.
         CheckpointError: a checkpoint is shared, foreign or moved.
         SparkonceError: a stage failed (the error of the stage, e.g. SchemaMismatchError for drift = "fail").
     """
-    from sparkonce.pipeline.stages import start_stage, waiting_for
+    from sparkonce.pipeline.stages import check_stages, start_stage, waiting_for
 
     selected = select_stages(config, stages)
     preflight(config, selected)
@@ -139,6 +140,7 @@ def run_pipeline(
         from sparkonce.spark import local_session
 
         spark = local_session(app_name=f"sparkonce-{config.name}", master=master or "local[2]")
+    check_stages(spark, config, selected)
     stop = stop or threading.Event()
     started = time.monotonic()
     monitor = _Monitor(config, selected)
@@ -249,7 +251,7 @@ class _Monitor:
         self._poll_broker()
 
     def _poll_broker(self) -> None:
-        if not any(isinstance(s, RawStage) for s in self.stages) or time.monotonic() - self._last_broker_poll < 2.0:
+        if not any(s.input == SOURCE for s in self.stages) or time.monotonic() - self._last_broker_poll < 2.0:
             return
         self._last_broker_poll = time.monotonic()
         from sparkonce.kafka import broker_offsets
@@ -277,7 +279,7 @@ class _Monitor:
             end = _end_offset(data)
             lag: tuple[PartitionLag, ...] = ()
             behind = None
-            if isinstance(stage, RawStage):
+            if stage.input == SOURCE:
                 positions = {(t, int(p)): int(o) for t, parts in (end or {}).items() for p, o in parts.items()}
                 keys = sorted(set(positions) | set(self.latest_offsets))
                 lag = tuple(PartitionLag(t, p, positions.get((t, p)), self.latest_offsets.get((t, p))) for t, p in keys)

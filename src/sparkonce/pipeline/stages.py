@@ -28,17 +28,30 @@ import pyarrow as pa
 from sparkonce.checkpoint.query import read_query_id
 from sparkonce.crash import crash_point
 from sparkonce.delta.commit import BatchTxn, load_table, table_exists
-from sparkonce.delta.merge import MergeResult, merge_latest
+from sparkonce.delta.merge import MergeClause, MergeResult, latest_per_key, merge_into, merge_latest
 from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
-from sparkonce.errors import SchemaMismatchError, TableNotFoundError
-from sparkonce.pipeline.config import LINEAGE_COLUMNS, BronzeStage, GoldStage, PipelineConfig, RawStage, Stage
+from sparkonce.errors import PipelineConfigError, SchemaMismatchError, TableNotFoundError
+from sparkonce.pipeline.config import (
+    LINEAGE_COLUMNS,
+    SOURCE,
+    BronzeStage,
+    GoldStage,
+    PipelineConfig,
+    PostgresStage,
+    RawStage,
+    Stage,
+    TransformStage,
+)
 from sparkonce.pipeline.owner import claim_checkpoint
-from sparkonce.sinks.fanout import FanOutTarget, FanOutWriter
+from sparkonce.pipeline.transforms import BoundTransform, check_transform
+from sparkonce.sinks.fanout import FanOutResult, FanOutTarget, FanOutWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructField, StructType
+
+    from sparkonce.sinks.postgres import PostgresSink
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +103,10 @@ def start_stage(spark: SparkSession, config: PipelineConfig, stage: Stage) -> St
         options["startingVersion"] = str(owner.starting_version)
     if isinstance(stage, BronzeStage):
         return _start_bronze(spark, config, stage, options)
+    if isinstance(stage, TransformStage):
+        return _start_transform(spark, config, stage, options)
+    if isinstance(stage, PostgresStage):
+        return _start_postgres(spark, config, stage, options)
     return _start_gold(spark, config, stage, options)
 
 
@@ -112,19 +129,140 @@ def waiting_for(config: PipelineConfig, stage: Stage) -> int | None:
 
 
 def prepare_tables(spark: SparkSession, config: PipelineConfig, stage: Stage) -> None:
-    """Create the tables a stage reads and writes when missing (empty, with their schema)."""
+    """Create the tables a stage reads and writes when missing (empty, with their schema).
+
+    Raises:
+        PipelineConfigError: a transformation does not resolve or does not apply to its input's schema.
+        TableNotFoundError: a table path holds something that is not a Delta table.
+    """
+    if stage.input != SOURCE:
+        upstream = config.stage(stage.input)
+        ensure_table(
+            upstream.tables[0],
+            output_schemas(spark, config, upstream, downstream=True)[upstream.tables[0]],
+            partition_by=upstream.partition_by if isinstance(upstream, GoldStage) else (),
+        )
+    partition_by = stage.partition_by if isinstance(stage, GoldStage) else ()
+    for table, schema in output_schemas(spark, config, stage).items():
+        ensure_table(table, schema, partition_by=partition_by)
+
+
+def output_schemas(
+    spark: SparkSession, config: PipelineConfig, stage: Stage, *, downstream: bool = False
+) -> dict[str, StructType]:
+    """The schema of each Delta table the stage creates before it starts.
+
+    A merge stage's table is created by its first merge (none here), unless it is partitioned, or ``downstream``:
+    a stage reading it needs it to exist, with the merge input's schema.
+    """
     if isinstance(stage, RawStage):
-        ensure_table(stage.table, _ddl_schema(spark, RAW_DDL))
-    elif isinstance(stage, BronzeStage):
-        ensure_table(config.raw.table, _ddl_schema(spark, RAW_DDL))
-        ensure_table(stage.table, bronze_schema(spark, stage))
-        ensure_table(stage.quarantine, _ddl_schema(spark, QUARANTINE_DDL))
-    else:
-        assert config.bronze is not None
-        ensure_table(config.bronze.table, bronze_schema(spark, config.bronze))
+        return {stage.table: _ddl_schema(spark, RAW_DDL)}
+    if isinstance(stage, BronzeStage):
+        return {stage.table: bronze_schema(spark, stage), stage.quarantine: _ddl_schema(spark, QUARANTINE_DDL)}
+    if isinstance(stage, TransformStage):
+        _, schema = plan_transform(spark, config, stage)
+        return dict.fromkeys(stage.tables, schema)
+    if isinstance(stage, GoldStage) and (downstream or stage.partition_by):
+        return {stage.table: input_schema(spark, config, stage)}
+    return {}
 
 
-def ensure_table(path: str, schema: StructType) -> None:
+def input_schema(spark: SparkSession, config: PipelineConfig, stage: Stage) -> StructType:
+    """The schema of the batches a stage reads: the Kafka records in the raw shape, or its input table's."""
+    if stage.input == SOURCE:
+        return _ddl_schema(spark, RAW_DDL)
+    upstream = config.stage(stage.input)
+    table = upstream.tables[0]
+    if table_exists(table):
+        return spark_schema(table_arrow_schema(load_table(table)))
+    return output_schemas(spark, config, upstream, downstream=True)[table]
+
+
+def plan_transform(
+    spark: SparkSession, config: PipelineConfig, stage: TransformStage
+) -> tuple[BoundTransform, StructType]:
+    """Resolve the stage's transformation and analyse it (and each table's ``where``) on an empty input frame.
+
+    Raises:
+        PipelineConfigError: module not found, not callable, wrong signature, or the SQL / plan / ``where`` does
+            not analyse against the input's schema; the message names the stage key.
+    """
+    bound = stage.transform.resolve()
+    schema = check_transform(bound, spark, input_schema(spark, config, stage))
+    empty = spark.createDataFrame([], schema)
+    for index, output in enumerate(stage.outputs):
+        if output.where is None:
+            continue
+        try:
+            empty.where(output.where).schema  # noqa: B018 - analysis only
+        except Exception as err:
+            raise PipelineConfigError(
+                f"stages.{stage.name}.tables[{index}].where: {output.where!r} does not apply to the stage's output "
+                f"({schema.simpleString()[:300]}): {str(err).strip().splitlines()[0] if str(err).strip() else err}"
+            ) from err
+    return bound, schema
+
+
+def check_stages(spark: SparkSession, config: PipelineConfig, stages: Sequence[Stage]) -> None:
+    """Every load-time check that needs Spark, for ``stages``, before any of them starts (no data moves).
+
+    Raises:
+        PipelineConfigError: a transformation of a stage does not resolve or analyse, or a merge stage's keys,
+            order columns or clauses do not fit its input's schema.
+    """
+    for stage in stages:
+        if isinstance(stage, TransformStage):
+            plan_transform(spark, config, stage)
+        elif isinstance(stage, GoldStage):
+            check_merge(spark, config, stage)
+        elif isinstance(stage, PostgresStage):
+            postgres_sink(spark, config, stage).check()
+
+
+def check_merge(spark: SparkSession, config: PipelineConfig, stage: GoldStage) -> None:
+    """Analyse a merge stage's keys, order and partition columns and its clauses on an empty input frame.
+
+    Raises:
+        PipelineConfigError: naming the key and Spark's reason.
+    """
+    import pyspark.sql.functions as F
+
+    schema = input_schema(spark, config, stage)
+    for key, names in (("keys", stage.keys), ("order_by", stage.order_by), ("partition_by", stage.partition_by)):
+        unknown = [n for n in names if n not in schema.names]
+        if unknown:
+            raise PipelineConfigError(
+                f"stages.{stage.name}.{key}: {unknown} are not columns of the input {stage.input!r} {schema.names}"
+            )
+    empty = spark.createDataFrame([], schema)
+    pair = empty.select(F.struct(*schema.names).alias("source"), F.struct(*schema.names).alias("target"))
+    for clause in ("delete", "update", "insert"):
+        text = getattr(stage, clause)
+        if text is None:
+            continue
+        try:
+            pair.where(text).schema  # noqa: B018 - analysis only
+        except Exception as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
+            raise PipelineConfigError(
+                f"stages.{stage.name}.{clause}: {text!r} does not analyse over source.<column> / target.<column> "
+                f"of {schema.names}: {first}"
+            ) from err
+
+
+def _clauses(stage: GoldStage) -> list[MergeClause]:
+    """Delta MERGE's order: a matched key is deleted or updated (first clause that holds), a new key inserted."""
+    clauses = []
+    if stage.delete is not None:
+        clauses.append(MergeClause("matched", "delete", stage.delete))
+    if stage.update is not None:
+        clauses.append(MergeClause("matched", "update", stage.update))
+    if stage.insert is not None:
+        clauses.append(MergeClause("notMatched", "insert", stage.insert))
+    return clauses
+
+
+def ensure_table(path: str, schema: StructType, *, partition_by: Sequence[str] = ()) -> None:
     """Create an empty Delta table at ``path`` unless one is there.
 
     Raises:
@@ -138,7 +276,9 @@ def ensure_table(path: str, schema: StructType) -> None:
         raise TableNotFoundError(
             f"{path} holds something that is not a Delta table (no _delta_log): refusing to write into it"
         )
-    DeltaTable.create(path, schema=arrow_schema_for_spark(schema), mode="ignore")
+    DeltaTable.create(
+        path, schema=arrow_schema_for_spark(schema), partition_by=list(partition_by) or None, mode="ignore"
+    )
     log.info("created the empty Delta table %s", path)
 
 
@@ -194,7 +334,7 @@ def _start_bronze(
 ) -> StreamingQuery:
     if stage.max_files_per_trigger is not None:
         options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
-    source = spark.readStream.format("delta").options(**options).load(config.raw.table)
+    source = spark.readStream.format("delta").options(**options).load(config.input_table(stage))
     app_ids: list[str] = []
 
     def process(batch: DataFrame, batch_id: int) -> None:
@@ -441,11 +581,10 @@ def _classify(raw: DataFrame, stage: BronzeStage, fields: list[StructField]) -> 
 def _start_gold(
     spark: SparkSession, config: PipelineConfig, stage: GoldStage, options: dict[str, str]
 ) -> StreamingQuery:
-    assert config.bronze is not None
     options["skipChangeCommits"] = "true"
     if stage.max_files_per_trigger is not None:
         options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
-    source = spark.readStream.format("delta").options(**options).load(config.bronze.table)
+    source = spark.readStream.format("delta").options(**options).load(config.input_table(stage))
 
     def process(batch: DataFrame, batch_id: int) -> None:
         write_gold_batch(batch, batch_id, stage)
@@ -456,17 +595,138 @@ def _start_gold(
 def write_gold_batch(batch: DataFrame, batch_id: int, stage: GoldStage, *, app_id: str | None = None) -> MergeResult:
     """Merge one bronze batch into gold, exactly once for ``(app_id, batch_id)`` (app id: the gold query id)."""
     app_id = app_id or read_query_id(stage.checkpoint)
-    result = merge_latest(
-        batch,
-        stage.table,
-        keys=stage.keys,
-        order_by=stage.order_by,
-        txn=BatchTxn(app_id, batch_id),
-        merge_schema=stage.drift == "add",
-        target_file_rows=stage.target_file_rows,
-    )
+    if stage.merge == "clauses":
+        condition = " AND ".join(f"target.`{k}` = source.`{k}`" for k in stage.keys)
+        result = merge_into(
+            latest_per_key(batch, stage.keys, stage.order_by).alias("source"),
+            stage.table,
+            condition,
+            _clauses(stage),
+            target_alias="target",
+            keys=[(k, k) for k in stage.keys],
+            txn=BatchTxn(app_id, batch_id),
+            schema_evolution=stage.drift == "add",
+            target_file_rows=stage.target_file_rows,
+            parameters={"keys": list(stage.keys), "orderBy": list(stage.order_by)},
+            create_from_source=True,
+        )
+    else:
+        result = merge_latest(
+            batch,
+            stage.table,
+            keys=stage.keys,
+            order_by=stage.order_by,
+            txn=BatchTxn(app_id, batch_id),
+            merge_schema=stage.drift == "add",
+            target_file_rows=stage.target_file_rows,
+        )
     crash_point("after_gold_merge", batch_id)
     return result
+
+
+# -- postgres ----------------------------------------------------------------------------------------------------
+
+
+def postgres_sink(spark: SparkSession, config: PipelineConfig, stage: PostgresStage) -> PostgresSink:
+    """The stage's sink (ledger app id ``f"{query id}:{table}"``); resolves the DSN and the transformation.
+
+    Raises:
+        PipelineConfigError: the DSN's environment variable is unset, or the transformation does not resolve or
+            analyse.
+        OptionError: an invalid DSN or table name.
+    """
+    from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
+
+    if stage.transform is not None:
+        check_transform(stage.transform.resolve(), spark, input_schema(spark, config, stage))
+    return PostgresSink(
+        PostgresSinkOptions(
+            dsn=stage.resolved_dsn(),
+            table=stage.pg_table,
+            keys=stage.keys,
+            checkpoint_dir=stage.checkpoint,
+            ledger_table=stage.ledger_table,
+        )
+    )
+
+
+def _start_postgres(
+    spark: SparkSession, config: PipelineConfig, stage: PostgresStage, options: dict[str, str]
+) -> StreamingQuery:
+    sink = postgres_sink(spark, config, stage)
+    bound = stage.transform.resolve() if stage.transform is not None else None
+    schema = input_schema(spark, config, stage)
+    if bound is not None:
+        schema = check_transform(bound, spark, schema)
+    sink.check(schema)  # target, staging and ledger tables exist before the first batch
+    source = _stage_source(spark, config, stage, options)
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        sink.write_batch(bound.apply(batch, batch_id) if bound is not None else batch, batch_id)
+
+    return _start_foreach_batch(source, process, config, stage)
+
+
+def _stage_source(
+    spark: SparkSession, config: PipelineConfig, stage: TransformStage | PostgresStage, options: dict[str, str]
+) -> DataFrame:
+    """The stream a user stage reads: the Kafka records (raw shape), or its input's Delta table."""
+    if stage.input == SOURCE:
+        return raw_frame(spark, config)
+    options["skipChangeCommits"] = "true"  # a replayed (overwritten) input does not stop the stage
+    if stage.max_files_per_trigger is not None:
+        options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
+    return spark.readStream.format("delta").options(**options).load(config.input_table(stage))
+
+
+# -- transform ---------------------------------------------------------------------------------------------------
+
+
+def _start_transform(
+    spark: SparkSession, config: PipelineConfig, stage: TransformStage, options: dict[str, str]
+) -> StreamingQuery:
+    bound, _ = plan_transform(spark, config, stage)
+    source = _stage_source(spark, config, stage, options)
+    app_ids: list[str] = []
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        if not app_ids:
+            app_ids.append(read_query_id(stage.checkpoint))
+        write_transform_batch(batch, batch_id, stage, bound, app_id=app_ids[0])
+
+    return _start_foreach_batch(source, process, config, stage)
+
+
+def transform_writer(stage: TransformStage, app_id: str) -> FanOutWriter:
+    """The fan-out of a transform stage: one target per output table, each with its own txn."""
+    options = {"mergeSchema": "true"} if stage.merge_schema else {}
+    targets = [
+        FanOutTarget(
+            output.path,
+            name=output.name,
+            select=_where(output.where) if output.where is not None else None,
+            options=options,
+        )
+        for output in stage.outputs
+    ]
+    return FanOutWriter(targets, app_id=app_id)
+
+
+def _where(condition: str) -> Callable[[DataFrame], DataFrame]:
+    def select(frame: DataFrame) -> DataFrame:
+        return frame.where(condition)
+
+    return select
+
+
+def write_transform_batch(
+    batch: DataFrame, batch_id: int, stage: TransformStage, bound: BoundTransform, *, app_id: str
+) -> FanOutResult:
+    """Apply the stage's transformation to one input batch and write each output table exactly once.
+
+    Txn app id ``f"{app_id}:{table name}"`` (app id: the stage's query id), txn version ``batch_id``.
+    """
+    return transform_writer(stage, app_id).write_batch(bound.apply(batch, batch_id), batch_id)
 
 
 def table_rows(table: str) -> int:
@@ -484,8 +744,12 @@ __all__ = [
     "RAW_DDL",
     "BronzeBatchResult",
     "bronze_schema",
+    "check_stages",
     "ensure_table",
+    "input_schema",
+    "output_schemas",
     "parse_raw",
+    "plan_transform",
     "prepare_tables",
     "query_name",
     "start_stage",
@@ -493,4 +757,5 @@ __all__ = [
     "waiting_for",
     "write_bronze_batch",
     "write_gold_batch",
+    "write_transform_batch",
 ]

@@ -1,0 +1,182 @@
+"""A merge stage with a delete clause (partitioned target) and a PostgreSQL stage, crashed for real, restarted.
+
+The DAG: ``raw`` (Kafka -> Delta) -> ``changes`` (SQL: parse change records ``{"id", "site", "seq", "op",
+"amount"}``) -> ``accounts`` (``kind = "merge"``, ``merge = "clauses"``: delete when ``op = 'D'``, update when the
+``seq`` is later, insert otherwise; partitioned by ``site``) and ``per_site`` (``kind = "postgres"``: a SQL
+aggregate of each batch's changes per site, appended with the DSN from an environment variable).
+
+1. crash at ``after_gold_merge:1``: ``accounts`` batch 1 made its merge commit, ``commits/1`` is not written;
+2. restart, crash at ``inside_pg_transaction:1``: the PostgreSQL transaction of ``per_site`` batch 1 dies before
+   its commit;
+3. restart to the end: every stage drains (availableNow) and exits 0.
+
+Then exact contents: ``accounts`` equals the oracle (the highest-``seq`` change per id, absent when it is a
+delete), one txn per committed batch, and the PostgreSQL partial aggregates sum to the oracle per site, with one
+ledger row per committed batch of ``per_site``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkonce.ops.chaos import DriverRun, run_driver
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.crash]
+
+CHANGES = 240
+
+
+def _pipeline(bootstrap: str, topic: str) -> str:
+    return f'''
+name = "accounts"
+
+[source]
+bootstrap_servers = "{bootstrap}"
+topic = "{topic}"
+max_offsets_per_trigger = 60
+
+[stages.raw]
+table = "tables/raw"
+checkpoint = "checkpoints/raw"
+trigger = {{ availableNow = true }}
+
+[stages.changes]
+input = "raw"
+sql = """
+SELECT CAST(get_json_object(value, '$.id') AS BIGINT) AS id,
+       get_json_object(value, '$.site') AS site,
+       CAST(get_json_object(value, '$.seq') AS BIGINT) AS seq,
+       get_json_object(value, '$.op') AS op,
+       CAST(get_json_object(value, '$.amount') AS DOUBLE) AS amount
+FROM {{input}}
+"""
+table = "tables/changes"
+checkpoint = "checkpoints/changes"
+max_files_per_trigger = 1
+trigger = {{ availableNow = true }}
+
+[stages.accounts]
+kind = "merge"
+input = "changes"
+table = "tables/accounts"
+checkpoint = "checkpoints/accounts"
+keys = ["id"]
+order_by = "seq"
+merge = "clauses"
+delete = "source.op = 'D'"
+update = "source.seq > target.seq"
+insert = "source.op <> 'D'"
+partition_by = ["site"]
+max_files_per_trigger = 1
+trigger = {{ availableNow = true }}
+
+[stages.per_site]
+kind = "postgres"
+input = "changes"
+dsn_env = "ACCOUNTS_PG_DSN"
+table = "per_site_changes"
+sql = "SELECT site, count(*) AS changes, sum(coalesce(amount, 0)) AS amount FROM {{input}} GROUP BY site"
+checkpoint = "checkpoints/per_site"
+max_files_per_trigger = 1
+trigger = {{ availableNow = true }}
+'''
+
+
+def _produce(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    rng = random.Random(3)
+    changes = []
+    for seq in range(CHANGES):
+        account = rng.randrange(40)
+        op = "D" if rng.random() < 0.2 else "U"
+        changes.append(
+            {"id": account, "site": f"site-{account % 3}", "seq": seq, "op": op, "amount": round(rng.random() * 100, 2)}
+        )
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for change in changes:
+        producer.produce(topic, json.dumps(change).encode())
+    assert producer.flush(30) == 0
+    return changes
+
+
+def _run(pipeline: Path, env: dict[str, str], crash_at: str | None = None) -> DriverRun:
+    args = ["-m", "sparkonce.cli.main", "run", str(pipeline), "--plain"]
+    return run_driver(args, crash_at=crash_at, env=env, cwd=str(REPO), timeout=900)
+
+
+def _txns(table: Path) -> list[tuple[str, int]]:
+    found = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "txn" in action:
+                found.append((action["txn"]["appId"], int(action["txn"]["version"])))
+    return found
+
+
+def _committed(checkpoint: Path) -> set[int]:
+    return {int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
+
+
+def test_merge_with_delete_and_postgres_stage_crash_restart_exact(broker, postgres, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from deltalake import DeltaTable
+
+    topic = broker.unique_topic("accounts")
+    changes = _produce(broker.bootstrap, topic)
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(_pipeline(broker.bootstrap, topic))
+    env = {**os.environ, "ACCOUNTS_PG_DSN": postgres.dsn}
+    tables, ck = tmp_path / "tables", tmp_path / "checkpoints"
+
+    crashed = _run(pipeline, env, "after_gold_merge:1")
+    assert crashed.killed, crashed.stderr[-3000:]
+    assert (ck / "accounts" / "offsets" / "1").exists() and not (ck / "accounts" / "commits" / "1").exists()
+    accounts_app = json.loads((ck / "accounts" / "metadata").read_text())["id"]
+    assert max(v for a, v in _txns(tables / "accounts") if a == accounts_app) == 1
+
+    crashed = _run(pipeline, env, "inside_pg_transaction:1")
+    assert crashed.killed, crashed.stderr[-3000:]
+    assert (ck / "per_site" / "offsets" / "1").exists() and not (ck / "per_site" / "commits" / "1").exists()
+
+    finished = _run(pipeline, env)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    # accounts: the highest-seq change per id, absent when that change is a delete.
+    last: dict[int, dict[str, Any]] = {}
+    for change in changes:
+        last[change["id"]] = change
+    expected = {i: (c["site"], c["seq"], c["amount"]) for i, c in last.items() if c["op"] != "D"}
+    rows = DeltaTable(str(tables / "accounts")).to_pyarrow_table().to_pylist()
+    assert len(rows) == len({r["id"] for r in rows}), "a key twice in accounts"
+    assert {r["id"]: (r["site"], r["seq"], r["amount"]) for r in rows} == expected
+    assert any(c["op"] == "D" and c["id"] not in expected for c in last.values()), "no delete reached the table"
+    assert DeltaTable(str(tables / "accounts")).metadata().partition_columns == ["site"]
+    txns = _txns(tables / "accounts")
+    assert len(txns) == len(set(txns)), f"accounts: a batch merged twice: {Counter(txns)}"
+    assert {v for a, v in txns if a == accounts_app} == _committed(ck / "accounts")
+
+    # per_site: the partial aggregates of every batch, each batch exactly once.
+    sums = postgres.fetch("SELECT site, sum(changes), sum(amount) FROM per_site_changes GROUP BY site ORDER BY site")
+    oracle: dict[str, tuple[int, float]] = {}
+    for c in changes:
+        n, total = oracle.get(c["site"], (0, 0.0))
+        oracle[c["site"]] = (n + 1, total + c["amount"])
+    assert [(s, int(n)) for s, n, _ in sums] == [(s, oracle[s][0]) for s in sorted(oracle)]
+    for site, _, total in sums:
+        assert float(total) == pytest.approx(oracle[site][1])
+    per_site_app = json.loads((ck / "per_site" / "metadata").read_text())["id"] + ":per_site_changes"
+    ledger = postgres.fetch("SELECT batch_id FROM sparkonce_ledger WHERE app_id = %s", (per_site_app,))
+    assert sorted(b for (b,) in ledger) == sorted(_committed(ck / "per_site"))
+    assert len(ledger) > 2
