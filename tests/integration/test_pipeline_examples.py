@@ -15,6 +15,7 @@ import pytest
 
 from sparkonce.pipeline.config import load_pipeline
 from sparkonce.pipeline.run import run_pipeline
+from sparkonce.pipeline.verify import verify_pipeline
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
@@ -33,9 +34,10 @@ def _copy(name: str, tmp_path: Path, bootstrap: str, topic: str, old_topic: str)
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    from sparkonce.services.broker import create_topic
+
+    create_topic(bootstrap, topic, partitions=2)
     producer = Producer({"bootstrap.servers": bootstrap})
     for index, value in enumerate(values):
         producer.produce(topic, value, partition=index % 2)
@@ -141,3 +143,17 @@ def test_device_minutes_example(spark, broker, postgres, tmp_path: Path, monkeyp
         assert got[key][0] == n
         assert got[key][1] == pytest.approx(avg)
         assert (got[key][2], got[key][3]) == (lo, hi)
+
+    # The pipeline's verify: every committed batch of every stage recorded exactly once (Delta txns, the ledger).
+    report = verify_pipeline(config)
+    assert report.ok, report
+    checked = {(t.stage, t.target) for t in report.targets}
+    assert ("per_minute", "postgresql:device_minute_partials") in checked
+    assert ("bronze", config.bronze.quarantine) in checked
+    pg = next(t for t in report.targets if t.stage == "per_minute")
+    assert pg.committed_batches > 0 and pg.row_difference == 0
+    # ... and it notices a lost batch and rows nobody recorded.
+    postgres.execute("DELETE FROM sparkonce_ledger WHERE app_id = %s AND batch_id = 0", (pg.record_id,))
+    postgres.execute("INSERT INTO device_minute_partials SELECT * FROM device_minute_partials LIMIT 1")
+    broken = next(t for t in verify_pipeline(config).targets if t.stage == "per_minute")
+    assert broken.missing == (0,) and broken.row_difference is not None and broken.row_difference > 1

@@ -91,9 +91,10 @@ trigger = {{ availableNow = true }}
 
 def _produce(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    from sparkonce.services.broker import create_topic
+
+    create_topic(bootstrap, topic, partitions=1)
     rng = random.Random(3)
     changes = []
     for seq in range(CHANGES):
@@ -128,7 +129,9 @@ def _committed(checkpoint: Path) -> set[int]:
     return {int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
 
 
-def test_merge_with_delete_and_postgres_stage_crash_restart_exact(broker, postgres, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_merge_with_delete_and_postgres_stage_crash_restart_exact(
+    broker, postgres, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     import os
 
     from deltalake import DeltaTable
@@ -180,3 +183,12 @@ def test_merge_with_delete_and_postgres_stage_crash_restart_exact(broker, postgr
     ledger = postgres.fetch("SELECT batch_id FROM sparkonce_ledger WHERE app_id = %s", (per_site_app,))
     assert sorted(b for (b,) in ledger) == sorted(_committed(ck / "per_site"))
     assert len(ledger) > 2
+
+    # The pipeline's verify agrees: every committed batch of every stage recorded once, the PostgreSQL rows too.
+    from sparkonce.pipeline.config import load_pipeline
+    from sparkonce.pipeline.verify import verify_pipeline
+
+    monkeypatch.setenv("ACCOUNTS_PG_DSN", postgres.dsn)
+    report = verify_pipeline(load_pipeline(pipeline))
+    assert report.ok, report
+    assert {t.stage for t in report.targets} == {"raw", "changes", "accounts", "per_site"}

@@ -90,6 +90,24 @@ class PostgresSink:
             elif self.options.keys and pgsql.table_columns(conn, self.options.table):
                 pgsql.check_unique_index(conn, self.options.table, self.options.keys)
 
+    def ledger_rows(self) -> list[tuple[int, int]]:
+        """``(batch_id, target_rows)`` of every batch the ledger records for this sink's app id (driver).
+
+        Raises:
+            SinkError: the database is unreachable or refused the query.
+        """
+        with self._connect() as conn, self._sql_errors("reading the ledger"):
+            return pgsql.ledger_rows(conn, self._ledger, self.app_id)
+
+    def target_rows(self) -> int:
+        """Rows in the target table now (0 when it does not exist) (driver).
+
+        Raises:
+            SinkError: the database is unreachable or refused the query.
+        """
+        with self._connect() as conn, self._sql_errors("counting the target's rows"):
+            return pgsql.count_rows(conn, self._target)
+
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> BatchOutcome:
         """Write ``batch_df`` as batch ``batch_id`` unless the ledger already holds it (driver).
 

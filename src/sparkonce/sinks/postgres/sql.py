@@ -101,6 +101,31 @@ def insert_ledger(
     )
 
 
+def ledger_rows(conn: Any, ledger: tuple[str, ...], app_id: str) -> list[tuple[int, int]]:
+    """``(batch_id, target_rows)`` of every batch the ledger records for ``app_id`` (empty without a ledger)."""
+    from psycopg import sql
+
+    if not table_columns(conn, ".".join(ledger)):
+        return []
+    rows = conn.execute(
+        sql.SQL("SELECT batch_id, target_rows FROM {} WHERE app_id = %s ORDER BY batch_id").format(
+            sql.Identifier(*ledger)
+        ),
+        (app_id,),
+    ).fetchall()
+    return [(int(b), int(n)) for b, n in rows]
+
+
+def count_rows(conn: Any, table: tuple[str, ...]) -> int:
+    """Rows of ``table`` (0 when it does not exist)."""
+    from psycopg import sql
+
+    if not table_columns(conn, ".".join(table)):
+        return 0
+    row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(*table))).fetchone()
+    return int(row[0])
+
+
 def delete_staging(conn: Any, staging: tuple[str, ...], app_id: str, batch_id: int) -> int:
     """Delete the staging rows of ``(app_id, batch_id)``; returns how many."""
     from psycopg import sql
@@ -225,12 +250,14 @@ __all__ = [
     "TAG_COLUMNS",
     "Column",
     "check_unique_index",
+    "count_rows",
     "create_target",
     "delete_staging",
     "ensure_ledger",
     "ensure_staging",
     "in_ledger",
     "insert_ledger",
+    "ledger_rows",
     "move_statement",
     "pg_type",
     "qualified",
