@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from sparkonce.cli.main import cli
 from sparkonce.pipeline.config import load_pipeline
 from sparkonce.pipeline.run import run_pipeline
 from sparkonce.pipeline.verify import verify_pipeline
@@ -157,3 +159,7 @@ def test_device_minutes_example(spark, broker, postgres, tmp_path: Path, monkeyp
     postgres.execute("INSERT INTO device_minute_partials SELECT * FROM device_minute_partials LIMIT 1")
     broken = next(t for t in verify_pipeline(config).targets if t.stage == "per_minute")
     assert broken.missing == (0,) and broken.row_difference is not None and broken.row_difference > 1
+    checked_cli = CliRunner().invoke(cli, ["check", str(pipeline)])
+    assert checked_cli.exit_code == 1, checked_cli.output
+    assert "FINDING: stage per_minute -> postgresql:device_minute_partials" in checked_cli.output
+    assert "ok: stage bronze" in checked_cli.output

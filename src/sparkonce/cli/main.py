@@ -23,6 +23,7 @@ _COMMANDS: list[tuple[str, str]] = [
     ("sparkonce.cli.vacuum", "vacuum"),
     ("sparkonce.cli.pipeline", "run"),
     ("sparkonce.cli.pipeline", "replay"),
+    ("sparkonce.cli.pipeline", "check"),
     ("sparkonce.cli.pipeline", "quickstart"),
     ("sparkonce.cli.chaos", "chaos"),
 ]

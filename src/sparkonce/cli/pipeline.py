@@ -150,6 +150,33 @@ def replay(pipeline: Path, stage: str, as_of: str, master: str | None, yes: bool
 
 
 @click.command()
+@click.argument("pipeline", type=click.Path(path_type=Path))
+@click.option("--stage", "stages", multiple=True, help="Check only this stage (repeatable). Default: all.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@handle_errors
+def check(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
+    """Verify every committed batch of PIPELINE's stages is recorded exactly once in each Delta / PostgreSQL target."""
+    from sparkonce.pipeline.config import load_pipeline
+    from sparkonce.pipeline.verify import verify_pipeline
+
+    report = verify_pipeline(load_pipeline(pipeline), stages=stages or None)
+    if as_json:
+        print_json(report)
+    else:
+        for t in report.targets:
+            status = "ok" if t.ok else "FINDING"
+            extra = f", {t.row_difference:+d} rows vs the ledger" if t.row_difference else ""
+            console.print(
+                f"{status}: stage {t.stage} -> {t.target}: {t.committed_batches} committed batches, "
+                f"missing {list(t.missing)}, recorded twice {list(t.duplicated)}{extra}"
+            )
+        for name in report.skipped:
+            console.print(f"skipped: stage {name} (never started)")
+    if not report.ok:
+        sys.exit(EXIT_FINDINGS)
+
+
+@click.command()
 @click.option(
     "--work-dir",
     type=click.Path(path_type=Path),
