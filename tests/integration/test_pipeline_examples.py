@@ -15,7 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
+from sparkonce.errors import PipelineConfigError
 from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.replay import plan_replay, replay_stage
 from sparkonce.pipeline.run import run_pipeline
 from sparkonce.pipeline.verify import verify_pipeline
 from tests.conftest import REPO
@@ -54,7 +56,7 @@ def _rows(table: Path) -> list[dict[str, Any]]:
 
 def test_enrichment_example(spark, broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import pyarrow as pa
-    from deltalake import write_deltalake
+    from deltalake import DeltaTable, write_deltalake
 
     topic = broker.unique_topic("device-events")
     pipeline = _copy("enrichment", tmp_path, broker.bootstrap, topic, "device_events")
@@ -109,6 +111,18 @@ def test_enrichment_example(spark, broker, tmp_path: Path) -> None:  # type: ign
     )
     assert unknown
 
+    # Replay of the transform stage: rebuilt from the raw table as of its first batch; nothing reads it downstream.
+    config = load_pipeline(pipeline)
+    with pytest.raises(PipelineConfigError, match=r"stages\.raw: replay rebuilds a stage from its input table"):
+        plan_replay(config, "raw", "1")
+    plan = plan_replay(config, "events", "1")
+    assert plan.downstream == () and plan.targets == config.stage("events").tables
+    replayed = replay_stage(spark, config, plan)
+    raw_v1 = DeltaTable(str(pipeline.parent / "tables" / "raw"), version=1).to_pyarrow_table().to_pylist()
+    first = {(r["partition"], r["offset"]) for r in raw_v1 if (r["partition"], r["offset"]) in expected}
+    assert sorted((r["partition"], r["offset"]) for r in _rows(pipeline.parent / "tables" / "events")) == sorted(first)
+    assert replayed.rows[plan.targets[1]] == sum(1 for k in first if expected[k]["device"]["id"] not in known)
+
 
 def test_device_minutes_example(spark, broker, postgres, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from sparkonce.services.producer import produce_sensor_readings
@@ -159,6 +173,10 @@ def test_device_minutes_example(spark, broker, postgres, tmp_path: Path, monkeyp
     postgres.execute("INSERT INTO device_minute_partials SELECT * FROM device_minute_partials LIMIT 1")
     broken = next(t for t in verify_pipeline(config).targets if t.stage == "per_minute")
     assert broken.missing == (0,) and broken.row_difference is not None and broken.row_difference > 1
+    plan = plan_replay(config, "bronze", "1")
+    assert plan.downstream == ("per_minute",)
+    with pytest.raises(PipelineConfigError, match=r"stages\.per_minute: replay rebuilds"):
+        plan_replay(config, "per_minute", "1")
     checked_cli = CliRunner().invoke(cli, ["check", str(pipeline)])
     assert checked_cli.exit_code == 1, checked_cli.output
     assert "FINDING: stage per_minute -> postgresql:device_minute_partials" in checked_cli.output
