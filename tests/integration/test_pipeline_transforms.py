@@ -40,7 +40,6 @@ def site_of(device_id):
 
 
 def parse(df, batch_id):
-    value = F.get_json_object("value", "$.value")
     return df.select(
         F.get_json_object("value", "$.device_id").alias("device_id"),
         F.expr("try_cast(get_json_object(value, '$.value') AS DOUBLE)").alias("value"),
@@ -48,7 +47,7 @@ def parse(df, batch_id):
         F.lit(batch_id).cast("bigint").alias("batch_id"),
         "partition",
         "offset",
-    ).where(value.isNotNull())
+    ).where(F.col("value").isNotNull())
 """
 
 
