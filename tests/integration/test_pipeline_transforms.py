@@ -1,7 +1,7 @@
 """User stages: a Python transform with a fan-out and a SQL stage in a DAG, crashed for real; load-time errors.
 
 The DAG: ``raw`` (Kafka -> Delta) -> ``parsed`` (Python ``(df, batch_id)`` transform with a UDF from the pipeline's
-folder, fanned out to ``readings`` (every parsed row) and ``high`` (``value > 50``)) -> ``low`` (SQL on
+folder, fanned out to ``readings`` (every parsed row) and ``high`` (``value > 25``)) -> ``low`` (SQL on
 ``readings``). Every stage is ``availableNow``: ``sparkonce run`` drains the topic and exits 0.
 
 1. crash at ``between_fanout_tables:1``: ``parsed`` batch 1 committed ``readings``, not ``high``;
@@ -69,7 +69,7 @@ trigger = {{ availableNow = true }}
 input = "raw"
 transform = "dag_transforms:parse"
 tables = [{{ path = "tables/readings", name = "readings", where = "value IS NOT NULL" }},
-          {{ path = "tables/high", name = "high", where = "value > 50" }}]
+          {{ path = "tables/high", name = "high", where = "value > 25" }}]
 checkpoint = "checkpoints/parsed"
 max_files_per_trigger = 1
 trigger = {{ availableNow = true }}
@@ -132,7 +132,7 @@ def test_dag_with_python_fanout_and_sql_stage_crash_restart_exact(broker, tmp_pa
         broker.bootstrap, topic=topic, count=RECORDS, partitions=2, malformed_share=0.1, seed=5
     )
     (tmp_path / "dag_transforms.py").write_text(TRANSFORMS)
-    (tmp_path / "low.sql").write_text("SELECT device_id, value, partition, offset FROM {input} WHERE value < 10\n")
+    (tmp_path / "low.sql").write_text("SELECT device_id, value, partition, offset FROM {input} WHERE value < 15\n")
     pipeline = tmp_path / "pipeline.toml"
     pipeline.write_text(_pipeline(broker.bootstrap, topic))
     tables, ck = tmp_path / "tables", tmp_path / "checkpoints"
@@ -161,9 +161,9 @@ def test_dag_with_python_fanout_and_sql_stage_crash_restart_exact(broker, tmp_pa
         assert row["device_id"] == devices[_key(row)]
         assert row["site"] == "site-" + row["device_id"][-1]
     high = _rows(tables / "high")
-    assert sorted(_key(r) for r in high) == sorted(k for k, v in expected.items() if v is not None and v > 50)
+    assert sorted(_key(r) for r in high) == sorted(k for k, v in expected.items() if v is not None and v > 25)
     low = _rows(tables / "low")
-    assert sorted(_key(r) for r in low) == sorted(k for k, v in expected.items() if v is not None and v < 10)
+    assert sorted(_key(r) for r in low) == sorted(k for k, v in expected.items() if v is not None and v < 15)
     assert high and low, "the data should exercise both filtered tables"
 
     for table, stage, name in (
