@@ -53,12 +53,7 @@ def _available_now(config: PipelineConfig) -> PipelineConfig:
     from sparkonce.pipeline.config import Trigger
 
     trigger = Trigger("availableNow")
-    return dataclasses.replace(
-        config,
-        raw=dataclasses.replace(config.raw, trigger=trigger),
-        bronze=dataclasses.replace(config.bronze, trigger=trigger) if config.bronze else None,
-        gold=dataclasses.replace(config.gold, trigger=trigger) if config.gold else None,
-    )
+    return dataclasses.replace(config, stages=tuple(dataclasses.replace(s, trigger=trigger) for s in config.stages))
 
 
 def _await(query: StreamingQuery) -> None:
