@@ -26,6 +26,7 @@ _COMMANDS: list[tuple[str, str]] = [
     ("sparkonce.cli.pipeline", "check"),
     ("sparkonce.cli.pipeline", "quickstart"),
     ("sparkonce.cli.chaos", "chaos"),
+    ("sparkonce.cli.optimize", "optimize"),
 ]
 
 

@@ -182,6 +182,7 @@ def merge_into(
     if keys is None:
         keys = equi_keys(condition, target_alias, target_columns, source.columns)
 
+    cached_by_caller = source.is_cached
     source = source.persist()
     try:
         source_rows, candidates = _candidates(source, files, keys, clauses, partition_by)
@@ -228,7 +229,8 @@ def merge_into(
         finally:
             actions.unpersist()
     finally:
-        source.unpersist()
+        if not cached_by_caller:
+            source.unpersist()
 
     metrics = {
         "numSourceRows": source_rows,

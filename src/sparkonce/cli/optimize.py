@@ -1,0 +1,60 @@
+"""``sparkonce optimize``: compact a Delta table's small files (a thin command over
+:func:`sparkonce.delta.optimize.optimize_table`).
+
+Exit codes: 0 done (or nothing to compact), 2 usage error (bad size, a ``--where`` on non-partition columns),
+3 not a Delta table, 1 a commit conflict (a concurrent writer removed a file being compacted).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from sparkonce.cli.common import console, handle_errors, print_json, to_jsonable
+
+__all__ = ["optimize"]
+
+_existing = click.Path(exists=True, file_okay=False, dir_okay=True, path_type=Path)
+
+
+@click.command()
+@click.argument("table", type=_existing)
+@click.option("--where", default=None, metavar="PREDICATE", help="SQL predicate on partition columns only.")
+@click.option(
+    "--target-file-size",
+    default="1g",
+    show_default=True,
+    metavar="SIZE",
+    help="Files below this size are packed into files of about this size (bytes, or 512k, 128m, 1g).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def optimize(table: Path, where: str | None, target_file_size: str, as_json: bool) -> None:
+    """Bin-pack TABLE's small files into larger ones in one OPTIMIZE commit (dataChange=false: streaming
+    readers do not re-read the rows; safe while a stream appends to TABLE)."""
+    from sparkonce.delta.optimize import optimize_table
+    from sparkonce.options import get_bytes
+
+    size = get_bytes({"target-file-size": target_file_size}, "target-file-size")
+    assert size is not None
+    result = optimize_table(str(table), where=where, target_file_size=size)
+    if as_json:
+        print_json({"kind": "optimize", **to_jsonable(result)})
+        return
+    if result.table_version is None:
+        console.print(f"{table}: nothing to compact ({result.considered_files} file(s) considered)")
+        return
+    out = Table(title=f"OPTIMIZE {table} -> table version {result.table_version}")
+    for name in ("files removed", "files added", "bytes removed", "bytes added", "rows", "partitions"):
+        out.add_column(name, justify="right")
+    out.add_row(
+        str(result.files_removed),
+        str(result.files_added),
+        str(result.bytes_removed),
+        str(result.bytes_added),
+        str(result.rows),
+        str(result.partitions_optimized),
+    )
+    console.print(out)

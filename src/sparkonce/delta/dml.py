@@ -1,0 +1,194 @@
+"""DELETE and UPDATE on a Delta table, rewriting only the files that hold matching rows.
+
+Driver only; reading and writing data runs on executors. For one operation:
+
+1. driver: skip it when ``txn`` is given and the table's ``txn_version(app_id) >= txn_version``;
+2. driver: when the condition names partition columns only, it is evaluated over the files' partition values
+   (Delta log metadata): a DELETE then removes whole files without reading them, an UPDATE reads only the
+   matching partitions. Otherwise every file is a candidate;
+3. executors: read the candidates and find the files with at least one matching row (the *touched* files);
+4. executors: write each touched file's rows, minus the deleted ones or with the updated values, into new files;
+5. driver: ONE Delta commit of ``remove`` (touched files) + ``add`` (new files) (+ ``txn``) with Delta's
+   ``DELETE``/``UPDATE`` parameters and metrics. An operation that matches nothing still commits (no file
+   action), so it shows in the history and its ``txn`` makes a replay a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from sparkonce._types import TableVersion
+from sparkonce.delta.commit import BatchTxn
+from sparkonce.delta.rewrite import (
+    FILE_COLUMN,
+    TableFile,
+    already_committed,
+    as_column,
+    commit_rewrite,
+    files_by_partition_predicate,
+    open_snapshot,
+    read_rows,
+    sql_text,
+    write_rows,
+)
+from sparkonce.delta.schema import arrow_schema_for_spark
+from sparkonce.errors import SchemaMismatchError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DmlResult:
+    """What a DELETE or UPDATE did (the numbers also go to the Delta commit's ``operationMetrics``)."""
+
+    table_version: TableVersion | None
+    """The Delta commit made, or None when ``txn`` was already in the table (skipped)."""
+    skipped: bool
+    files_removed: int
+    files_added: int
+    rows_changed: int
+    """Rows deleted or updated."""
+    rows_copied: int
+    metrics: dict[str, int] = field(default_factory=dict)
+
+
+def delete_rows(
+    spark: SparkSession,
+    table_uri: str,
+    condition: str | Column | None = None,
+    *,
+    txn: BatchTxn | None = None,
+    target_file_rows: int = 1_000_000,
+) -> DmlResult:
+    """Delete the rows matching ``condition`` (all rows when None) from the table at ``table_uri``."""
+    return _rewrite(spark, table_uri, "DELETE", condition, None, txn, target_file_rows)
+
+
+def update_rows(
+    spark: SparkSession,
+    table_uri: str,
+    condition: str | Column | None,
+    assignments: Mapping[str, str | Column],
+    *,
+    txn: BatchTxn | None = None,
+    target_file_rows: int = 1_000_000,
+) -> DmlResult:
+    """Set ``assignments`` (column -> SQL expression or Column) on the rows matching ``condition`` (all when None).
+
+    Raises:
+        SchemaMismatchError: an assignment names a column the table lacks.
+    """
+    return _rewrite(spark, table_uri, "UPDATE", condition, assignments, txn, target_file_rows)
+
+
+def _rewrite(
+    spark: SparkSession,
+    table_uri: str,
+    operation: Literal["DELETE", "UPDATE"],
+    condition: str | Column | None,
+    assignments: Mapping[str, str | Column] | None,
+    txn: BatchTxn | None,
+    target_file_rows: int,
+) -> DmlResult:
+    import pyspark.sql.functions as F
+
+    started = time.monotonic()
+    if already_committed(table_uri, txn) is not None:
+        log.info("%s on %s: txn %s already in the table, skipped", operation, table_uri, txn)
+        return DmlResult(None, True, 0, 0, 0, 0)
+    snapshot = open_snapshot(table_uri, operation=operation)
+    columns = [f.name for f in snapshot.spark_schema().fields]
+    if assignments is not None:
+        unknown = [c for c in assignments if c not in columns]
+        if unknown:
+            raise SchemaMismatchError(f"UPDATE on {table_uri}: column(s) {unknown} are not in the table {columns}")
+
+    whole_files: list[TableFile] = []  # removed without reading (a DELETE whose condition covers them)
+    if condition is None:
+        candidates = list(snapshot.files)
+        if operation == "DELETE":
+            whole_files, candidates = candidates, []
+    else:
+        by_partition = files_by_partition_predicate(spark, snapshot, condition)
+        candidates = list(snapshot.files) if by_partition is None else by_partition
+        if by_partition is not None and operation == "DELETE":
+            whole_files, candidates = candidates, []
+
+    scan_started = time.monotonic()
+    written: list[Any] = []
+    touched: list[TableFile] = []
+    changed = 0
+    if candidates:
+        rows = read_rows(spark, snapshot, candidates).persist()
+        try:
+            matches = F.lit(True) if condition is None else F.coalesce(as_column(condition), F.lit(False))
+            per_file = {r[0]: int(r[1]) for r in rows.where(matches).groupBy(FILE_COLUMN).count().collect()}
+            by_path = {f.path: f for f in candidates}
+            touched = [by_path[p] for p in sorted(per_file)]
+            changed = sum(per_file.values())
+            if touched:
+                kept = rows.where(F.col(FILE_COLUMN).isin(sorted(per_file)))
+                if assignments is None:
+                    output = kept.where(~matches).select(*columns)
+                else:
+                    types = {f.name: f.dataType for f in snapshot.spark_schema().fields}
+                    output = kept.select(
+                        *[
+                            F.when(matches, as_column(assignments[c]).cast(types[c])).otherwise(F.col(c)).alias(c)
+                            if c in assignments
+                            else F.col(c)
+                            for c in columns
+                        ]
+                    )
+                out_rows = sum(int(f.num_records or 0) for f in touched) - (changed if assignments is None else 0)
+                n_files = max(1, math.ceil(max(out_rows, 1) / target_file_rows))
+                if out_rows > 0 or assignments is not None:
+                    written = write_rows(output.repartition(n_files), snapshot.root, snapshot.partition_columns)
+        finally:
+            rows.unpersist()
+    scan_ms = int((time.monotonic() - scan_started) * 1000)
+    if whole_files:
+        changed += sum(int(f.num_records or 0) for f in whole_files)
+        touched = whole_files + touched
+    copied = sum(int(f.num_records or 0) for f in touched) - changed
+    metrics = {
+        "numRemovedFiles": len(touched),
+        "numAddedFiles": len(written),
+        "numCopiedRows": copied,
+        "numRemovedBytes": sum(f.size for f in touched),
+        "numAddedBytes": sum(f.size for f in written),
+        "numAddedChangeFiles": 0,
+        "executionTimeMs": int((time.monotonic() - started) * 1000),
+        "scanTimeMs": scan_ms,
+        "rewriteTimeMs": int((time.monotonic() - started) * 1000) - scan_ms,
+    }
+    metrics["numDeletedRows" if operation == "DELETE" else "numUpdatedRows"] = changed
+    params: dict[str, Any] = {"predicate": json.dumps([] if condition is None else [sql_text(condition)])}
+    if txn is not None:
+        params.update(txnAppId=txn.app_id, txnVersion=txn.txn_version)
+    result = commit_rewrite(
+        table_uri,
+        written,
+        touched,
+        data_schema=arrow_schema_for_spark(snapshot.spark_schema()),
+        operation=operation,
+        parameters=params,
+        metrics=metrics,
+        txn=txn,
+    )
+    log.info("%s on %s (txn %s): table_version %s, %s", operation, table_uri, txn, result.table_version, metrics)
+    if result.skipped:
+        return DmlResult(None, True, 0, 0, 0, 0)
+    return DmlResult(result.table_version, False, len(touched), len(written), changed, copied, metrics)
+
+
+__all__ = ["DmlResult", "delete_rows", "update_rows"]

@@ -1,0 +1,249 @@
+"""OPTIMIZE (compaction): bin-pack a Delta table's small files into larger ones, in one Delta commit.
+
+Driver only; reading and writing data runs on executors. As in Delta:
+
+1. the driver groups the active files by partition (optionally only the partitions a ``where`` predicate on
+   partition columns selects) and packs the files smaller than ``target_file_size`` into bins of at most that
+   many bytes (smallest first); bins of a single file are left alone;
+2. executors rewrite each bin into one new file (one Spark task per bin);
+3. the driver makes ONE Delta commit that removes the bins' files and adds the new ones, every action with
+   ``dataChange=false``: the rows did not change, so streaming readers of the table skip the commit.
+
+It runs alongside writers: the commit is made on top of whatever they committed meanwhile (appends never
+conflict with it); only a concurrent rewrite or delete of one of the compacted files is a conflict
+(:class:`~sparkonce.errors.CommitConflictError`), as in Delta.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sparkonce._types import TableVersion
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.reader import DataFile, ScanSchema, read_files
+from sparkonce.delta.rewrite import (
+    WRITTEN_FILES_DDL,
+    TableFile,
+    commit_rewrite,
+    files_by_partition_predicate,
+    open_snapshot,
+    sql_text,
+    written_batch,
+    written_files,
+)
+from sparkonce.delta.schema import arrow_schema_for_spark
+from sparkonce.errors import OptionError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET_FILE_SIZE = 1024 * 1024 * 1024
+"""Delta's ``spark.databricks.delta.optimize.maxFileSize`` default (1 GiB)."""
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """What a compaction did (the numbers also go to the Delta commit's ``operationMetrics``)."""
+
+    table_path: str
+    table_version: TableVersion | None
+    """The Delta commit made, or None when there was nothing to compact (no commit)."""
+    files_removed: int
+    files_added: int
+    bytes_removed: int
+    bytes_added: int
+    partitions_optimized: int
+    considered_files: int
+    rows: int
+    """Rows rewritten."""
+    planned_table_version: int = -1
+    """The table version whose files were planned; the commit lands later when writers committed meanwhile."""
+    added_paths: tuple[str, ...] = ()
+    metrics: dict[str, int] = field(default_factory=dict)
+
+
+def bin_pack(
+    files: Sequence[TableFile], partition_columns: Sequence[str], target_file_size: int
+) -> list[list[TableFile]]:
+    """Bins of files to rewrite together: per partition, files below ``target_file_size`` (smallest first)
+    packed into bins of at most that many bytes; bins holding a single file are dropped."""
+    groups: dict[tuple[Any, ...], list[TableFile]] = {}
+    for f in files:
+        if f.size < target_file_size:
+            groups.setdefault(tuple(repr(f.partition_values.get(c)) for c in partition_columns), []).append(f)
+    bins: list[list[TableFile]] = []
+    for key in sorted(groups):
+        current: list[TableFile] = []
+        size = 0
+        for f in sorted(groups[key], key=lambda f: (f.size, f.path)):
+            if current and size + f.size > target_file_size:
+                bins.append(current)
+                current, size = [], 0
+            current.append(f)
+            size += f.size
+        if current:
+            bins.append(current)
+    return [b for b in bins if len(b) > 1]
+
+
+def compact(
+    spark: SparkSession,
+    table_uri: str,
+    *,
+    where: str | Column | None = None,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+) -> OptimizeResult:
+    """Compact the small files of the table at ``table_uri`` (``OPTIMIZE table [WHERE ...]``).
+
+    Args:
+        spark: The session whose executors rewrite the files.
+        table_uri: The table.
+        where: A predicate on partition columns only: compact the matching partitions.
+        target_file_size: Bytes; files below it are compacted into files of about this size.
+
+    Raises:
+        OptionError: ``where`` references a column that is not a partition column, or the size is not positive.
+        TableNotFoundError: not a Delta table.
+        CommitConflictError: a concurrent writer removed one of the compacted files.
+    """
+    started = time.monotonic()
+    if target_file_size <= 0:
+        raise OptionError("target_file_size", target_file_size, "must be a positive number of bytes")
+    snapshot = open_snapshot(table_uri, operation="OPTIMIZE")
+    files = list(snapshot.files)
+    if where is not None:
+        chosen = files_by_partition_predicate(spark, snapshot, where)
+        if chosen is None:
+            raise OptionError(
+                "where",
+                sql_text(where),
+                f"must reference partition columns only (the table's are {list(snapshot.partition_columns)})",
+            )
+        files = chosen
+    bins = bin_pack(files, snapshot.partition_columns, target_file_size)
+    removed = [f for b in bins for f in b]
+    if not bins:
+        log.info("optimize %s at table_version %s: nothing to compact", table_uri, snapshot.table_version)
+        return OptimizeResult(table_uri, None, 0, 0, 0, 0, 0, len(files), 0, snapshot.table_version)
+    written = _rewrite_bins(spark, snapshot.root, snapshot.scan, snapshot.partition_columns, bins)
+    sizes = sorted(f.size for f in written)
+    removed_sizes = sorted(f.size for f in removed)
+    partitions = len({tuple(repr(f.partition_values.get(c)) for c in snapshot.partition_columns) for f in removed})
+    metrics = {
+        "numRemovedFiles": len(removed),
+        "numRemovedBytes": sum(removed_sizes),
+        "numAddedFiles": len(written),
+        "numAddedBytes": sum(sizes),
+        "minFileSize": sizes[0],
+        "p25FileSize": _percentile(sizes, 0.25),
+        "p50FileSize": _percentile(sizes, 0.5),
+        "p75FileSize": _percentile(sizes, 0.75),
+        "maxFileSize": sizes[-1],
+        "numDeletionVectorsRemoved": 0,
+        "partitionsOptimized": partitions,
+        "numBatches": 1,
+        "totalConsideredFiles": len(files),
+        "totalFilesSkipped": len(files) - len(removed),
+        "executionTimeMs": 0,
+    }
+    params = {
+        "predicate": json.dumps([] if where is None else [sql_text(where)]),
+        "zOrderBy": "[]",
+        "clusterBy": "[]",
+        "auto": False,
+        "targetFileSize": target_file_size,
+    }
+    metrics["executionTimeMs"] = int((time.monotonic() - started) * 1000)
+    result = commit_rewrite(
+        table_uri,
+        written,
+        removed,
+        data_schema=arrow_schema_for_spark(snapshot.spark_schema()),
+        operation="OPTIMIZE",
+        parameters=params,
+        metrics=metrics,
+        data_change=False,
+    )
+    log.info("optimize %s: table_version %s, %s", table_uri, result.table_version, metrics)
+    return OptimizeResult(
+        table_path=table_uri,
+        table_version=result.table_version,
+        files_removed=len(removed),
+        files_added=len(written),
+        bytes_removed=sum(removed_sizes),
+        bytes_added=sum(sizes),
+        partitions_optimized=partitions,
+        considered_files=len(files),
+        rows=sum(f.num_records for f in written),
+        planned_table_version=snapshot.table_version,
+        added_paths=tuple(f.path for f in written),
+        metrics=metrics,
+    )
+
+
+def optimize_table(
+    table_uri: str, *, where: str | None = None, target_file_size: int = DEFAULT_TARGET_FILE_SIZE
+) -> OptimizeResult:
+    """:func:`compact` in the active Spark session, or in a local one started for it and stopped after
+    (``sparkonce optimize``)."""
+    from pyspark.sql import SparkSession
+
+    from sparkonce.spark import local_session
+
+    active = SparkSession.getActiveSession()
+    spark = active or local_session(app_name="sparkonce-optimize")
+    try:
+        return compact(spark, table_uri, where=where, target_file_size=target_file_size)
+    finally:
+        if active is None:
+            spark.stop()
+
+
+def _percentile(sorted_sizes: list[int], q: float) -> int:
+    return sorted_sizes[min(len(sorted_sizes) - 1, int(q * len(sorted_sizes)))]
+
+
+def _rewrite_bins(
+    spark: SparkSession, root: str, scan: ScanSchema, partition_columns: Sequence[str], bins: list[list[TableFile]]
+) -> list[WrittenFile]:
+    """Executors: each bin (one task each) read and written into one new file."""
+    import os
+    from urllib.parse import unquote
+
+    plan = [[DataFile(os.path.join(root, unquote(f.path)), f.size, dict(f.partition_values)) for f in b] for b in bins]
+    options = FileWriterOptions(table_root=root, partition_by=tuple(partition_columns), file_prefix="part-optimized")
+
+    def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from _bin_task(batches, plan, scan, options)
+
+    rows = spark.range(0, len(bins), 1, len(bins)).mapInArrow(rewrite, WRITTEN_FILES_DDL).collect()
+    return written_files(rows)
+
+
+def _bin_task(
+    batches: Iterator[pa.RecordBatch], plan: list[list[DataFile]], scan: ScanSchema, options: FileWriterOptions
+) -> Iterator[pa.RecordBatch]:
+    """Executor side: read this task's bins and write each into one file; yields the files' descriptions."""
+    for listing in batches:
+        for index in listing.column(0).to_pylist():
+            writer = TableFileWriter(options, task_id=int(index))
+            try:
+                writer.write_batches(read_files(plan[index], scan))
+                files = writer.close()
+            except BaseException:
+                writer.abort()
+                raise
+            if files:
+                yield written_batch(files)
+
+
+__all__ = ["DEFAULT_TARGET_FILE_SIZE", "OptimizeResult", "bin_pack", "compact", "optimize_table"]

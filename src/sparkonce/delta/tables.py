@@ -1,0 +1,414 @@
+"""``DeltaTable``: delta-spark's Python API (``delta.tables``) for the common subset, on sparkonce.
+
+Code written for Delta's JVM connector runs with its import changed::
+
+    from sparkonce.delta.tables import DeltaTable       # instead of: from delta.tables import DeltaTable
+
+    table = DeltaTable.forPath(spark, "/data/events")
+    table.alias("t").merge(updates.alias("s"), "t.id = s.id") \\
+        .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+
+Same method names, arguments and semantics as delta-spark; every operation is one Delta commit whose operation
+name, parameters and metrics are Delta's (recorded in commitInfo's ``sparkonce`` object, shown by
+:meth:`DeltaTable.history`). Idempotent DML as in Delta: with the session confs
+``spark.databricks.delta.write.txnAppId`` and ``spark.databricks.delta.write.txnVersion`` set (e.g. inside
+``foreachBatch``), ``delete``, ``update`` and ``merge`` commit that ``txn`` and are skipped when the table's
+``txn_version(app_id) >= txnVersion`` already. See docs/delta.md ("The DeltaTable API") for the differences.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sparkonce.delta.commit import BatchTxn, load_table, table_exists
+from sparkonce.delta.merge import MergeClause, merge_into
+from sparkonce.errors import OptionError, TableNotFoundError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+MAX_FILE_SIZE_CONF = "spark.databricks.delta.optimize.maxFileSize"
+RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+
+DETAIL_SCHEMA = (
+    "format STRING, id STRING, name STRING, description STRING, location STRING, createdAt TIMESTAMP, "
+    "lastModified TIMESTAMP, partitionColumns ARRAY<STRING>, clusteringColumns ARRAY<STRING>, numFiles BIGINT, "
+    "sizeInBytes BIGINT, properties MAP<STRING, STRING>, minReaderVersion INT, minWriterVersion INT, "
+    "tableFeatures ARRAY<STRING>, statistics MAP<STRING, STRING>"
+)
+RESTORE_SCHEMA = (
+    "table_size_after_restore BIGINT, num_of_files_after_restore BIGINT, num_removed_files BIGINT, "
+    "num_restored_files BIGINT, removed_files_size BIGINT, restored_files_size BIGINT"
+)
+MERGE_SCHEMA = "num_affected_rows BIGINT, num_updated_rows BIGINT, num_deleted_rows BIGINT, num_inserted_rows BIGINT"
+COMPACTION_SCHEMA = (
+    "path STRING, metrics STRUCT<numFilesAdded: BIGINT, numFilesRemoved: BIGINT, "
+    "filesAdded: STRUCT<min: BIGINT, max: BIGINT, avg: DOUBLE, totalFiles: BIGINT, totalSize: BIGINT>, "
+    "filesRemoved: STRUCT<min: BIGINT, max: BIGINT, avg: DOUBLE, totalFiles: BIGINT, totalSize: BIGINT>, "
+    "partitionsOptimized: BIGINT, numBatches: BIGINT, totalConsideredFiles: BIGINT, totalFilesSkipped: BIGINT>"
+)
+
+
+def dml_txn(spark: SparkSession) -> BatchTxn | None:
+    """The txn of idempotent DML from Delta's session confs (both or neither).
+
+    Raises:
+        OptionError: only one of the two is set, or the version is not a non-negative integer.
+    """
+    app_id = spark.conf.get(TXN_APP_ID_CONF, None)
+    raw_version = spark.conf.get(TXN_VERSION_CONF, None)
+    if app_id is None and raw_version is None:
+        return None
+    if app_id is None or raw_version is None:
+        missing = TXN_APP_ID_CONF if app_id is None else TXN_VERSION_CONF
+        raise OptionError(
+            missing, None, f"both {TXN_APP_ID_CONF} and {TXN_VERSION_CONF} must be set for idempotent DML"
+        )
+    try:
+        version = int(raw_version)
+    except ValueError:
+        raise OptionError(TXN_VERSION_CONF, raw_version, "must be a non-negative integer") from None
+    if version < 0:
+        raise OptionError(TXN_VERSION_CONF, raw_version, "must be a non-negative integer")
+    return BatchTxn(app_id, version)
+
+
+class DeltaTable:
+    """A Delta table at a path, with delta-spark's operations. Driver only (the data work runs on executors)."""
+
+    def __init__(self, spark: SparkSession, path: str, alias: str | None = None) -> None:
+        self._spark = spark
+        self._path = path
+        self._alias = alias
+
+    # -- creation --------------------------------------------------------------------------------------------
+
+    @classmethod
+    def forPath(cls, sparkSession: SparkSession, path: str, hadoopConf: Mapping[str, str] | None = None) -> DeltaTable:
+        """The Delta table at ``path``.
+
+        Raises:
+            TableNotFoundError: ``path`` is not a Delta table (``... is not a Delta table``).
+            OptionError: ``hadoopConf`` was given (sparkonce reads tables through delta-rs, not Hadoop).
+        """
+        if hadoopConf:
+            raise OptionError("hadoopConf", ",".join(hadoopConf), "is not used by sparkonce (no Hadoop file system)")
+        text = os.fspath(path)
+        if not table_exists(text):
+            raise TableNotFoundError(f"{text} is not a Delta table")
+        import sparkonce
+
+        sparkonce.register(sparkSession)
+        return cls(sparkSession, text)
+
+    @classmethod
+    def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:
+        """True when ``identifier`` (a path) holds a Delta table."""
+        return table_exists(os.fspath(identifier))
+
+    def alias(self, aliasName: str) -> DeltaTable:
+        """This table under ``aliasName`` (for merge conditions and :meth:`toDF`)."""
+        return DeltaTable(self._spark, self._path, aliasName)
+
+    def toDF(self) -> DataFrame:
+        """The table's newest snapshot as a DataFrame (read on executors)."""
+        frame: DataFrame = self._spark.read.format("sparkonce.delta").load(self._path)
+        return frame.alias(self._alias) if self._alias else frame
+
+    # -- reading the log -------------------------------------------------------------------------------------
+
+    def history(self, limit: int | None = None) -> DataFrame:
+        """The newest ``limit`` commits (all when None), newest first, with ``DESCRIBE HISTORY``'s columns."""
+        from sparkonce.delta.history import history
+
+        return history(self._spark, self._path, limit=limit)
+
+    def detail(self) -> DataFrame:
+        """One row with ``DESCRIBE DETAIL``'s columns (format, id, location, numFiles, sizeInBytes, ...)."""
+        from sparkonce.delta.history import history_rows
+
+        table = load_table(self._path)
+        metadata = table.metadata()
+        protocol = table.protocol()
+        sizes = pa.table(table.get_add_actions(flatten=False)).column("size_bytes").to_pylist()
+        newest = history_rows(self._path, limit=1)[0]
+        created = dt.datetime.fromtimestamp(metadata.created_time / 1000, dt.UTC) if metadata.created_time else None
+        features = sorted(set(protocol.reader_features or []) | set(protocol.writer_features or []))
+        row: tuple[Any, ...] = (
+            "delta",
+            metadata.id,
+            metadata.name,
+            metadata.description,
+            _uri(self._path),
+            created,
+            newest[1],
+            list(metadata.partition_columns),
+            [],
+            len(sizes),
+            int(sum(sizes)),
+            {str(k): str(v) for k, v in metadata.configuration.items() if v is not None},
+            protocol.min_reader_version,
+            protocol.min_writer_version,
+            features,
+            {},
+        )
+        return self._spark.createDataFrame([row], DETAIL_SCHEMA)
+
+    # -- maintenance -----------------------------------------------------------------------------------------
+
+    def vacuum(self, retentionHours: float | None = None) -> DataFrame:
+        """Delete files no table version within ``retentionHours`` references (default: the table's
+        ``delta.deletedFileRetentionDuration``, 168 hours unless set); returns their paths.
+
+        The retention guard is Delta's: a retention below the table's ``delta.deletedFileRetentionDuration`` is
+        refused unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is ``false``.
+        """
+        from sparkonce.delta.vacuum import vacuum
+
+        enforce = str(self._spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() != "false"
+        result = vacuum(
+            self._path,
+            retention_hours=None if retentionHours is None else float(retentionHours),
+            dry_run=False,
+            enforce_retention_duration=enforce,
+        )
+        root = _uri(self._path)
+        return self._spark.createDataFrame([(f"{root}/{f}",) for f in result.files], "path STRING")
+
+    def optimize(self) -> DeltaOptimizeBuilder:
+        """A builder for ``OPTIMIZE``: ``.where(partition predicate)`` then ``.executeCompaction()``."""
+        return DeltaOptimizeBuilder(self._spark, self._path)
+
+    def restoreToVersion(self, version: int) -> DataFrame:
+        """Restore the table's content to table version ``version`` (one ``RESTORE`` commit); returns its metrics."""
+        return self._restore(int(version), {"version": str(version)})
+
+    def restoreToTimestamp(self, timestamp: str) -> DataFrame:
+        """Restore the table's content as of ``timestamp`` (the newest table version committed at or before it)."""
+        from sparkonce.delta.options import parse_timestamp
+
+        when = parse_timestamp("timestamp", timestamp)
+        return self._restore(when, {"timestamp": timestamp})
+
+    def _restore(self, target: int | dt.datetime, parameters: dict[str, str]) -> DataFrame:
+        from deltalake import CommitProperties
+
+        from sparkonce.delta.writer import commit_metadata
+
+        table = load_table(self._path)
+        latest = table.version()
+        if isinstance(target, int) and not 0 <= target <= latest:
+            raise OptionError("version", target, f"is not a table version of {self._path} (0 to {latest})")
+        before = _file_sizes(table)
+        old = load_table(self._path, table_version=target) if isinstance(target, int) else None
+        if old is None:
+            old = load_table(self._path)
+            try:
+                old.load_as_version(target)
+            except Exception as err:
+                raise OptionError(
+                    "timestamp", parameters["timestamp"], f"cannot be resolved on {self._path}: {err}"
+                ) from err
+        after = _file_sizes(old)
+        removed = [p for p in before if p not in after]
+        restored = [p for p in after if p not in before]
+        metrics = {
+            "tableSizeAfterRestore": sum(after.values()),
+            "numOfFilesAfterRestore": len(after),
+            "numRemovedFiles": len(removed),
+            "numRestoredFiles": len(restored),
+            "removedFilesSize": sum(before[p] for p in removed),
+            "restoredFilesSize": sum(after[p] for p in restored),
+        }
+        params = {**parameters, "version": str(old.version())} if "timestamp" in parameters else parameters
+        metadata = commit_metadata("RESTORE", params, None, operationMetrics=metrics)
+        table.restore(old.version(), commit_properties=CommitProperties(custom_metadata=metadata))
+        return self._spark.createDataFrame([tuple(metrics.values())], RESTORE_SCHEMA)
+
+    # -- DML -------------------------------------------------------------------------------------------------
+
+    def delete(self, condition: str | Column | None = None) -> None:
+        """Delete the rows matching ``condition`` (all rows when None); rewrites only files holding such rows."""
+        from sparkonce.delta.dml import delete_rows
+
+        delete_rows(self._spark, self._path, condition, txn=dml_txn(self._spark))
+
+    def update(self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None) -> None:
+        """Set ``set`` (column -> SQL expression or Column) on the rows matching ``condition`` (all when None).
+
+        Raises:
+            OptionError: ``set`` is missing (it is required; None exists only for delta-spark's argument order).
+        """
+        from sparkonce.delta.dml import update_rows
+
+        if not set:
+            raise OptionError("set", set, "is required: a dict of column -> SQL expression or Column")
+        update_rows(self._spark, self._path, condition, set, txn=dml_txn(self._spark))
+
+    def merge(self, source: DataFrame, condition: str | Column) -> DeltaMergeBuilder:
+        """A builder merging ``source`` into this table on ``condition`` (see :class:`DeltaMergeBuilder`)."""
+        from pyspark.sql import DataFrame as SparkDataFrame
+
+        if not isinstance(source, SparkDataFrame):
+            raise OptionError("source", type(source).__name__, "must be a DataFrame")
+        if condition is None:
+            raise OptionError("condition", None, "is required")
+        return DeltaMergeBuilder(self._spark, self._path, self._alias, source, condition)
+
+
+@dataclass(frozen=True)
+class DeltaMergeBuilder:
+    """``MERGE INTO`` as delta-spark builds it; each ``when...`` returns a new builder. Driver only.
+
+    Within matched, not-matched and not-matched-by-source rows, the first clause (in the order given) whose
+    condition holds applies; every clause but the last of each kind needs a condition.
+    """
+
+    _spark: SparkSession
+    _path: str
+    _alias: str | None
+    _source: DataFrame
+    _condition: str | Column
+    _clauses: tuple[MergeClause, ...] = ()
+    _schema_evolution: bool = False
+
+    def _add(self, clause: MergeClause) -> DeltaMergeBuilder:
+        return replace(self, _clauses=(*self._clauses, clause))
+
+    def whenMatchedUpdate(
+        self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None
+    ) -> DeltaMergeBuilder:
+        """Update matched target rows (where ``condition`` holds) with ``set``: column -> expression."""
+        if not set:
+            raise OptionError("set", set, "is required by whenMatchedUpdate (use whenMatchedUpdateAll for all)")
+        return self._add(MergeClause("matched", "update", condition, dict(set)))
+
+    def whenMatchedUpdateAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
+        """Update every column of matched target rows from the source column of the same name."""
+        return self._add(MergeClause("matched", "update", condition, None))
+
+    def whenMatchedDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
+        """Delete matched target rows (where ``condition`` holds)."""
+        return self._add(MergeClause("matched", "delete", condition, None))
+
+    def whenNotMatchedInsert(
+        self, condition: str | Column | None = None, values: Mapping[str, str | Column] | None = None
+    ) -> DeltaMergeBuilder:
+        """Insert source rows without a match: ``values`` column -> expression (other columns null)."""
+        if not values:
+            raise OptionError("values", values, "is required by whenNotMatchedInsert (or whenNotMatchedInsertAll)")
+        return self._add(MergeClause("notMatched", "insert", condition, dict(values)))
+
+    def whenNotMatchedInsertAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
+        """Insert source rows without a match, every column from the source column of the same name."""
+        return self._add(MergeClause("notMatched", "insert", condition, None))
+
+    def whenNotMatchedBySourceUpdate(
+        self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None
+    ) -> DeltaMergeBuilder:
+        """Update target rows no source row matches (where ``condition`` holds) with ``set``."""
+        if not set:
+            raise OptionError("set", set, "is required by whenNotMatchedBySourceUpdate")
+        return self._add(MergeClause("notMatchedBySource", "update", condition, dict(set)))
+
+    def whenNotMatchedBySourceDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
+        """Delete target rows no source row matches (where ``condition`` holds)."""
+        return self._add(MergeClause("notMatchedBySource", "delete", condition, None))
+
+    def withSchemaEvolution(self) -> DeltaMergeBuilder:
+        """Let ``UpdateAll``/``InsertAll`` add the source's new columns to the table."""
+        return replace(self, _schema_evolution=True)
+
+    def execute(self) -> DataFrame:
+        """Run the merge (one Delta commit); returns ``num_affected_rows``, ``num_updated_rows``,
+        ``num_deleted_rows`` and ``num_inserted_rows``.
+
+        Raises:
+            OptionError: no clause was given.
+            SchemaMismatchError: two source rows modify one target row, or columns do not fit the table.
+        """
+        if not self._clauses:
+            raise OptionError("merge", "execute", "needs at least one whenMatched/whenNotMatched clause")
+        result = merge_into(
+            self._source,
+            self._path,
+            self._condition,
+            self._clauses,
+            target_alias=self._alias,
+            txn=dml_txn(self._spark),
+            schema_evolution=self._schema_evolution,
+        )
+        counts = (result.rows_updated, result.rows_deleted, result.rows_inserted)
+        return self._spark.createDataFrame([(sum(counts), *counts)], MERGE_SCHEMA)
+
+
+@dataclass(frozen=True)
+class DeltaOptimizeBuilder:
+    """``OPTIMIZE`` as delta-spark builds it. Driver only."""
+
+    _spark: SparkSession
+    _path: str
+    _where: str | None = None
+
+    def where(self, partitionFilter: str) -> DeltaOptimizeBuilder:
+        """Only the partitions matching ``partitionFilter`` (a predicate on partition columns)."""
+        return replace(self, _where=partitionFilter)
+
+    def executeCompaction(self) -> DataFrame:
+        """Bin-pack small files into larger ones (one ``OPTIMIZE`` commit, ``dataChange=false``); returns the
+        table path and the metrics. Target size: ``spark.databricks.delta.optimize.maxFileSize`` (default 1 GiB)."""
+        from sparkonce.delta.optimize import DEFAULT_TARGET_FILE_SIZE, compact
+        from sparkonce.options import get_bytes
+
+        raw = self._spark.conf.get(MAX_FILE_SIZE_CONF, None)
+        size = get_bytes({MAX_FILE_SIZE_CONF: raw} if raw else {}, MAX_FILE_SIZE_CONF, DEFAULT_TARGET_FILE_SIZE)
+        assert size is not None
+        result = compact(self._spark, self._path, where=self._where, target_file_size=size)
+        m = result.metrics
+        added = (m.get("minFileSize"), m.get("maxFileSize"), _avg(result.bytes_added, result.files_added))
+        removed_avg = _avg(result.bytes_removed, result.files_removed)
+        metrics = (
+            result.files_added,
+            result.files_removed,
+            (*added, result.files_added, result.bytes_added),
+            (None, None, removed_avg, result.files_removed, result.bytes_removed),
+            result.partitions_optimized,
+            1 if result.files_added else 0,
+            result.considered_files,
+            result.considered_files - result.files_removed,
+        )
+        return self._spark.createDataFrame([(_uri(self._path), metrics)], COMPACTION_SCHEMA)
+
+    def executeZOrderBy(self, *cols: str) -> DataFrame:
+        """Not supported (no Z-ordering in sparkonce).
+
+        Raises:
+            OptionError: always.
+        """
+        raise OptionError("executeZOrderBy", ",".join(cols), "Z-ordering is not supported by sparkonce")
+
+
+def _file_sizes(table: Any) -> dict[str, int]:
+    actions = pa.table(table.get_add_actions(flatten=False))
+    return dict(zip(actions.column("path").to_pylist(), (int(s) for s in actions.column("size_bytes").to_pylist())))
+
+
+def _avg(total: int, count: int) -> float | None:
+    return total / count if count else None
+
+
+def _uri(path: str) -> str:
+    if "://" in path:
+        return path
+    return "file:" + os.path.abspath(path)
+
+
+__all__ = ["DeltaMergeBuilder", "DeltaOptimizeBuilder", "DeltaTable", "dml_txn"]

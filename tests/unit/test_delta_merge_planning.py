@@ -1,0 +1,49 @@
+"""Driver-side planning of merge and compaction, without Spark: equality keys found in merge conditions, and
+bin-packing of small files."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkonce.delta.merge import equi_keys
+from sparkonce.delta.optimize import bin_pack
+from sparkonce.delta.rewrite import TableFile
+
+
+@pytest.mark.parametrize(
+    ("condition", "expected"),
+    [
+        ("t.id = s.id", [("id", "id")]),
+        ("s.key = t.id AND t.day = s.day", [("id", "key"), ("day", "day")]),
+        ("(t.id = s.id) and t.n > 3", [("id", "id")]),
+        ("`t`.`id` = `s`.`id`", [("id", "id")]),
+        ("t.id = s.id OR t.n = s.n", []),  # not a conjunction of equalities: no pruning
+        ("t.id = t.n", []),
+        ("t.missing = s.id", []),
+        ("id = s.id", []),
+    ],
+)
+def test_equi_keys(condition: str, expected: list[tuple[str, str]]) -> None:
+    assert equi_keys(condition, "t", ["id", "day", "n"], ["id", "key", "day", "n"]) == expected
+
+
+def test_equi_keys_needs_a_target_alias_and_sql_text() -> None:
+    assert equi_keys("t.id = s.id", None, ["id"], ["id"]) == []
+
+
+def _file(path: str, size: int, part: str | None = None) -> TableFile:
+    return TableFile(path, size, {"p": part} if part is not None else {}, 1, {}, {})
+
+
+def test_bin_pack_per_partition_smallest_first_single_files_left_alone() -> None:
+    files = [
+        _file("a1", 40, "a"),
+        _file("a2", 30, "a"),
+        _file("a3", 50, "a"),
+        _file("a4", 100, "a"),  # not below the target: never compacted
+        _file("b1", 10, "b"),  # alone in its partition: nothing to pack it with
+    ]
+    bins = bin_pack(files, ["p"], 100)
+    assert [[f.path for f in b] for b in bins] == [["a2", "a1"]]  # a3 would overflow the bin and stays alone
+    assert [[f.path for f in b] for b in bin_pack(files, ["p"], 1000)] == [["a2", "a1", "a3", "a4"]]
+    assert bin_pack([_file("x", 5), _file("y", 5), _file("z", 5)], [], 10) == [[_file("x", 5), _file("y", 5)]]
