@@ -8,7 +8,7 @@
 * ``sparkonce.kafka``: a Kafka source faithful to Spark's own.
 
 The rest of the public API is re-exported here (imported on first use, so ``import sparkonce`` stays cheap):
-:class:`FanOutWriter` and :class:`PostgresSink` (exactly-once ``foreachBatch`` sinks), :func:`merge_latest`
+:class:`DeltaTable` (delta-spark's API), :class:`FanOutWriter` and :class:`PostgresSink` (exactly-once ``foreachBatch`` sinks), :func:`merge_latest`
 (upsert by key), :func:`history` (``DESCRIBE HISTORY``), :func:`vacuum`, :func:`diagnose` (the doctor), and
 the error tree.
 """
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from sparkonce.delta.commit import BatchTxn
     from sparkonce.delta.history import history
     from sparkonce.delta.merge import MergeResult, merge_latest
+    from sparkonce.delta.tables import DeltaTable
     from sparkonce.delta.vacuum import VacuumResult, vacuum
     from sparkonce.ops.doctor import DoctorReport, diagnose
     from sparkonce.sinks.fanout import FanOutResult, FanOutTarget, FanOutWriter
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "BatchTxn": "sparkonce.delta.commit",
+    "DeltaTable": "sparkonce.delta.tables",
     "DoctorReport": "sparkonce.ops.doctor",
     "FanOutResult": "sparkonce.sinks.fanout",
     "FanOutTarget": "sparkonce.sinks.fanout",
@@ -119,6 +121,7 @@ def _jvm_delta_available(spark: SparkSession) -> bool:
 
 __all__ = [
     "BatchTxn",
+    "DeltaTable",
     "BrokerError",
     "CheckpointError",
     "CommitConflictError",

@@ -2,7 +2,7 @@
 
 Code written for Delta's JVM connector runs with its import changed::
 
-    from sparkonce.delta.tables import DeltaTable       # instead of: from delta.tables import DeltaTable
+    from sparkonce.delta import DeltaTable       # instead of: from delta.tables import DeltaTable
 
     table = DeltaTable.forPath(spark, "/data/events")
     table.alias("t").merge(updates.alias("s"), "t.id = s.id") \\
