@@ -475,7 +475,11 @@ def _candidates(
         return rows, list(files)
     if not files or rows == 0:
         return rows, []
-    tuples = sorted(set(zip(*(source_keys.column(i).to_pylist() for i in range(len(keys))))), key=_sort_key)
+    # A null key equals nothing, so it matches no file.
+    distinct = set(zip(*(source_keys.column(i).to_pylist() for i in range(len(keys)))))
+    tuples = sorted((t for t in distinct if None not in t), key=_sort_key)
+    if not tuples:
+        return rows, []
     first = [t[0] for t in tuples]
     target_keys = [t for t, _ in keys]
     chosen = []
