@@ -8,7 +8,8 @@
 * ``sparkonce.kafka``: a Kafka source faithful to Spark's own.
 
 The rest of the public API is re-exported here (imported on first use, so ``import sparkonce`` stays cheap):
-:class:`DeltaTable` (delta-spark's API), :class:`FanOutWriter` and :class:`PostgresSink` (exactly-once ``foreachBatch`` sinks), :func:`merge_latest`
+:class:`DeltaTable` (delta-spark's API),
+:class:`FanOutWriter` and :class:`PostgresSink` (exactly-once ``foreachBatch`` sinks), :func:`merge_latest`
 (upsert by key), :func:`history` (``DESCRIBE HISTORY``), :func:`vacuum`, :func:`diagnose` (the doctor), and
 the error tree.
 """

@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce._types import TableVersion
-from sparkonce.delta.commit import BatchTxn
+from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
     TableFile,
-    already_committed,
     as_column,
     commit_rewrite,
     files_by_partition_predicate,
@@ -102,7 +101,7 @@ def _rewrite(
     import pyspark.sql.functions as F
 
     started = time.monotonic()
-    if already_committed(table_uri, txn) is not None:
+    if txn is not None and table_committed_txn_version(table_uri, txn) is not None:
         log.info("%s on %s: txn %s already in the table, skipped", operation, table_uri, txn)
         return DmlResult(None, True, 0, 0, 0, 0)
     snapshot = open_snapshot(table_uri, operation=operation)
@@ -152,7 +151,7 @@ def _rewrite(
                 out_rows = sum(int(f.num_records or 0) for f in touched) - (changed if assignments is None else 0)
                 n_files = max(1, math.ceil(max(out_rows, 1) / target_file_rows))
                 if out_rows > 0 or assignments is not None:
-                    written = write_rows(output.repartition(n_files), snapshot.root, snapshot.partition_columns)
+                    written = write_rows(output.repartition(n_files), snapshot.location, snapshot.partition_columns)
         finally:
             rows.unpersist()
     scan_ms = int((time.monotonic() - scan_started) * 1000)

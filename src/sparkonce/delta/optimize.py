@@ -134,7 +134,7 @@ def compact(
     if not bins:
         log.info("optimize %s at table_version %s: nothing to compact", table_uri, snapshot.table_version)
         return OptimizeResult(table_uri, None, 0, 0, 0, 0, 0, len(files), 0, snapshot.table_version)
-    written = _rewrite_bins(spark, snapshot.root, snapshot.scan, snapshot.partition_columns, bins)
+    written = _rewrite_bins(spark, snapshot.location.local_path, snapshot.scan, snapshot.partition_columns, bins)
     sizes = sorted(f.size for f in written)
     removed_sizes = sorted(f.size for f in removed)
     partitions = len({tuple(repr(f.partition_values.get(c)) for c in snapshot.partition_columns) for f in removed})
