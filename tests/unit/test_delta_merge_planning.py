@@ -47,3 +47,12 @@ def test_bin_pack_per_partition_smallest_first_single_files_left_alone() -> None
     assert [[f.path for f in b] for b in bins] == [["a2", "a1"]]  # a3 would overflow the bin and stays alone
     assert [[f.path for f in b] for b in bin_pack(files, ["p"], 1000)] == [["a2", "a1", "a3", "a4"]]
     assert bin_pack([_file("x", 5), _file("y", 5), _file("z", 5)], [], 10) == [[_file("x", 5), _file("y", 5)]]
+
+
+def test_rewrites_refuse_tables_with_deletion_vectors(fixtures_dir) -> None:  # type: ignore[no-untyped-def]
+    from sparkonce.delta.rewrite import open_snapshot
+    from sparkonce.errors import UnsupportedFeatureError
+
+    table = fixtures_dir / "delta-tables" / "dv-with-columnmapping"
+    with pytest.raises(UnsupportedFeatureError, match="deletionVectors"):
+        open_snapshot(str(table), operation="DELETE")

@@ -94,14 +94,19 @@ def open_snapshot(table_uri: str, *, operation: str) -> TableSnapshot:
 
     Raises:
         TableNotFoundError: not a Delta table.
-        UnsupportedFeatureError: a reader feature sparkonce cannot honour, or column mapping (its files use
-            physical column names, which rewrites do not write yet).
+        UnsupportedFeatureError: a reader feature sparkonce cannot honour, deletion vectors, or column mapping
+            (its files use physical column names, which rewrites do not write yet).
     """
     location = table_location(table_uri)
     table = load_table(location)
     check_reader_features(table, table_uri)
     scan = scan_schema(table)
     configuration: dict[str, str | None] = dict(table.metadata().configuration)
+    if "deletionVectors" in set(table.protocol().reader_features or []):
+        raise UnsupportedFeatureError(
+            f"{operation} on {table_uri}: the table has the deletionVectors feature; sparkonce reads such tables "
+            "but cannot rewrite their files yet (a rewrite must carry each file's deletion vector)"
+        )
     mapping = configuration.get("delta.columnMapping.mode")
     if (mapping and mapping != "none") or scan.physical_names or scan.nested_renames:
         raise UnsupportedFeatureError(
