@@ -88,13 +88,13 @@ def register(spark: SparkSession) -> list[str]:
     With classic PySpark it lets ``partitionBy(...)`` and the ``error``/``ignore`` save modes reach the Delta sink
     (Spark refuses them for Python data sources otherwise; see :mod:`sparkonce.delta._compat`).
     It also turns on ``spark.sql.python.filterPushdown.enabled`` (the Delta reader prunes files by partition
-    filters and needs Spark to pass them).
+    filters and needs Spark to pass them), except inside a Spark Declarative Pipeline's definitions, where session
+    confs cannot be set: there it belongs in the pipeline spec's ``configuration`` (``docs/sdp.md``).
     """
     from sparkonce.delta.source import DeltaDataSource, SparkonceDeltaDataSource
     from sparkonce.kafka.source import KafkaDataSource
 
-    # The Delta reader prunes files with partition filters; Spark hands Python sources filters only with this on.
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    _enable_filter_pushdown(spark)
     names = []
     if not _jvm_delta_available(spark):
         spark.dataSource.register(DeltaDataSource)
@@ -107,6 +107,32 @@ def register(spark: SparkSession) -> list[str]:
 
         _compat.install(n for n in names if n in ("delta", "sparkonce.delta"))
     return names
+
+
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+_SDP_MUTATION = "SESSION_MUTATION_IN_DECLARATIVE_PIPELINE"
+
+
+def _enable_filter_pushdown(spark: SparkSession) -> None:
+    """Turn on partition-filter pushdown for Python sources, unless already on or the session forbids it (SDP)."""
+    import logging
+
+    from pyspark.errors import PySparkException
+
+    if str(spark.conf.get(FILTER_PUSHDOWN_CONF, "false")).lower() == "true":
+        return
+    try:
+        spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
+    except PySparkException as err:
+        if not (err.getCondition() or "").startswith(_SDP_MUTATION):
+            raise
+        # Spark Declarative Pipelines load definitions with session mutations blocked. Reads stay correct;
+        # they only read every file of a partitioned table instead of pruning by partition filters.
+        logging.getLogger(__name__).warning(
+            "sparkonce.register: inside a Spark Declarative Pipeline %s cannot be set; add it to the pipeline "
+            "spec's configuration so Delta reads prune files by partition filters",
+            FILTER_PUSHDOWN_CONF,
+        )
 
 
 def _jvm_delta_available(spark: SparkSession) -> bool:

@@ -12,6 +12,7 @@ from sparkonce.options import get_bool, get_bytes, get_choice, get_int, get_json
 from sparkonce.storage import TableLocation, table_location
 
 SaveMode = Literal["append", "overwrite", "error", "ignore"]
+FullRefresh = Literal["fail", "truncate"]
 SAVE_MODE_OPTION = "sparkonce.saveMode"
 PARTITION_BY_OPTION = "partitionBy"
 COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
@@ -60,6 +61,9 @@ class WriteOptions:
     user_metadata: str | None
     save_mode: SaveMode | None
     checkpoint_location: str | None
+    full_refresh: FullRefresh = "fail"
+    """Streaming sink under Spark Declarative Pipelines: what the first batch of a flow's new checkpoint
+    generation does to a table an earlier generation wrote (``docs/sdp.md``)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -97,6 +101,7 @@ class WriteOptions:
             user_metadata=get_str(options, "userMetadata"),
             save_mode=save_mode_raw or None,  # type: ignore[arg-type]
             checkpoint_location=get_str(options, "checkpointLocation"),
+            full_refresh=get_choice(options, "fullRefresh", ("fail", "truncate"), "fail"),
         )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -18,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from sparkonce._types import BatchId
 from sparkonce.checkpoint.query import read_offsets_text, read_query_id
+from sparkonce.checkpoint.sdp import earlier_generations
 from sparkonce.crash import crash_point
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, remove_files
@@ -31,7 +33,7 @@ from sparkonce.delta.writer import (
     commit_metadata,
     write_task,
 )
-from sparkonce.errors import OptionError
+from sparkonce.errors import OptionError, SinkError
 from sparkonce.storage import checkpoint_path
 
 log = logging.getLogger(__name__)
@@ -93,7 +95,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             files,
             data_schema=self.arrow_schema,
             partition_by=self.file_options.partition_by,
-            mode=self.mode,
+            mode=self._commit_mode(query_id, batch_id),
             txn=BatchTxn(query_id, batch_id),
             merge_schema=self.options.merge_schema,
             custom_metadata=metadata,
@@ -101,6 +103,48 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         if result.skipped:
             log.info("batch %s of query %s was already in %s: skipped", batch_id, query_id, self.options.path)
         crash_point("after_delta_commit", batch_id)
+
+    def _commit_mode(self, query_id: str, batch_id: int) -> CommitMode:
+        """The sink's mode, or ``overwrite`` for the first batch of an SDP full refresh with ``fullRefresh=truncate``.
+
+        A full refresh restarts an SDP flow on a new checkpoint generation under a new query id: the table's txn
+        cannot recognise the rows the earlier generation wrote, so appending would write them twice.
+
+        Raises:
+            SinkError: an earlier generation wrote the table and ``fullRefresh`` is ``fail`` (the default).
+        """
+        assert self.options.checkpoint_location is not None
+        checkpoint_dir = Path(checkpoint_path(self.options.checkpoint_location))
+        earlier = earlier_generations(checkpoint_dir)
+        if not earlier or not table_exists(self.options.location):
+            return self.mode
+        table = load_table(self.options.location)
+        if table.transaction_version(query_id) is not None:
+            return self.mode  # this generation already committed (its truncation included)
+        writers = [g for g in earlier if g.query_id and table.transaction_version(g.query_id) is not None]
+        if not writers:
+            return self.mode
+        previous = writers[-1]
+        if self.options.full_refresh == "truncate":
+            log.warning(
+                "full refresh: batch %s of query %s (checkpoint generation %s) replaces the contents of %s "
+                "written by generation %s (query %s) at table_version %s",
+                batch_id,
+                query_id,
+                checkpoint_dir.name,
+                self.options.path,
+                previous.generation,
+                previous.query_id,
+                table.version(),
+            )
+            return "overwrite"
+        raise SinkError(
+            f"the Delta sink {self.options.path} was written by the Spark Declarative Pipelines flow checkpoint "
+            f"{previous.checkpoint_dir} (query id {previous.query_id}), and {checkpoint_dir} is a new checkpoint "
+            f"generation (a full refresh) under query id {query_id} that reads its sources from the start again: "
+            "appending would write every row twice. Set the sink option fullRefresh to 'truncate' to replace the "
+            "table's contents with the refreshed flow's output, or empty the table yourself; nothing was written"
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
         removed = remove_files(self.file_options.table_root, (f.path for f in collect_files(messages)))

@@ -1,7 +1,7 @@
 """Driver program for the demo and crash tests: a JSON file stream (one input file per batch) into a Delta table.
 
 Usage: python -m sparkonce.ops.stream_files INPUT_DIR TABLE CHECKPOINT [--format FMT]
-           [--partition-by COL] [--output-mode append|complete]
+           [--partition-by COL] [--option KEY=VALUE ...]
 
 Runs with the availableNow trigger until every input file is processed, then prints ``DONE`` and exits 0.
 Crash points are armed by the environment (see sparkonce.crash).
@@ -21,6 +21,7 @@ def main() -> None:
     parser.add_argument("checkpoint")
     parser.add_argument("--format", default="delta")
     parser.add_argument("--partition-by", default=None)
+    parser.add_argument("--option", action="append", default=[], help="a sink option KEY=VALUE (repeatable)")
     args = parser.parse_args()
 
     spark = local_session(app_name="files-to-delta")
@@ -31,6 +32,9 @@ def main() -> None:
         .load(args.input_dir)
     )
     writer = stream.writeStream.format(args.format).option("checkpointLocation", args.checkpoint)
+    for option in args.option:
+        key, _, value = option.partition("=")
+        writer = writer.option(key, value)
     if args.partition_by:
         writer = writer.partitionBy(args.partition_by)
     query = writer.trigger(availableNow=True).start(args.table)
