@@ -6,24 +6,53 @@ to hand to delta-rs, its storage options, and the file system that reads and wri
 
 Accepted forms: a plain path (absolute or relative to the working directory), ``file:///abs/path``,
 ``file://localhost/abs/path`` and Hadoop's one-slash ``file:/abs/path`` (Spark, and Spark Declarative Pipelines,
-hand qualified paths over like that). Checkpoints stay on a file system the driver sees; :func:`checkpoint_path`
-turns the same forms into a local directory.
+hand qualified paths over like that), and object-store URIs that delta-rs serves (``s3://bucket/prefix``,
+``s3a://``, ``gs://``, ``az://``, ``abfs://``, ``abfss://``, ``adl://``, ``azure://``). Checkpoints stay on a
+file system the driver sees; :func:`checkpoint_path` turns the local forms into a directory and refuses the rest.
+
+Storage options use delta-rs's (object_store's) names (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_ALLOW_HTTP``, ``conditional_put``, ``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_NAME``, ...). What is
+not given explicitly comes from the environment (``AWS_*`` variables, the AWS profile), read by object_store in
+each process. Data files are read and written through :meth:`TableLocation.filesystem`: pyarrow's local file
+system for local tables, delta-rs's object_store (``DeltaStorageHandler`` in a ``pyarrow.fs.PyFileSystem``) for
+object stores, so every store delta-rs supports works with the same code path and the same option names.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from sparkonce.errors import StorageError
 
-__all__ = ["LOCAL_SCHEME", "TableLocation", "checkpoint_path", "table_location"]
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+__all__ = [
+    "LOCAL_SCHEME",
+    "OBJECT_STORE_SCHEMES",
+    "STORAGE_OPTION_PREFIX",
+    "TableLocation",
+    "checkpoint_path",
+    "storage_options_from",
+    "table_location",
+]
 
 LOCAL_SCHEME = "file"
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure")
+"""URI schemes of the object stores delta-rs serves (and so sparkonce, through the same code path)."""
+STORAGE_OPTION_PREFIX = "storage."
+"""Data source options ``storage.<NAME>`` are storage options ``<NAME>`` (``.option("storage.AWS_REGION", ..)``)."""
 _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
+_S3_SCHEMES = ("s3", "s3a")
+# How a delta-rs S3 commit can be made atomic (put-if-absent of the log file), by option or environment name.
+_S3_SAFE_COMMIT_KEYS = ("conditional_put", "aws_conditional_put", "aws_s3_locking_provider")
+_S3_UNSAFE_RENAME_KEYS = ("aws_s3_allow_unsafe_rename", "allow_unsafe_rename")
 
 
 @dataclass(frozen=True)
@@ -63,6 +92,98 @@ class TableLocation:
             return os.path.join(self.uri, relative)
         return f"{self.uri}/{relative}"
 
+    def fs_path(self, relative: str = "") -> str:
+        """The path of the table root (or of a file under it) inside :meth:`filesystem`."""
+        if self.is_local:
+            return os.path.join(self.uri, relative) if relative else self.uri
+        return relative
+
+    def filesystem(self) -> pafs.FileSystem:
+        """The file system holding the table's files (cached per process; paths from :meth:`fs_path`)."""
+        return _filesystem(self)
+
+    def check_commit_safety(self) -> None:
+        """Refuse a store where two writers could both create the same log file (driver, before any data moves).
+
+        Local file systems and the Google and Azure stores create files atomically. Plain S3 needs
+        ``conditional_put=etag`` (S3 conditional writes; AWS S3, MinIO, SeaweedFS answer ``If-None-Match: *``) or
+        a locking provider (``AWS_S3_LOCKING_PROVIDER=dynamodb``); ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` is the
+        user's explicit choice of a single writer.
+
+        Raises:
+            StorageError: none of these is set, naming the options.
+        """
+        if self.scheme not in _S3_SCHEMES:
+            return
+        given = {name.lower(): value for name, value in self.storage_options}
+        given_env = {name.lower(): value for name, value in os.environ.items() if name.upper().startswith("AWS_")}
+        for source in (given, given_env):
+            if any(source.get(key) for key in _S3_SAFE_COMMIT_KEYS):
+                return
+            if any(str(source.get(key, "")).lower() == "true" for key in _S3_UNSAFE_RENAME_KEYS):
+                return
+        raise StorageError(
+            f"{self.uri}: S3 cannot make a Delta commit atomic on its own; set the storage option "
+            "conditional_put=etag (S3 conditional writes, supported by AWS S3, MinIO and SeaweedFS), or "
+            "AWS_S3_LOCKING_PROVIDER=dynamodb with DELTA_DYNAMO_TABLE_NAME, so that two writers of one table version "
+            "cannot both succeed (AWS_S3_ALLOW_UNSAFE_RENAME=true only if there is never more than one writer)"
+        )
+
+    def check_reachable(self, *, for_write: bool) -> bool:
+        """Ask the store about the table (driver, before any data moves); True when ``_delta_log`` exists.
+
+        For a write to an object store, a prefix that holds objects but no ``_delta_log`` is refused: it is not
+        a Delta table, and writing a table over it would mix its files with the table's. Data files of a first
+        write in flight (``part-*.parquet``, partition folders ``name=value``) do not count: Spark builds the
+        writer again on the driver to commit, after the executors wrote them.
+
+        Raises:
+            StorageError: the store is unreachable, the bucket is missing, the credentials are refused, or the
+                prefix holds something that is not a Delta table; the message names the URI and what to fix.
+        """
+        if self.is_local:
+            return os.path.isdir(os.path.join(self.uri, "_delta_log"))
+        import pyarrow.fs as pafs
+
+        filesystem = self.filesystem()
+        try:
+            log_entries = filesystem.get_file_info(pafs.FileSelector("_delta_log", allow_not_found=True))
+            if log_entries:
+                return True
+            if for_write and any(
+                not _is_table_data(info)
+                for info in filesystem.get_file_info(pafs.FileSelector("", allow_not_found=True))
+            ):
+                raise StorageError(
+                    f"{self.uri} holds objects but no _delta_log: it is not a Delta table; write the table to an "
+                    "empty prefix (or convert the data to Delta first)"
+                )
+        except OSError as err:
+            raise self.store_error(err) from err
+        return False
+
+    def store_error(self, err: BaseException) -> StorageError:
+        """A clear :class:`StorageError` for an object-store failure, naming the URI and what to fix."""
+        text = str(err)
+        endpoint = dict(self.storage_options).get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+        where = f" at {endpoint}" if endpoint else ""
+        bucket = self.uri.split("://", 1)[1].split("/", 1)[0]
+        if "NoSuchBucket" in text or ("404 Not Found" in text and "list" in text.lower()):
+            problem = f"the bucket {bucket!r} does not exist{where}: create it, or fix the URI"
+        elif any(code in text for code in ("403 Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "401")):
+            problem = (
+                f"the store{where} refused the credentials: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (storage "
+                "options, the environment or the AWS profile) and the bucket's permissions"
+            )
+        elif any(word in text for word in ("retries", "error sending request", "Connection refused", "timed out")):
+            problem = (
+                f"the store{where} is unreachable: check AWS_ENDPOINT_URL (and AWS_ALLOW_HTTP=true for http://) "
+                "and that the store is running"
+            )
+        else:
+            problem = f"the store{where} failed: {text.splitlines()[0] if text else type(err).__name__}"
+        return StorageError(f"{self.uri}: {problem}")
+
     def __str__(self) -> str:
         return self.uri
 
@@ -84,21 +205,40 @@ def table_location(
         StorageError: ``path`` is empty, a malformed ``file:`` URI, or names a store this version cannot use; the
             message names the URI.
     """
+    options = tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items()))
     if isinstance(path, TableLocation):
-        return path
+        if not options or path.is_local:
+            return path
+        return TableLocation(
+            path.uri, path.scheme, tuple(sorted({**dict(path.storage_options), **dict(options)}.items()))
+        )
     text = os.fspath(path)
     if not text.strip():
-        raise StorageError("empty table location: give a directory or a file: URI")
+        raise StorageError("empty table location: give a directory, a file: URI or an object-store URI")
     if text.lower().startswith("file:"):
         return TableLocation(_file_uri_path(text), LOCAL_SCHEME)
     match = _SCHEME_RE.match(text)
-    if match is not None:
-        scheme = match.group("scheme").lower()
+    if match is None:
+        return TableLocation(os.path.abspath(text), LOCAL_SCHEME)
+    scheme = match.group("scheme").lower()
+    if scheme not in OBJECT_STORE_SCHEMES:
         raise StorageError(
-            f"{text}: {scheme}:// tables are not supported by this version of sparkonce; give a local path or a "
-            "file: URI"
+            f"{text}: {scheme}:// is not a store sparkonce can use; give a local path, a file: URI or one of "
+            + ", ".join(f"{s}://" for s in OBJECT_STORE_SCHEMES)
         )
-    return TableLocation(os.path.abspath(text), LOCAL_SCHEME)
+    rest = text[match.end() :]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise StorageError(f"{text}: the URI names no bucket or container ({scheme}://BUCKET/prefix)")
+    prefix = "/".join(part for part in prefix.split("/") if part)
+    uri = f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
+    return TableLocation(uri, scheme, options)
+
+
+def storage_options_from(options: Mapping[str, str]) -> dict[str, str]:
+    """The storage options among data source options: ``storage.<NAME>`` -> ``<NAME>`` (case kept)."""
+    prefix = len(STORAGE_OPTION_PREFIX)
+    return {key[prefix:]: value for key, value in options.items() if key.lower().startswith(STORAGE_OPTION_PREFIX)}
 
 
 def checkpoint_path(path: str | os.PathLike[str]) -> str:
@@ -135,3 +275,24 @@ def _file_uri_path(text: str) -> str:
     if not local.startswith("/"):
         raise StorageError(f"{text}: a file: URI must hold an absolute path (file:///path or file:/path)")
     return os.path.normpath(local)
+
+
+@functools.lru_cache(maxsize=64)
+def _filesystem(location: TableLocation) -> pafs.FileSystem:
+    import pyarrow.fs as pafs
+
+    if location.is_local:
+        return pafs.LocalFileSystem()
+    from deltalake.fs import DeltaStorageHandler
+
+    return pafs.PyFileSystem(DeltaStorageHandler(location.uri, location.options() or None))
+
+
+def _is_table_data(info: pafs.FileInfo) -> bool:
+    """A data file or partition folder as sparkonce's writers lay them out (see :mod:`sparkonce.delta.files`)."""
+    import pyarrow.fs as pafs
+
+    name = info.base_name
+    if info.type == pafs.FileType.Directory:
+        return "=" in name
+    return bool(name.startswith("part-") and name.endswith(".parquet"))

@@ -16,12 +16,13 @@ from deltalake import DeltaTable
 from sparkonce.delta.commit import BatchTxn, commit_files
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import SchemaMismatchError
+from sparkonce.storage import table_location
 
 SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.string())])
 
 
 def _write(table: str, ids: list[int], writer: str) -> list:
-    files = TableFileWriter(FileWriterOptions(table_root=table))
+    files = TableFileWriter(FileWriterOptions(location=table_location(table)))
     files.write(pa.table({"id": ids, "writer": [writer] * len(ids)}, schema=SCHEMA))
     return files.close()
 

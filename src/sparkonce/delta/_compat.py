@@ -10,7 +10,9 @@ Spark refuses two things for Python data sources before any sparkonce code runs:
 
 :func:`install` wraps the classic (py4j) ``DataFrameWriter`` and ``DataStreamWriter`` so that, for sparkonce's
 Delta format names only, the partition columns and the save mode travel as options (``__sparkonce_partition_by``,
-``sparkonce.saveMode``) and the sink applies them exactly as Delta does. Every other format is untouched.
+``sparkonce.saveMode``) and the sink applies them exactly as Delta does, and ``start`` refuses a checkpoint location
+that is not on a file system the driver sees with sparkonce's ``StorageError`` (Spark would fail on it with "No
+FileSystem for scheme"). Every other format is untouched.
 The explicit options ``partitionBy`` and ``sparkonce.saveMode`` work without the shim (e.g. on Spark Connect).
 """
 
@@ -40,6 +42,8 @@ def install(format_names: Iterable[str]) -> None:
         _record(cls, "format", lambda self, source: setattr(self, "_sparkonce_format", str(source).lower()))
         _record(cls, "partitionBy", lambda self, *cols: setattr(self, "_sparkonce_partition_by", _flatten(cols)))
     _record(DataFrameWriter, "mode", _remember_mode)
+    _record(DataStreamWriter, "option", _remember_option)
+    _record(DataStreamWriter, "options", _remember_options)
     _wrap_save(DataFrameWriter)
     _wrap_start(DataStreamWriter)
     _INSTALLED = True
@@ -48,6 +52,16 @@ def install(format_names: Iterable[str]) -> None:
 def _remember_mode(writer: Any, mode: str | None) -> None:
     if mode is not None:
         writer._sparkonce_mode = str(mode).lower()
+
+
+def _remember_option(writer: Any, key: str, value: Any) -> None:
+    if str(key).lower() == "checkpointlocation":
+        writer._sparkonce_checkpoint = str(value)
+
+
+def _remember_options(writer: Any, **options: Any) -> None:
+    for key, value in options.items():
+        _remember_option(writer, key, value)
 
 
 def _flatten(cols: tuple[Any, ...]) -> list[str]:
@@ -122,6 +136,11 @@ def _wrap_start(cls: type) -> None:
             self.partitionBy(partitionBy)
         if format is not None:
             self.format(format)
+        checkpoint = options.get("checkpointLocation", getattr(self, "_sparkonce_checkpoint", None))
+        if checkpoint is not None and getattr(self, "_sparkonce_format", None) in _FORMATS:
+            from sparkonce.storage import checkpoint_path
+
+            checkpoint_path(checkpoint)  # refuse an object-store checkpoint before Spark starts the query
         columns = getattr(self, "_sparkonce_partition_by", None)
         if columns and getattr(self, "_sparkonce_format", None) in _FORMATS:
             self._jwrite = self._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))

@@ -77,7 +77,10 @@ def table_exists(table: str | TableLocation) -> bool:
     from deltalake import DeltaTable
 
     location = table_location(table)
-    return bool(DeltaTable.is_deltatable(location.uri, storage_options=location.options() or None))
+    try:
+        return bool(DeltaTable.is_deltatable(location.uri, storage_options=location.options() or None))
+    except OSError as err:
+        raise location.store_error(err) from err
 
 
 def load_table(table: str | TableLocation, *, table_version: int | None = None) -> DeltaTable:
@@ -99,6 +102,8 @@ def load_table(table: str | TableLocation, *, table_version: int | None = None) 
         return DeltaTable(location.uri, version=table_version, storage_options=location.options() or None)
     except RsTableNotFound as err:
         raise TableNotFoundError(f"{location} is not a Delta table (no _delta_log commits found)") from err
+    except OSError as err:
+        raise location.store_error(err) from err
     except DeltaError as err:
         where = f" at table version {table_version}" if table_version is not None else ""
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -130,10 +135,8 @@ def _diagnose_log(location: TableLocation) -> DeltaLogError | None:
     """After delta-rs failed to load a log, find the commit file that is broken (newest first) to name it."""
     from sparkonce.delta.log import DeltaLog
 
-    if not location.is_local:
-        return None
     try:
-        delta_log = DeltaLog(location.local_path)
+        delta_log = DeltaLog(location)
         for table_version in reversed(delta_log.commit_versions()):
             delta_log.read_actions(table_version)
     except DeltaLogError as found:
@@ -179,6 +182,7 @@ def commit_files(
     if removes and mode != "append":
         raise OptionError("mode", mode, "removes go with mode append (an overwrite removes every file already)")
     location = table_location(table)
+    location.check_commit_safety()
     table_uri = str(location)
     partition_by = tuple(partition_by)
 
@@ -195,7 +199,7 @@ def commit_files(
         if txn is not None:
             committed = committed_txn_version(snapshot, txn)
             if committed is not None:
-                removed = remove_files(location.local_path, (f.path for f in files))
+                removed = remove_files(location, (f.path for f in files))
                 log.info(
                     "skipping batch: table %s already holds txn(app_id=%s, txn_version=%s) >= %s "
                     "(table_version %s); removed %d unreferenced file(s) of this attempt",

@@ -1,7 +1,9 @@
 """Executor side: writing a task's Arrow batches into Parquet data files inside a Delta table directory.
 
 Nothing written here is visible to readers: a file becomes part of the table only when the driver's Delta commit
-adds it. Files of failed or aborted attempts stay unreferenced (vacuum candidates).
+adds it. Files of failed or aborted attempts stay unreferenced (vacuum candidates). Files go through the table
+location's file system (:meth:`sparkonce.storage.TableLocation.filesystem`): the local disk, or straight to the
+object store from the executor.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from sparkonce.storage import TableLocation
 
 NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
 _STRING_STATS_LIMIT = 32
@@ -42,9 +46,9 @@ class WrittenFile:
 
 @dataclass
 class FileWriterOptions:
-    """What an executor needs to know to write data files (pickled to executors)."""
+    """What an executor needs to know to write data files (pickled to executors, storage options included)."""
 
-    table_root: str
+    location: TableLocation
     partition_by: tuple[str, ...] = ()
     max_records_per_file: int | None = None
     compression: str = "snappy"
@@ -132,6 +136,7 @@ def delta_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> tuple[int, str]
 @dataclass
 class _OpenFile:
     writer: pq.ParquetWriter
+    sink: Any
     relative_path: str
     partition_values: dict[str, str | None]
     collector: list[pq.FileMetaData] = field(default_factory=list)
@@ -170,12 +175,10 @@ class TableFileWriter:
     def abort(self) -> None:
         """Close and delete everything this task wrote (best effort; unreferenced files are harmless)."""
         for key in list(self._open):
-            self._open.pop(key).writer.close()
-        for written in self._done:
-            try:
-                os.remove(os.path.join(self.options.table_root, written.path))
-            except FileNotFoundError:
-                pass
+            opened = self._open.pop(key)
+            opened.writer.close()
+            opened.sink.close()
+        remove_files(self.options.location, [written.path for written in self._done])
 
     # -- internals ---------------------------------------------------------------------------------------------
 
@@ -237,23 +240,27 @@ class TableFileWriter:
         suffix = f".{self.options.compression}" if self.options.compression != "none" else ""
         name = f"{self.options.file_prefix}-{self.task_id:05d}-{uuid.uuid4()}.c000{suffix}.parquet"
         relative = f"{directory}/{name}" if directory else name
-        absolute = os.path.join(self.options.table_root, relative)
-        os.makedirs(os.path.dirname(absolute), exist_ok=True)
+        location = self.options.location
+        filesystem = location.filesystem()
+        if location.is_local:
+            os.makedirs(os.path.dirname(location.fs_path(relative)), exist_ok=True)
+        sink = filesystem.open_output_stream(location.fs_path(relative))
         collector: list[pq.FileMetaData] = []
-        writer = pq.ParquetWriter(absolute, schema, compression=self.options.compression, metadata_collector=collector)
-        opened = _OpenFile(writer, relative, values, collector)
+        writer = pq.ParquetWriter(sink, schema, compression=self.options.compression, metadata_collector=collector)
+        opened = _OpenFile(writer, sink, relative, values, collector)
         self._open[key] = opened
         return opened
 
     def _close(self, key: tuple[str | None, ...]) -> None:
         opened = self._open.pop(key)
         opened.writer.close()
-        absolute = os.path.join(self.options.table_root, opened.relative_path)
+        size = opened.sink.tell()
+        opened.sink.close()  # on an object store: completes the upload
         num_records, stats = delta_stats(opened.collector[0], opened.writer.schema)
         self._done.append(
             WrittenFile(
                 path=opened.relative_path,
-                size=os.path.getsize(absolute),
+                size=size,
                 partition_values=opened.partition_values,
                 modification_time=int(time.time() * 1000),
                 num_records=num_records,
@@ -262,12 +269,13 @@ class TableFileWriter:
         )
 
 
-def remove_files(table_root: str, paths: Iterable[str]) -> int:
+def remove_files(location: TableLocation, paths: Iterable[str]) -> int:
     """Delete data files (relative paths) that no Delta commit references; returns how many were removed."""
+    filesystem = location.filesystem()
     removed = 0
     for path in paths:
         try:
-            os.remove(os.path.join(table_root, path))
+            filesystem.delete_file(location.fs_path(path))
             removed += 1
         except FileNotFoundError:
             pass

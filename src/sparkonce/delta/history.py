@@ -20,7 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from sparkonce.delta.log import CommitEntry, DeltaLog
-from sparkonce.storage import table_location
+from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -33,7 +33,7 @@ HISTORY_SCHEMA = (
 STREAMING_UPDATE = "STREAMING UPDATE"
 
 
-def history_rows(path: str | os.PathLike[str], *, limit: int | None = None) -> list[tuple[Any, ...]]:
+def history_rows(path: str | os.PathLike[str] | TableLocation, *, limit: int | None = None) -> list[tuple[Any, ...]]:
     """Return the rows of :func:`history` as tuples in :data:`HISTORY_SCHEMA` order, newest first.
 
     Runs on the driver; reads only the ``limit`` newest JSON commits.
@@ -46,19 +46,21 @@ def history_rows(path: str | os.PathLike[str], *, limit: int | None = None) -> l
         from sparkonce.errors import OptionError
 
         raise OptionError("limit", limit, "must be a positive number of commits, or None for all")
-    delta_log = DeltaLog(table_location(path).local_path)
+    delta_log = DeltaLog(table_location(path))
     versions = sorted(delta_log.commit_versions(), reverse=True)
     if limit is not None:
         versions = versions[:limit]
     return [_row(delta_log.commit_entry(v)) for v in versions]
 
 
-def history(spark: SparkSession, path: str | os.PathLike[str], *, limit: int | None = None) -> DataFrame:
+def history(
+    spark: SparkSession, path: str | os.PathLike[str] | TableLocation, *, limit: int | None = None
+) -> DataFrame:
     """Return the Delta commits of the table at ``path`` as a DataFrame shaped like ``DESCRIBE HISTORY``.
 
     Args:
         spark: The session to build the DataFrame in.
-        path: The table root (a path or a ``file:`` URI).
+        path: The table root: a path, a URI, or a location with storage options (:func:`sparkonce.table_location`).
         limit: The number of newest commits to return (all when None), like ``DESCRIBE HISTORY t LIMIT n``.
 
     Returns:

@@ -3,7 +3,8 @@
 It reads JSON commits, classic single-file and multi-part Parquet checkpoints, V2 checkpoints with
 sidecars and
 ``_last_checkpoint``, following the Delta protocol (``PROTOCOL.md``, "Delta Log Entries", "Checkpoints",
-"Action Reconciliation"). It runs on the driver or in a CLI process; nothing here is shipped to executors.
+"Action Reconciliation"). It runs on the driver or in a CLI process; nothing here is shipped to executors. Files are
+read through the table location's file system (local disk or object store, :mod:`sparkonce.storage`).
 
 Vocabulary: a *table version* is a Delta log version (``NNN.json``); a *Delta commit* is one such file.
 Streaming
@@ -19,13 +20,14 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from sparkonce.errors import DeltaLogError, TableNotFoundError
+from sparkonce.storage import TableLocation, table_location
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +95,8 @@ class CheckpointRef:
 
     table_version: int
     kind: str  # "classic", "multi-part" or "v2"
-    files: tuple[Path, ...]
+    files: tuple[str, ...]
+    """Paths in the table's file system (:meth:`DeltaLog.read_bytes` reads them)."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ class Snapshot:
 class _Listing:
     commits: set[int]
     checkpoints: list[CheckpointRef]
-    last_checkpoint: Path | None
+    last_checkpoint: str | None
 
 
 def streaming_info(commit_info: dict[str, Any], txns: Iterable[Txn] = ()) -> tuple[str | None, int | None]:
@@ -176,55 +179,99 @@ class DeltaLog:
     Delta commits.
 
     Args:
-        table_path: The table root (the folder that holds ``_delta_log``).
+        table: The table root (the folder or prefix that holds ``_delta_log``): a path, a URI, or a parsed
+            :class:`~sparkonce.storage.TableLocation` (with its storage options).
 
     Raises:
         TableNotFoundError: ``_delta_log`` is missing or holds neither a commit nor a checkpoint.
     """
 
-    def __init__(self, table_path: str | os.PathLike[str]) -> None:
-        self.table_path = Path(table_path)
-        self.log_dir = self.table_path / "_delta_log"
-        if not self.log_dir.is_dir():
-            raise TableNotFoundError(f"{self.table_path} is not a Delta table: no _delta_log folder")
-        if not self._has_log_entry():
-            raise TableNotFoundError(
-                f"{self.table_path} is not a Delta table: _delta_log holds no commit or checkpoint"
-            )
+    def __init__(self, table: str | os.PathLike[str] | TableLocation) -> None:
+        self.location = table_location(table)
+        self.table_path = Path(self.location.uri) if self.location.is_local else Path("/")
+        """The table root on the local file system (meaningful for local tables only)."""
+        self.fs = self.location.filesystem()
+        self.log_dir = self.location.fs_path("_delta_log")
+        names = self._names()
+        if names is None:
+            raise TableNotFoundError(f"{self.location} is not a Delta table: no _delta_log folder")
+        if not any((n.endswith(".json") and n[:20].isdigit()) or ".checkpoint." in n for n in names):
+            raise TableNotFoundError(f"{self.location} is not a Delta table: _delta_log holds no commit or checkpoint")
+
+    # ------------------------------------------------------------------ file access
+    def _join(self, *parts: str) -> str:
+        return "/".join((self.log_dir, *parts))
+
+    def _names(self) -> list[str] | None:
+        """The names in ``_delta_log`` (None when it does not exist)."""
+        if self.location.is_local:
+            try:
+                return os.listdir(self.log_dir)
+            except FileNotFoundError:
+                return None
+            except OSError as err:
+                raise TableNotFoundError(f"cannot list {self.log_dir}: {err}") from err
+        import pyarrow.fs as pafs
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.log_dir, allow_not_found=True))
+        except OSError as err:
+            raise TableNotFoundError(f"cannot list {self.location}/_delta_log: {err}") from err
+        names = [info.base_name for info in infos]
+        return names or None
+
+    def read_bytes(self, path: str) -> bytes:
+        """The content of a file of the table (a path from this log).
+
+        Raises:
+            FileNotFoundError: the file does not exist.
+            OSError: it cannot be read.
+        """
+        if self.location.is_local:
+            with open(path, "rb") as handle:
+                return handle.read()
+        import pyarrow.fs as pafs
+
+        try:
+            with self.fs.open_input_file(path) as handle:
+                return bytes(handle.read())
+        except OSError:
+            if self.fs.get_file_info(path).type == pafs.FileType.NotFound:
+                raise FileNotFoundError(path) from None
+            raise
+
+    def _mtime_ms(self, path: str) -> int | None:
+        try:
+            mtime = self.fs.get_file_info(path).mtime
+        except OSError:
+            return None
+        return int(mtime.timestamp() * 1000) if mtime is not None else None
+
+    def _where(self, path: str) -> str:
+        """A file's name for messages: its local path, or its URI on an object store."""
+        return path if self.location.is_local else f"{self.location}/{path}"
 
     # ------------------------------------------------------------------ listing
-    def _has_log_entry(self) -> bool:
-        try:
-            with os.scandir(self.log_dir) as entries:
-                return any(
-                    (e.name.endswith(".json") and e.name[:20].isdigit()) or ".checkpoint." in e.name for e in entries
-                )
-        except OSError as err:
-            raise TableNotFoundError(f"cannot list {self.log_dir}: {err}") from err
-
     def _list(self) -> _Listing:
         commits: set[int] = set()
-        multi: dict[tuple[int, int], dict[int, Path]] = {}
+        multi: dict[tuple[int, int], dict[int, str]] = {}
         checkpoints: list[CheckpointRef] = []
-        last: Path | None = None
-        try:
-            names = os.listdir(self.log_dir)
-        except OSError as err:
-            raise TableNotFoundError(f"cannot list {self.log_dir}: {err}") from err
+        last: str | None = None
+        names = self._names() or []
         for name in names:
             # Fast path for the common case (names are plain strings; no Path objects per entry).
             if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():
                 commits.add(int(name[:20]))
             elif name == "_last_checkpoint":
-                last = self.log_dir / name
+                last = self._join(name)
             elif ".checkpoint." in name:
                 if m := _CLASSIC_CP_RE.match(name):
-                    checkpoints.append(CheckpointRef(int(m.group(1)), "classic", (self.log_dir / name,)))
+                    checkpoints.append(CheckpointRef(int(m.group(1)), "classic", (self._join(name),)))
                 elif m := _MULTI_CP_RE.match(name):
                     key = (int(m.group(1)), int(m.group(3)))
-                    multi.setdefault(key, {})[int(m.group(2))] = self.log_dir / name
+                    multi.setdefault(key, {})[int(m.group(2))] = self._join(name)
                 elif m := _V2_CP_RE.match(name):
-                    checkpoints.append(CheckpointRef(int(m.group(1)), "v2", (self.log_dir / name,)))
+                    checkpoints.append(CheckpointRef(int(m.group(1)), "v2", (self._join(name),)))
         for (table_version, parts), found in multi.items():
             if len(found) == parts and set(found) == set(range(1, parts + 1)):
                 files = tuple(found[i] for i in range(1, parts + 1))
@@ -244,7 +291,7 @@ class DeltaLog:
         listing = self._list()
         versions = list(listing.commits) + [c.table_version for c in listing.checkpoints]
         if not versions:
-            raise TableNotFoundError(f"{self.table_path}: _delta_log holds no commit or checkpoint")
+            raise TableNotFoundError(f"{self.location}: _delta_log holds no commit or checkpoint")
         return max(versions)
 
     def commit_versions(self) -> list[int]:
@@ -255,9 +302,18 @@ class DeltaLog:
         """Return the complete Delta checkpoints present, oldest first."""
         return self._list().checkpoints
 
-    def commit_path(self, table_version: int) -> Path:
+    def commit_path(self, table_version: int) -> str:
         """Return the path of the JSON commit of ``table_version`` (which may not exist)."""
-        return self.log_dir / f"{table_version:020d}.json"
+        return self._join(f"{table_version:020d}.json")
+
+    def has_commit(self, table_version: int) -> bool:
+        """True when the JSON commit of ``table_version`` exists (one look-up, no listing)."""
+        path = self.commit_path(table_version)
+        if self.location.is_local:
+            return os.path.isfile(path)
+        import pyarrow.fs as pafs
+
+        return bool(self.fs.get_file_info(path).type == pafs.FileType.File)
 
     def read_last_checkpoint(self) -> dict[str, Any] | None:
         """Return the parsed ``_last_checkpoint``, or ``None`` when it is absent.
@@ -265,9 +321,9 @@ class DeltaLog:
         Raises:
             DeltaLogError: The file is not a JSON object with an integer ``version``.
         """
-        path = self.log_dir / "_last_checkpoint"
+        path = self._where(self._join("_last_checkpoint"))
         try:
-            text = path.read_text(encoding="utf-8")
+            text = self.read_bytes(self._join("_last_checkpoint")).decode("utf-8")
         except FileNotFoundError:
             return None
         except OSError as err:
@@ -289,9 +345,9 @@ class DeltaLog:
         Raises:
             DeltaLogError: The file is missing (e.g. removed by log clean-up) or a line is not a JSON object.
         """
-        path = self.commit_path(table_version)
+        path = self._where(self.commit_path(table_version))
         try:
-            raw = path.read_bytes()
+            raw = self.read_bytes(self.commit_path(table_version))
         except FileNotFoundError as err:
             raise DeltaLogError(f"{path}: the Delta commit of table version {table_version} is missing") from err
         except OSError as err:
@@ -316,7 +372,7 @@ class DeltaLog:
     def commit_entry(self, table_version: int) -> CommitEntry:
         """Return the :class:`CommitEntry` of one table version (see :meth:`history`)."""
         actions = self.read_actions(table_version)
-        return _entry_from_actions(table_version, actions, self.commit_path(table_version))
+        return _entry_from_actions(table_version, actions, lambda: self._mtime_ms(self.commit_path(table_version)))
 
     def history(self, *, start: int | None = None, end: int | None = None) -> list[CommitEntry]:
         """Return one :class:`CommitEntry` per JSON commit with ``start <= table_version <= end``, newest
@@ -356,7 +412,7 @@ class DeltaLog:
         latest = max(list(listing.commits) + [c.table_version for c in listing.checkpoints])
         target = latest if table_version is None else table_version
         if target < 0 or target > latest:
-            raise DeltaLogError(f"{self.table_path}: table version {target} does not exist (latest is {latest})")
+            raise DeltaLogError(f"{self.location}: table version {target} does not exist (latest is {latest})")
         notes: list[str] = []
         try:
             last = self.read_last_checkpoint()
@@ -391,14 +447,14 @@ class DeltaLog:
             missing = [v for v in range(0, target + 1) if v not in listing.commits]
             if missing:
                 raise DeltaLogError(
-                    f"{self.table_path}: cannot rebuild table version {target}: no usable checkpoint and the "
+                    f"{self.location}: cannot rebuild table version {target}: no usable checkpoint and the "
                     f"Delta commit of table version {missing[0]} is missing from _delta_log"
                 )
         for v in range(start, target + 1):
             state.apply(self.read_actions(v))
         if not state.protocol or not state.metadata:
             raise DeltaLogError(
-                f"{self.table_path}: table version {target} has no "
+                f"{self.location}: table version {target} has no "
                 f"{'protocol' if not state.protocol else 'metaData'} action"
             )
         return Snapshot(
@@ -416,12 +472,12 @@ class DeltaLog:
     def _load_checkpoint(self, ref: CheckpointRef) -> _State:
         state = _State()
         for path in ref.files:
-            for action in _read_checkpoint_file(path):
+            for action in _read_checkpoint_file(self, path):
                 state.apply_checkpoint_action(action)
         if ref.kind == "v2":
             for sidecar in list(state.sidecars):
-                sidecar_path = self.log_dir / "_sidecars" / unquote(sidecar)
-                for action in _read_checkpoint_file(sidecar_path):
+                sidecar_path = self._join("_sidecars", unquote(sidecar))
+                for action in _read_checkpoint_file(self, sidecar_path):
                     state.apply_checkpoint_action(action)
         return state
 
@@ -436,7 +492,20 @@ class DeltaLog:
             if parsed.scheme != "file":
                 return None
             return Path(unquote(parsed.path))
+        if not self.location.is_local:
+            return None
         return self.table_path / unquote(raw_path)
+
+    def data_file_fs_path(self, raw_path: str) -> str | None:
+        """A raw ``add``/``remove`` path as a path in :attr:`fs` (the table's file system), or ``None`` when the
+        file is elsewhere (an absolute URI outside the table)."""
+        if self.location.is_local:
+            local = self.data_file_path(raw_path)
+            return str(local) if local is not None else None
+        if "://" in raw_path:
+            prefix = f"{self.location.uri}/"
+            return unquote(raw_path[len(prefix) :]) if raw_path.startswith(prefix) else None
+        return unquote(raw_path)
 
 
 class _State:
@@ -494,7 +563,9 @@ class _State:
         self.txns[app_id] = Txn(app_id, int(txn["version"]), _as_int(txn.get("lastUpdated")))
 
 
-def _entry_from_actions(table_version: int, actions: list[dict[str, Any]], path: Path) -> CommitEntry:
+def _entry_from_actions(
+    table_version: int, actions: list[dict[str, Any]], file_mtime_ms: Callable[[], int | None]
+) -> CommitEntry:
     commit_info: dict[str, Any] = {}
     txns: list[Txn] = []
     added: list[dict[str, Any]] = []
@@ -520,10 +591,7 @@ def _entry_from_actions(table_version: int, actions: list[dict[str, Any]], path:
         metrics = dict(ours["operationMetrics"])  # Delta's metric names for MERGE, DELETE, UPDATE, OPTIMIZE, ...
     timestamp = _as_int(commit_info.get("inCommitTimestamp", commit_info.get("timestamp")))
     if timestamp is None:
-        try:
-            timestamp = int(path.stat().st_mtime * 1000)
-        except OSError:
-            timestamp = None
+        timestamp = file_mtime_ms()
     query_id, batch_id = streaming_info(commit_info, txns)
     return CommitEntry(
         table_version=table_version,
@@ -601,11 +669,12 @@ def _added_rows(added: list[dict[str, Any]], metrics: dict[str, Any]) -> int | N
     return None
 
 
-def _read_checkpoint_file(path: Path) -> Iterator[dict[str, Any]]:
+def _read_checkpoint_file(delta_log: DeltaLog, fs_path: str) -> Iterator[dict[str, Any]]:
     """Yield the actions of one checkpoint file (Parquet, or JSON lines for V2 checkpoints)."""
-    if path.suffix == ".json":
+    path = delta_log._where(fs_path)
+    if fs_path.endswith(".json"):
         try:
-            lines = path.read_bytes().split(b"\n")
+            lines = delta_log.read_bytes(fs_path).split(b"\n")
         except OSError as err:
             raise DeltaLogError(f"{path}: cannot read checkpoint: {err}") from err
         for lineno, line in enumerate(lines, start=1):
@@ -622,9 +691,9 @@ def _read_checkpoint_file(path: Path) -> Iterator[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     try:
-        schema = pq.read_schema(path)
+        schema = pq.read_schema(fs_path, filesystem=delta_log.fs)
         columns = [c for c in (*_CHECKPOINT_COLUMNS, "sidecar") if c in schema.names]
-        table = pq.read_table(path, columns=columns)
+        table = pq.read_table(fs_path, columns=columns, filesystem=delta_log.fs)
     except FileNotFoundError as err:
         raise DeltaLogError(f"{path}: checkpoint file is missing") from err
     except Exception as err:  # pyarrow raises ArrowInvalid/OSError subclasses on garbled files

@@ -40,6 +40,7 @@ from sparkonce.delta.rewrite import (
 )
 from sparkonce.delta.schema import arrow_schema_for_spark
 from sparkonce.errors import OptionError
+from sparkonce.storage import TableLocation
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
@@ -134,7 +135,7 @@ def compact(
     if not bins:
         log.info("optimize %s at table_version %s: nothing to compact", table_uri, snapshot.table_version)
         return OptimizeResult(table_uri, None, 0, 0, 0, 0, 0, len(files), 0, snapshot.table_version)
-    written = _rewrite_bins(spark, snapshot.location.local_path, snapshot.scan, snapshot.partition_columns, bins)
+    written = _rewrite_bins(spark, snapshot.location, snapshot.scan, snapshot.partition_columns, bins)
     sizes = sorted(f.size for f in written)
     removed_sizes = sorted(f.size for f in removed)
     partitions = len({tuple(repr(f.partition_values.get(c)) for c in snapshot.partition_columns) for f in removed})
@@ -213,14 +214,17 @@ def _percentile(sorted_sizes: list[int], q: float) -> int:
 
 
 def _rewrite_bins(
-    spark: SparkSession, root: str, scan: ScanSchema, partition_columns: Sequence[str], bins: list[list[TableFile]]
+    spark: SparkSession,
+    location: TableLocation,
+    scan: ScanSchema,
+    partition_columns: Sequence[str],
+    bins: list[list[TableFile]],
 ) -> list[WrittenFile]:
     """Executors: each bin (one task each) read and written into one new file."""
-    import os
     from urllib.parse import unquote
 
-    plan = [[DataFile(os.path.join(root, unquote(f.path)), f.size, dict(f.partition_values)) for f in b] for b in bins]
-    options = FileWriterOptions(table_root=root, partition_by=tuple(partition_columns), file_prefix="part-optimized")
+    plan = [[DataFile(location.fs_path(unquote(f.path)), f.size, dict(f.partition_values)) for f in b] for b in bins]
+    options = FileWriterOptions(location=location, partition_by=tuple(partition_columns), file_prefix="part-optimized")
 
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from _bin_task(batches, plan, scan, options)
@@ -237,7 +241,7 @@ def _bin_task(
         for index in listing.column(0).to_pylist():
             writer = TableFileWriter(options, task_id=int(index))
             try:
-                writer.write_batches(read_files(plan[index], scan))
+                writer.write_batches(read_files(plan[index], scan, options.location))
                 files = writer.close()
             except BaseException:
                 writer.abort()

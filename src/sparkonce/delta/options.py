@@ -9,7 +9,7 @@ from typing import Literal
 
 from sparkonce.errors import OptionError
 from sparkonce.options import get_bool, get_bytes, get_choice, get_int, get_json, get_str, lookup
-from sparkonce.storage import TableLocation, table_location
+from sparkonce.storage import TableLocation, storage_options_from, table_location
 
 SaveMode = Literal["append", "overwrite", "error", "ignore"]
 FullRefresh = Literal["fail", "truncate"]
@@ -90,7 +90,7 @@ class WriteOptions:
         path = table_path(options)
         return cls(
             path=path,
-            location=table_location(path),
+            location=table_location(path, storage_options=storage_options_from(options)),
             partition_by=partition_columns(options),
             merge_schema=get_bool(options, "mergeSchema", False),
             overwrite_schema=get_bool(options, "overwriteSchema", False),
@@ -122,7 +122,7 @@ class ReadOptions:
             raise OptionError("timestampAsOf", raw_ts, "cannot be combined with versionAsOf; give one of the two")
         path = table_path(options)
         timestamp = parse_timestamp("timestampAsOf", raw_ts) if raw_ts else None
-        return cls(path, table_location(path), version, timestamp)
+        return cls(path, table_location(path, storage_options=storage_options_from(options)), version, timestamp)
 
 
 def parse_timestamp(option: str, raw: str) -> dt.datetime:
@@ -164,7 +164,7 @@ class StreamReadOptions:
         path = table_path(options)
         return cls(
             path=path,
-            location=table_location(path),
+            location=table_location(path, storage_options=storage_options_from(options)),
             starting_version=starting_version,
             starting_timestamp=parse_timestamp("startingTimestamp", raw_ts) if raw_ts else None,
             max_files_per_trigger=max_files,

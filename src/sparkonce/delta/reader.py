@@ -38,6 +38,7 @@ from sparkonce.delta.commit import load_table
 from sparkonce.delta.deletion_vectors import DeletionVector, keep_mask
 from sparkonce.delta.options import ReadOptions
 from sparkonce.errors import OptionError, UnsupportedFeatureError
+from sparkonce.storage import TableLocation
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -55,7 +56,7 @@ class DataFile:
     """One file of a snapshot as executors need it."""
 
     path: str
-    """Absolute local path."""
+    """The path in the table's file system (:meth:`TableLocation.fs_path`): absolute for a local table."""
     size: int
     partition_values: dict[str, Any]
     """Logical partition column name -> typed Python value (None for null)."""
@@ -179,11 +180,11 @@ def _nested_renames(delta_type: Any) -> Any:
     return None
 
 
-def snapshot_files(table: DeltaTable, table_root: str, scan: ScanSchema) -> list[DataFile]:
+def snapshot_files(table: DeltaTable, location: TableLocation, scan: ScanSchema) -> list[DataFile]:
     """The active files of the loaded table version, with typed partition values (from the Delta log) and,
     on tables with the ``deletionVectors`` feature, their deletion vectors."""
     adds = pa.table(table.get_add_actions(flatten=True))
-    dvs = _deletion_vectors(table, table_root)
+    dvs = _deletion_vectors(table, location)
     paths = adds.column("path").to_pylist()
     sizes = adds.column("size_bytes").to_pylist()
     partition_cols: dict[str, list[Any]] = {}
@@ -192,28 +193,32 @@ def snapshot_files(table: DeltaTable, table_root: str, scan: ScanSchema) -> list
         column = f"partition.{physical}" if f"partition.{physical}" in adds.column_names else f"partition.{name}"
         partition_cols[name] = adds.column(column).to_pylist() if column in adds.column_names else [None] * len(paths)
     files = []
+    prefix = f"{location.uri}/"
     for i, path in enumerate(paths):
-        local = unquote(path)
-        absolute = local if os.path.isabs(local) else os.path.join(table_root, local)
+        relative = unquote(path)
+        dv = dvs.get(relative)
+        if relative.startswith(prefix):  # an absolute URI inside the table
+            relative = relative[len(prefix) :]
+        fs_path = relative if os.path.isabs(relative) and location.is_local else location.fs_path(relative)
         values = {n: v[i] for n, v in partition_cols.items()}
-        files.append(DataFile(absolute, int(sizes[i]), values, deletion_vector=dvs.get(local)))
+        files.append(DataFile(fs_path, int(sizes[i]), values, deletion_vector=dv))
     return files
 
 
-def _deletion_vectors(table: DeltaTable, table_root: str) -> dict[str, DeletionVector]:
+def _deletion_vectors(table: DeltaTable, location: TableLocation) -> dict[str, DeletionVector]:
     """Decoded data file path -> deletion vector of the loaded table version (delta-rs does not expose the
     descriptors, so they come from sparkonce's own log replay; only on tables that can have them)."""
     if "deletionVectors" not in set(table.protocol().reader_features or []):
         return {}
     from sparkonce.delta.log import DeltaLog
 
-    snapshot = DeltaLog(table_root).snapshot(table.version())
+    snapshot = DeltaLog(location).snapshot(table.version())
     result: dict[str, DeletionVector] = {}
     for path, add in snapshot.files.items():
         descriptor = add.get("deletionVector")
         if isinstance(descriptor, dict):
             local = unquote(path)
-            result[local] = DeletionVector.from_action(descriptor, table_root, data_file=local)
+            result[local] = DeletionVector.from_action(descriptor, location.uri, data_file=local)
     return result
 
 
@@ -284,26 +289,30 @@ def plan_partitions(
     return [FilesPartition(b) for b in bins if b]
 
 
-def read_files(files: Iterable[DataFile], scan: ScanSchema, *, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
-    """Executor side: stream record batches of the table schema out of data files, without the rows their
-    deletion vectors delete."""
+def read_files(
+    files: Iterable[DataFile], scan: ScanSchema, location: TableLocation, *, batch_size: int = 65536
+) -> Iterator[pa.RecordBatch]:
+    """Executor side: stream record batches of the table schema out of data files (local or object store),
+    without the rows their deletion vectors delete."""
     import pyarrow.parquet as pq
 
+    filesystem = location.filesystem()
     for data_file in files:
-        parquet = pq.ParquetFile(data_file.path)
-        present = set(parquet.schema_arrow.names)
-        keep = None
-        if data_file.deletion_vector is not None:
-            keep = keep_mask(data_file.deletion_vector, parquet.metadata.num_rows, data_file=data_file.path)
-        first_row = 0
-        for batch in parquet.iter_batches(batch_size=batch_size, use_threads=False):
-            if keep is not None:
-                rows = batch.num_rows
-                selected = keep[first_row : first_row + rows]
-                first_row += rows
-                if not selected.all():
-                    batch = batch.filter(pa.array(selected))
-            yield _to_output(batch, data_file, scan, present)
+        with filesystem.open_input_file(data_file.path) as source:
+            parquet = pq.ParquetFile(source)
+            present = set(parquet.schema_arrow.names)
+            keep = None
+            if data_file.deletion_vector is not None:
+                keep = keep_mask(data_file.deletion_vector, parquet.metadata.num_rows, data_file=data_file.path)
+            first_row = 0
+            for batch in parquet.iter_batches(batch_size=batch_size, use_threads=False):
+                if keep is not None:
+                    rows = batch.num_rows
+                    selected = keep[first_row : first_row + rows]
+                    first_row += rows
+                    if not selected.all():
+                        batch = batch.filter(pa.array(selected))
+                yield _to_output(batch, data_file, scan, present)
 
 
 def _to_output(batch: pa.RecordBatch, data_file: DataFile, scan: ScanSchema, present: set[str]) -> pa.RecordBatch:
@@ -379,9 +388,8 @@ class DeltaBatchReader(DataSourceReader):
         self.options = options
         table = open_snapshot(options)
         self.table_version = table.version()
-        self.table_root = options.location.local_path
         self.scan = scan_schema(table)
-        self.files = snapshot_files(table, self.table_root, self.scan)
+        self.files = snapshot_files(table, options.location, self.scan)
         self.pushed: list[Filter] = []
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # driver
@@ -402,7 +410,7 @@ class DeltaBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executor
         if isinstance(partition, FilesPartition):  # Spark plans one empty task when there are no files
-            yield from read_files(partition.files, self.scan)
+            yield from read_files(partition.files, self.scan, self.options.location)
 
 
 __all__ = [

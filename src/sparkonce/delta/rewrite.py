@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -165,30 +164,34 @@ def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[Tabl
     data_files = [
         (
             f.path,
-            DataFile(os.path.join(snapshot.location.local_path, unquote(f.path)), f.size, dict(f.partition_values)),
+            DataFile(snapshot.location.fs_path(unquote(f.path)), f.size, dict(f.partition_values)),
         )
         for f in files
     ]
     scan = snapshot.scan
+    location = snapshot.location
     slices = max(1, min(len(files), spark.sparkContext.defaultParallelism))
     listing = spark.createDataFrame([(i,) for i in range(len(files))], "i int").repartition(slices)
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _read_task(batches, data_files, scan)
+        yield from _read_task(batches, data_files, scan, location)
 
     rows: DataFrame = listing.mapInArrow(read, schema)
     return rows
 
 
 def _read_task(
-    batches: Iterator[pa.RecordBatch], data_files: Sequence[tuple[str, DataFile]], scan: ScanSchema
+    batches: Iterator[pa.RecordBatch],
+    data_files: Sequence[tuple[str, DataFile]],
+    scan: ScanSchema,
+    location: TableLocation,
 ) -> Iterator[pa.RecordBatch]:
     """Executor side: the rows of this task's files, each tagged with its file and position."""
     for listing in batches:
         for index in listing.column(0).to_pylist():
             relative, data_file = data_files[index]
             position = 0
-            for batch in read_files([data_file], scan):
+            for batch in read_files([data_file], scan, location):
                 n = batch.num_rows
                 arrays = [
                     *batch.columns,
@@ -213,7 +216,7 @@ def write_rows(
     task, partition directories as Delta lays them out); return them for the Delta commit. Nothing is visible
     before it."""
     options = FileWriterOptions(
-        table_root=location.local_path, partition_by=tuple(partition_by), max_records_per_file=max_records_per_file
+        location=location, partition_by=tuple(partition_by), max_records_per_file=max_records_per_file
     )
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

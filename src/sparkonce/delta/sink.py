@@ -58,7 +58,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self.mode: CommitMode = "overwrite" if overwrite else "append"
         self.output_mode = "Complete" if overwrite else "Append"
         self.file_options = FileWriterOptions(
-            table_root=options.location.local_path,
+            location=options.location,
             partition_by=options.partition_by,
             max_records_per_file=options.max_records_per_file,
             compression=options.compression,
@@ -68,6 +68,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def _check_table(self) -> None:
         """Fail before the first batch when the data cannot go into the existing table."""
         check_partition_columns(self.options, self.arrow_schema)
+        self.options.location.check_commit_safety()
+        self.options.location.check_reachable(for_write=True)
         if table_exists(self.options.location):
             self.file_options.partition_by = check_target(
                 load_table(self.options.location), self.options, self.arrow_schema
@@ -147,7 +149,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
-        removed = remove_files(self.file_options.table_root, (f.path for f in collect_files(messages)))
+        removed = remove_files(self.file_options.location, (f.path for f in collect_files(messages)))
         log.info("batch %s to %s aborted; removed %d file(s)", batchId, self.options.path, removed)
 
 

@@ -40,7 +40,9 @@ class DeltaDataSource(DataSource):
 
             table = open_snapshot(options)
         else:
-            table = load_table(path)
+            from sparkonce.storage import storage_options_from, table_location
+
+            table = load_table(table_location(path, storage_options=storage_options_from(self.options)))
             check_reader_features(table, path)
         return spark_schema(scan_schema(table).output)
 

@@ -304,7 +304,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executor
         if isinstance(partition, StreamPartition):
-            yield from read_files(partition.files, partition.scan)
+            yield from read_files(partition.files, partition.scan, self.options.location)
 
     def commit(self, end: dict[str, Any]) -> None:  # driver, after Spark's checkpoint commit
         crash_point("after_commits")
@@ -435,7 +435,7 @@ class _TableState:
         check_reader_features(table, options.path)
         # Read exactly the schema Spark resolved for this query, whatever the table has become since.
         scan = replace(scan_schema(table), output=arrow_schema_for_spark(schema))
-        state = cls(options, DeltaLog(options.location.local_path), str(table.metadata().id), scan, table_fields(table))
+        state = cls(options, DeltaLog(options.location), str(table.metadata().id), scan, table_fields(table))
         state.table_version = table.version()
         return state
 
@@ -574,11 +574,11 @@ class _TableState:
 
     def _data_file(self, add: dict[str, Any], table_version: int) -> DataFile:
         raw = str(add["path"])
-        local = self.delta_log.data_file_path(raw)
-        if local is None:
+        fs_path = self.delta_log.data_file_fs_path(raw)
+        if fs_path is None:
             raise UnsupportedFeatureError(
-                f"table version {table_version} of {self.options.path} adds {raw}, which is not on the local "
-                "file system; the streaming source reads local tables only"
+                f"table version {table_version} of {self.options.path} adds {raw}, which is outside the table's "
+                "store; the streaming source reads files under the table root only"
             )
         values = add.get("partitionValues") or {}
         typed = {}
@@ -589,8 +589,8 @@ class _TableState:
         descriptor = add.get("deletionVector")
         dv = None
         if isinstance(descriptor, dict):
-            dv = DeletionVector.from_action(descriptor, str(self.delta_log.table_path), data_file=str(local))
-        return DataFile(str(local), int(add.get("size") or 0), typed, table_version, dv)
+            dv = DeletionVector.from_action(descriptor, self.delta_log.location.uri, data_file=fs_path)
+        return DataFile(fs_path, int(add.get("size") or 0), typed, table_version, dv)
 
 
 def _check_protocol(table_version: int, protocol: dict[str, Any], path: str) -> None:

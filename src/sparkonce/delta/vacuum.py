@@ -97,11 +97,10 @@ def vacuum(
             "on this table runs for longer than that, pass enforce_retention_duration=False (Delta's "
             "spark.databricks.delta.retentionDurationCheck.enabled=false)",
         )
-    root = location.local_path
     # delta-rs takes whole hours; round up so nothing younger than asked is deleted.
     hours = int(-(-retention_hours // 1))
     candidates = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
-    sizes = {rel: _size(root, rel) for rel in candidates}
+    sizes = {rel: _size(location, rel) for rel in candidates}
     files = candidates
     if not dry_run and candidates:
         files = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True)
@@ -125,14 +124,16 @@ def vacuum(
     return result
 
 
-def _size(root: str, relative: str) -> int:
+def _size(location: TableLocation, relative: str) -> int:
     from urllib.parse import unquote
 
+    import pyarrow.fs as pafs
+
+    filesystem = location.filesystem()
     for candidate in (relative, unquote(relative)):
-        try:
-            return os.path.getsize(os.path.join(root, candidate))
-        except OSError:
-            continue
+        info = filesystem.get_file_info(location.fs_path(candidate))
+        if info.type == pafs.FileType.File and info.size is not None:
+            return int(info.size)
     return 0
 
 

@@ -89,7 +89,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.arrow_schema = arrow_schema_for_spark(schema)
         self.mode: CommitMode = "overwrite" if overwrite or options.save_mode == "overwrite" else "append"
         self.file_options = FileWriterOptions(
-            table_root=options.location.local_path,
+            location=options.location,
             partition_by=options.partition_by,
             max_records_per_file=options.max_records_per_file,
             compression=options.compression,
@@ -106,6 +106,8 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.options.overwrite_schema and self.mode != "overwrite":
             raise OptionError("overwriteSchema", "true", "needs mode overwrite (use mergeSchema to add columns)")
         check_partition_columns(self.options, self.arrow_schema)
+        self.options.location.check_commit_safety()
+        self.options.location.check_reachable(for_write=True)
         if not table_exists(self.options.location):
             return None
         if self.options.save_mode == "error":
@@ -154,7 +156,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
-        removed = remove_files(self.file_options.table_root, (f.path for f in collect_files(messages)))
+        removed = remove_files(self.file_options.location, (f.path for f in collect_files(messages)))
         log.info("Delta write to %s aborted; removed %d file(s) of the failed attempt", self.options.path, removed)
 
 

@@ -24,6 +24,7 @@ from typing import Literal
 
 from sparkonce.checkpoint.files import parse_offsets
 from sparkonce.errors import CheckpointError, DeltaLogError
+from sparkonce.storage import TableLocation, checkpoint_path, table_location
 
 SourceKind = Literal["delta", "kafka", "file", "unknown"]
 # A checkpoint touched this recently may belong to a running query.
@@ -35,7 +36,8 @@ class RebuildPlan:
     """What a rebuilt checkpoint will hold."""
 
     checkpoint_dir: Path
-    table: Path
+    table: str
+    """The table's location (a path or an object-store URI)."""
     query_id: str
     batch_id: int
     table_version: int
@@ -84,7 +86,10 @@ def _source_kind(text: str | None) -> SourceKind:
 
 
 def plan_rebuild(
-    table: str | os.PathLike[str], checkpoint_dir: str | os.PathLike[str], *, query_id: str | None = None
+    table: str | os.PathLike[str] | TableLocation,
+    checkpoint_dir: str | os.PathLike[str],
+    *,
+    query_id: str | None = None,
 ) -> RebuildPlan:
     """Plan a checkpoint for the newest streaming batch of ``query_id`` (default: the newest query) in ``table``.
 
@@ -93,14 +98,15 @@ def plan_rebuild(
     """
     from sparkonce.delta.log import DeltaLog
 
-    table_path, ck = Path(table), Path(checkpoint_dir)
+    location = table_location(table)
+    table_path, ck = str(location), Path(checkpoint_path(checkpoint_dir))
     if ck.exists() and any(ck.iterdir()):
         raise CheckpointError(
             f"{ck} is not empty: a checkpoint is rebuilt only into an empty or new directory (never over one)"
         )
     # query id -> batch id -> (table version, offsets text); the newest Delta commit of a batch wins
     found: dict[str, dict[int, tuple[int, str | None]]] = {}
-    for entry in DeltaLog(table_path).iter_history():
+    for entry in DeltaLog(location).iter_history():
         if entry.query_id is None or entry.batch_id is None:
             continue
         ours = entry.commit_info.get("sparkonce")

@@ -283,7 +283,7 @@ class FanOutWriter:
                 RoutedTable(
                     name=target.table_name,
                     file_options=FileWriterOptions(
-                        table_root=table_location(target.path).local_path, partition_by=self._partition_by(target)
+                        location=table_location(target.path), partition_by=self._partition_by(target)
                     ),
                     columns=tuple(columns.items()),
                     arrow_schema=arrow_schema_for_spark(StructType(fields)),
@@ -386,7 +386,7 @@ class FanOutWriter:
         from sparkonce.delta.files import remove_files
 
         for table in staged.tables:
-            removed = remove_files(table.file_options.table_root, (f.path for f in staged.files.get(table.name, ())))
+            removed = remove_files(table.file_options.location, (f.path for f in staged.files.get(table.name, ())))
             log.info("fan-out batch %d: discarded %d staged file(s) of %s", staged.batch_id, removed, table.name)
 
     def _already_written(self, target: FanOutTarget, batch_id: int) -> bool:

@@ -58,7 +58,7 @@ def _newest_commits(log: DeltaLog, table_version: int) -> Iterator[CommitEntry]:
     Asks for each file by name instead of listing ``_delta_log`` (which can hold 100,000s of files) again.
     """
     for v in range(table_version, -1, -1):
-        if not log.commit_path(v).is_file():
+        if not log.has_commit(v):
             return
         yield log.commit_entry(v)
 

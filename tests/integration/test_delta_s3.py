@@ -1,0 +1,249 @@
+"""Delta tables on the embedded S3 store (SeaweedFS): the same code paths as local tables, exactly once.
+
+Real store, real delta-rs commits with put-if-absent (``conditional_put=etag``), real Spark. Checkpoints stay on
+the local disk (Spark writes them through Hadoop's file system API).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from sparkonce.delta.commit import BatchTxn, commit_files, load_table
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.log import DeltaLog
+from sparkonce.errors import StorageError
+from sparkonce.storage import table_location
+from tests.fixtures_storage import EmbeddedStore
+
+pytestmark = pytest.mark.s3
+
+SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.string())])
+
+
+def _commit_rows(uri: str, options: dict[str, str], ids: list[int], writer: str, app_id: str, batch_id: int) -> bool:
+    """One driver's commit of one batch (files written first, as executors do); True when it committed."""
+    location = table_location(uri, storage_options=options)
+    files = TableFileWriter(FileWriterOptions(location=location), task_id=0)
+    files.write(pa.table({"id": ids, "writer": [writer] * len(ids)}, schema=SCHEMA))
+    result = commit_files(location, files.close(), data_schema=SCHEMA, txn=BatchTxn(app_id, batch_id))
+    return not result.skipped
+
+
+def _race_same_batch(uri: str, options: dict[str, str], writer: str, queue: Any) -> None:
+    queue.put(_commit_rows(uri, options, [1, 2, 3], writer, "query-1", 0))
+
+
+def _append_batches(uri: str, options: dict[str, str], app_id: str, batches: int, queue: Any) -> None:
+    for batch_id in range(batches):
+        base = (0 if app_id == "a" else 1000) + batch_id * 10
+        _commit_rows(uri, options, list(range(base, base + 10)), app_id, app_id, batch_id)
+    queue.put(app_id)
+
+
+def _run(target: Any, args_list: list[tuple[Any, ...]]) -> list[Any]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=target, args=(*args, queue)) for args in args_list]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=300)
+        assert process.exitcode == 0
+    return [queue.get(timeout=10) for _ in processes]
+
+
+def test_four_processes_committing_the_same_batch_make_exactly_one_commit(
+    object_store: EmbeddedStore, s3_uri: str
+) -> None:
+    options = object_store.storage_options
+    committed = _run(_race_same_batch, [(s3_uri, options, f"w{i}") for i in range(4)])
+    assert sorted(committed) == [False, False, False, True]
+    table = load_table(table_location(s3_uri, storage_options=options))
+    assert table.transaction_version("query-1") == 0
+    rows = table.to_pyarrow_table()
+    assert sorted(rows.column("id").to_pylist()) == [1, 2, 3]
+    assert len(set(rows.column("writer").to_pylist())) == 1
+    log = DeltaLog(table_location(s3_uri, storage_options=options))
+    assert [e.batch_id for e in log.history() if e.query_id == "query-1"] == [0]
+
+
+def test_two_queries_appending_make_contiguous_table_versions_and_lose_nothing(
+    object_store: EmbeddedStore, s3_uri: str
+) -> None:
+    options = object_store.storage_options
+    _run(_append_batches, [(s3_uri, options, "a", 5), (s3_uri, options, "b", 5)])
+    location = table_location(s3_uri, storage_options=options)
+    log = DeltaLog(location)
+    versions = log.commit_versions()
+    assert versions == list(range(len(versions)))  # contiguous, nothing overwritten
+    commits = [(e.query_id, e.batch_id) for e in log.history() if e.query_id in ("a", "b")]
+    assert sorted(commits) == [(app, b) for app in ("a", "b") for b in range(5)]
+    ids = sorted(load_table(location).to_pyarrow_table().column("id").to_pylist())
+    assert ids == [*range(0, 50), *range(1000, 1050)]
+
+
+def test_plain_s3_without_put_if_absent_is_refused_naming_the_option(
+    object_store: EmbeddedStore, s3_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_CONDITIONAL_PUT", "AWS_S3_LOCKING_PROVIDER", "AWS_S3_ALLOW_UNSAFE_RENAME"):
+        monkeypatch.delenv(name, raising=False)
+    options = {k: v for k, v in object_store.storage_options.items() if k != "conditional_put"}
+    location = table_location(s3_uri, storage_options=options)
+    with pytest.raises(StorageError, match=r"conditional_put=etag.*AWS_S3_LOCKING_PROVIDER"):
+        location.check_commit_safety()  # what the batch writer and the streaming sink ask before any task runs
+    with pytest.raises(StorageError, match=r"conditional_put=etag.*AWS_S3_LOCKING_PROVIDER"):
+        commit_files(location, [], data_schema=SCHEMA, txn=BatchTxn("q", 0))
+    assert not location.check_reachable(for_write=True)  # nothing was created
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing_bucket", r"bucket 'no-such-bucket-[0-9a-f]+' does not exist"),
+        ("wrong_credentials", r"refused the credentials: check AWS_ACCESS_KEY_ID"),
+        ("unreachable", r"unreachable: check AWS_ENDPOINT_URL"),
+        ("not_delta", r"holds objects but no _delta_log: it is not a Delta table"),
+    ],
+)
+def test_bad_store_input_is_a_clear_error_before_any_data_moves(
+    object_store: EmbeddedStore, s3_uri: str, case: str, message: str
+) -> None:
+    import uuid
+
+    import pyarrow.fs as pafs
+
+    options = dict(object_store.storage_options)
+    uri = s3_uri
+    if case == "missing_bucket":
+        uri = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/t"
+    elif case == "wrong_credentials":
+        options["AWS_SECRET_ACCESS_KEY"] = "wrong-secret"
+    elif case == "unreachable":
+        options["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"  # the discard port: nothing listens
+        options["AWS_MAX_RETRIES"] = "0"
+    else:
+        import pyarrow.parquet as pq
+
+        filesystem = table_location(uri, storage_options=options).filesystem()
+        pq.write_table(pa.table({"id": [1]}), "data.parquet", filesystem=filesystem)
+    location = table_location(uri, storage_options=options)
+    with pytest.raises(StorageError, match=message):
+        location.check_reachable(for_write=True)
+    if case != "not_delta":
+        with pytest.raises(StorageError, match=message):
+            load_table(location)
+    else:
+        names = [i.base_name for i in location.filesystem().get_file_info(pafs.FileSelector("", recursive=True))]
+        assert names == ["data.parquet"]  # nothing written beside it
+
+
+# -- through Spark -----------------------------------------------------------------------------------------------
+
+
+def _storage(writer: Any, options: dict[str, str]) -> Any:
+    for name, value in options.items():
+        writer = writer.option(f"storage.{name}", value)
+    return writer
+
+
+@pytest.mark.spark
+def test_batch_write_read_time_travel_and_txn_through_spark(
+    spark: Any, object_store: EmbeddedStore, s3_uri: str
+) -> None:
+    options = object_store.storage_options
+    first = spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string")
+    _storage(first.write.format("delta").mode("append"), options).save(s3_uri)
+    second = spark.createDataFrame([(3, "c")], "id long, name string")
+    for _ in range(2):  # the replay of txn (app, 7) is skipped
+        _storage(second.write.format("delta").mode("append"), options).option("txnAppId", "app").option(
+            "txnVersion", 7
+        ).save(s3_uri)
+
+    def read(**extra: str) -> list[tuple[Any, ...]]:
+        reader = _storage(spark.read.format("delta"), options)
+        for key, value in extra.items():
+            reader = reader.option(key, value)
+        return sorted(tuple(r) for r in reader.load(s3_uri).collect())
+
+    latest = load_table(table_location(s3_uri, storage_options=options)).version()
+    assert read() == [(1, "a"), (2, "b"), (3, "c")]
+    assert read(versionAsOf=str(latest - 1)) == [(1, "a"), (2, "b")]
+    assert load_table(table_location(s3_uri, storage_options=options)).transaction_version("app") == 7
+
+
+@pytest.mark.spark
+def test_stream_from_an_s3_table_into_an_s3_table_exactly_once(
+    spark: Any, object_store: EmbeddedStore, tmp_path: Path
+) -> None:
+    options = object_store.storage_options
+    source, target = object_store.unique_uri("src"), object_store.unique_uri("dst")
+
+    def append(ids: range) -> None:
+        frame = spark.createDataFrame([(i,) for i in ids], "id long")
+        _storage(frame.write.format("delta").mode("append"), options).save(source)
+
+    def run() -> None:
+        stream = _storage(spark.readStream.format("delta"), options).load(source)
+        writer = _storage(stream.writeStream.format("delta"), options)
+        query = writer.option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start(target)
+        query.awaitTermination()
+
+    append(range(0, 5))
+    run()
+    append(range(5, 12))
+    run()
+    rows = load_table(table_location(target, storage_options=options)).to_pyarrow_table()
+    assert sorted(rows.column("id").to_pylist()) == list(range(12))
+
+
+@pytest.mark.spark
+def test_an_object_store_checkpoint_is_refused_before_any_data_moves(
+    spark: Any, object_store: EmbeddedStore, s3_uri: str
+) -> None:
+    frame = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    writer = _storage(frame.writeStream.format("delta"), object_store.storage_options)
+    with pytest.raises(Exception, match=r"checkpoints must be on a file system the driver sees"):
+        writer.option("checkpointLocation", f"{s3_uri}-ck").trigger(availableNow=True).start(s3_uri).awaitTermination()
+    assert not table_location(s3_uri, storage_options=object_store.storage_options).check_reachable(for_write=True)
+
+
+@pytest.mark.spark
+def test_lost_checkpoint_is_rebuilt_from_the_s3_table_and_the_stream_resumes_exactly_once(
+    spark: Any, object_store: EmbeddedStore, tmp_path: Path
+) -> None:
+    """A driver's disk is lost with the checkpoint; the table on S3 carries each batch's offsets."""
+    import shutil
+
+    from sparkonce.ops.recover import apply_rebuild, plan_rebuild
+
+    options = object_store.storage_options
+    source, target = object_store.unique_uri("src"), object_store.unique_uri("dst")
+    checkpoint = tmp_path / "ck"
+
+    def append(ids: range) -> None:
+        frame = spark.createDataFrame([(i,) for i in ids], "id long")
+        _storage(frame.write.format("delta").mode("append"), options).save(source)
+
+    def run() -> str:
+        stream = _storage(spark.readStream.format("delta"), options).option("maxFilesPerTrigger", 1).load(source)
+        writer = _storage(stream.writeStream.format("delta"), options)
+        query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start(target)
+        query.awaitTermination()
+        return str(query.id)
+
+    append(range(0, 4))
+    append(range(4, 8))
+    query_id = run()
+    shutil.rmtree(checkpoint)  # the driver's disk is gone
+    plan = plan_rebuild(table_location(target, storage_options=options), checkpoint)
+    assert plan.query_id == query_id
+    apply_rebuild(plan)
+    append(range(8, 13))
+    assert run() == query_id  # the same query resumes
+    rows = load_table(table_location(target, storage_options=options)).to_pyarrow_table()
+    assert sorted(rows.column("id").to_pylist()) == list(range(13))  # every row exactly once
