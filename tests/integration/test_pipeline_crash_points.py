@@ -44,8 +44,8 @@ def _pipeline_text(bootstrap: str, topic: str) -> str:
     return text.replace('merge = "latest"\n', 'merge = "latest"\nmax_files_per_trigger = 1\n', 1)
 
 
-def _run(pipeline: Path, crash_at: str | None = None) -> DriverRun:
-    args = ["-m", "sparkonce.cli.main", "run", str(pipeline), "--plain"]
+def _run(pipeline: Path, crash_at: str | None = None, *, stages: tuple[str, ...] = ()) -> DriverRun:
+    args = ["-m", "sparkonce.cli.main", "run", str(pipeline), "--plain", *(f"--stage={s}" for s in stages)]
     return run_driver(args, crash_at=crash_at, cwd=str(REPO), timeout=600)
 
 
@@ -173,4 +173,46 @@ def test_crash_between_fanout_tables_then_after_gold_merge(broker, tmp_path: Pat
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert len(_committed_batches(config.gold.checkpoint)) > 2
     _check_exact_contents(config, topic, produced.records)
+    _check_one_txn_per_batch(config)
+
+
+def test_bronze_and_gold_killed_in_batch_zero_restart_after_their_input_grew(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 13: Spark re-runs an uncommitted batch 0 with fresh initial offsets; the input table grew meanwhile."""
+    topic = broker.unique_topic("batch-zero")
+    produced = 0
+
+    def produce(seed: int) -> None:
+        nonlocal produced
+        result = produce_sensor_readings(
+            broker.bootstrap, topic=topic, count=RECORDS, partitions=2, malformed_share=0.1, seed=seed
+        )
+        produced += result.records
+
+    produce(21)
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(_pipeline_text(broker.bootstrap, topic))
+    config = load_pipeline(pipeline)
+    assert config.bronze is not None and config.gold is not None
+
+    # 1. Bronze batch 0 (one file of raw's initial snapshot): bronze committed, quarantine not, no commits/0.
+    crashed = _run(pipeline, "between_fanout_tables:0")
+    assert crashed.killed, crashed.stderr[-3000:]
+    assert _planned_not_committed(config.bronze.checkpoint, 0)
+    raw_versions = len(list((Path(config.raw.table) / "_delta_log").glob("*.json")))
+    produce(22)
+    assert _run(pipeline, stages=("raw",)).returncode == 0  # raw grows before bronze restarts
+    assert len(list((Path(config.raw.table) / "_delta_log").glob("*.json"))) > raw_versions
+
+    # 2. Bronze re-runs batch 0 and goes on; gold batch 0 merges and is killed before commits/0.
+    crashed = _run(pipeline, "after_gold_merge:0")
+    assert crashed.killed, crashed.stderr[-3000:]
+    assert 0 in _committed_batches(config.bronze.checkpoint)
+    assert _planned_not_committed(config.gold.checkpoint, 0)
+    produce(23)
+    assert _run(pipeline, stages=("raw", "bronze")).returncode == 0  # bronze grows before gold restarts
+
+    # 3. To the end.
+    restarted = _run(pipeline)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    _check_exact_contents(config, topic, produced)
     _check_one_txn_per_batch(config)
