@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 
 from sparkonce.delta.commit import BatchTxn, commit_files
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.storage import table_location
 
 WRITER = """
 import sys, time
@@ -25,10 +26,11 @@ from pathlib import Path
 import pyarrow as pa
 from sparkonce.delta.commit import BatchTxn, commit_files
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.storage import table_location
 
 table, go, writer, app_id = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 data = pa.table({"writer": pa.array([writer] * 5, pa.int64()), "n": pa.array(range(5), pa.int64())})
-files = TableFileWriter(FileWriterOptions(table), task_id=writer)
+files = TableFileWriter(FileWriterOptions(table_location(table)), task_id=writer)
 files.write(data)
 written = files.close()
 deadline = time.monotonic() + 60
@@ -96,7 +98,7 @@ def test_a_replayed_first_batch_is_skipped(tmp_path: Path) -> None:
     data = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
 
     def attempt() -> object:
-        files = TableFileWriter(FileWriterOptions(str(table)))
+        files = TableFileWriter(FileWriterOptions(table_location(table)))
         files.write(data)
         return commit_files(str(table), files.close(), data_schema=data.schema, txn=BatchTxn("q", 0))
 
