@@ -218,6 +218,15 @@ def kill_postgres(server: PostgresServer, *, timeout: float = 30.0) -> int | Non
         if time.monotonic() >= deadline:
             raise SinkError(f"PostgreSQL postmaster {pid} of {server.base_dir} still runs {timeout:.0f}s after SIGKILL")
         time.sleep(0.05)  # poll until the kernel reaped them; the deadline bounds the wait
+    # A killed postmaster whose parent never reaps it stays a zombie, and PostgreSQL's start refuses a data
+    # directory whose postmaster.pid names a pid that still exists ("Is another postmaster running?"). It is dead:
+    # drop its pid file, as an operator would after checking the process is gone.
+    pid_file.unlink(missing_ok=True)
+    for stale in (
+        *server.base_dir.glob(f".s.PGSQL.{server.port}.lock"),
+        *server.base_dir.glob(f".s.PGSQL.{server.port}"),
+    ):
+        stale.unlink(missing_ok=True)  # its Unix socket and socket lock file name the same dead pid
     return pid
 
 
