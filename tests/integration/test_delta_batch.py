@@ -41,6 +41,13 @@ def test_append_overwrite_and_time_travel(spark: SparkSession, tmp_path: Path) -
 
     committed_at = {h["version"]: h["timestamp"] for h in DeltaTable(str(path)).history()}
     assert committed_at[0] < committed_at[1] < committed_at[2]  # distinct commit times, or the check proves nothing
+    # A commit file lands after its commitInfo is stamped (a slow upload, a busy disk): its modification time
+    # must not move the answer away from the timestamps history shows. Make that gap large, not racy.
+    import os
+
+    for table_version, millis in committed_at.items():
+        late = millis / 1000 + 30
+        os.utime(path / "_delta_log" / f"{table_version:020d}.json", (late, late))
 
     def as_of(millis: float) -> list[tuple]:
         when = dt.datetime.fromtimestamp(millis / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")

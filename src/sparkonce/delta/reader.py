@@ -118,24 +118,23 @@ def open_snapshot(options: ReadOptions) -> DeltaTable:
             )
         table = load_table(options.location, table_version=options.version_as_of)
     elif options.timestamp_as_of is not None:
-        _load_as_of_timestamp(table, options.timestamp_as_of, options.path)
+        table_version = _version_as_of_timestamp(options.location, options.timestamp_as_of, options.path)
+        table = load_table(options.location, table_version=table_version)
     check_reader_features(table, options.path)
     return table
 
 
-def _load_as_of_timestamp(table: DeltaTable, when: dt.datetime, path: str) -> None:
-    history = table.history()
-    first = min(h["timestamp"] for h in history) if history else None
-    if first is not None and when.timestamp() * 1000 < first:
-        raise OptionError(
-            "timestampAsOf",
-            when.isoformat(),
-            f"is before the first commit of {path} ({dt.datetime.fromtimestamp(first / 1000, dt.UTC).isoformat()})",
-        )
-    try:
-        table.load_as_version(when)
-    except Exception as err:
-        raise OptionError("timestampAsOf", when.isoformat(), f"cannot be resolved on {path}: {err}") from err
+def _version_as_of_timestamp(location: TableLocation, when: dt.datetime, path: str) -> int:
+    """The newest table version committed at or before ``when``, on the commit timestamps history shows."""
+    from sparkonce.delta.log import DeltaLog
+
+    stamps = DeltaLog(location).commit_timestamps()
+    millis = when.timestamp() * 1000
+    at_or_before = [table_version for table_version, ts in stamps if ts <= millis]
+    if not at_or_before:
+        first = dt.datetime.fromtimestamp(stamps[0][1] / 1000, dt.UTC).isoformat() if stamps else "none present"
+        raise OptionError("timestampAsOf", when.isoformat(), f"is before the first commit of {path} ({first})")
+    return at_or_before[-1]
 
 
 def scan_schema(table: DeltaTable) -> ScanSchema:

@@ -442,9 +442,8 @@ class _TableState:
     def first_version_at_or_after(self, when: dt.datetime, latest: int) -> int:
         """The first table version committed at or after ``when`` (``latest + 1`` when none is)."""
         millis = when.timestamp() * 1000
-        for version in self.delta_log.commit_versions():
-            entry = self.delta_log.commit_entry(version)
-            if entry.timestamp_ms is not None and entry.timestamp_ms >= millis:
+        for version, ts in self.delta_log.commit_timestamps():
+            if ts >= millis:
                 return version
         return latest + 1
 
