@@ -87,19 +87,30 @@ def register(spark: SparkSession) -> list[str]:
     keeps using the connector where it exists; ``sparkonce.delta`` and ``sparkonce.kafka`` always point here.
     With classic PySpark it lets ``partitionBy(...)`` and the ``error``/``ignore`` save modes reach the Delta sink
     (Spark refuses them for Python data sources otherwise; see :mod:`sparkonce.delta._compat`).
+    It reads the session storage options, the Spark conf entries ``spark.sparkonce.storage.<NAME>``, now (set
+    them before calling it; call it again after changing them): the Delta sources get them for every read and
+    write under the explicit ``storage.<NAME>`` options, and so do the table locations this process parses
+    (:func:`sparkonce.table_location`); the environment comes last.
     It also turns on ``spark.sql.python.filterPushdown.enabled`` (the Delta reader prunes files by partition
     filters and needs Spark to pass them), except inside a Spark Declarative Pipeline's definitions, where session
     confs cannot be set: there it belongs in the pipeline spec's ``configuration`` (``docs/sdp.md``).
     """
-    from sparkonce.delta.source import DeltaDataSource, SparkonceDeltaDataSource
+    from pyspark.sql.datasource import DataSource
+
+    from sparkonce.delta.source import DeltaDataSource, SparkonceDeltaDataSource, with_session_storage
     from sparkonce.kafka.source import KafkaDataSource
+    from sparkonce.storage import set_session_storage_options, storage_options_from_conf
 
     _enable_filter_pushdown(spark)
-    names = []
+    storage_options = storage_options_from_conf(spark.conf.getAll)
+    set_session_storage_options(storage_options)
+    deltas: list[type[DeltaDataSource]] = [SparkonceDeltaDataSource]
     if not _jvm_delta_available(spark):
-        spark.dataSource.register(DeltaDataSource)
-        names.append(DeltaDataSource.name())
-    for source in (SparkonceDeltaDataSource, KafkaDataSource):
+        deltas.insert(0, DeltaDataSource)
+    sources: list[type[DataSource]] = [with_session_storage(d, storage_options) for d in deltas]
+    sources.append(KafkaDataSource)
+    names = []
+    for source in sources:
         spark.dataSource.register(source)
         names.append(source.name())
     if getattr(spark, "_jvm", None) is not None:

@@ -36,10 +36,14 @@ if TYPE_CHECKING:
 __all__ = [
     "LOCAL_SCHEME",
     "OBJECT_STORE_SCHEMES",
+    "SESSION_CONF_PREFIX",
     "STORAGE_OPTION_PREFIX",
     "TableLocation",
     "checkpoint_path",
+    "session_storage_options",
+    "set_session_storage_options",
     "storage_options_from",
+    "storage_options_from_conf",
     "table_location",
 ]
 
@@ -48,6 +52,9 @@ OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure"
 """URI schemes of the object stores delta-rs serves (and so sparkonce, through the same code path)."""
 STORAGE_OPTION_PREFIX = "storage."
 """Data source options ``storage.<NAME>`` are storage options ``<NAME>`` (``.option("storage.AWS_REGION", ..)``)."""
+SESSION_CONF_PREFIX = "spark.sparkonce.storage."
+"""Spark conf entries ``spark.sparkonce.storage.<NAME>`` are session storage options ``<NAME>``, read by
+``sparkonce.register(spark)``."""
 _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
 _S3_SCHEMES = ("s3", "s3a")
 # How a delta-rs S3 commit can be made atomic (put-if-absent of the log file), by option or environment name.
@@ -199,14 +206,16 @@ def table_location(
 
     Args:
         path: A plain path, a ``file:`` URI (``file:///x``, ``file:/x``), or an already parsed location.
-        storage_options: Options of the store (delta-rs names); ignored for local tables.
+        storage_options: Options of the store (delta-rs names); ignored for local tables. They win over the
+            session options (:func:`set_session_storage_options`), which win over the environment.
 
     Raises:
         StorageError: ``path`` is empty, a malformed ``file:`` URI, or names a store this version cannot use; the
             message names the URI.
     """
-    options = tuple(sorted((str(k), str(v)) for k, v in (storage_options or {}).items()))
+    given = {str(k): str(v) for k, v in (storage_options or {}).items()}
     if isinstance(path, TableLocation):
+        options = tuple(sorted(given.items()))
         if not options or path.is_local:
             return path
         return TableLocation(
@@ -232,13 +241,46 @@ def table_location(
         raise StorageError(f"{text}: the URI names no bucket or container ({scheme}://BUCKET/prefix)")
     prefix = "/".join(part for part in prefix.split("/") if part)
     uri = f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
-    return TableLocation(uri, scheme, options)
+    return TableLocation(uri, scheme, tuple(sorted(_with_session_options(given).items())))
 
 
 def storage_options_from(options: Mapping[str, str]) -> dict[str, str]:
     """The storage options among data source options: ``storage.<NAME>`` -> ``<NAME>`` (case kept)."""
     prefix = len(STORAGE_OPTION_PREFIX)
     return {key[prefix:]: value for key, value in options.items() if key.lower().startswith(STORAGE_OPTION_PREFIX)}
+
+
+def storage_options_from_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """The storage options among Spark conf entries: ``spark.sparkonce.storage.<NAME>`` -> ``<NAME>``."""
+    prefix = len(SESSION_CONF_PREFIX)
+    return {key[prefix:]: value for key, value in conf.items() if key.startswith(SESSION_CONF_PREFIX) and key[prefix:]}
+
+
+_session_options: dict[str, str] = {}
+
+
+def set_session_storage_options(options: Mapping[str, str]) -> None:
+    """Make ``options`` this process's session storage options (``sparkonce.register`` does, from the conf).
+
+    :func:`table_location` adds them under the explicit options of every object-store location parsed later in
+    this process; the environment comes last (object_store reads it for what neither gives).
+    """
+    _session_options.clear()
+    _session_options.update({str(k): str(v) for k, v in options.items()})
+
+
+def session_storage_options() -> dict[str, str]:
+    """This process's session storage options (a copy; empty until ``sparkonce.register`` found some)."""
+    return dict(_session_options)
+
+
+def _with_session_options(given: Mapping[str, str]) -> dict[str, str]:
+    """``given`` over the session options; a name counts as given in any letter case (``storage.x`` options
+    reach data sources lower-cased)."""
+    names = {name.lower() for name in given}
+    merged = {name: value for name, value in _session_options.items() if name.lower() not in names}
+    merged.update(given)
+    return merged
 
 
 def checkpoint_path(path: str | os.PathLike[str]) -> str:

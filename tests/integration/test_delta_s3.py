@@ -7,6 +7,7 @@ the local disk (Spark writes them through Hadoop's file system API).
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +248,64 @@ def test_lost_checkpoint_is_rebuilt_from_the_s3_table_and_the_stream_resumes_exa
     assert run() == query_id  # the same query resumes
     rows = load_table(table_location(target, storage_options=options)).to_pyarrow_table()
     assert sorted(rows.column("id").to_pylist()) == list(range(13))  # every row exactly once
+
+
+@pytest.fixture
+def session_storage(spark: Any) -> Iterator[Callable[[dict[str, str]], None]]:
+    """Set ``spark.sparkonce.storage.*`` entries and register again; unset them and register again after."""
+    import sparkonce
+
+    keys: list[str] = []
+
+    def set_conf(options: dict[str, str]) -> None:
+        for name, value in options.items():
+            spark.conf.set(f"spark.sparkonce.storage.{name}", value)
+            keys.append(f"spark.sparkonce.storage.{name}")
+        sparkonce.register(spark)
+
+    yield set_conf
+    for key in keys:
+        spark.conf.unset(key)
+    sparkonce.register(spark)
+
+
+@pytest.mark.spark
+def test_session_storage_options_from_the_spark_conf_reach_reads_writes_and_streams(
+    spark: Any, object_store: EmbeddedStore, session_storage: Callable[[dict[str, str]], None], tmp_path: Path
+) -> None:
+    """Endpoint and keys only in the Spark conf: batch write, batch read, a stream between two S3 tables."""
+    from sparkonce.storage import session_storage_options
+
+    options = object_store.storage_options
+    source, target = object_store.unique_uri("conf-src"), object_store.unique_uri("conf-dst")
+    session_storage(options)
+    assert session_storage_options() == options  # the driver's own table locations get them too
+
+    spark.createDataFrame([(i,) for i in range(5)], "id long").write.format("delta").mode("append").save(source)
+    assert sorted(r.id for r in spark.read.format("delta").load(source).collect()) == list(range(5))
+    query = (
+        spark.readStream.format("delta")
+        .load(source)
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start(target)
+    )
+    query.awaitTermination()
+    rows = load_table(table_location(target)).to_pyarrow_table()  # the session options, no explicit ones
+    assert sorted(rows.column("id").to_pylist()) == list(range(5))
+
+
+@pytest.mark.spark
+def test_an_explicit_storage_option_wins_over_the_spark_conf(
+    spark: Any, object_store: EmbeddedStore, session_storage: Callable[[dict[str, str]], None], s3_uri: str
+) -> None:
+    options = object_store.storage_options
+    session_storage({**options, "AWS_SECRET_ACCESS_KEY": "not-the-key"})
+    frame = spark.createDataFrame([(1,)], "id long")
+    with pytest.raises(Exception, match="refused the credentials"):
+        frame.write.format("delta").mode("append").save(s3_uri)
+    writer = frame.write.format("delta").mode("append")
+    writer.option("storage.AWS_SECRET_ACCESS_KEY", options["AWS_SECRET_ACCESS_KEY"]).save(s3_uri)
+    rows = load_table(table_location(s3_uri, storage_options=options)).to_pyarrow_table()
+    assert rows.column("id").to_pylist() == [1]

@@ -82,3 +82,24 @@ def test_missing_or_bad_metadata_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "metadata").write_text("{}\n")
     with pytest.raises(CheckpointError, match="metadata"):
         read_query_id(tmp_path)
+
+
+def test_session_options_come_from_the_conf_prefix_and_explicit_options_win() -> None:
+    from sparkonce.storage import set_session_storage_options, storage_options_from_conf
+
+    conf = {
+        "spark.sparkonce.storage.AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+        "spark.sparkonce.storage.AWS_REGION": "eu-west-1",
+        "spark.sparkonce.storageX": "not an option",
+        "spark.sql.shuffle.partitions": "2",
+    }
+    session = storage_options_from_conf(conf)
+    assert session == {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_REGION": "eu-west-1"}
+    set_session_storage_options(session)
+    try:
+        location = table_location("s3://b/t", storage_options={"aws_region": "us-east-1"})  # any letter case
+        assert location.options() == {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "aws_region": "us-east-1"}
+        assert table_location("/data/t").options() == {}
+    finally:
+        set_session_storage_options({})
+    assert table_location("s3://b/t").options() == {}

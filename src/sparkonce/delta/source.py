@@ -6,7 +6,8 @@ batch writer, streaming sink and streaming source. Options: see ``docs/delta.md`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
+from typing import ClassVar
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -21,7 +22,23 @@ from sparkonce.delta.options import ReadOptions, StreamReadOptions, WriteOptions
 
 
 class DeltaDataSource(DataSource):
-    """Delta Lake tables through delta-rs; exactly-once streaming commits with Delta ``txn`` actions."""
+    """Delta Lake tables through delta-rs; exactly-once streaming commits with Delta ``txn`` actions.
+
+    Spark creates it in a Python worker (driver machine) for every read or write. ``session_storage_options``
+    are the ``spark.sparkonce.storage.*`` entries ``sparkonce.register`` found: register ships them inside the
+    class itself (see :func:`with_session_storage`), because these workers do not see the session's conf.
+    """
+
+    session_storage_options: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        from sparkonce.storage import STORAGE_OPTION_PREFIX
+
+        for name, value in self.session_storage_options:  # an explicit .option("storage.<NAME>") wins
+            key = STORAGE_OPTION_PREFIX + name
+            if key not in self.options:
+                self.options[key] = value
 
     @classmethod
     def name(cls) -> str:
@@ -73,6 +90,24 @@ class SparkonceDeltaDataSource(DeltaDataSource):
     @classmethod
     def name(cls) -> str:
         return "sparkonce.delta"
+
+
+def with_session_storage(source: type[DeltaDataSource], options: Mapping[str, str]) -> type[DeltaDataSource]:
+    """``source``, or a subclass of it carrying ``options`` as its session storage options (driver).
+
+    The subclass is made here, not importable by name, so cloudpickle ships it by value, with the options,
+    to the Python workers where Spark plans reads and writes (classic PySpark and Spark Connect alike).
+    """
+    if not options:
+        return source
+    carried = tuple(sorted((str(k), str(v)) for k, v in options.items()))
+    attributes = {
+        "__module__": source.__module__,
+        "__qualname__": f"{source.__qualname__}_with_session_storage",
+        "__doc__": source.__doc__,
+        "session_storage_options": carried,
+    }
+    return type(source.__name__, (source,), attributes)
 
 
 def _is_batch_read(options: Mapping[str, str]) -> bool:
