@@ -49,10 +49,27 @@ def test_bin_pack_per_partition_smallest_first_single_files_left_alone() -> None
     assert bin_pack([_file("x", 5), _file("y", 5), _file("z", 5)], [], 10) == [[_file("x", 5), _file("y", 5)]]
 
 
-def test_rewrites_refuse_tables_with_deletion_vectors(fixtures_dir) -> None:  # type: ignore[no-untyped-def]
+def _dv_file(path: str, size: int, rows: int, deleted: int) -> TableFile:
+    from sparkonce.delta.deletion_vectors import DeletionVector
+
+    dv = DeletionVector("i", None, "", 0, 0, deleted)
+    return TableFile(path, size, {}, rows, {}, {}, deletion_vector={"storageType": "i"}, deletion_vector_rows=dv)
+
+
+def test_bin_pack_rewrites_a_file_whose_deletion_vector_deletes_over_5_percent() -> None:
+    big_mostly_deleted = _dv_file("big", 1000, 100, 6)
+    big_few_deleted = _dv_file("few", 1000, 100, 5)
+    small_alone = _dv_file("small", 10, 100, 50)
+    assert big_mostly_deleted.live_records == 94
+    bins = bin_pack([big_mostly_deleted, big_few_deleted], [], 100)
+    assert [[f.path for f in b] for b in bins] == [["big"]]
+    assert [[f.path for f in b] for b in bin_pack([small_alone], [], 100)] == [["small"]]
+
+
+def test_rewrites_refuse_column_mapped_tables_naming_the_feature(fixtures_dir) -> None:  # type: ignore[no-untyped-def]
     from sparkonce.delta.rewrite import open_snapshot
     from sparkonce.errors import UnsupportedFeatureError
 
     table = fixtures_dir / "delta-tables" / "dv-with-columnmapping"
-    with pytest.raises(UnsupportedFeatureError, match="deletionVectors"):
+    with pytest.raises(UnsupportedFeatureError, match=r"DELETE on .*dv-with-columnmapping: .*column mapping \(name\)"):
         open_snapshot(str(table), operation="DELETE")

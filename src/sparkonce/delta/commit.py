@@ -70,6 +70,9 @@ class RemovedFile:
     """As the table's ``add`` action names it, relative to the table root."""
     size: int
     partition_values: dict[str, str | None]
+    deletion_vector: dict[str, Any] | None = None
+    """The ``deletionVector`` descriptor of the file's ``add`` action: the ``remove`` must carry it, since a Delta
+    reader matches an ``add`` and its ``remove`` on (path, deletion vector)."""
 
 
 def table_exists(table: str | TableLocation) -> bool:
@@ -221,6 +224,13 @@ def commit_files(
         actions: list[Any] = [
             AddAction(f.path, f.size, f.partition_values, f.modification_time, data_change, f.stats) for f in files
         ]
+        if any(r.deletion_vector is not None for r in removes):
+            if _commit_with_deletion_vectors(
+                location, read_version, files, removes, txn, custom_metadata, data_change, attempt
+            ):
+                rows = sum(f.num_records for f in files)
+                return CommitResult(TableVersion(read_version + 1), False, attempt, len(files), rows, len(removes))
+            continue
         if removes:
             _check_still_active(snapshot, table_uri, read_version, removes)
             now = int(time.time() * 1000)
@@ -271,6 +281,143 @@ def _check_still_active(table: DeltaTable, table_uri: str, read_version: int, re
             f"{len(gone)} file(s) to remove from {table_uri} are no longer in table_version {read_version} "
             f"(a concurrent writer rewrote them), e.g. {gone[0]}"
         )
+
+
+COMMIT_WRITER_FEATURES = frozenset(
+    {"appendOnly", "deletionVectors", "invariants", "timestampNtz", "vacuumProtocolCheck", "v2Checkpoint"}
+)
+"""Writer features a commit that sparkonce writes itself (removing files with deletion vectors) honours: none of
+them asks anything of a commit of plain ``add`` and ``remove`` actions."""
+
+
+def check_dv_commit_supported(location: TableLocation, table: DeltaTable, table_uri: str, operation: str) -> None:
+    """Refuse, before any data moves, a rewrite of a table with deletion vectors that sparkonce cannot commit.
+
+    delta-rs cannot write a ``remove`` carrying a deletion vector, so such commits are written by sparkonce
+    (:func:`_commit_with_deletion_vectors`): on a local file system only (put-if-absent is a hard link there), and
+    only with writer features that ask nothing of such a commit.
+
+    Raises:
+        UnsupportedFeatureError: the table is on an object store, or has another writer feature.
+    """
+    from sparkonce.errors import UnsupportedFeatureError
+
+    if not location.is_local:
+        raise UnsupportedFeatureError(
+            f"{operation} on {table_uri}: files with deletion vectors can be rewritten on a local file system only "
+            "(the commit removing them must carry their deletion vectors, which delta-rs cannot write)"
+        )
+    others = sorted(set(table.protocol().writer_features or []) - COMMIT_WRITER_FEATURES)
+    if others:
+        raise UnsupportedFeatureError(
+            f"{operation} on {table_uri}: the table has writer feature(s) {others}, which sparkonce cannot honour "
+            "in a commit that rewrites files with deletion vectors"
+        )
+
+
+def _commit_with_deletion_vectors(
+    location: TableLocation,
+    read_version: int,
+    files: list[WrittenFile],
+    removes: list[RemovedFile],
+    txn: BatchTxn | None,
+    custom_metadata: Mapping[str, Any] | None,
+    data_change: bool,
+    attempt: int,
+) -> bool:
+    """Write table version ``read_version + 1`` with sparkonce's own log entry (local tables only): commitInfo,
+    txn, the adds and the removes with their deletion vectors. False when another writer took that version first.
+
+    Raises:
+        CommitConflictError: a file to remove is gone, or carries another deletion vector than the one read
+            (a concurrent writer deleted more of its rows).
+    """
+    import os
+    import uuid
+    from urllib.parse import unquote
+
+    from sparkonce import __version__
+    from sparkonce.delta.log import DeltaLog
+
+    files_now = DeltaLog(location).snapshot(read_version).files
+    active = {unquote(k): v.get("deletionVector") for k, v in files_now.items()}
+    changed = [r.path for r in removes if active.get(unquote(r.path), False) != r.deletion_vector]
+    if changed:
+        raise CommitConflictError(
+            f"{len(changed)} file(s) to remove from {location} changed in table_version {read_version} "
+            f"(a concurrent writer rewrote them or deleted rows of them), e.g. {changed[0]}"
+        )
+    now = int(time.time() * 1000)
+    info = dict(custom_metadata or {})
+    own_info = info.get("sparkonce")
+    own: dict[str, Any] = own_info if isinstance(own_info, dict) else {}
+    commit_info = {
+        "timestamp": now,
+        "operation": own.get("operation", "WRITE"),
+        "operationParameters": {
+            k: v if isinstance(v, str) else json.dumps(v) for k, v in dict(own.get("operationParameters") or {}).items()
+        },
+        "readVersion": read_version,
+        "isolationLevel": "Serializable",
+        "isBlindAppend": False,
+        "engineInfo": f"sparkonce/{__version__}",
+        **info,
+    }
+    actions: list[dict[str, Any]] = [{"commitInfo": commit_info}]
+    if txn is not None:
+        actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
+    for f in files:
+        add = {
+            "path": f.path,
+            "partitionValues": f.partition_values,
+            "size": f.size,
+            "modificationTime": f.modification_time,
+            "dataChange": data_change,
+            "stats": f.stats,
+        }
+        actions.append({"add": add})
+    for r in removes:
+        remove: dict[str, Any] = {
+            "path": r.path,
+            "deletionTimestamp": now,
+            "dataChange": data_change,
+            "extendedFileMetadata": True,
+            "partitionValues": r.partition_values,
+            "size": r.size,
+        }
+        if r.deletion_vector is not None:
+            remove["deletionVector"] = r.deletion_vector
+        actions.append({"remove": remove})
+    log_dir = location.fs_path("_delta_log")
+    target = os.path.join(log_dir, f"{read_version + 1:020d}.json")
+    staged = os.path.join(log_dir, f".{read_version + 1:020d}.json.{uuid.uuid4().hex}.tmp")
+    with open(staged, "w", encoding="utf-8") as handle:
+        handle.write("".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions))
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(staged, target)  # put-if-absent: fails when another writer made this table version
+    except FileExistsError:
+        log.info(
+            "Delta commit on %s at table_version %s lost a race (attempt %d, txn %s)",
+            location,
+            read_version + 1,
+            attempt,
+            txn,
+        )
+        return False
+    finally:
+        os.unlink(staged)
+    log.info(
+        "Delta commit table_version %s on %s (written by sparkonce: removes carry deletion vectors): %d file(s) "
+        "added, %d removed, txn %s",
+        read_version + 1,
+        location,
+        len(files),
+        len(removes),
+        txn,
+    )
+    return True
 
 
 def _schema_for_commit(
@@ -357,6 +504,7 @@ __all__ = [
     "CommitMode",
     "CommitResult",
     "RemovedFile",
+    "check_dv_commit_supported",
     "commit_files",
     "committed_txn_version",
     "table_committed_txn_version",

@@ -148,7 +148,7 @@ def _rewrite(
                             for c in columns
                         ]
                     )
-                out_rows = sum(int(f.num_records or 0) for f in touched) - (changed if assignments is None else 0)
+                out_rows = sum(f.live_records for f in touched) - (changed if assignments is None else 0)
                 n_files = max(1, math.ceil(max(out_rows, 1) / target_file_rows))
                 if out_rows > 0 or assignments is not None:
                     written = write_rows(output.repartition(n_files), snapshot.location, snapshot.partition_columns)
@@ -156,9 +156,9 @@ def _rewrite(
             rows.unpersist()
     scan_ms = int((time.monotonic() - scan_started) * 1000)
     if whole_files:
-        changed += sum(int(f.num_records or 0) for f in whole_files)
+        changed += sum(f.live_records for f in whole_files)
         touched = whole_files + touched
-    copied = sum(int(f.num_records or 0) for f in touched) - changed
+    copied = sum(f.live_records for f in touched) - changed
     metrics = {
         "numRemovedFiles": len(touched),
         "numAddedFiles": len(written),

@@ -205,7 +205,7 @@ def merge_into(
             rewrite_started = time.monotonic()
             written: list[Any] = []
             columns = [*target_columns, *[c.name for c in new_columns]]
-            copied = sum(int(f.num_records or 0) for f in touched) - counts.target_rows_changed
+            copied = sum(f.live_records for f in touched) - counts.target_rows_changed
             if touched or counts.inserted:
                 changed = actions.where(F.col(_CLAUSE).isin(counts.writing_clauses)).select(*columns)
                 output = changed

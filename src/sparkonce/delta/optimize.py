@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TARGET_FILE_SIZE = 1024 * 1024 * 1024
 """Delta's ``spark.databricks.delta.optimize.maxFileSize`` default (1 GiB)."""
+MAX_DELETED_ROWS_RATIO = 0.05
+"""Delta's ``spark.databricks.delta.optimize.maxDeletedRowsRatio`` default: a file whose deletion vector deletes
+more of its rows is rewritten (its deleted rows purged) even when it is large or alone in its partition."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +79,11 @@ def bin_pack(
     files: Sequence[TableFile], partition_columns: Sequence[str], target_file_size: int
 ) -> list[list[TableFile]]:
     """Bins of files to rewrite together: per partition, files below ``target_file_size`` (smallest first)
-    packed into bins of at most that many bytes; bins holding a single file are dropped."""
+    packed into bins of at most that many bytes; bins holding a single file are dropped, unless its deletion
+    vector deletes more than :data:`MAX_DELETED_ROWS_RATIO` of its rows (Delta purges those, whatever their size)."""
     groups: dict[tuple[Any, ...], list[TableFile]] = {}
     for f in files:
-        if f.size < target_file_size:
+        if f.size < target_file_size or _mostly_deleted(f):
             groups.setdefault(tuple(repr(f.partition_values.get(c)) for c in partition_columns), []).append(f)
     bins: list[list[TableFile]] = []
     for key in sorted(groups):
@@ -93,7 +97,11 @@ def bin_pack(
             size += f.size
         if current:
             bins.append(current)
-    return [b for b in bins if len(b) > 1]
+    return [b for b in bins if len(b) > 1 or _mostly_deleted(b[0])]
+
+
+def _mostly_deleted(f: TableFile) -> bool:
+    return f.deleted_rows > MAX_DELETED_ROWS_RATIO * int(f.num_records or 0)
 
 
 def compact(
@@ -144,12 +152,12 @@ def compact(
         "numRemovedBytes": sum(removed_sizes),
         "numAddedFiles": len(written),
         "numAddedBytes": sum(sizes),
-        "minFileSize": sizes[0],
+        "minFileSize": sizes[0] if sizes else 0,
         "p25FileSize": _percentile(sizes, 0.25),
         "p50FileSize": _percentile(sizes, 0.5),
         "p75FileSize": _percentile(sizes, 0.75),
-        "maxFileSize": sizes[-1],
-        "numDeletionVectorsRemoved": 0,
+        "maxFileSize": sizes[-1] if sizes else 0,
+        "numDeletionVectorsRemoved": sum(1 for f in removed if f.deletion_vector is not None),
         "partitionsOptimized": partitions,
         "numBatches": 1,
         "totalConsideredFiles": len(files),
@@ -210,6 +218,8 @@ def optimize_table(
 
 
 def _percentile(sorted_sizes: list[int], q: float) -> int:
+    if not sorted_sizes:
+        return 0
     return sorted_sizes[min(len(sorted_sizes) - 1, int(q * len(sorted_sizes)))]
 
 
@@ -221,9 +231,7 @@ def _rewrite_bins(
     bins: list[list[TableFile]],
 ) -> list[WrittenFile]:
     """Executors: each bin (one task each) read and written into one new file."""
-    from urllib.parse import unquote
-
-    plan = [[DataFile(location.fs_path(unquote(f.path)), f.size, dict(f.partition_values)) for f in b] for b in bins]
+    plan = [[f.data_file(location) for f in b] for b in bins]
     options = FileWriterOptions(location=location, partition_by=tuple(partition_columns), file_prefix="part-optimized")
 
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -19,7 +19,15 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from sparkonce.delta.commit import BatchTxn, CommitResult, RemovedFile, commit_files, load_table
+from sparkonce.delta.commit import (
+    BatchTxn,
+    CommitResult,
+    RemovedFile,
+    check_dv_commit_supported,
+    commit_files,
+    load_table,
+)
+from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
 from sparkonce.delta.reader import DataFile, ScanSchema, check_reader_features, read_files, scan_schema
 from sparkonce.errors import UnsupportedFeatureError
@@ -61,12 +69,39 @@ class TableFile:
     partition_values: dict[str, Any]
     """Partition column -> typed value (None for null)."""
     num_records: int | None
+    """Rows in the Parquet file, deleted ones included (the ``add`` action's stats)."""
     min_values: dict[str, Any]
     max_values: dict[str, Any]
+    deletion_vector: dict[str, Any] | None = None
+    """The ``add`` action's ``deletionVector`` descriptor (rows of the file the table has deleted), if any."""
+    deletion_vector_rows: DeletionVector | None = None
+    """The same, resolved for executors to load."""
+
+    @property
+    def deleted_rows(self) -> int:
+        """Rows of the file its deletion vector deletes (0 without one)."""
+        return self.deletion_vector_rows.cardinality if self.deletion_vector_rows is not None else 0
+
+    @property
+    def live_records(self) -> int:
+        """Rows of the file that are in the table (its deletion vector applied); 0 when the stats are missing."""
+        return int(self.num_records or 0) - self.deleted_rows
+
+    def data_file(self, location: TableLocation) -> DataFile:
+        """The file as executors read it: its deletion vector applied."""
+        return DataFile(
+            location.fs_path(unquote(self.path)),
+            self.size,
+            dict(self.partition_values),
+            deletion_vector=self.deletion_vector_rows,
+        )
 
     def removed(self) -> RemovedFile:
         return RemovedFile(
-            self.path, self.size, {k: partition_value_string(v) for k, v in self.partition_values.items()}
+            self.path,
+            self.size,
+            {k: partition_value_string(v) for k, v in self.partition_values.items()},
+            deletion_vector=self.deletion_vector,
         )
 
 
@@ -93,37 +128,56 @@ def open_snapshot(table_uri: str, *, operation: str) -> TableSnapshot:
 
     Raises:
         TableNotFoundError: not a Delta table.
-        UnsupportedFeatureError: a reader feature sparkonce cannot honour, deletion vectors, or column mapping
-            (its files use physical column names, which rewrites do not write yet).
+        UnsupportedFeatureError: a reader feature sparkonce cannot honour, column mapping (its files use
+            physical column names, which rewrites do not write yet), or deletion vectors on a table sparkonce
+            cannot commit their removal to (:func:`sparkonce.delta.commit.check_dv_commit_supported`).
     """
     location = table_location(table_uri)
     table = load_table(location)
     check_reader_features(table, table_uri)
     scan = scan_schema(table)
     configuration: dict[str, str | None] = dict(table.metadata().configuration)
-    if "deletionVectors" in set(table.protocol().reader_features or []):
-        raise UnsupportedFeatureError(
-            f"{operation} on {table_uri}: the table has the deletionVectors feature; sparkonce reads such tables "
-            "but cannot rewrite their files yet (a rewrite must carry each file's deletion vector)"
-        )
     mapping = configuration.get("delta.columnMapping.mode")
     if (mapping and mapping != "none") or scan.physical_names or scan.nested_renames:
         raise UnsupportedFeatureError(
             f"{operation} on {table_uri}: the table uses column mapping ({mapping}); sparkonce reads such tables "
             "but cannot rewrite their files yet"
         )
+    has_dvs = "deletionVectors" in set(table.protocol().reader_features or [])
+    if has_dvs:
+        check_dv_commit_supported(location, table, table_uri, operation)
     return TableSnapshot(
         table_uri=table_uri,
         location=location,
         table_version=int(table.version()),
         scan=scan,
         partition_columns=tuple(table.metadata().partition_columns),
-        files=tuple(_active_files(table, scan.partition_columns)),
+        files=tuple(
+            _active_files(table, scan.partition_columns, _deletion_vectors(location, table) if has_dvs else {})
+        ),
         configuration=configuration,
     )
 
 
-def _active_files(table: DeltaTable, partition_columns: Sequence[str]) -> list[TableFile]:
+def _deletion_vectors(location: TableLocation, table: DeltaTable) -> dict[str, tuple[dict[str, Any], DeletionVector]]:
+    """Decoded data file path -> its ``add`` action's deletion vector descriptor, and resolved (delta-rs does not
+    expose the descriptors: they come from sparkonce's own log replay of the loaded table version)."""
+    from sparkonce.delta.log import DeltaLog
+
+    result: dict[str, tuple[dict[str, Any], DeletionVector]] = {}
+    for path, add in DeltaLog(location).snapshot(table.version()).files.items():
+        descriptor = add.get("deletionVector")
+        if isinstance(descriptor, dict):
+            local = unquote(path)
+            result[local] = (descriptor, DeletionVector.from_action(descriptor, location.uri, data_file=local))
+    return result
+
+
+def _active_files(
+    table: DeltaTable,
+    partition_columns: Sequence[str],
+    deletion_vectors: Mapping[str, tuple[dict[str, Any], DeletionVector]],
+) -> list[TableFile]:
     adds = pa.table(table.get_add_actions(flatten=True))
     columns = adds.column_names
     n = adds.num_rows
@@ -135,25 +189,31 @@ def _active_files(table: DeltaTable, partition_columns: Sequence[str]) -> list[T
     parts = {c: column(f"partition.{c}") for c in partition_columns}
     mins = {c[len("min.") :]: adds.column(c).to_pylist() for c in columns if c.startswith("min.")}
     maxs = {c[len("max.") :]: adds.column(c).to_pylist() for c in columns if c.startswith("max.")}
-    return [
-        TableFile(
-            path=str(paths[i]),
-            size=int(sizes[i] or 0),
-            partition_values={c: v[i] for c, v in parts.items()},
-            num_records=None if records[i] is None else int(records[i]),
-            min_values={c: v[i] for c, v in mins.items() if v[i] is not None},
-            max_values={c: v[i] for c, v in maxs.items() if v[i] is not None},
+    files = []
+    for i in range(n):
+        descriptor, resolved = deletion_vectors.get(unquote(str(paths[i])), (None, None))
+        files.append(
+            TableFile(
+                path=str(paths[i]),
+                size=int(sizes[i] or 0),
+                partition_values={c: v[i] for c, v in parts.items()},
+                num_records=None if records[i] is None else int(records[i]),
+                min_values={c: v[i] for c, v in mins.items() if v[i] is not None},
+                max_values={c: v[i] for c, v in maxs.items() if v[i] is not None},
+                deletion_vector=descriptor,
+                deletion_vector_rows=resolved,
+            )
         )
-        for i in range(n)
-    ]
+    return files
 
 
 # -- executors: read ---------------------------------------------------------------------------------------------
 
 
 def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[TableFile]) -> DataFrame:
-    """The rows of ``files`` (read on executors) in the table schema, plus :data:`FILE_COLUMN` and
-    :data:`ROW_COLUMN`. Without files: an empty frame of the same schema."""
+    """The rows of ``files`` (read on executors, deletion vectors applied) in the table schema, plus
+    :data:`FILE_COLUMN` and :data:`ROW_COLUMN` (the row's position among the file's rows in the table, which
+    identifies it within one plan). Without files: an empty frame of the same schema."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     schema = StructType(
@@ -161,13 +221,7 @@ def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[Tabl
     )
     if not files:
         return spark.createDataFrame([], schema)
-    data_files = [
-        (
-            f.path,
-            DataFile(snapshot.location.fs_path(unquote(f.path)), f.size, dict(f.partition_values)),
-        )
-        for f in files
-    ]
+    data_files = [(f.path, f.data_file(snapshot.location)) for f in files]
     scan = snapshot.scan
     location = snapshot.location
     slices = max(1, min(len(files), spark.sparkContext.defaultParallelism))
