@@ -69,3 +69,34 @@ def test_retention_guard(table: Path) -> None:
 def test_not_a_table_exits_3(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["vacuum", str(tmp_path)])
     assert result.exit_code == 3, result.output
+
+
+def test_each_file_once_by_its_table_relative_path(tmp_path: Path) -> None:
+    """A file tombstoned twice (removed, restored, removed again), in a partition whose value the log
+    URL-encodes: listed once, relative to the table, in the dry run and after deleting."""
+    root = tmp_path / "table"
+    data = {"p": ["a b"]}
+    write_deltalake(str(root), pa.table({"id": [1], **data}), partition_by=["p"])
+    first = sorted(str(f.relative_to(root)) for f in root.rglob("*.parquet"))
+    write_deltalake(str(root), pa.table({"id": [2], **data}), partition_by=["p"], mode="overwrite")
+    DeltaTable(str(root)).restore(0)
+    write_deltalake(str(root), pa.table({"id": [3], **data}), partition_by=["p"], mode="overwrite")
+    adds = pa.table(DeltaTable(str(root)).get_add_actions(flatten=True)).column("path").to_pylist()
+    active = {a.rsplit("/", 1)[-1] for a in adds}  # file names are unique (a UUID each)
+    stale = sorted(str(f.relative_to(root)) for f in root.rglob("*.parquet") if f.name not in active)
+    assert len(stale) == 2 and first[0] in stale
+    dry = CliRunner().invoke(cli, ["vacuum", str(root), "--retain-hours", "0", "--no-retention-check", "--json"])
+    assert dry.exit_code == 0, dry.output
+    listed = json.loads(dry.output)
+    assert listed["files"] == stale
+    assert listed["bytes"] == sum((root / f).stat().st_size for f in stale)
+    text = CliRunner().invoke(cli, ["vacuum", str(root), "--retain-hours", "0", "--no-retention-check", "--dry-run"])
+    assert [line for line in text.output.splitlines() if line.endswith(".parquet")] == stale
+    done = CliRunner().invoke(
+        cli, ["vacuum", str(root), "--retain-hours", "0", "--no-retention-check", "--yes", "--json"]
+    )
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.output)
+    assert (result["files"], result["bytes"]) == (stale, listed["bytes"])
+    assert not any((root / f).exists() for f in stale)
+    assert DeltaTable(str(root)).to_pyarrow_table().column("id").to_pylist() == [3]

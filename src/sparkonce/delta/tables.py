@@ -181,9 +181,7 @@ class DeltaTable:
             enforce_retention_duration=enforce,
         )
         root = _uri(self._path)
-        # delta-rs names a file once per tombstone, and absolute when it deletes: one row per file, as a URI.
-        paths = sorted({f if "://" in f else _uri(f) if os.path.isabs(f) else f"{root}/{f}" for f in result.files})
-        return self._spark.createDataFrame([(p,) for p in paths], "path STRING")
+        return self._spark.createDataFrame([(f"{root}/{f}",) for f in result.files], "path STRING")
 
     def optimize(self) -> DeltaOptimizeBuilder:
         """A builder for ``OPTIMIZE``: ``.where(partition predicate)`` then ``.executeCompaction()``."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sparkonce.delta.commit import load_table
@@ -40,7 +41,7 @@ class VacuumResult:
     retention_hours: float
     dry_run: bool
     files: tuple[str, ...]
-    """Table-relative paths of the files deleted (or to delete), sorted."""
+    """Paths of the files deleted (or to delete) relative to the table root, as on storage; each once, sorted."""
     bytes: int
     """Their total size."""
 
@@ -99,18 +100,19 @@ def vacuum(
         )
     # delta-rs takes whole hours; round up so nothing younger than asked is deleted.
     hours = int(-(-retention_hours // 1))
-    candidates = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
-    sizes = {rel: _size(location, rel) for rel in candidates}
+    listed = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
+    candidates = _table_relative(location, listed)
     files = candidates
     if not dry_run and candidates:
-        files = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True)
+        deleted = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True)
+        files = _table_relative(location, deleted, known=candidates)
     result = VacuumResult(
         table_path=table_path,
         table_version=table.version(),
         retention_hours=float(hours),
         dry_run=dry_run,
         files=tuple(sorted(files)),
-        bytes=sum(sizes.get(rel, 0) for rel in files),
+        bytes=sum(files.values()),
     )
     log.info(
         "vacuum %s at table_version %s (retention %s hours, dry_run=%s): %d file(s), %d byte(s)",
@@ -124,17 +126,45 @@ def vacuum(
     return result
 
 
-def _size(location: TableLocation, relative: str) -> int:
+def _table_relative(
+    location: TableLocation, listed: Iterable[str], *, known: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """delta-rs's vacuum list as each file once, by its path relative to the table root as it is on storage ->
+    its size in bytes.
+
+    delta-rs names a file once per ``remove`` action that tombstones it, as the log spells it (URL-encoded: Delta's
+    JVM connector writes ``p=a b/`` on storage and ``p=a%20b/`` in the log), and absolute once it deleted it.
+    ``known`` (the dry-run listing, taken while the files existed) resolves paths of files already deleted.
+    """
     from urllib.parse import unquote
 
+    root = location.fs_path().rstrip("/") + "/"
+    result: dict[str, int] = {}
+    for raw in listed:
+        relative = raw.removeprefix(f"{location.uri}/")
+        if relative.startswith(root):
+            relative = relative[len(root) :]
+        for candidate in dict.fromkeys((relative, unquote(relative))):
+            if known is not None and candidate in known:
+                result[candidate] = known[candidate]
+                break
+            size = _size(location, candidate) if known is None else None
+            if size is not None:
+                result[candidate] = size
+                break
+        else:
+            result.setdefault(relative, 0)
+    return result
+
+
+def _size(location: TableLocation, relative: str) -> int | None:
+    """The size of the file at ``relative`` under the table root, None when there is none."""
     import pyarrow.fs as pafs
 
-    filesystem = location.filesystem()
-    for candidate in (relative, unquote(relative)):
-        info = filesystem.get_file_info(location.fs_path(candidate))
-        if info.type == pafs.FileType.File and info.size is not None:
-            return int(info.size)
-    return 0
+    info = location.filesystem().get_file_info(location.fs_path(relative))
+    if info.type == pafs.FileType.File and info.size is not None:
+        return int(info.size)
+    return None
 
 
 __all__ = ["DEFAULT_RETENTION_HOURS", "RETENTION_PROPERTY", "VacuumResult", "retention_from_properties", "vacuum"]
