@@ -318,3 +318,50 @@ def test_postgres_stage_dsn_from_environment(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("PIPE_TEST_DSN", "postgresql://app@db:5432/x")
     assert stage.resolved_dsn() == "postgresql://app@db:5432/x"  # type: ignore[union-attr]
     assert stage.tables == () and stage.keys == ("id",)
+
+
+STORAGE = """
+[storage]
+AWS_ENDPOINT_URL = "http://127.0.0.1:8333"
+AWS_ALLOW_HTTP = true
+conditional_put = "etag"
+
+[storage_env]
+AWS_SECRET_ACCESS_KEY = "SPARKONCE_TEST_SECRET"
+"""
+
+
+def test_storage_tables_give_every_table_its_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = quickstart_pipeline("127.0.0.1:9092").replace('"tables/', '"s3://lake/') + STORAGE
+    config = parse_pipeline(text, tmp_path / "p.toml")
+    assert config.raw.table == "s3://lake/raw"
+    monkeypatch.setenv("SPARKONCE_TEST_SECRET", "s3cret")
+    assert config.storage_options() == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:8333",
+        "AWS_ALLOW_HTTP": "true",
+        "conditional_put": "etag",
+        "AWS_SECRET_ACCESS_KEY": "s3cret",
+    }
+    monkeypatch.delenv("SPARKONCE_TEST_SECRET")
+    with pytest.raises(
+        PipelineConfigError,
+        match=r"storage_env.AWS_SECRET_ACCESS_KEY: the environment variable "
+        r"SPARKONCE_TEST_SECRET is not set .* in .*p\.toml",
+    ):
+        config.storage_options()
+
+
+@pytest.mark.parametrize(
+    ("storage", "message"),
+    [
+        ('[storage]\nAWS_REGION = ["a"]\n', r"storage.AWS_REGION: must be a string"),
+        ('[storage]\n"AWS REGION" = "x"\n', r"storage.AWS REGION: is not a storage option name"),
+        ('storage = "x"\n', r"storage: must be a table"),
+        ('[storage_env]\nAWS_REGION = "not a name"\n', r"storage_env.AWS_REGION: 'not a name' is not an environment"),
+        ('[storage]\nAWS_REGION = "x"\n[storage_env]\naws_region = "R"\n', r"storage_env.aws_region: is also set"),
+    ],
+)
+def test_bad_storage_entries_name_the_key_and_the_file(tmp_path: Path, storage: str, message: str) -> None:
+    with pytest.raises(PipelineConfigError, match=message + r".*\(in .*p\.toml\)"):
+        text = VALID + storage if storage.startswith("[") else storage + VALID  # TOML: a table runs to the next
+        parse_pipeline(text, tmp_path / "p.toml")

@@ -43,11 +43,14 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce.errors import PipelineConfigError, StorageError
 from sparkonce.pipeline.transforms import Transform, read_sql
 from sparkonce.storage import checkpoint_path, table_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 StageName = str
 STAGE_ORDER: tuple[str, ...] = ("raw", "bronze", "gold")
@@ -92,6 +95,7 @@ _DURATION = re.compile(
     r"^\s*(\d+(?:\.\d+)?)\s*(ms|millis|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$", re.I
 )
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = _NAME
 
 
 @dataclass(frozen=True)
@@ -300,6 +304,28 @@ class PipelineConfig:
     source: SourceConfig
     stages: tuple[Stage, ...]
     """Every stage, upstream first (an input before the stages reading it)."""
+    storage: tuple[tuple[str, str], ...] = ()
+    """The ``[storage]`` table: storage options (delta-rs names) of every table of the pipeline."""
+    storage_env: tuple[tuple[str, str], ...] = ()
+    """The ``[storage_env]`` table: storage option -> the environment variable holding its value (read when the
+    pipeline's tables are first used)."""
+
+    def storage_options(self) -> dict[str, str]:
+        """The storage options of the pipeline's tables: ``[storage]``, plus ``[storage_env]`` read now.
+
+        Raises:
+            PipelineConfigError: a ``[storage_env]`` variable is not set (naming the key and the file).
+        """
+        options = dict(self.storage)
+        for name, variable in self.storage_env:
+            value = os.environ.get(variable, "")
+            if not value:
+                raise PipelineConfigError(
+                    f"storage_env.{name}: the environment variable {variable} is not set (the storage option "
+                    f"{name} of every table; in {self.path})"
+                )
+            options[name] = value
+        return options
 
     @property
     def raw(self) -> RawStage:
@@ -348,6 +374,31 @@ class PipelineConfig:
         return self.stage(stage.input).tables[0]
 
 
+def use_storage(config: PipelineConfig, spark: SparkSession | None = None) -> None:
+    """Give the pipeline's storage options (``[storage]``, ``[storage_env]``) to its tables (driver).
+
+    With ``spark``: as the session's ``spark.sparkonce.storage.*`` conf, registered again so the Delta sources
+    and this process's table locations get them (``docs/storage.md``). Without: to this process's table locations
+    only (commands that read the tables without Spark). Over the Spark conf; under explicit ``storage.*`` options.
+
+    Raises:
+        PipelineConfigError: a ``[storage_env]`` variable is not set.
+    """
+    options = config.storage_options()
+    if not options:
+        return
+    from sparkonce.storage import SESSION_CONF_PREFIX, session_storage_options, set_session_storage_options
+
+    if spark is None:
+        set_session_storage_options({**session_storage_options(), **options})
+        return
+    import sparkonce
+
+    for name, value in options.items():
+        spark.conf.set(SESSION_CONF_PREFIX + name, value)
+    sparkonce.register(spark)
+
+
 def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate a pipeline definition file.
 
@@ -389,7 +440,7 @@ class _Parser:
         return PipelineConfigError(f"{key}: {problem} (in {self.file})")
 
     def pipeline(self, data: Mapping[str, Any]) -> PipelineConfig:
-        self.known(data, "", {"name", "source", "stages"})
+        self.known(data, "", {"name", "source", "stages", "storage", "storage_env"})
         name = self.string(data, "name", "", default=self.file.stem)
         assert name is not None
         source = self.source(self.table(data, "source", ""))
@@ -401,7 +452,17 @@ class _Parser:
             if not _NAME.match(stage_name):
                 raise self.fail(f"stages.{stage_name}", "a stage name uses letters, digits and underscores")
             parsed[stage_name] = self.stage(stage_name, self.table(stages, stage_name, "stages"), parsed)
-        config = PipelineConfig(str(self.file), name, source, self.upstream_first(parsed))
+        config = PipelineConfig(
+            str(self.file),
+            name,
+            source,
+            self.upstream_first(parsed),
+            storage=self.storage_table(data, "storage"),
+            storage_env=self.storage_table(data, "storage_env"),
+        )
+        both = sorted({n.lower() for n, _ in config.storage} & {n.lower() for n, _ in config.storage_env})
+        if both:
+            raise self.fail(f"storage_env.{both[0]}", "is also set in [storage]; give each option once")
         self.check_paths(config)
         return config
 
@@ -821,6 +882,28 @@ class _Parser:
         except StorageError as err:
             raise self.fail(f"{parent}.{name}", str(err)) from err
 
+    def storage_table(self, data: Mapping[str, Any], name: str) -> tuple[tuple[str, str], ...]:
+        """``[storage]`` (option -> value) or ``[storage_env]`` (option -> environment variable), validated."""
+        if name not in data:
+            return ()
+        table = self.table(data, name, "")
+        entries: list[tuple[str, str]] = []
+        for option, value in table.items():
+            key = f"{name}.{option}"
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", option):
+                raise self.fail(key, "is not a storage option name (delta-rs names: AWS_ENDPOINT_URL, conditional_put)")
+            if name == "storage" and isinstance(value, bool):
+                value = "true" if value else "false"
+            elif name == "storage" and isinstance(value, int):
+                value = str(value)
+            if not isinstance(value, str) or not value.strip():
+                what = "an environment variable name" if name == "storage_env" else "a string (or true/false, a number)"
+                raise self.fail(key, f"must be {what}, not {value!r}")
+            if name == "storage_env" and not _ENV_NAME.match(value.strip()):
+                raise self.fail(key, f"{value!r} is not an environment variable name")
+            entries.append((option, value.strip()))
+        return tuple(entries)
+
     def drift(self, data: Mapping[str, Any], parent: str) -> DriftPolicy:
         value = data.get("drift", "fail")
         if value not in ("fail", "add"):
@@ -918,4 +1001,5 @@ __all__ = [
     "Trigger",
     "load_pipeline",
     "parse_pipeline",
+    "use_storage",
 ]

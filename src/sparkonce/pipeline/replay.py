@@ -23,7 +23,7 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.commit import load_table, table_exists
 from sparkonce.delta.options import parse_timestamp
 from sparkonce.errors import OptionError, PipelineConfigError
-from sparkonce.pipeline.config import SOURCE, BronzeStage, GoldStage, PipelineConfig, TransformStage
+from sparkonce.pipeline.config import SOURCE, BronzeStage, GoldStage, PipelineConfig, TransformStage, use_storage
 from sparkonce.pipeline.owner import claim_checkpoint, new_owner, read_owner, write_owner
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ def plan_replay(config: PipelineConfig, stage_name: str, as_of: str) -> ReplayPl
         OptionError: ``as_of`` is neither a table version nor a timestamp of the input table.
         CheckpointError: the stage's checkpoint belongs to another stage or pipeline, or was moved.
     """
+    use_storage(config)
     stage = config.stage(stage_name)
     if not isinstance(stage, BronzeStage | GoldStage | TransformStage) or stage.input == SOURCE:
         raise PipelineConfigError(
@@ -126,6 +127,7 @@ def replay_stage(spark: SparkSession, config: PipelineConfig, plan: ReplayPlan) 
     from sparkonce.delta.merge import latest_per_key
     from sparkonce.pipeline.stages import parse_raw, plan_transform, table_rows
 
+    use_storage(config, spark)
     stage = config.stage(plan.stage)
     source = spark.read.format("delta").option("versionAsOf", str(plan.input_table_version)).load(plan.input_table)
     outputs: list[tuple[str, DataFrame]]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import sparkonce.errors as errors
 from sparkonce.errors import BrokerError, SparkonceError
-from sparkonce.pipeline.config import SOURCE, PipelineConfig, Stage
+from sparkonce.pipeline.config import SOURCE, PipelineConfig, Stage, use_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -135,11 +135,13 @@ def run_pipeline(
     from sparkonce.pipeline.stages import check_stages, start_stage, waiting_for
 
     selected = select_stages(config, stages)
+    config.storage_options()  # an unset [storage_env] variable fails before Spark starts
     preflight(config, selected)
     if spark is None:
         from sparkonce.spark import local_session
 
         spark = local_session(app_name=f"sparkonce-{config.name}", master=master or "local[2]")
+    use_storage(config, spark)
     check_stages(spark, config, selected)
     stop = stop or threading.Event()
     started = time.monotonic()

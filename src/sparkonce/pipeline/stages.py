@@ -45,6 +45,7 @@ from sparkonce.pipeline.config import (
 from sparkonce.pipeline.owner import claim_checkpoint
 from sparkonce.pipeline.transforms import BoundTransform, check_transform
 from sparkonce.sinks.fanout import FanOutResult, FanOutTarget, FanOutWriter
+from sparkonce.storage import table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -270,14 +271,22 @@ def ensure_table(path: str, schema: StructType, *, partition_by: Sequence[str] =
     """
     from deltalake import DeltaTable
 
-    if table_exists(path):
+    location = table_location(path)
+    if table_exists(location):
         return
-    if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
+    if not location.is_local:
+        location.check_commit_safety()
+        location.check_reachable(for_write=True)  # refuses a prefix holding something else
+    elif os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
         raise TableNotFoundError(
             f"{path} holds something that is not a Delta table (no _delta_log): refusing to write into it"
         )
     DeltaTable.create(
-        path, schema=arrow_schema_for_spark(schema), partition_by=list(partition_by) or None, mode="ignore"
+        location.uri,
+        schema=arrow_schema_for_spark(schema),
+        partition_by=list(partition_by) or None,
+        mode="ignore",
+        storage_options=location.options() or None,
     )
     log.info("created the empty Delta table %s", path)
 

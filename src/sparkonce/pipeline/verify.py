@@ -28,6 +28,7 @@ from sparkonce.pipeline.config import (
     RawStage,
     Stage,
     TransformStage,
+    use_storage,
 )
 
 
@@ -77,6 +78,7 @@ def verify_pipeline(config: PipelineConfig, *, stages: tuple[str, ...] | None = 
     """
     from sparkonce.checkpoint.reader import read_checkpoint
 
+    use_storage(config)
     selected = config.stages if not stages else tuple(config.stage(n) for n in stages)
     targets: list[TargetCheck] = []
     skipped: list[str] = []
