@@ -15,7 +15,7 @@ import pytest
 
 from sparkonce.errors import OptionError
 from sparkonce.ops.chaos.plan import NAIVE_KINDS, NAIVE_WINDOW, POINTS_BY_STAGE, FaultPlan, make_plan
-from sparkonce.ops.chaos.reconcile import check_file_sink, check_keys, file_sink_files
+from sparkonce.ops.chaos.reconcile import check_file_sink, check_keys, check_topic, file_sink_files
 
 STAGES = ("raw", "bronze", "gold", "postgres")
 
@@ -28,7 +28,15 @@ def test_same_seed_same_plan_and_json_round_trip() -> None:
     assert len(first.faults) == 40
     assert first.rounds[-1].fault is None  # the drain round
     kinds = {f.kind for f in first.faults}
-    assert kinds == {"driver_kill", "worker_kill", "postgres_restart", "crash_point"}
+    assert kinds == {
+        "driver_kill",
+        "worker_kill",
+        "postgres_restart",
+        "broker_restart",
+        "storage_restart",
+        "crash_point",
+    }
+    assert all(0.5 <= f.downtime <= 4 for f in first.faults if f.kind.endswith("_restart"))
     allowed = {p for s in STAGES for p in POINTS_BY_STAGE[s]}
     assert {f.point for f in first.faults if f.kind == "crash_point"} <= allowed
 
@@ -36,6 +44,10 @@ def test_same_seed_same_plan_and_json_round_trip() -> None:
 def test_points_and_kinds_follow_the_stages() -> None:
     plan = make_plan(seed=1, faults=60, stages=("raw",))
     assert "postgres_restart" not in {f.kind for f in plan.faults}
+    assert {"broker_restart", "storage_restart"} <= {f.kind for f in plan.faults}
+    # A pipeline file: the harness runs no service, so none is restarted.
+    unmanaged = make_plan(seed=1, faults=60, stages=STAGES, services=False)
+    assert {f.kind for f in unmanaged.faults} == {"driver_kill", "worker_kill", "crash_point"}
     assert {f.point for f in plan.faults if f.point} <= set(POINTS_BY_STAGE["raw"])
     assert sum(len(v) for v in POINTS_BY_STAGE.values()) >= 8
 
@@ -105,6 +117,13 @@ def test_check_keys_counts_duplicates_losses_extras() -> None:
     assert (check.rows, check.expected_rows, check.duplicates, check.lost, check.extra) == (5, 3, 2, 1, 1)
     assert not check.ok
     assert check_keys("t", "p", "topic", [(0, 1)], {(0, 1)}).ok
+
+
+def test_check_topic_counts_against_the_acknowledged_produces() -> None:
+    records: dict[tuple[int, int], bytes | None] = {(0, 0): b"a", (0, 1): b"b", (1, 0): b"c"}
+    assert check_topic(records, 3).ok
+    assert (check_topic(records, 2).duplicates, check_topic(records, 2).lost) == (1, 0)
+    assert (check_topic(records, 5).duplicates, check_topic(records, 5).lost) == (0, 2)
 
 
 def test_file_sink_glob_sees_an_uncommitted_file_the_metadata_log_does_not(tmp_path: Path) -> None:

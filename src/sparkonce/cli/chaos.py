@@ -37,7 +37,7 @@ from sparkonce.ops.chaos.plan import FAULT_KINDS, NAIVE_KINDS
     type=click.Path(path_type=Path),
     default=Path(".sparkonce/chaos"),
     show_default=True,
-    help="Broker, PostgreSQL, tables, checkpoints and round logs (wiped first when made by chaos).",
+    help="Broker, object store, tables, checkpoints and round logs (wiped first when made by chaos).",
 )
 @click.option("--deadline", type=click.FloatRange(10), default=3600.0, show_default=True, help="Seconds for the run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -55,7 +55,8 @@ def chaos(
     as_json: bool,
 ) -> None:
     """Kill the pipeline's processes at random moments and at named crash points; exit 0 only when no table has
-    a duplicate or a loss (without PIPELINE: the quickstart's embedded broker, producer and PostgreSQL)."""
+    a duplicate or a loss (without PIPELINE: the quickstart's embedded broker, object store, producer and
+    PostgreSQL)."""
     from sparkonce.errors import OptionError
     from sparkonce.ops.chaos import ChaosOptions, FaultPlan, run_chaos
 

@@ -281,6 +281,24 @@ def stop_storage(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 
     return StorageStopResult(state_dir=state, was_running=True, pid=info.pid, forced=forced)
 
 
+def kill_storage(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> int | None:
+    """SIGKILL the server of ``state_dir`` (a crash of the store) and wait until it is gone.
+
+    Its info file (ports, keys) and data are kept, so :func:`restart_storage` starts it again on them.
+
+    Returns:
+        The killed pid, or None when no server was running.
+    """
+    state = Path(state_dir).resolve()
+    info = _read_info(state)
+    if info is None or not _is_weed(info.pid):
+        return None
+    kill(info.pid)
+    _clear_info(state)
+    log.info("killed SeaweedFS pid %d (state %s)", info.pid, state)
+    return info.pid
+
+
 def restart_storage(
     *, state_dir: Path | str = DEFAULT_STATE_DIR, crash: bool = False, timeout: float = 60.0
 ) -> StorageInfo:
@@ -299,9 +317,7 @@ def restart_storage(
     if info is None:
         raise StorageError(f"no object store was started for {state}: run `sparkonce storage start` first")
     if crash:
-        if _is_weed(info.pid):
-            kill(info.pid)
-        _clear_info(state)
+        kill_storage(state_dir=state)
     else:
         stop_storage(state_dir=state)
     return start_storage(
@@ -551,6 +567,7 @@ __all__ = [
     "StoragePorts",
     "StorageStatus",
     "StorageStopResult",
+    "kill_storage",
     "restart_storage",
     "s3_request",
     "start_storage",

@@ -31,6 +31,8 @@ from sparkonce.errors import OptionError, SparkonceError
 from sparkonce.ops.chaos.plan import (
     DURING_COMMITS,
     FAULT_KINDS,
+    RESTART_KINDS,
+    STORE_KINDS,
     Fault,
     FaultKind,
     FaultPlan,
@@ -45,6 +47,7 @@ from sparkonce.ops.chaos.reconcile import (
     check_gold,
     check_postgres,
     check_raw,
+    check_topic,
     checkpoint_batches,
     delta_rows,
     read_topic,
@@ -69,7 +72,8 @@ class ChaosOptions:
     """What to run. Driver only."""
 
     pipeline: Path | None = None
-    """A pipeline file; None: the quickstart's embedded setup (broker, producer, PostgreSQL) in ``work_dir``."""
+    """A pipeline file; None: the quickstart's embedded setup in ``work_dir`` (broker, producer, PostgreSQL; and the
+    object store holding the broker's log when a broker or store restart can be drawn)."""
     faults: int = 10
     seed: int = 0
     naive: NaiveKind | None = None
@@ -155,6 +159,8 @@ class _Setup:
     checkpoints: dict[str, str]
     broker_dir: Path | None = None
     postgres: PostgresServer | None = None
+    storage_dir: Path | None = None
+    """The object store holding the broker's log (when a broker or store restart can be drawn)."""
     produced: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -179,7 +185,11 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
             kinds=options.kinds,
             naive=options.naive,
             records_per_round=options.records_per_round,
+            services=options.pipeline is None,
         )
+        missing = {f.kind for f in plan.faults if f.kind in STORE_KINDS} if setup.storage_dir is None else set()
+        if missing:
+            raise OptionError("plan", sorted(missing), "needs the broker on the object store, which this run has not")
         if plan.naive != options.naive:
             raise OptionError("plan", plan.naive, f"was made for naive={plan.naive}, the run asks for {options.naive}")
         rounds: list[RoundResult] = []
@@ -268,9 +278,17 @@ def _set_up(options: ChaosOptions, work_dir: Path) -> _Setup:
     from sparkonce.pipeline.defaults import write_quickstart_pipeline
     from sparkonce.services.broker import start_broker, stop_broker
     from sparkonce.services.postgres import start_postgres
+    from sparkonce.services.storage import start_storage, stop_storage
 
     broker_dir = work_dir / "broker"
-    info = start_broker(state_dir=broker_dir)
+    storage_dir = work_dir / "storage" if _wants_store(options) else None
+    store = start_storage(state_dir=storage_dir) if storage_dir is not None else None
+    try:
+        info = start_broker(state_dir=broker_dir, store=store)
+    except BaseException:
+        if storage_dir is not None:
+            stop_storage(state_dir=storage_dir)
+        raise
     try:
         pipeline_file = write_quickstart_pipeline(work_dir, info.bootstrap)
         config = load_pipeline(pipeline_file)
@@ -282,12 +300,23 @@ def _set_up(options: ChaosOptions, work_dir: Path) -> _Setup:
                 file_sink_dir=str(work_dir / "tables" / "raw_files"),
                 file_sink_checkpoint=checkpoints["raw_files"],
             )
-            return _Setup(work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir=broker_dir)
+            return _Setup(
+                work_dir,
+                pipeline_file,
+                config,
+                info.bootstrap,
+                spec,
+                checkpoints,
+                broker_dir=broker_dir,
+                storage_dir=storage_dir,
+            )
         # A temporary cluster directory (removed on stop): when run as root, the server runs as the postgres OS user,
         # which cannot enter a private work directory.
         postgres = start_postgres()
     except BaseException:
         stop_broker(state_dir=broker_dir)
+        if storage_dir is not None:
+            stop_storage(state_dir=storage_dir)
         raise
     checkpoints = {s.name: s.checkpoint for s in config.stages}
     checkpoints["postgres"] = str(work_dir / "checkpoints" / "postgres")
@@ -297,18 +326,29 @@ def _set_up(options: ChaosOptions, work_dir: Path) -> _Setup:
         postgres_dsn=postgres.dsn,
         postgres_checkpoint=checkpoints["postgres"],
     )
-    return _Setup(work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir, postgres)
+    return _Setup(work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir, postgres, storage_dir)
+
+
+def _wants_store(options: ChaosOptions) -> bool:
+    """True when the run can draw a broker or store restart: the broker's log then goes on the object store."""
+    if options.plan is not None:
+        return any(f.kind in STORE_KINDS for f in options.plan.faults)
+    drawn = options.faults - (1 if options.naive is not None else 0)  # a naive run's first fault is its crash point
+    return drawn > 0 and any(k in STORE_KINDS for k in options.kinds)
 
 
 def _tear_down(setup: _Setup) -> None:
     from sparkonce.services.broker import stop_broker
     from sparkonce.services.postgres import stop_postgres
+    from sparkonce.services.storage import stop_storage
 
     if setup.postgres is not None:
         with contextlib.suppress(SparkonceError):
             stop_postgres(setup.postgres)
     if setup.broker_dir is not None:
         stop_broker(state_dir=setup.broker_dir)
+    if setup.storage_dir is not None:
+        stop_storage(state_dir=setup.storage_dir, timeout=1.0)  # a throwaway store: no need for its slow SIGTERM
 
 
 def _produce(setup: _Setup, records: int, options: ChaosOptions, index: int) -> None:
@@ -322,6 +362,8 @@ def _produce(setup: _Setup, records: int, options: ChaosOptions, index: int) -> 
         malformed_share=MALFORMED_SHARE,
         seed=options.seed * 100_003 + index,
         start_time=_START_TIME + timedelta(hours=index),
+        # A retried produce is written once (the broker or its store may just have been restarted).
+        client_config={"enable.idempotence": "true"},
     )
     setup.produced.append((result.records, result.malformed))
 
@@ -403,16 +445,41 @@ def _inject_timed(
                 return True, f"worker {workers[0]} killed"
             time.sleep(0.02)
         return False, "missed: the driver ended before a Python worker ran"
-    if fault.kind == "postgres_restart":
-        from sparkonce.services.postgres import kill_postgres, restart_postgres
+    if fault.kind in RESTART_KINDS:
+        return _restart_service(setup, fault)
+    return False, f"missed: unknown kind {fault.kind}"
 
+
+def _restart_service(setup: _Setup, fault: Fault) -> tuple[bool, str]:
+    """SIGKILL the fault's service, keep it down ``fault.downtime`` seconds, start it on the same ports and data."""
+    from sparkonce.services.broker import broker_status, kill_broker, restart_broker
+    from sparkonce.services.postgres import kill_postgres, restart_postgres
+    from sparkonce.services.storage import kill_storage, restart_storage
+
+    if fault.kind == "postgres_restart":
         if setup.postgres is None:
             return False, "missed: no PostgreSQL in this setup"
         kill_postgres(setup.postgres)
         time.sleep(fault.downtime)  # the planned downtime of the database
         restart_postgres(setup.postgres)
         return True, f"PostgreSQL killed, down {fault.downtime:.2f}s, restarted"
-    return False, f"missed: unknown kind {fault.kind}"
+    if setup.storage_dir is None or setup.broker_dir is None:
+        return False, f"missed: {fault.kind} needs the broker on the object store"
+    if fault.kind == "broker_restart":
+        kill_broker(state_dir=setup.broker_dir)
+        time.sleep(fault.downtime)  # the planned downtime of the broker
+        restart_broker(state_dir=setup.broker_dir)
+        return True, f"broker killed, down {fault.downtime:.2f}s, restarted"
+    kill_storage(state_dir=setup.storage_dir)
+    time.sleep(fault.downtime)  # the planned downtime of the object store
+    restart_storage(state_dir=setup.storage_dir, crash=True)
+    note = f"object store killed, down {fault.downtime:.2f}s, restarted"
+    if not broker_status(state_dir=setup.broker_dir).running:
+        # Not seen so far (tansu refuses requests while its store is down and serves again after), but a broker
+        # that died with its store must not end the run: it is restarted on its log, and the round says so.
+        restart_broker(state_dir=setup.broker_dir)
+        note += "; the broker had died with it and was restarted"
+    return True, note
 
 
 def _last_batch(checkpoint: str) -> int:
@@ -447,13 +514,16 @@ def _reconcile(setup: _Setup, options: ChaosOptions) -> tuple[list[TableCheck], 
     """Every table's check, and the number of records in the topic."""
     config = setup.config
     topic = read_topic(setup.bootstrap, config.source.topic)
+    # The quickstart setup produced the input itself: the topic must hold each acknowledged record once.
+    checks = [check_topic(topic, sum(n for n, _ in setup.produced))] if options.pipeline is None else []
     if options.naive == "file-sink-glob":
         folder = Path(setup.spec.file_sink_dir or "")
         return [
+            *checks,
             check_file_sink(folder, topic, through_metadata=False),
             check_file_sink(folder, topic, through_metadata=True),
         ], len(topic)
-    checks = [check_raw(config.raw.table, topic)]
+    checks.append(check_raw(config.raw.table, topic))
     if config.bronze is not None:
         raw_keys = {
             (int(r["partition"]), int(r["offset"])) for r in delta_rows(config.raw.table, ["partition", "offset"])

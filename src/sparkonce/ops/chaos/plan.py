@@ -14,13 +14,22 @@ from typing import Any, Literal, cast, get_args
 
 from sparkonce.errors import OptionError
 
-FaultKind = Literal["driver_kill", "worker_kill", "postgres_restart", "crash_point"]
+FaultKind = Literal[
+    "driver_kill", "worker_kill", "postgres_restart", "broker_restart", "storage_restart", "crash_point"
+]
 """``driver_kill``: SIGKILL of the driver's process group (Python driver, JVM, its Python workers) at a random
 moment; ``worker_kill``: SIGKILL of one executor Python worker (a child of ``pyspark.daemon``) while it runs a
 task; ``postgres_restart``: SIGKILL of the PostgreSQL server, restarted on the same data directory and port after
-a random downtime; ``crash_point``: the driver group dies when the run reaches a named
-:mod:`sparkonce.crash` point for the ``hit``-th time."""
+a random downtime; ``broker_restart``: SIGKILL of the tansu broker (its log on the object store), restarted on
+the same port and storage after a random downtime; ``storage_restart``: SIGKILL of the object store (SeaweedFS,
+which holds the broker's log), restarted on the same ports and data after a random downtime; ``crash_point``: the
+driver group dies when the run reaches a named :mod:`sparkonce.crash` point for the ``hit``-th time."""
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+
+RESTART_KINDS: tuple[FaultKind, ...] = ("postgres_restart", "broker_restart", "storage_restart")
+"""Kinds that kill a service the harness runs and restart it after ``downtime`` seconds (quickstart setup only)."""
+STORE_KINDS: tuple[FaultKind, ...] = ("broker_restart", "storage_restart")
+"""Kinds that need the broker's log on the object store (an in-memory broker loses its topics on a restart)."""
 
 NaiveKind = Literal["delta-append", "postgres-append", "file-sink-glob"]
 """``delta-append``: the raw stage is a ``foreachBatch`` appending to Delta without ``txnAppId``/``txnVersion``;
@@ -69,14 +78,14 @@ class Fault:
     hit: int = 1
     """``crash_point``: fires the hit-th time the point is reached in the round."""
     downtime: float = 0.0
-    """``postgres_restart``: seconds the server stays down."""
+    """The :data:`RESTART_KINDS`: seconds the service stays down."""
 
     @property
     def label(self) -> str:
         if self.kind == "crash_point":
             return f"crash_point {self.point} #{self.hit}"
-        if self.kind == "postgres_restart":
-            return f"postgres_restart at {self.stage}+{self.delay:.2f}s, down {self.downtime:.2f}s"
+        if self.kind in RESTART_KINDS:
+            return f"{self.kind} at {self.stage}+{self.delay:.2f}s, down {self.downtime:.2f}s"
         return f"{self.kind} at {self.stage}+{self.delay:.2f}s"
 
 
@@ -158,13 +167,15 @@ def make_plan(
     naive: NaiveKind | None = None,
     records_per_round: int = 400,
     clean_rounds: int = 1,
+    services: bool = True,
 ) -> FaultPlan:
     """The seeded plan: ``faults`` rounds with one fault each, then ``clean_rounds`` rounds without.
 
     ``stages`` are the stages the driver runs (``raw``, ``bronze``, ``gold``, ``postgres``; ``raw_files`` for the
     file-sink baseline): timed faults anchor on one of them, crash points are drawn from those they make reachable,
-    ``postgres_restart`` only when there is a ``postgres`` stage. A naive run's first fault is the crash point in
-    the window where that sink duplicates (:data:`NAIVE_WINDOW`), so its failure is certain for every seed.
+    ``postgres_restart`` only when there is a ``postgres`` stage, and no service restart at all without
+    ``services`` (a pipeline file: the harness runs no service of its own). A naive run's first fault is the crash
+    point in the window where that sink duplicates (:data:`NAIVE_WINDOW`), so its failure is certain for every seed.
 
     Raises:
         OptionError: ``faults`` < 0, ``records_per_round`` < 1, an unknown kind, or no kind applies.
@@ -177,6 +188,8 @@ def make_plan(
         if kind not in FAULT_KINDS:
             raise OptionError("kinds", kind, f"must be among {list(FAULT_KINDS)}")
     usable = [k for k in kinds if k != "postgres_restart" or "postgres" in stages]
+    if not services:
+        usable = [k for k in usable if k not in RESTART_KINDS]
     if faults and not usable:
         raise OptionError("kinds", list(kinds), f"none applies to stages {list(stages)}")
     points = [p for stage in stages for p in POINTS_BY_STAGE.get(stage, ())]
@@ -199,7 +212,7 @@ def make_plan(
         if kind == "crash_point":
             point = rng.choice(points)
             fault = Fault(kind, point=point, hit=rng.randint(1, MAX_HIT.get(point, 1)))
-        elif kind == "postgres_restart":
+        elif kind in RESTART_KINDS:
             fault = Fault(
                 kind, stage=stage, delay=round(rng.uniform(0.0, 1.5), 2), downtime=round(rng.uniform(0.5, 4), 2)
             )
@@ -216,6 +229,8 @@ __all__ = [
     "NAIVE_KINDS",
     "NAIVE_WINDOW",
     "POINTS_BY_STAGE",
+    "RESTART_KINDS",
+    "STORE_KINDS",
     "Fault",
     "FaultKind",
     "FaultPlan",

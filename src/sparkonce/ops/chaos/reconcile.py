@@ -142,6 +142,26 @@ def delta_rows(path: str, columns: list[str]) -> list[dict[str, Any]]:
     return list(table.to_pyarrow_table(columns=columns).to_pylist())
 
 
+def check_topic(topic_records: Mapping[Key, bytes | None], produced: int) -> TableCheck:
+    """The topic against what the harness's producer had acknowledged: the broker kept every record once.
+
+    Counted, not keyed (a record has no identity before it has an offset): more records than acknowledged are
+    duplicates (a retried produce written twice), fewer are losses (acknowledged records the broker lost, e.g.
+    across a broker or object store restart).
+    """
+    found = len(topic_records)
+    return TableCheck(
+        table="topic",
+        against="acknowledged produces",
+        path="",
+        rows=found,
+        expected_rows=produced,
+        duplicates=max(0, found - produced),
+        lost=max(0, produced - found),
+        extra=0,
+    )
+
+
 def check_raw(path: str, topic_records: Mapping[Key, bytes | None], *, table: str = "raw") -> TableCheck:
     """Raw Delta table against the topic: every offset once, with the record's value."""
     rows = delta_rows(path, ["partition", "offset", "value"])
@@ -280,6 +300,7 @@ __all__ = [
     "check_keys",
     "check_postgres",
     "check_raw",
+    "check_topic",
     "checkpoint_batches",
     "delta_rows",
     "file_sink_files",
