@@ -213,14 +213,28 @@ def test_an_object_store_checkpoint_is_refused_before_any_data_moves(
     assert not table_location(s3_uri, storage_options=object_store.storage_options).check_reachable(for_write=True)
 
 
+def _cli(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from sparkonce.cli.main import cli
+
+    return CliRunner().invoke(cli, list(args))
+
+
+def _option_args(options: dict[str, str]) -> list[str]:
+    return [arg for name, value in options.items() for arg in ("--storage-option", f"{name}={value}")]
+
+
 @pytest.mark.spark
 def test_lost_checkpoint_is_rebuilt_from_the_s3_table_and_the_stream_resumes_exactly_once(
     spark: Any, object_store: EmbeddedStore, tmp_path: Path
 ) -> None:
-    """A driver's disk is lost with the checkpoint; the table on S3 carries each batch's offsets."""
-    import shutil
+    """A driver's disk is lost with the checkpoint; the table on S3 carries each batch's offsets.
 
-    from sparkonce.ops.recover import apply_rebuild, plan_rebuild
+    The CLI does the diagnosis and the rebuild, the store reached through ``--storage-option`` only.
+    """
+    import json
+    import shutil
 
     options = object_store.storage_options
     source, target = object_store.unique_uri("src"), object_store.unique_uri("dst")
@@ -240,14 +254,57 @@ def test_lost_checkpoint_is_rebuilt_from_the_s3_table_and_the_stream_resumes_exa
     append(range(0, 4))
     append(range(4, 8))
     query_id = run()
+    doctor = _cli("doctor", str(checkpoint), "--table", target, *_option_args(options), "--json")
+    assert doctor.exit_code == 0, doctor.output
+    report = json.loads(doctor.output)
+    assert report["last_committed"] >= 1  # one batch per source file
+    assert [(t["table_path"], t["txn_version"]) for t in report["tables"]] == [(target, report["last_committed"])]
+    assert "AWS_SECRET_ACCESS_KEY" not in doctor.output and options["AWS_SECRET_ACCESS_KEY"] not in doctor.output
     shutil.rmtree(checkpoint)  # the driver's disk is gone
-    plan = plan_rebuild(table_location(target, storage_options=options), checkpoint)
-    assert plan.query_id == query_id
-    apply_rebuild(plan)
+    rebuilt = _cli("rebuild-checkpoint", target, str(checkpoint), *_option_args(options), "--yes", "--json")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert json.loads(rebuilt.output)["plan"]["query_id"] == query_id
     append(range(8, 13))
     assert run() == query_id  # the same query resumes
     rows = load_table(table_location(target, storage_options=options)).to_pyarrow_table()
     assert sorted(rows.column("id").to_pylist()) == list(range(13))  # every row exactly once
+
+
+def test_cli_table_commands_take_s3_uris_and_storage_options(object_store: EmbeddedStore, tmp_path: Path) -> None:
+    """verify, history, vacuum and reset on an S3 table; bad option syntax and refused credentials are clear."""
+    import json
+
+    from deltalake import write_deltalake
+
+    options = object_store.storage_options
+    uri = object_store.unique_uri("cli")
+    offsets = [*range(10), 3]  # offset 3 twice
+    raw = pa.table({"topic": ["t"] * len(offsets), "partition": [0] * len(offsets), "offset": offsets})
+    write_deltalake(uri, raw.slice(0, 10), storage_options=options)
+    write_deltalake(uri, raw.slice(10), mode="append", storage_options=options)
+    args = _option_args(options)
+
+    verify = _cli("verify", "--table", uri, *args, "--range", "t:0:0-10", "--json")
+    assert verify.exit_code == 1, verify.output  # the duplicate is a finding
+    partitions = json.loads(verify.output)["partitions"]
+    found = [(p["rows"], [d["offset"] for d in p["duplicates"]], p["missing_offsets"]) for p in partitions]
+    assert found == [(11, [3], 0)]
+    history = _cli("history", uri, *args, "--json")
+    assert history.exit_code == 0, history.output
+    assert [e["table_version"] for e in json.loads(history.output)["entries"]] == [1, 0]
+    assert _cli("vacuum", uri, *args, "--dry-run").exit_code == 0
+
+    checkpoint = tmp_path / "ck"
+    (checkpoint / "offsets").mkdir(parents=True)
+    reset = _cli("reset", str(checkpoint), "--table", uri, *args, "--force", "--yes")
+    assert reset.exit_code == 0, reset.output
+    assert load_table(table_location(uri, storage_options=options)).to_pyarrow_table().num_rows == 0
+
+    bad_syntax = _cli("history", uri, "--storage-option", "AWS_REGION")
+    assert bad_syntax.exit_code == 2 and "give NAME=VALUE" in bad_syntax.output
+    refused = _cli("history", uri, *_option_args({**options, "AWS_SECRET_ACCESS_KEY": "wrong"}))
+    assert refused.exit_code == 3 and "refused the credentials" in refused.output, refused.output
+    assert _cli("history", "hdfs://nn/t").exit_code == 2
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import date, datetime
@@ -32,6 +33,52 @@ from sparkonce.errors import (
     StorageError,
     TableNotFoundError,
 )
+from sparkonce.storage import TableLocation, table_location
+
+
+class TableParam(click.ParamType[str, Any]):
+    """A Delta table argument: an existing local directory or an object-store URI (CLI process).
+
+    Converts to the text given (commands make the location with ``table_location(text, storage_options=...)``);
+    a bad URI or a missing local directory is a usage error naming it.
+    """
+
+    name = "table"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        try:
+            location = table_location(text)
+        except StorageError as err:
+            self.fail(str(err), param, ctx)
+        if location.is_local and not os.path.isdir(location.uri):
+            self.fail(f"directory {text!r} does not exist", param, ctx)
+        return text
+
+
+TABLE = TableParam()
+
+
+def _storage_options(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for item in values:
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise click.BadParameter(f"{item!r}: give NAME=VALUE, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:8333")
+        options[name.strip()] = value
+    return options
+
+
+storage_option = click.option(
+    "--storage-option",
+    "storage_options",
+    multiple=True,
+    metavar="NAME=VALUE",
+    callback=_storage_options,
+    help="A storage option of the tables on an object store (repeatable; delta-rs names, e.g. "
+    "AWS_ENDPOINT_URL=http://127.0.0.1:8333); over the AWS_* environment. See docs/storage.md.",
+)
+"""The ``--storage-option NAME=VALUE`` option of every command taking a table (a ``dict[str, str]`` parameter)."""
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -110,6 +157,8 @@ def handle_errors(func: F) -> F:
 
 def to_jsonable(value: Any) -> Any:
     """Convert result dataclasses (and what they hold) into JSON-ready values."""
+    if isinstance(value, TableLocation):  # its URI only: storage option values may be secrets
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

@@ -17,10 +17,12 @@ from rich.table import Table
 from sparkonce.cli.common import (
     EXIT_FINDINGS,
     EXIT_OK,
+    TABLE,
     console,
     handle_errors,
     print_json,
     print_table,
+    storage_option,
     to_jsonable,
 )
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
@@ -28,6 +30,7 @@ from sparkonce.ops.doctor import DoctorReport, diagnose
 from sparkonce.ops.findings import SEVERITY_RANK, Finding
 from sparkonce.ops.history import table_history
 from sparkonce.ops.verify import expected_from_watermarks, parse_range, verify_table
+from sparkonce.storage import table_location
 
 __all__ = ["doctor", "history", "verify"]
 
@@ -103,7 +106,10 @@ def _doctor_json(report: DoctorReport) -> dict[str, object]:
 
 @click.command()
 @click.argument("checkpoint", type=_existing)
-@click.option("--table", "tables", multiple=True, type=_existing, help="A sink table (Delta or file sink).")
+@click.option(
+    "--table", "tables", multiple=True, type=TABLE, help="A sink table (Delta or file sink; a path or s3://... URI)."
+)
+@storage_option
 @click.option("--kafka", "kafka", metavar="BOOTSTRAP", help="Check offsets against this Kafka broker.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (see docs/doctor.md).")
 @click.option("--html", "html", type=click.Path(dir_okay=False, path_type=Path), help="Write an HTML report.")
@@ -124,7 +130,8 @@ def _doctor_json(report: DoctorReport) -> dict[str, object]:
 @handle_errors
 def doctor(
     checkpoint: Path,
-    tables: tuple[Path, ...],
+    tables: tuple[str, ...],
+    storage_options: dict[str, str],
     kafka: str | None,
     as_json: bool,
     html: Path | None,
@@ -134,7 +141,7 @@ def doctor(
     """Explain what restarting the query of CHECKPOINT will do, and what is wrong with it."""
     report = diagnose(
         checkpoint,
-        tables=tables,
+        tables=[table_location(t, storage_options=storage_options) for t in tables],
         kafka_bootstrap=kafka,
         history_scan=history_scan,
         checkpoint_scan=checkpoint_scan,
@@ -153,13 +160,14 @@ def doctor(
 
 
 @click.command()
-@click.argument("table", type=_existing)
+@click.argument("table", type=TABLE)
+@storage_option
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Show only the N newest commits.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (see docs/doctor.md).")
 @handle_errors
-def history(table: Path, limit: int | None, as_json: bool) -> None:
+def history(table: str, storage_options: dict[str, str], limit: int | None, as_json: bool) -> None:
     """Show TABLE's Delta commits like DESCRIBE HISTORY, read straight from _delta_log."""
-    report = table_history(table, limit=limit)
+    report = table_history(table_location(table, storage_options=storage_options), limit=limit)
     if as_json:
         data = to_jsonable(report)
         assert isinstance(data, dict)
@@ -183,13 +191,21 @@ def history(table: Path, limit: int | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--table", "table", required=True, type=_existing, help="The raw Delta table to check.")
+@click.option("--table", "table", required=True, type=TABLE, help="The raw Delta table to check (path or URI).")
+@storage_option
 @click.option("--kafka", "kafka", metavar="BOOTSTRAP", help="Expect each partition's earliest..latest offsets.")
 @click.option("--topic", "topics", multiple=True, help="Topic to check against --kafka (repeatable).")
 @click.option("--range", "ranges", multiple=True, metavar="TOPIC:PARTITION:START-END", help="End exclusive.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (see docs/doctor.md).")
 @handle_errors
-def verify(table: Path, kafka: str | None, topics: tuple[str, ...], ranges: tuple[str, ...], as_json: bool) -> None:
+def verify(
+    table: str,
+    storage_options: dict[str, str],
+    kafka: str | None,
+    topics: tuple[str, ...],
+    ranges: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Reconcile a raw table's topic/partition/offset columns with Kafka or explicit offset ranges."""
     if kafka and not topics:
         raise click.UsageError("--kafka needs at least one --topic")
@@ -203,7 +219,7 @@ def verify(table: Path, kafka: str | None, topics: tuple[str, ...], ranges: tupl
 
         partitions = [TopicPartition(t, p) for t in topics for p in list_partitions(kafka, t)]
         expected.extend(expected_from_watermarks(fetch_watermarks(kafka, partitions)))
-    report = verify_table(table, expected=expected)
+    report = verify_table(table_location(table, storage_options=storage_options), expected=expected)
     if as_json:
         data = to_jsonable(report)
         assert isinstance(data, dict)

@@ -6,21 +6,25 @@ from pathlib import Path
 
 import click
 
-from sparkonce.cli.common import console, handle_errors, print_json
+from sparkonce.cli.common import TABLE, console, handle_errors, print_json, storage_option
+from sparkonce.storage import table_location
 
 
 @click.command("rebuild-checkpoint")
-@click.argument("table", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("table", type=TABLE)
 @click.argument("checkpoint", type=click.Path(path_type=Path))
+@storage_option
 @click.option("--query-id", default=None, help="The query whose checkpoint to rebuild (default: the newest).")
 @click.option("--yes", is_flag=True, help="Write the files; without it only the plan is shown.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def rebuild_checkpoint(table: Path, checkpoint: Path, query_id: str | None, yes: bool, as_json: bool) -> None:
+def rebuild_checkpoint(
+    table: str, checkpoint: Path, storage_options: dict[str, str], query_id: str | None, yes: bool, as_json: bool
+) -> None:
     """Rebuild a lost CHECKPOINT of a stream writing TABLE, from the offsets its Delta commits recorded."""
     from sparkonce.ops.recover import apply_rebuild, plan_rebuild
 
-    plan = plan_rebuild(table, checkpoint, query_id=query_id)
+    plan = plan_rebuild(table_location(table, storage_options=storage_options), checkpoint, query_id=query_id)
     written = apply_rebuild(plan) if yes else []
     if as_json:
         print_json({"plan": plan, "applied": yes, "written": written})
@@ -46,18 +50,20 @@ def rebuild_checkpoint(table: Path, checkpoint: Path, query_id: str | None, yes:
     "--table",
     "tables",
     multiple=True,
-    type=click.Path(path_type=Path),
-    help="An output Delta table of the query (repeat for several). Required.",
+    help="An output Delta table of the query, a path or URI (repeat for several). Required.",
 )
+@storage_option
 @click.option("--force", is_flag=True, help="Reset even though the checkpoint was modified in the last minutes.")
 @click.option("--yes", is_flag=True, help="Act; without it only the plan is shown.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def reset(checkpoint: Path, tables: tuple[Path, ...], force: bool, yes: bool, as_json: bool) -> None:
+def reset(
+    checkpoint: Path, tables: tuple[str, ...], storage_options: dict[str, str], force: bool, yes: bool, as_json: bool
+) -> None:
     """Reset a query safely: clear its output tables (one Delta commit each), then move CHECKPOINT aside."""
     from sparkonce.ops.recover import apply_reset, plan_reset
 
-    plan = plan_reset(checkpoint, list(tables), force=force)
+    plan = plan_reset(checkpoint, [table_location(t, storage_options=storage_options) for t in tables], force=force)
     result = apply_reset(plan) if yes else None
     if as_json:
         print_json({"plan": plan, "applied": yes, "result": result})

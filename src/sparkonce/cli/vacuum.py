@@ -6,19 +6,19 @@ retention below the table's ``delta.deletedFileRetentionDuration`` (or another b
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 from rich.table import Table
 
-from sparkonce.cli.common import console, handle_errors, print_json, print_table
+from sparkonce.cli.common import TABLE, console, handle_errors, print_json, print_table, storage_option
 from sparkonce.errors import OptionError
+from sparkonce.storage import table_location
 
 __all__ = ["vacuum"]
 
 
 @click.command()
-@click.argument("table", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("table", type=TABLE)
+@storage_option
 @click.option(
     "--retain-hours",
     type=click.FloatRange(min=0),
@@ -37,7 +37,13 @@ __all__ = ["vacuum"]
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
 def vacuum(
-    table: Path, retain_hours: float | None, dry_run: bool, yes: bool, no_retention_check: bool, as_json: bool
+    table: str,
+    storage_options: dict[str, str],
+    retain_hours: float | None,
+    dry_run: bool,
+    yes: bool,
+    no_retention_check: bool,
+    as_json: bool,
 ) -> None:
     """Delete files of the Delta TABLE that no table version within the retention references (orphans of failed
     writes included)."""
@@ -46,7 +52,7 @@ def vacuum(
     listing = dry_run or not yes
     try:
         result = vacuum_table(
-            table,
+            table_location(table, storage_options=storage_options),
             retention_hours=retain_hours,
             dry_run=listing,
             enforce_retention_duration=not no_retention_check,

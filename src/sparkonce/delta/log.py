@@ -184,6 +184,7 @@ class DeltaLog:
 
     Raises:
         TableNotFoundError: ``_delta_log`` is missing or holds neither a commit nor a checkpoint.
+        StorageError: the object store is unreachable, the bucket is missing or the credentials are refused.
     """
 
     def __init__(self, table: str | os.PathLike[str] | TableLocation) -> None:
@@ -215,8 +216,8 @@ class DeltaLog:
 
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.log_dir, allow_not_found=True))
-        except OSError as err:
-            raise TableNotFoundError(f"cannot list {self.location}/_delta_log: {err}") from err
+        except OSError as err:  # unreachable store, missing bucket, refused credentials: say which
+            raise self.location.store_error(err) from err
         names = [info.base_name for info in infos]
         return names or None
 
@@ -247,7 +248,7 @@ class DeltaLog:
             return None
         return int(mtime.timestamp() * 1000) if mtime is not None else None
 
-    def _where(self, path: str) -> str:
+    def where(self, path: str) -> str:
         """A file's name for messages: its local path, or its URI on an object store."""
         return path if self.location.is_local else f"{self.location}/{path}"
 
@@ -339,7 +340,7 @@ class DeltaLog:
         Raises:
             DeltaLogError: The file is not a JSON object with an integer ``version``.
         """
-        path = self._where(self._join("_last_checkpoint"))
+        path = self.where(self._join("_last_checkpoint"))
         try:
             text = self.read_bytes(self._join("_last_checkpoint")).decode("utf-8")
         except FileNotFoundError:
@@ -363,7 +364,7 @@ class DeltaLog:
         Raises:
             DeltaLogError: The file is missing (e.g. removed by log clean-up) or a line is not a JSON object.
         """
-        path = self._where(self.commit_path(table_version))
+        path = self.where(self.commit_path(table_version))
         try:
             raw = self.read_bytes(self.commit_path(table_version))
         except FileNotFoundError as err:
@@ -689,7 +690,7 @@ def _added_rows(added: list[dict[str, Any]], metrics: dict[str, Any]) -> int | N
 
 def _read_checkpoint_file(delta_log: DeltaLog, fs_path: str) -> Iterator[dict[str, Any]]:
     """Yield the actions of one checkpoint file (Parquet, or JSON lines for V2 checkpoints)."""
-    path = delta_log._where(fs_path)
+    path = delta_log.where(fs_path)
     if fs_path.endswith(".json"):
         try:
             lines = delta_log.read_bytes(fs_path).split(b"\n")

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from sparkonce.delta.log import CommitEntry, DeltaLog
+from sparkonce.storage import TableLocation
 
 __all__ = ["HistoryReport", "table_history"]
 
@@ -19,7 +20,7 @@ class HistoryReport:
     entries: tuple[CommitEntry, ...]
 
 
-def table_history(table_path: str | os.PathLike[str], *, limit: int | None = None) -> HistoryReport:
+def table_history(table_path: str | os.PathLike[str] | TableLocation, *, limit: int | None = None) -> HistoryReport:
     """Return the ``limit`` newest Delta commits of ``table_path`` (all when ``None``), newest first.
 
     Only the JSON commits shown are read, so ``limit`` keeps this fast on tables with many table versions.

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -57,7 +58,7 @@ class RebuildPlan:
 @dataclass(frozen=True)
 class ResetPlan:
     checkpoint_dir: Path
-    tables: tuple[Path, ...]
+    tables: tuple[TableLocation, ...]
     moved_to: Path
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
@@ -183,7 +184,7 @@ def apply_rebuild(plan: RebuildPlan) -> list[Path]:
 
 def plan_reset(
     checkpoint_dir: str | os.PathLike[str],
-    tables: list[str | os.PathLike[str]],
+    tables: Sequence[str | os.PathLike[str] | TableLocation],
     *,
     force: bool = False,
     now: float | None = None,
@@ -204,9 +205,10 @@ def plan_reset(
         )
     if not ck.is_dir():
         raise CheckpointError(f"checkpoint {ck} does not exist")
-    for table in tables:
-        if not table_exists(str(table)):
-            raise DeltaLogError(f"{table} is not a Delta table; only Delta outputs can be cleared safely")
+    locations = tuple(table_location(t) for t in tables)
+    for location in locations:
+        if not table_exists(location):
+            raise DeltaLogError(f"{location} is not a Delta table; only Delta outputs can be cleared safely")
     newest = max((p.stat().st_mtime for p in ck.rglob("*") if p.is_file()), default=0.0)
     age = (now or time.time()) - newest
     warnings = []
@@ -216,7 +218,7 @@ def plan_reset(
             raise CheckpointError(message + " (or pass --force)")
         warnings.append(message)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now or time.time()))
-    return ResetPlan(ck, tuple(Path(t) for t in tables), ck.with_name(f"{ck.name}.reset-{stamp}"), tuple(warnings))
+    return ResetPlan(ck, locations, ck.with_name(f"{ck.name}.reset-{stamp}"), tuple(warnings))
 
 
 def apply_reset(plan: ResetPlan) -> ResetResult:
@@ -227,10 +229,10 @@ def apply_reset(plan: ResetPlan) -> ResetResult:
 
     cleared = {}
     for table in plan.tables:
-        current = load_table(str(table))
+        current = load_table(table)
         schema = pa.schema(current.schema().to_arrow())
         result = commit_files(
-            str(table),
+            table,
             [],
             data_schema=schema,
             mode="overwrite",

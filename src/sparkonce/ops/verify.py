@@ -18,6 +18,7 @@ from sparkonce.delta.log import DeltaLog, Snapshot
 from sparkonce.errors import DeltaLogError, OptionError
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.ops.findings import Finding, Severity, worst_severity
+from sparkonce.storage import TableLocation
 
 __all__ = [
     "DuplicateOffset",
@@ -143,7 +144,7 @@ def _file_versions(log: DeltaLog, snapshot: Snapshot) -> dict[str, int]:
 
 
 def verify_table(
-    table_path: str | os.PathLike[str],
+    table_path: str | os.PathLike[str] | TableLocation,
     *,
     expected: Iterable[OffsetRange] = (),
     table_version: int | None = None,
@@ -190,11 +191,12 @@ def verify_table(
     # Each file is read (only the three columns, the topic dictionary-encoded) and grouped by topic-partition on
     # a small thread pool: Parquet decoding and NumPy release the GIL, so reading one file overlaps grouping another.
     def read_one(raw: str) -> _FileRows:
-        local = log.data_file_path(raw)
-        if local is None:
-            raise DeltaLogError(f"{table_path}: file {raw} is not on the local filesystem")
+        fs_path = log.data_file_fs_path(raw)
+        if fs_path is None:
+            raise DeltaLogError(f"{table_path}: file {raw} is outside the table's store")
         return _read_file(
-            local,
+            fs_path,
+            log,
             snapshot.files[raw],
             [topic_column, partition_column, offset_column],
             physical,
@@ -316,7 +318,12 @@ class _FileRows:
 
 
 def _read_file(
-    local: Any, add: dict[str, Any], columns: list[str], physical: dict[str, str], partition_cols: set[str]
+    fs_path: str,
+    log: DeltaLog,
+    add: dict[str, Any],
+    columns: list[str],
+    physical: dict[str, str],
+    partition_cols: set[str],
 ) -> _FileRows:
     """Read one data file's topic, partition and offset columns (``columns`` in that order) and group its rows.
 
@@ -332,9 +339,13 @@ def _read_file(
     from_file = [physical[c] for c in columns if c not in partition_cols]
     as_dictionary = [physical[topic_column]] if topic_column not in partition_cols else []
     try:
-        data = pq.read_table(local, columns=from_file, read_dictionary=as_dictionary) if from_file else None
+        data = (
+            pq.read_table(fs_path, columns=from_file, read_dictionary=as_dictionary, filesystem=log.fs)
+            if from_file
+            else None
+        )
     except Exception as err:  # pyarrow raises ArrowInvalid / OSError subclasses
-        raise DeltaLogError(f"{local}: cannot read columns {from_file} ({err})") from err
+        raise DeltaLogError(f"{log.where(fs_path)}: cannot read columns {from_file} ({err})") from err
     n = data.num_rows if data is not None else int(json.loads(add.get("stats") or "{}")["numRecords"])
     cols: dict[str, Any] = {}
     for c in columns:

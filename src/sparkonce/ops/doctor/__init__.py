@@ -39,6 +39,7 @@ from sparkonce.ops.doctor.report import (
 from sparkonce.ops.doctor.timeline import timeline
 from sparkonce.ops.findings import Finding
 from sparkonce.ops.watermarks import WatermarkFetcher, fetch_watermarks
+from sparkonce.storage import TableLocation, table_location
 
 __all__ = [
     "BatchRow",
@@ -54,7 +55,7 @@ __all__ = [
 def diagnose(
     checkpoint_dir: str | os.PathLike[str],
     *,
-    tables: Sequence[str | os.PathLike[str]] = (),
+    tables: Sequence[str | os.PathLike[str] | TableLocation] = (),
     kafka_bootstrap: str | None = None,
     watermarks: WatermarkFetcher | None = None,
     history_scan: HistoryScan = "auto",
@@ -90,14 +91,15 @@ def diagnose(
     state = read_checkpoint(checkpoint_dir, newest_batches=newest)
     findings = checkpoint_findings(state)
     reports: list[TableReport] = []
-    delta: dict[Path, DeltaFacts] = {}
+    delta: dict[str, DeltaFacts] = {}
     ids = newest_ids(state.offset_ids, state.commit_ids, timeline_batches)
     window_start = ids[0] if ids else None
     for table_arg in tables:
-        table = Path(table_arg)
-        if (table / "_delta_log").is_dir():
+        location = table_location(table_arg)
+        table = str(location)
+        if location.check_reachable(for_write=False):
             try:
-                log = DeltaLog(table)
+                log = DeltaLog(location)
                 snap = log.snapshot()
                 entries, full = scan_history(log, snap, state.query_id, window_start, history_scan)
             except DeltaLogError as err:
@@ -114,8 +116,8 @@ def diagnose(
             facts = DeltaFacts(log, snap, entries, full)
             delta[table] = facts
             table_findings, report = delta_findings(state, table, facts, now)
-        elif (table / "_spark_metadata").is_dir():
-            table_findings, report = file_sink_findings(table)
+        elif location.is_local and os.path.isdir(os.path.join(table, "_spark_metadata")):
+            table_findings, report = file_sink_findings(Path(table))
         else:
             raise TableNotFoundError(f"{table} is neither a Delta table (_delta_log) nor a file sink (_spark_metadata)")
         findings.extend(table_findings)

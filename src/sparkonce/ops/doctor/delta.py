@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from sparkonce.checkpoint.reader import CheckpointState
 from sparkonce.delta.interval import parse_interval_ms
@@ -65,7 +64,7 @@ def _newest_commits(log: DeltaLog, table_version: int) -> Iterator[CommitEntry]:
 
 def delta_findings(
     state: CheckpointState,
-    table: Path,
+    table: str,
     facts: DeltaFacts,
     now_ms: int,
 ) -> tuple[list[Finding], TableReport]:
@@ -81,7 +80,7 @@ def delta_findings(
                 "warning" if "skipped checkpoint" in note else "info",
                 f"{table}: {note}",
                 "run a Delta checkpoint (OPTIMIZE or any write) to replace the bad file",
-                path=str(table / "_delta_log"),
+                path=facts.log.location.join("_delta_log"),
             )
         )
     for entry in facts.entries:
@@ -237,7 +236,7 @@ def delta_findings(
     return findings, report
 
 
-def _retention_findings(table: Path, snap: Snapshot, app: str | None, lp: int | None, now_ms: int) -> list[Finding]:
+def _retention_findings(table: str, snap: Snapshot, app: str | None, lp: int | None, now_ms: int) -> list[Finding]:
     """The txn retention property: a warning when set, an error when this query's txn has expired."""
     findings: list[Finding] = []
     retention_text = snap.configuration.get(_TXN_RETENTION_KEY)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from sparkonce.checkpoint.reader import CheckpointState
 from sparkonce.ops.doctor.delta import DeltaFacts
 
 __all__ = ["next_start_text"]
 
 
-def next_start_text(state: CheckpointState, delta: dict[Path, DeltaFacts]) -> str:
+def next_start_text(state: CheckpointState, delta: dict[str, DeltaFacts]) -> str:
     lp, lc, app = state.last_planned, state.last_committed, state.query_id
     if state.is_empty:
         text = "No batch has been planned yet: the next start plans batch 0 from the sources' starting offsets."

@@ -44,7 +44,13 @@ def _referenced(log: DeltaLog, paths: Iterable[str], dvs: Iterable[Any], into: s
 
 
 def orphan_files(log: DeltaLog, snap: Snapshot) -> tuple[int, int, list[str]]:
-    """Files under the table root that no table version still in ``_delta_log`` references."""
+    """Files under the table root that no table version still in ``_delta_log`` references.
+
+    Local tables only: an object-store table reports none (listing a whole prefix is not a doctor's job; use
+    ``sparkonce vacuum --dry-run`` there).
+    """
+    if not log.location.is_local:
+        return 0, 0, []
     referenced: set[str] = set()
     dvs = [a.get("deletionVector") for a in snap.files.values()] + list(snap.tombstone_dvs)
     _referenced(log, (*snap.files, *snap.tombstones), dvs, referenced)

@@ -6,7 +6,6 @@ CLI/driver only.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 from sparkonce.checkpoint.reader import CheckpointState
 from sparkonce.ops.doctor.delta import DeltaFacts
@@ -16,7 +15,7 @@ from sparkonce.ops.doctor.report import BatchRow
 __all__ = ["timeline"]
 
 
-def timeline(state: CheckpointState, delta: dict[Path, DeltaFacts], window: int) -> tuple[BatchRow, ...]:
+def timeline(state: CheckpointState, delta: dict[str, DeltaFacts], window: int) -> tuple[BatchRow, ...]:
     """The newest ``window`` batches, each with the table versions (of this query's app id) that hold it."""
     ids = newest_ids(state.offset_ids, state.commit_ids, window)
     if not ids:
