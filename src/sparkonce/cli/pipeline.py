@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -186,19 +186,27 @@ def check(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
     "first; any other must be new or empty).",
 )
 @click.option("--records", type=click.IntRange(100), default=3000, show_default=True)
+@click.option(
+    "--storage",
+    type=click.Choice(["local", "s3"]),
+    default="local",
+    show_default=True,
+    help="Where the tables go: the work dir, or the embedded S3 store (SeaweedFS, started and stopped here).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
-def quickstart(work_dir: Path, records: int, as_json: bool) -> None:
+def quickstart(work_dir: Path, records: int, storage: Literal["local", "s3"], as_json: bool) -> None:
     """Kafka -> raw -> bronze -> gold with a SIGKILL mid-batch and a restart: exactly once, proven."""
     from sparkonce.pipeline.quickstart import run_quickstart
 
     if not as_json:
         console.print(
             f"Producing {records} sensor readings (3% malformed) to the embedded broker, running the pipeline in "
-            f"{work_dir};\nthe driver is killed with SIGKILL inside raw batch 2 (after its Delta commit, before "
+            f"{work_dir}{' with its tables on the embedded S3 store' if storage == 's3' else ''};\n"
+            "the driver is killed with SIGKILL inside raw batch 2 (after its Delta commit, before "
             "commits/2), then restarted. This takes a few minutes ..."
         )
-    result = run_quickstart(work_dir, records=records)
+    result = run_quickstart(work_dir, records=records, storage=storage)
     if as_json:
         print_json(result)
     else:

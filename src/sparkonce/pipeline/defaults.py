@@ -6,6 +6,8 @@ Everything lives under one work directory (default ``.sparkonce/quickstart``): `
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from sparkonce.services.producer import DEFAULT_TOPIC
@@ -14,9 +16,29 @@ DEFAULT_WORK_DIR = Path(".sparkonce") / "quickstart"
 PIPELINE_FILE = "pipeline.toml"
 
 
-def quickstart_pipeline(bootstrap: str, *, topic: str = DEFAULT_TOPIC, max_offsets_per_trigger: int = 500) -> str:
-    """The TOML text of the demo pipeline (paths relative to the file)."""
-    return f'''# The sparkonce quickstart pipeline: Kafka -> raw -> bronze (+ quarantine) -> gold.
+def quickstart_pipeline(
+    bootstrap: str,
+    *,
+    topic: str = DEFAULT_TOPIC,
+    max_offsets_per_trigger: int = 500,
+    tables: str = "tables",
+    storage_options: Mapping[str, str] | None = None,
+) -> str:
+    """The TOML text of the demo pipeline (paths relative to the file).
+
+    ``tables`` is the folder (or object-store URI, e.g. ``s3://quickstart/tables``) holding the four tables;
+    ``storage_options`` become the file's ``[storage]`` table.
+    """
+    storage = "".join(f"{name} = {json.dumps(value)}\n" for name, value in (storage_options or {}).items())
+    return _QUICKSTART.format(
+        bootstrap=bootstrap,
+        topic=topic,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        tables=tables.rstrip("/"),
+    ) + (f"\n[storage]\n{storage}" if storage else "")
+
+
+_QUICKSTART = """# The sparkonce quickstart pipeline: Kafka -> raw -> bronze (+ quarantine) -> gold.
 name = "quickstart"
 
 [source]
@@ -26,34 +48,42 @@ starting_offsets = "earliest"
 max_offsets_per_trigger = {max_offsets_per_trigger}
 
 [stages.raw]
-table = "tables/raw"
+table = "{tables}/raw"
 checkpoint = "checkpoints/raw"
 trigger = {{ availableNow = true }}
 
 [stages.bronze]
-table = "tables/bronze"
+table = "{tables}/bronze"
 checkpoint = "checkpoints/bronze"
-quarantine = "tables/quarantine"
+quarantine = "{tables}/quarantine"
 schema = "device_id STRING, reading_time TIMESTAMP, value DOUBLE"
 required = ["device_id", "reading_time", "value"]
 drift = "fail"
 trigger = {{ availableNow = true }}
 
 [stages.gold]
-table = "tables/gold"
+table = "{tables}/gold"
 checkpoint = "checkpoints/gold"
 keys = ["device_id"]
 order_by = "reading_time"
 merge = "latest"
 trigger = {{ availableNow = true }}
-'''
+"""
 
 
-def write_quickstart_pipeline(work_dir: Path, bootstrap: str, *, topic: str = DEFAULT_TOPIC) -> Path:
-    """Write the demo pipeline file into ``work_dir`` and return its path."""
+def write_quickstart_pipeline(
+    work_dir: Path,
+    bootstrap: str,
+    *,
+    topic: str = DEFAULT_TOPIC,
+    tables: str = "tables",
+    storage_options: Mapping[str, str] | None = None,
+) -> Path:
+    """Write the demo pipeline file into ``work_dir`` and return its path (see :func:`quickstart_pipeline`)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     path = work_dir / PIPELINE_FILE
-    path.write_text(quickstart_pipeline(bootstrap, topic=topic), encoding="utf-8")
+    text = quickstart_pipeline(bootstrap, topic=topic, tables=tables, storage_options=storage_options)
+    path.write_text(text, encoding="utf-8")
     return path
 
 

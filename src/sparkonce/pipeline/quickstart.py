@@ -5,6 +5,8 @@ driver process that is killed with SIGKILL inside a raw batch (after its Delta c
 restarts it, and checks every table: raw against the broker's offsets (``verify``: no duplicated, no missing
 offset), bronze + quarantine against raw (every raw record in exactly one of them), gold against the latest bronze
 row per device. Runs in the CLI process; the pipeline runs in child processes (see :mod:`sparkonce.ops.chaos`).
+With ``storage="s3"`` the tables live on the embedded S3 store (SeaweedFS, started in the work dir and stopped
+after), reached through the pipeline file's ``[storage]`` table; checkpoints stay on the local disk.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
+from sparkonce.delta.commit import load_table
 from sparkonce.ops.chaos import DriverRun, run_driver
 from sparkonce.ops.workdir import fresh_work_dir
-from sparkonce.pipeline.config import GoldStage, load_pipeline
+from sparkonce.pipeline.config import GoldStage, load_pipeline, use_storage
 from sparkonce.pipeline.defaults import write_quickstart_pipeline
 
 
@@ -37,6 +40,8 @@ class QuickstartResult:
 
     work_dir: str
     pipeline_file: str
+    tables_root: str
+    """Where the tables are: ``tables`` in the work dir, or an ``s3://`` URI on the embedded store."""
     produced: int
     malformed: int
     crash_at: str
@@ -76,6 +81,7 @@ def run_quickstart(
     malformed_share: float = 0.03,
     partitions: int = 2,
     crash_at: str = "after_delta_commit:2",
+    storage: Literal["local", "s3"] = "local",
     timeout: float = 900.0,
 ) -> QuickstartResult:
     """Run the quickstart in ``work_dir`` (wiped first if sparkonce created it). Needs a JDK; takes a few minutes.
@@ -83,18 +89,26 @@ def run_quickstart(
     Raises:
         OptionError: ``work_dir`` is a folder sparkonce did not create and is not empty (nothing is deleted).
         BrokerError: the embedded broker cannot start.
+        StorageError: the embedded object store cannot start (``storage="s3"``).
     """
     from sparkonce.services.broker import start_broker, stop_broker
     from sparkonce.services.producer import produce_sensor_readings
+    from sparkonce.services.storage import start_storage, stop_storage
 
     work_dir = fresh_work_dir(work_dir, command="quickstart")
-    broker_dir = work_dir / "broker"
+    broker_dir, storage_dir = work_dir / "broker", work_dir / "storage"
     info = start_broker(state_dir=broker_dir)
+    tables, storage_options = "tables", None
     try:
+        if storage == "s3":
+            store = start_storage(state_dir=storage_dir)
+            tables, storage_options = f"{store.create_bucket('quickstart')}/tables", store.storage_options()
         produced = produce_sensor_readings(
             info.bootstrap, count=records, partitions=partitions, malformed_share=malformed_share, seed=7
         )
-        pipeline_file = write_quickstart_pipeline(work_dir, info.bootstrap)
+        pipeline_file = write_quickstart_pipeline(
+            work_dir, info.bootstrap, tables=tables, storage_options=storage_options
+        )
         config = load_pipeline(pipeline_file)
         args = ["-m", "sparkonce.cli.main", "run", str(pipeline_file), "--plain"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -108,6 +122,7 @@ def run_quickstart(
         return QuickstartResult(
             work_dir=str(work_dir),
             pipeline_file=str(pipeline_file),
+            tables_root=tables if storage == "s3" else str(work_dir / tables),
             produced=produced.records,
             malformed=produced.malformed,
             crash_at=crash_at,
@@ -119,18 +134,19 @@ def run_quickstart(
         )
     finally:
         stop_broker(state_dir=broker_dir)
+        if storage == "s3":
+            stop_storage(state_dir=storage_dir)
 
 
 def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, Any]:
     """Row counts and the exactly-once checks of every table of a pipeline (driver side, no Spark)."""
-    from deltalake import DeltaTable
-
     from sparkonce.kafka import broker_offsets
     from sparkonce.kafka.offsets import OffsetRange, TopicPartition
     from sparkonce.ops.verify import verify_table
     from sparkonce.ops.watermarks import list_partitions
 
     config = load_pipeline(pipeline_file)
+    use_storage(config)  # tables on an object store: the file's [storage] options
     topic = config.source.topic
     ends = broker_offsets(bootstrap, [TopicPartition(topic, p) for p in list_partitions(bootstrap, topic)])
     expected = [OffsetRange(tp, low, high) for tp, (low, high) in sorted(ends.items())]
@@ -139,17 +155,17 @@ def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, Any]
     bronze = quarantine = None
     if config.bronze is not None:
         tables += [("bronze", config.bronze.table), ("quarantine", config.bronze.quarantine)]
-        bronze = DeltaTable(config.bronze.table).to_pyarrow_table()
-        quarantine = DeltaTable(config.bronze.quarantine).to_pyarrow_table()
+        bronze = load_table(config.bronze.table).to_pyarrow_table()
+        quarantine = load_table(config.bronze.quarantine).to_pyarrow_table()
     if config.gold is not None:
         tables.append(("gold", config.gold.table))
     counts = tuple(
-        TableCount(name, path, DeltaTable(path).to_pyarrow_table(columns=[]).num_rows) for name, path in tables
+        TableCount(name, path, load_table(path).to_pyarrow_table(columns=[]).num_rows) for name, path in tables
     )
     duplicated = missing = mismatches = 0
     reasons: dict[str, int] = {}
     if bronze is not None and quarantine is not None:
-        raw = DeltaTable(config.raw.table).to_pyarrow_table(columns=["topic", "partition", "offset"])
+        raw = load_table(config.raw.table).to_pyarrow_table(columns=["topic", "partition", "offset"])
         seen = pa.concat_tables(
             [
                 bronze.select(["_topic", "_partition", "_offset"]).rename_columns(["topic", "partition", "offset"]),
@@ -164,7 +180,7 @@ def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, Any]
             kind = str(reason).split(":")[0]
             reasons[kind] = reasons.get(kind, 0) + 1
         if config.gold is not None:
-            mismatches = _gold_mismatches(bronze, DeltaTable(config.gold.table).to_pyarrow_table(), config.gold)
+            mismatches = _gold_mismatches(bronze, load_table(config.gold.table).to_pyarrow_table(), config.gold)
     return {
         "tables": counts,
         "raw_duplicated_offsets": sum(p.duplicated_offsets for p in report.partitions),
