@@ -254,11 +254,16 @@ def test_lost_checkpoint_is_rebuilt_from_the_s3_table_and_the_stream_resumes_exa
     append(range(0, 4))
     append(range(4, 8))
     query_id = run()
+    import pyarrow.parquet as pq
+
+    stray = table_location(target, storage_options=options).filesystem()  # a file left by an aborted write
+    pq.write_table(pa.table({"id": [99]}), "part-stray.parquet", filesystem=stray)
     doctor = _cli("doctor", str(checkpoint), "--table", target, *_option_args(options), "--json")
     assert doctor.exit_code == 0, doctor.output
     report = json.loads(doctor.output)
     assert report["last_committed"] >= 1  # one batch per source file
-    assert [(t["table_path"], t["txn_version"]) for t in report["tables"]] == [(target, report["last_committed"])]
+    found = [(t["table_path"], t["txn_version"], t["orphan_files"]) for t in report["tables"]]
+    assert found == [(target, report["last_committed"], 1)]  # the stray file, and no file the table references
     assert "AWS_SECRET_ACCESS_KEY" not in doctor.output and options["AWS_SECRET_ACCESS_KEY"] not in doctor.output
     shutil.rmtree(checkpoint)  # the driver's disk is gone
     rebuilt = _cli("rebuild-checkpoint", target, str(checkpoint), *_option_args(options), "--yes", "--json")
@@ -366,3 +371,22 @@ def test_an_explicit_storage_option_wins_over_the_spark_conf(
     writer.option("storage.AWS_SECRET_ACCESS_KEY", options["AWS_SECRET_ACCESS_KEY"]).save(s3_uri)
     rows = load_table(table_location(s3_uri, storage_options=options)).to_pyarrow_table()
     assert rows.column("id").to_pylist() == [1]
+
+
+@pytest.mark.spark
+def test_cli_optimize_compacts_an_s3_table_with_storage_options(spark: Any, object_store: EmbeddedStore) -> None:
+    """``sparkonce optimize s3://... --storage-option ...`` in the active session: same rows, fewer files."""
+    import json
+
+    from deltalake import write_deltalake
+
+    options = object_store.storage_options
+    uri = object_store.unique_uri("optimize")
+    for start in range(0, 30, 10):
+        write_deltalake(uri, pa.table({"id": list(range(start, start + 10))}), mode="append", storage_options=options)
+    result = _cli("optimize", uri, *_option_args(options), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["files_removed"] == 3
+    table = load_table(table_location(uri, storage_options=options))
+    assert len(table.file_uris()) == 1
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(30))

@@ -7,20 +7,18 @@ Exit codes: 0 done (or nothing to compact), 2 usage error (bad size, a ``--where
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 from rich.table import Table
 
-from sparkonce.cli.common import console, handle_errors, print_json, to_jsonable
+from sparkonce.cli.common import TABLE, console, handle_errors, print_json, storage_option, to_jsonable
+from sparkonce.storage import table_location
 
 __all__ = ["optimize"]
 
-_existing = click.Path(exists=True, file_okay=False, dir_okay=True, path_type=Path)
-
 
 @click.command()
-@click.argument("table", type=_existing)
+@click.argument("table", type=TABLE)
+@storage_option
 @click.option("--where", default=None, metavar="PREDICATE", help="SQL predicate on partition columns only.")
 @click.option(
     "--target-file-size",
@@ -31,7 +29,9 @@ _existing = click.Path(exists=True, file_okay=False, dir_okay=True, path_type=Pa
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
-def optimize(table: Path, where: str | None, target_file_size: str, as_json: bool) -> None:
+def optimize(
+    table: str, storage_options: dict[str, str], where: str | None, target_file_size: str, as_json: bool
+) -> None:
     """Bin-pack TABLE's small files into larger ones in one OPTIMIZE commit (dataChange=false: streaming
     readers do not re-read the rows; safe while a stream appends to TABLE)."""
     from sparkonce.delta.optimize import optimize_table
@@ -39,7 +39,8 @@ def optimize(table: Path, where: str | None, target_file_size: str, as_json: boo
 
     size = get_bytes({"target-file-size": target_file_size}, "target-file-size")
     assert size is not None
-    result = optimize_table(str(table), where=where, target_file_size=size)
+    location = table_location(table, storage_options=storage_options)
+    result = optimize_table(location, where=where, target_file_size=size)
     if as_json:
         print_json({"kind": "optimize", **to_jsonable(result)})
         return

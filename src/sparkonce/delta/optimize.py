@@ -106,16 +106,16 @@ def _mostly_deleted(f: TableFile) -> bool:
 
 def compact(
     spark: SparkSession,
-    table_uri: str,
+    table: str | TableLocation,
     *,
     where: str | Column | None = None,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
 ) -> OptimizeResult:
-    """Compact the small files of the table at ``table_uri`` (``OPTIMIZE table [WHERE ...]``).
+    """Compact the small files of ``table`` (``OPTIMIZE table [WHERE ...]``).
 
     Args:
         spark: The session whose executors rewrite the files.
-        table_uri: The table.
+        table: The table: a path, a URI or a parsed location (with its storage options).
         where: A predicate on partition columns only: compact the matching partitions.
         target_file_size: Bytes; files below it are compacted into files of about this size.
 
@@ -127,7 +127,8 @@ def compact(
     started = time.monotonic()
     if target_file_size <= 0:
         raise OptionError("target_file_size", target_file_size, "must be a positive number of bytes")
-    snapshot = open_snapshot(table_uri, operation="OPTIMIZE")
+    snapshot = open_snapshot(table, operation="OPTIMIZE")
+    table_uri = snapshot.table_uri
     files = list(snapshot.files)
     if where is not None:
         chosen = files_by_partition_predicate(spark, snapshot, where)
@@ -173,7 +174,7 @@ def compact(
     }
     metrics["executionTimeMs"] = int((time.monotonic() - started) * 1000)
     result = commit_rewrite(
-        table_uri,
+        snapshot.location,
         written,
         removed,
         data_schema=arrow_schema_for_spark(snapshot.spark_schema()),
@@ -200,7 +201,7 @@ def compact(
 
 
 def optimize_table(
-    table_uri: str, *, where: str | None = None, target_file_size: int = DEFAULT_TARGET_FILE_SIZE
+    table: str | TableLocation, *, where: str | None = None, target_file_size: int = DEFAULT_TARGET_FILE_SIZE
 ) -> OptimizeResult:
     """:func:`compact` in the active Spark session, or in a local one started for it and stopped after
     (``sparkonce optimize``)."""
@@ -211,7 +212,7 @@ def optimize_table(
     active = SparkSession.getActiveSession()
     spark = active or local_session(app_name="sparkonce-optimize")
     try:
-        return compact(spark, table_uri, where=where, target_file_size=target_file_size)
+        return compact(spark, table, where=where, target_file_size=target_file_size)
     finally:
         if active is None:
             spark.stop()

@@ -123,7 +123,7 @@ class TableSnapshot:
         return spark_schema(self.scan.output)
 
 
-def open_snapshot(table_uri: str, *, operation: str) -> TableSnapshot:
+def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapshot:
     """Load the newest table version for ``operation`` (``MERGE``, ``DELETE``, ...), with its active files.
 
     Raises:
@@ -132,28 +132,31 @@ def open_snapshot(table_uri: str, *, operation: str) -> TableSnapshot:
             physical column names, which rewrites do not write yet), or deletion vectors on a table sparkonce
             cannot commit their removal to (:func:`sparkonce.delta.commit.check_dv_commit_supported`).
     """
-    location = table_location(table_uri)
-    table = load_table(location)
-    check_reader_features(table, table_uri)
-    scan = scan_schema(table)
-    configuration: dict[str, str | None] = dict(table.metadata().configuration)
+    location = table_location(table)
+    table_uri = table if isinstance(table, str) else str(location)  # as given, for messages
+    delta_table = load_table(location)
+    check_reader_features(delta_table, table_uri)
+    scan = scan_schema(delta_table)
+    configuration: dict[str, str | None] = dict(delta_table.metadata().configuration)
     mapping = configuration.get("delta.columnMapping.mode")
     if (mapping and mapping != "none") or scan.physical_names or scan.nested_renames:
         raise UnsupportedFeatureError(
             f"{operation} on {table_uri}: the table uses column mapping ({mapping}); sparkonce reads such tables "
             "but cannot rewrite their files yet"
         )
-    has_dvs = "deletionVectors" in set(table.protocol().reader_features or [])
+    has_dvs = "deletionVectors" in set(delta_table.protocol().reader_features or [])
     if has_dvs:
-        check_dv_commit_supported(location, table, table_uri, operation)
+        check_dv_commit_supported(location, delta_table, table_uri, operation)
     return TableSnapshot(
         table_uri=table_uri,
         location=location,
-        table_version=int(table.version()),
+        table_version=int(delta_table.version()),
         scan=scan,
-        partition_columns=tuple(table.metadata().partition_columns),
+        partition_columns=tuple(delta_table.metadata().partition_columns),
         files=tuple(
-            _active_files(table, scan.partition_columns, _deletion_vectors(location, table) if has_dvs else {})
+            _active_files(
+                delta_table, scan.partition_columns, _deletion_vectors(location, delta_table) if has_dvs else {}
+            )
         ),
         configuration=configuration,
     )
@@ -343,7 +346,7 @@ def sql_text(expression: str | Column | None) -> str:
 
 
 def commit_rewrite(
-    table_uri: str,
+    table: str | TableLocation,
     written: Sequence[WrittenFile],
     removed: Sequence[TableFile],
     *,
@@ -366,7 +369,7 @@ def commit_rewrite(
     metadata = commit_metadata(operation, dict(parameters), None, **extra)
     metadata.update(custom_metadata or {})
     return commit_files(
-        table_uri,
+        table,
         written,
         data_schema=data_schema,
         mode="append",

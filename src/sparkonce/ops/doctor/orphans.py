@@ -44,13 +44,9 @@ def _referenced(log: DeltaLog, paths: Iterable[str], dvs: Iterable[Any], into: s
 
 
 def orphan_files(log: DeltaLog, snap: Snapshot) -> tuple[int, int, list[str]]:
-    """Files under the table root that no table version still in ``_delta_log`` references.
-
-    Local tables only: an object-store table reports none (listing a whole prefix is not a doctor's job; use
-    ``sparkonce vacuum --dry-run`` there).
-    """
+    """Files under the table root that no table version still in ``_delta_log`` references."""
     if not log.location.is_local:
-        return 0, 0, []
+        return _store_orphan_files(log, snap)
     referenced: set[str] = set()
     dvs = [a.get("deletionVector") for a in snap.files.values()] + list(snap.tombstone_dvs)
     _referenced(log, (*snap.files, *snap.tombstones), dvs, referenced)
@@ -70,4 +66,34 @@ def orphan_files(log: DeltaLog, snap: Snapshot) -> tuple[int, int, list[str]]:
         candidates = {
             rel: n for rel, n in candidates.items() if os.path.normpath(str(log.table_path / rel)) not in referenced
         }
+    return len(candidates), sum(candidates.values()), sorted(candidates)
+
+
+def _store_orphan_files(log: DeltaLog, snap: Snapshot) -> tuple[int, int, list[str]]:
+    """:func:`orphan_files` of an object-store table: one recursive listing of its prefix (paths relative to it),
+    then the same checks as the local walk."""
+    import pyarrow.fs as pafs
+
+    def fs_paths(raws: Iterable[str], dvs: Iterable[Any]) -> set[str]:
+        found = {p for p in (log.data_file_fs_path(raw) for raw in raws) if p is not None}
+        found |= {rel for dv in dvs if isinstance(dv, dict) and (rel := dv_relative_path(dv)) is not None}
+        return found
+
+    listing = log.fs.get_file_info(pafs.FileSelector(log.location.fs_path(), recursive=True, allow_not_found=True))
+    candidates = {
+        info.path: int(info.size or 0)
+        for info in listing
+        if info.type == pafs.FileType.File and not any(part.startswith(("_", ".")) for part in info.path.split("/"))
+    }
+    dvs = [a.get("deletionVector") for a in snap.files.values()] + list(snap.tombstone_dvs)
+    referenced = fs_paths((*snap.files, *snap.tombstones), dvs)
+    candidates = {rel: n for rel, n in candidates.items() if rel not in referenced}
+    if candidates and snap.checkpoint_version is not None:
+        for v in log.commit_versions():
+            if v > snap.checkpoint_version:
+                break
+            actions = [a.get("add") or a.get("remove") for a in log.read_actions(v)]
+            files = [a for a in actions if isinstance(a, dict)]
+            referenced |= fs_paths((str(a.get("path")) for a in files), (a.get("deletionVector") for a in files))
+        candidates = {rel: n for rel, n in candidates.items() if rel not in referenced}
     return len(candidates), sum(candidates.values()), sorted(candidates)
