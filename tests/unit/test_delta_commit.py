@@ -111,3 +111,48 @@ def test_partition_mismatch_and_type_conflict_are_refused(tmp_path: Path) -> Non
     with pytest.raises(SchemaMismatchError, match="column 'id'"):
         commit_files(table, [], data_schema=other)
     assert DeltaTable(table).version() == 0
+
+
+def _dv_table(fixtures_dir: Path, tmp_path: Path) -> tuple[str, dict]:
+    import shutil
+
+    from sparkonce.delta.log import DeltaLog
+
+    table = tmp_path / "dv"
+    shutil.copytree(fixtures_dir / "delta-tables" / "dv-partitioned-with-checkpoint", table)
+    files = DeltaLog(table_location(str(table))).snapshot(None).files
+    path, add = next((p, a) for p, a in sorted(files.items()) if a.get("deletionVector"))
+    return str(table), {"path": path, **add}
+
+
+def _rs_count(table: str) -> int:
+    from deltalake import QueryBuilder
+
+    result = QueryBuilder().register("t", DeltaTable(table)).execute("select count(*) as n from t").read_all()
+    return int(pa.table(result).column("n")[0].as_py())
+
+
+def test_a_removed_file_with_a_deletion_vector_is_removed_with_it(fixtures_dir: Path, tmp_path: Path) -> None:
+    """The remove carries the add's deletion vector (delta-rs matches them on path and DV), and a file whose DV is
+    not the one the rewrite read is a conflict: nothing is committed."""
+    from sparkonce.delta.commit import RemovedFile
+    from sparkonce.delta.schema import table_arrow_schema
+    from sparkonce.errors import CommitConflictError
+
+    table, add = _dv_table(fixtures_dir, tmp_path)
+    schema = table_arrow_schema(DeltaTable(table))
+    before, rows_before = DeltaTable(table).version(), _rs_count(table)
+    stale = {**add["deletionVector"], "cardinality": 0, "offset": 99}
+    remove = RemovedFile(add["path"], add["size"], add["partitionValues"], deletion_vector=stale)
+    with pytest.raises(CommitConflictError, match="deleted rows of them"):
+        commit_files(table, [], data_schema=schema, removes=[remove])
+    assert DeltaTable(table).version() == before
+
+    remove = RemovedFile(add["path"], add["size"], add["partitionValues"], deletion_vector=add["deletionVector"])
+    result = commit_files(table, [], data_schema=schema, removes=[remove], txn=BatchTxn("app", 3))
+    assert result.table_version == before + 1
+    live = json.loads(add["stats"])["numRecords"] - add["deletionVector"]["cardinality"]
+    assert _rs_count(table) == rows_before - live
+    assert DeltaTable(table).transaction_version("app") == 3
+    paths = DeltaTable(table).get_add_actions(flatten=True).column("path").to_pylist()
+    assert add["path"] not in paths

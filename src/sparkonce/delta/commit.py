@@ -225,11 +225,12 @@ def commit_files(
             AddAction(f.path, f.size, f.partition_values, f.modification_time, data_change, f.stats) for f in files
         ]
         if any(r.deletion_vector is not None for r in removes):
+            base_version = int(snapshot.version())  # after a mergeSchema metadata commit, if one was made
             if _commit_with_deletion_vectors(
-                location, read_version, files, removes, txn, custom_metadata, data_change, attempt
+                location, base_version, files, removes, txn, custom_metadata, data_change, attempt
             ):
                 rows = sum(f.num_records for f in files)
-                return CommitResult(TableVersion(read_version + 1), False, attempt, len(files), rows, len(removes))
+                return CommitResult(TableVersion(base_version + 1), False, attempt, len(files), rows, len(removes))
             continue
         if removes:
             _check_still_active(snapshot, table_uri, read_version, removes)
