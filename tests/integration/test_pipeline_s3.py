@@ -15,6 +15,7 @@ import pytest
 from sparkonce.delta.commit import load_table
 from sparkonce.pipeline.config import load_pipeline
 from sparkonce.pipeline.defaults import quickstart_pipeline
+from sparkonce.pipeline.replay import plan_replay, replay_stage
 from sparkonce.pipeline.run import run_pipeline
 from sparkonce.pipeline.verify import verify_pipeline
 from sparkonce.services.producer import produce_sensor_readings
@@ -77,3 +78,14 @@ def test_pipeline_tables_on_s3_through_the_storage_table(  # type: ignore[no-unt
     assert sorted(g[0] for g in gold) == sorted({b[2] for b in bronze})  # one row per device
     report = verify_pipeline(config)
     assert report.ok and len(report.targets) == 4 and not report.skipped
+
+    # replay gold from bronze's latest table version, the store again known from the file only
+    for key in [k for k in spark.conf.getAll if k.startswith(SESSION_CONF_PREFIX)]:
+        spark.conf.unset(key)
+    set_session_storage_options({})
+    bronze_version = load_table(table_location(config.bronze.table, storage_options=object_store.storage_options))
+    plan = plan_replay(config, "gold", str(bronze_version.version()))
+    assert plan.targets == (config.gold.table,)
+    replayed = replay_stage(spark, config, plan)
+    assert replayed.rows == {config.gold.table: len(gold)}
+    assert sorted(rows(config.gold.table, ["device_id"])) == sorted(gold)
