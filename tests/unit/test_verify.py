@@ -180,3 +180,21 @@ def test_counts_match_a_plain_python_count(tmp_path: Path, shape: str) -> None:
         assert p.duplicated_offsets == len(dups) and [d.offset for d in p.duplicates] == dups
         assert all(d.count == counts[d.offset] == len(d.files) for d in p.duplicates)
         assert p.missing_offsets == end - len(counts)
+
+
+@pytest.mark.parametrize("name", ["dv-partitioned-with-checkpoint", "dv-with-columnmapping"])
+def test_rows_deleted_by_deletion_vectors_are_not_counted(fixtures_dir: Path, name: str) -> None:
+    """Delta's golden DV tables: rows ``(x % 10, x, "foo" + x % 5)`` for x in 0..49, then the even x below 30
+    deleted one by one with deletion vectors. Read as (topic = col2, partition = part, offset = col1)."""
+    report = verify_table(
+        fixtures_dir / "delta-tables" / name, topic_column="col2", partition_column="part", offset_column="col1"
+    )
+    live = [x for x in range(50) if not (x % 2 == 0 and x < 30)]
+    assert report.rows_scanned == len(live) == 35
+    got = {(p.topic, p.partition): (p.rows, p.min_offset, p.max_offset, p.duplicate_rows) for p in report.partitions}
+    want: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+    for part in range(10):
+        xs = [x for x in live if x % 10 == part]
+        want[(f"foo{part % 5}", part)] = (len(xs), min(xs), max(xs), 0)
+    assert got == want
+    assert [f.code for f in report.findings if f.code == "deletion-vectors"] == []

@@ -32,6 +32,7 @@ import numpy as np
 
 from sparkonce.delta.log import dv_relative_path
 from sparkonce.errors import DeltaLogError, UnsupportedFeatureError
+from sparkonce.storage import TableLocation, table_location
 
 StorageType = Literal["u", "p", "i"]
 
@@ -47,22 +48,28 @@ class DeletionVector:
 
     storage_type: StorageType
     file: str | None
-    """Absolute local path of the DV file (``u`` and ``p``); None for inline bitmaps."""
+    """Path of the DV file (``u`` and ``p``) inside ``store``'s file system (absolute local path for local
+    tables); None for inline bitmaps."""
     inline: str | None
     """The Z85 text of an inline bitmap (``i``)."""
     offset: int
     size_in_bytes: int
     cardinality: int
     """How many rows it deletes (from the log; checked against the bitmap)."""
+    store: TableLocation | None = None
+    """The table whose file system holds ``file`` when the table is on an object store (None: local file)."""
 
     @classmethod
-    def from_action(cls, descriptor: dict[str, Any], table_root: str, *, data_file: str) -> DeletionVector:
+    def from_action(
+        cls, descriptor: dict[str, Any], table_root: str | TableLocation, *, data_file: str
+    ) -> DeletionVector:
         """Resolve an ``add`` action's ``deletionVector`` against the table root.
 
         Raises:
             DeltaLogError: the descriptor is malformed.
             UnsupportedFeatureError: a ``p`` DV that is not on the local file system.
         """
+        location = table_root if isinstance(table_root, TableLocation) else table_location(table_root)
         storage = descriptor.get("storageType")
         raw = str(descriptor.get("pathOrInlineDv") or "")
         try:
@@ -77,7 +84,9 @@ class DeletionVector:
             relative = dv_relative_path(descriptor)
             if relative is None:
                 raise DeltaLogError(f"the deletion vector of {data_file} has a malformed UUID path {raw!r}")
-            return cls("u", os.path.join(table_root, relative), None, offset, size, cardinality)
+            if not location.is_local:
+                return cls("u", location.fs_path(relative), None, offset, size, cardinality, location)
+            return cls("u", os.path.join(location.uri, relative), None, offset, size, cardinality)
         if storage == "p":
             parsed = urlparse(raw)
             if parsed.scheme not in ("", "file"):
@@ -121,11 +130,18 @@ def serialized_bitmap(dv: DeletionVector) -> bytes:
         except (KeyError, ValueError) as err:
             raise DeltaLogError(f"an inline deletion vector is not valid Z85: {err}") from None
     try:
-        with open(dv.file, "rb") as handle:
-            handle.seek(dv.offset)
-            framed = handle.read(4 + dv.size_in_bytes + 4)
+        if dv.store is not None:
+            with dv.store.filesystem().open_input_file(dv.file) as stream:
+                stream.seek(dv.offset)
+                framed = stream.read(4 + dv.size_in_bytes + 4)
+        else:
+            with open(dv.file, "rb") as handle:
+                handle.seek(dv.offset)
+                framed = handle.read(4 + dv.size_in_bytes + 4)
     except FileNotFoundError:
         raise DeltaLogError(f"deletion vector file {dv.file} is missing (needed to read the table)") from None
+    except OSError as err:
+        raise DeltaLogError(f"cannot read deletion vector file {dv.file}: {err}") from None
     if len(framed) < 8 + dv.size_in_bytes:
         raise DeltaLogError(f"{dv.describe()} is truncated: {len(framed)} bytes, expected {dv.size_in_bytes + 8}")
     (size,) = struct.unpack(">i", framed[:4])

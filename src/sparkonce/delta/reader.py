@@ -217,7 +217,7 @@ def _deletion_vectors(table: DeltaTable, location: TableLocation) -> dict[str, D
         descriptor = add.get("deletionVector")
         if isinstance(descriptor, dict):
             local = unquote(path)
-            result[local] = DeletionVector.from_action(descriptor, location.uri, data_file=local)
+            result[local] = DeletionVector.from_action(descriptor, location, data_file=local)
     return result
 
 

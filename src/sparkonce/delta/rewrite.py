@@ -172,7 +172,7 @@ def _deletion_vectors(location: TableLocation, table: DeltaTable) -> dict[str, t
         descriptor = add.get("deletionVector")
         if isinstance(descriptor, dict):
             local = unquote(path)
-            result[local] = (descriptor, DeletionVector.from_action(descriptor, location.uri, data_file=local))
+            result[local] = (descriptor, DeletionVector.from_action(descriptor, location, data_file=local))
     return result
 
 

@@ -588,7 +588,7 @@ class _TableState:
         descriptor = add.get("deletionVector")
         dv = None
         if isinstance(descriptor, dict):
-            dv = DeletionVector.from_action(descriptor, self.delta_log.location.uri, data_file=fs_path)
+            dv = DeletionVector.from_action(descriptor, self.delta_log.location, data_file=fs_path)
         return DataFile(fs_path, int(add.get("size") or 0), typed, table_version, dv)
 
 

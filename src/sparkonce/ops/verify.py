@@ -176,17 +176,6 @@ def verify_table(
     partition_cols = set(snapshot.metadata.get("partitionColumns") or [])
     paths = sorted(snapshot.files)
     findings: list[Finding] = []
-    with_dv = [p for p in paths if snapshot.files[p].get("deletionVector")]
-    if with_dv:
-        findings.append(
-            Finding(
-                "deletion-vectors",
-                "warning",
-                f"{len(with_dv)} active file(s) have deletion vectors; rows they delete are still counted",
-                "run OPTIMIZE (or REORG TABLE ... APPLY (PURGE)) to materialise the deletes, then verify again",
-                path=str(table_path),
-            )
-        )
 
     # Each file is read (only the three columns, the topic dictionary-encoded) and grouped by topic-partition on
     # a small thread pool: Parquet decoding and NumPy release the GIL, so reading one file overlaps grouping another.
@@ -350,7 +339,8 @@ def _read_file(
     cols: dict[str, Any] = {}
     for c in columns:
         if c in partition_cols:
-            cols[c] = pa.array([(add.get("partitionValues") or {}).get(c)] * n, pa.string())
+            values = add.get("partitionValues") or {}  # keyed by physical name in a column-mapped table
+            cols[c] = pa.array([values.get(physical[c], values.get(c))] * n, pa.string())
         else:
             assert data is not None
             cols[c] = data.column(physical[c]).combine_chunks()
@@ -362,13 +352,23 @@ def _read_file(
     p_np = _int_numpy(cols[partition_column])
     o_np = _int_numpy(cols[offset_column])
     bad = [pc.is_valid(c).to_numpy(zero_copy_only=False) for c in (topic_col, *cols.values()) if c.null_count]
+    descriptor = add.get("deletionVector")
+    keep = None
+    if isinstance(descriptor, dict):  # rows a deletion vector deletes are not in the table: not counted
+        from sparkonce.delta.deletion_vectors import DeletionVector, keep_mask
+
+        where = log.where(fs_path)
+        keep = keep_mask(DeletionVector.from_action(descriptor, log.location, data_file=where), n, data_file=where)
+    live = int(keep.sum()) if keep is not None else n
     nulls = 0
-    if bad:
-        valid = np.logical_and.reduce(bad)
-        nulls = int(n - valid.sum())
+    if bad or keep is not None:
+        valid = np.logical_and.reduce(bad) if bad else np.ones(n, dtype=np.bool_)
+        if keep is not None:
+            valid &= keep
+        nulls = int(live - valid.sum())
         p_np, o_np = p_np[valid], o_np[valid]
         t_np = t_np[valid] if t_np is not None else None
-    return _FileRows(topics, _group_rows(0, t_np, p_np), o_np.astype(np.int64, copy=False), n, nulls)
+    return _FileRows(topics, _group_rows(0, t_np, p_np), o_np.astype(np.int64, copy=False), live, nulls)
 
 
 def _int_numpy(col: Any) -> Any:
