@@ -133,7 +133,7 @@ def serialized_bitmap(dv: DeletionVector) -> bytes:
         if dv.store is not None:
             with dv.store.filesystem().open_input_file(dv.file) as stream:
                 stream.seek(dv.offset)
-                framed = stream.read(4 + dv.size_in_bytes + 4)
+                framed = bytes(stream.read(4 + dv.size_in_bytes + 4))
         else:
             with open(dv.file, "rb") as handle:
                 handle.seek(dv.offset)
