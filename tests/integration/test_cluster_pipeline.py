@@ -3,8 +3,10 @@ executor's Python worker or executor JVM killed mid-batch, and with the driver S
 contents in every table.
 
 The driver is ``sparkonce run PIPELINE --master spark://...`` in its own process group; executors are other
-JVMs started by the cluster's workers. Tables are on local disk, which every process of this one-machine cluster
-sees.
+JVMs started by the cluster's workers. In the executor-kill tests the tables are on local disk, which every
+process of this one-machine cluster sees; in the driver-kill test they are on the embedded S3 store (SeaweedFS),
+reached through the pipeline file's ``[storage]`` table only: executors write their Parquet files straight to the
+store, the driver commits, and checkpoints stay on the driver's disk.
 """
 
 from __future__ import annotations
@@ -16,26 +18,37 @@ from typing import Literal
 
 import pytest
 
+from sparkonce.delta.log import DeltaLog
 from sparkonce.ops.chaos import run_driver
 from sparkonce.pipeline.config import load_pipeline
 from sparkonce.pipeline.defaults import quickstart_pipeline
 from sparkonce.pipeline.quickstart import check_pipeline_tables
 from sparkonce.services.cluster import ClusterInfo
 from sparkonce.services.producer import produce_sensor_readings
+from sparkonce.storage import table_location
 from tests.conftest import REPO
+from tests.fixtures_storage import EmbeddedStore
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.broker, pytest.mark.crash]
 
 RECORDS = 400
 
 
-def _pipeline(broker, tmp_path: Path) -> tuple[Path, int, int]:  # type: ignore[no-untyped-def]
+def _pipeline(  # type: ignore[no-untyped-def]
+    broker, tmp_path: Path, store: EmbeddedStore | None = None
+) -> tuple[Path, int, int]:
+    """The quickstart pipeline on a fresh topic; with ``store``, every table on it (options in ``[storage]``)."""
     topic = broker.unique_topic("cluster")
     produced = produce_sensor_readings(
         broker.bootstrap, topic=topic, count=RECORDS, partitions=2, malformed_share=0.05, seed=7
     )
+    text = quickstart_pipeline(broker.bootstrap, topic=topic, max_offsets_per_trigger=100)
+    if store is not None:
+        lake = store.unique_uri("cluster")
+        text = text.replace('"tables/', f'"{lake}/')
+        text += "\n[storage]\n" + "".join(f'{name} = "{value}"\n' for name, value in store.storage_options.items())
     pipeline = tmp_path / "pipeline.toml"
-    pipeline.write_text(quickstart_pipeline(broker.bootstrap, topic=topic, max_offsets_per_trigger=100))
+    pipeline.write_text(text)
     return pipeline, produced.malformed, produced.devices
 
 
@@ -82,11 +95,13 @@ def test_executor_side_kill_mid_batch_is_retried_exactly_once(  # type: ignore[n
     _assert_exact(pipeline, broker.bootstrap, malformed, devices)
 
 
-def test_driver_sigkill_after_raw_commit_then_restart(  # type: ignore[no-untyped-def]
-    broker, spark_cluster: ClusterInfo, tmp_path: Path
+@pytest.mark.s3
+def test_driver_sigkill_after_raw_commit_then_restart_with_tables_on_s3(  # type: ignore[no-untyped-def]
+    broker, spark_cluster: ClusterInfo, object_store: EmbeddedStore, tmp_path: Path
 ) -> None:
-    pipeline, malformed, devices = _pipeline(broker, tmp_path)
+    pipeline, malformed, devices = _pipeline(broker, tmp_path, object_store)
     config = load_pipeline(pipeline)
+    assert config.raw.table.startswith("s3://")
     args = ["-m", "sparkonce.cli.main", "run", str(pipeline), "--plain", "--master", spark_cluster.master_url]
 
     crashed = run_driver(args, crash_at="after_delta_commit:1", cwd=str(REPO), timeout=1500)
@@ -94,8 +109,9 @@ def test_driver_sigkill_after_raw_commit_then_restart(  # type: ignore[no-untype
     ck = Path(config.raw.checkpoint)
     assert (ck / "offsets" / "1").exists() and not (ck / "commits" / "1").exists()
     query_id = json.loads((ck / "metadata").read_text())["id"]
-    log = sorted((Path(config.raw.table) / "_delta_log").glob("*.json"))[-1].read_text()
-    assert f'"appId":"{query_id}","version":1' in log.replace(" ", "")
+    raw_log = DeltaLog(table_location(config.raw.table, storage_options=object_store.storage_options))
+    newest = raw_log.commit_entry(raw_log.latest_version())
+    assert (newest.query_id, newest.batch_id) == (query_id, 1)  # the Delta commit of batch 1 is on the store
 
     restarted = run_driver(args, cwd=str(REPO), timeout=1500)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
