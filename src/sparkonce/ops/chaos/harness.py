@@ -210,6 +210,14 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
             if on_round is not None:
                 on_round(last)
             index += 1
+            fault = last.fault
+            failed_first = fault is not None and fault.kind != "crash_point" and not last.injected
+            if failed_first and last.exit_code not in (0, None) and retries > 0:
+                # The driver failed on its own before the fault's moment (e.g. a stage timed out on a loaded
+                # machine): the fault gets another chance in an extra round, so every planned fault is tried.
+                retries -= 1
+                queue.insert(0, type(planned)(0, fault))
+                continue
             if not queue and last.exit_code != 0 and retries > 0:
                 retries -= 1
                 queue.append(type(planned)(0, None))
