@@ -4,12 +4,12 @@ table (from table version 0, through the OPTIMIZE commits) sees each row once.""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
+from sparkonce.delta import optimize
 from sparkonce.delta.optimize import compact
 
 pytestmark = [pytest.mark.spark]
@@ -27,12 +27,7 @@ def _files(table: Path) -> int:
     return len(DeltaTable(str(table)).file_uris())
 
 
-@pytest.mark.skipif(
-    os.environ.get("SPARKONCE_RUN_OPTIMIZE_RACE") != "1",
-    reason="passes alone (93 s on a quiet machine: SPARKONCE_RUN_OPTIMIZE_RACE=1 pytest this file) but stalled when "
-    "run after the rest of the suite on 2026-11-23 (no compaction counted as raced in 900 s); issue 12 open",
-)
-def test_optimize_races_a_running_stream(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_optimize_races_a_running_stream(spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     table, copy = tmp_path / "events", tmp_path / "copy"
     query = (
         spark.readStream.format("rate")
@@ -43,6 +38,20 @@ def test_optimize_races_a_running_stream(spark, tmp_path: Path) -> None:  # type
         .trigger(processingTime="200 milliseconds")
         .start(str(table))
     )
+    rewrite = optimize._rewrite_bins
+
+    def rewrite_then_let_the_stream_commit(*args, **kwargs):  # type: ignore[no-untyped-def]
+        """The race, made certain rather than left to timing: once the compaction has planned and written its
+        files, wait for a stream commit before the compaction commits."""
+        commits = len(list((table / "_delta_log").glob("*.json")))
+        written = rewrite(*args, **kwargs)
+        waited_until = time.monotonic() + 300
+        while len(list((table / "_delta_log").glob("*.json"))) <= commits:
+            assert time.monotonic() < waited_until and query.isActive, query.exception()
+            time.sleep(0.05)
+        return written
+
+    monkeypatch.setattr(optimize, "_rewrite_bins", rewrite_then_let_the_stream_commit)
     results = []
     try:
         deadline = time.monotonic() + 900  # generous: the machine running the suite may be loaded
