@@ -32,9 +32,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from bench_pipeline import Throughput, console
+from bench_pipeline import Throughput, console, pipeline_text, print_throughput
 from sparkonce.pipeline.config import PipelineConfig, load_pipeline
 from sparkonce.pipeline.run import StageProgress, run_pipeline
 from sparkonce.services.broker import start_broker, stop_broker
@@ -67,26 +65,9 @@ def dag_file(directory: Path, bootstrap: str, topic: str, *, batch: int, trigger
     """Write the 4-stage pipeline and its transform module under ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "dag_transforms.py").write_text(TRANSFORMS, encoding="utf-8")
-    text = f'''name = "bench-dag"
-
-[source]
-bootstrap_servers = "{bootstrap}"
-topic = "{topic}"
-max_offsets_per_trigger = {batch}
-
-[stages.raw]
-table = "tables/raw"
-checkpoint = "checkpoints/raw"
-trigger = {trigger}
-
-[stages.bronze]
-table = "tables/bronze"
-checkpoint = "checkpoints/bronze"
-quarantine = "tables/quarantine"
-schema = "device_id STRING, reading_time TIMESTAMP, value DOUBLE"
-required = ["device_id", "reading_time", "value"]
-trigger = {trigger}
-
+    text = (
+        pipeline_text(bootstrap, topic, batch=batch, trigger=trigger)
+        + f"""
 [stages.enriched]
 input = "bronze"
 transform = "dag_transforms:enrich"
@@ -102,7 +83,8 @@ checkpoint = "checkpoints/gold"
 keys = ["device_id"]
 order_by = "reading_time"
 trigger = {trigger}
-'''
+"""
+    )
     path = directory / "pipeline.toml"
     path.write_text(text, encoding="utf-8")
     return load_pipeline(path)
@@ -175,19 +157,7 @@ def measure(spark: SparkSession, bootstrap: str, work: Path, args: argparse.Name
 
 def print_results(results: list[Throughput]) -> None:
     e2e = results[0]
-    table = Table(title="4-stage DAG (raw -> bronze -> user transform -> merge) vs each stage alone (same run)")
-    for column in ("measurement", "rows", "batches", "seconds", "rows/s", "end to end / this"):
-        table.add_column(column, justify="left" if column == "measurement" else "right")
-    for r in results:
-        table.add_row(
-            r.what,
-            f"{r.rows:,}",
-            r.batches,
-            f"{r.seconds:.2f}",
-            f"{r.rows_per_second:,.0f}",
-            f"{e2e.rows_per_second / r.rows_per_second:.2f}x",
-        )
-    console.print(table)
+    print_throughput(results, "4-stage DAG (raw -> bronze -> user transform -> merge) vs each stage alone (same run)")
     slowest = min(results[1:], key=lambda r: r.rows_per_second)
     sequential = sum(r.seconds for r in results[1:])
     console.print(

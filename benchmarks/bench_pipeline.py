@@ -95,8 +95,17 @@ def pipeline_file(
 ) -> PipelineConfig:
     """Write a raw + bronze pipeline under ``directory`` (``raw_table``: read an existing raw table instead)."""
     directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "pipeline.toml"
+    path.write_text(
+        pipeline_text(bootstrap, topic, batch=batch, trigger=trigger, raw_table=raw_table), encoding="utf-8"
+    )
+    return load_pipeline(path)
+
+
+def pipeline_text(bootstrap: str, topic: str, *, batch: int, trigger: str, raw_table: Path | None = None) -> str:
+    """The TOML of the raw + bronze pipeline (paths relative to the file); other benchmarks append stages."""
     raw = str(raw_table) if raw_table is not None else "tables/raw"
-    text = f'''name = "bench"
+    return f'''name = "bench"
 
 [source]
 bootstrap_servers = "{bootstrap}"
@@ -116,9 +125,6 @@ schema = "device_id STRING, reading_time TIMESTAMP, value DOUBLE"
 required = ["device_id", "reading_time", "value"]
 trigger = {trigger}
 '''
-    path = directory / "pipeline.toml"
-    path.write_text(text, encoding="utf-8")
-    return load_pipeline(path)
 
 
 def end_to_end(spark: SparkSession, config: PipelineConfig, records: int, *, deadline_s: float) -> Throughput:
@@ -251,9 +257,12 @@ def throughput(spark: SparkSession, bootstrap: str, work: Path, args: argparse.N
     return [e2e, source, bronze, sink]
 
 
-def print_throughput(results: list[Throughput]) -> None:
+def print_throughput(
+    results: list[Throughput], title: str = "(a) Kafka -> raw -> bronze vs each stage's ceiling (same run)"
+) -> None:
+    """A table of ``results``, each against the first (the end-to-end run)."""
     e2e = results[0]
-    table = Table(title="(a) Kafka -> raw -> bronze vs each stage's ceiling (same run)")
+    table = Table(title=title)
     for column in ("measurement", "rows", "batches", "seconds", "rows/s", "end to end / this"):
         table.add_column(column, justify="left" if column == "measurement" else "right")
     for r in results:
