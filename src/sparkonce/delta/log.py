@@ -299,23 +299,22 @@ class DeltaLog:
         """Return the table versions whose JSON commit is present, ascending."""
         return sorted(self._list().commits)
 
-    def commit_timestamps(self) -> list[tuple[int, int]]:
-        """Return ``(table_version, timestamp_ms)`` for every JSON commit present, ascending.
+    def commit_timestamps(self) -> Iterator[tuple[int, int]]:
+        """Yield ``(table_version, timestamp_ms)`` for every JSON commit present, ascending, reading each commit
+        only when asked for (a caller that found its answer stops reading).
 
         The timestamp is the one :meth:`history` shows (``inCommitTimestamp``, else ``commitInfo.timestamp``,
         else the commit file's modification time), made strictly increasing like Delta's
         ``DeltaHistoryManager`` does, so that a clock that stepped back cannot make two table versions answer
         one instant. Both ``timestampAsOf`` (batch) and ``startingTimestamp`` (stream) resolve against these.
         """
-        stamps: list[tuple[int, int]] = []
         previous: int | None = None
         for table_version in self.commit_versions():
             ts = self.commit_entry(table_version).timestamp_ms or 0
             if previous is not None and ts <= previous:
                 ts = previous + 1
-            stamps.append((table_version, ts))
+            yield table_version, ts
             previous = ts
-        return stamps
 
     def checkpoints(self) -> list[CheckpointRef]:
         """Return the complete Delta checkpoints present, oldest first."""

@@ -128,13 +128,18 @@ def _version_as_of_timestamp(location: TableLocation, when: dt.datetime, path: s
     """The newest table version committed at or before ``when``, on the commit timestamps history shows."""
     from sparkonce.delta.log import DeltaLog
 
-    stamps = DeltaLog(location).commit_timestamps()
     millis = when.timestamp() * 1000
-    at_or_before = [table_version for table_version, ts in stamps if ts <= millis]
-    if not at_or_before:
-        first = dt.datetime.fromtimestamp(stamps[0][1] / 1000, dt.UTC).isoformat() if stamps else "none present"
+    found: int | None = None
+    first = "none present"
+    for table_version, ts in DeltaLog(location).commit_timestamps():
+        if ts > millis:
+            if found is None:
+                first = dt.datetime.fromtimestamp(ts / 1000, dt.UTC).isoformat()
+            break
+        found = table_version
+    if found is None:
         raise OptionError("timestampAsOf", when.isoformat(), f"is before the first commit of {path} ({first})")
-    return at_or_before[-1]
+    return found
 
 
 def scan_schema(table: DeltaTable) -> ScanSchema:
