@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from sparkonce.errors import StorageError
@@ -135,6 +135,57 @@ class TableLocation:
             "AWS_S3_LOCKING_PROVIDER=dynamodb with DELTA_DYNAMO_TABLE_NAME, so that two writers of one table version "
             "cannot both succeed (AWS_S3_ALLOW_UNSAFE_RENAME=true only if there is never more than one writer)"
         )
+
+    def check_put_if_absent(self, operation: str) -> None:
+        """Refuse, before any data moves, a log file that sparkonce itself must create only if absent where the store
+        cannot (driver). Local disks, Google Cloud Storage and Azure create files atomically; S3 needs
+        ``conditional_put=etag`` (``If-None-Match: *``): a DynamoDB locking provider covers delta-rs's commits only,
+        not a log file written by sparkonce, and an unsafe rename could overwrite another writer's commit.
+
+        Raises:
+            StorageError: an S3 table without ``conditional_put`` (storage option or ``AWS_CONDITIONAL_PUT``).
+        """
+        if self.scheme not in _S3_SCHEMES:
+            return
+        given = {name.lower(): value for name, value in self.storage_options}
+        value = (
+            given.get("conditional_put") or given.get("aws_conditional_put") or os.environ.get("AWS_CONDITIONAL_PUT")
+        )
+        if value and value.lower() != "disabled":
+            return
+        raise StorageError(
+            f"{operation} on {self.uri}: sparkonce writes this Delta commit itself and needs the store to create the "
+            "log file only if absent; set the storage option conditional_put=etag (S3 conditional writes, "
+            "If-None-Match: *, supported by AWS S3, MinIO and SeaweedFS). A locking provider "
+            "(AWS_S3_LOCKING_PROVIDER) covers delta-rs's own commits only"
+        )
+
+    def put_if_absent(self, relative: str, data: bytes) -> bool:
+        """Create the table's file ``relative`` holding ``data`` only if it does not exist yet (driver).
+
+        The one atomic put-if-absent of a log file written by sparkonce itself: a hard link of a staged file on
+        local disks, a conditional create (``If-None-Match: *`` on S3) through object_store (``obstore``, the
+        Rust crate delta-rs uses, with the same option names) on object stores. Call
+        :meth:`check_put_if_absent` first.
+
+        Returns:
+            False when the file already exists (another writer made it; it is left as it is).
+
+        Raises:
+            StorageError: the store failed or refused the write.
+        """
+        if self.is_local:
+            return _put_if_absent_local(os.path.join(self.uri, relative), data)
+        import obstore
+        from obstore.exceptions import AlreadyExistsError
+
+        try:
+            obstore.put(_object_store(self), relative, data, mode="create")
+        except AlreadyExistsError:
+            return False
+        except (OSError, obstore.exceptions.BaseError) as err:
+            raise self.store_error(err) from err
+        return True
 
     def check_reachable(self, *, for_write: bool) -> bool:
         """Ask the store about the table (driver, before any data moves); True when ``_delta_log`` exists.
@@ -328,6 +379,85 @@ def _filesystem(location: TableLocation) -> pafs.FileSystem:
     from deltalake.fs import DeltaStorageHandler
 
     return pafs.PyFileSystem(DeltaStorageHandler(location.uri, location.options() or None))
+
+
+def _put_if_absent_local(path: str, data: bytes) -> bool:
+    import uuid
+
+    staged = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    with open(staged, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(staged, path)  # fails when the file exists: never replaces it
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(staged)
+    return True
+
+
+_CLIENT_OPTIONS = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "timeout",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "proxy_ca_certificate",
+        "proxy_excludes",
+        "user_agent",
+    }
+)
+"""object_store's HTTP client options: delta-rs takes them among the storage options (``AWS_ALLOW_HTTP``,
+``timeout``), obstore apart."""
+_DELTA_RS_ONLY_OPTIONS = frozenset(
+    {
+        "aws_s3_locking_provider",
+        "delta_dynamo_table_name",
+        "aws_s3_allow_unsafe_rename",
+        "allow_unsafe_rename",
+        "aws_ec2_metadata_disabled",
+        "aws_force_credential_load",
+        "aws_s3_pool_idle_timeout",
+        "aws_sts_pool_idle_timeout",
+        "aws_s3_get_internal_server_error_retries",
+    }
+)
+"""Options delta-rs reads itself (locking, its own AWS SDK settings), not object_store's: they do not concern a
+single conditional create."""
+
+
+@functools.lru_cache(maxsize=16)
+def _object_store(location: TableLocation) -> Any:
+    """An obstore store rooted at the table (cached per process), from the table's delta-rs storage options.
+
+    Raises:
+        StorageError: an option that neither object_store nor delta-rs knows, naming it.
+    """
+    from obstore.exceptions import BaseError
+    from obstore.store import from_url
+
+    config: dict[str, str] = {}
+    client: dict[str, str] = {}
+    for name, value in location.storage_options:
+        key = name.lower()
+        bare = key.split("_", 1)[1] if key.startswith(("aws_", "google_", "azure_")) else key
+        if bare in _CLIENT_OPTIONS:
+            client[bare] = value
+        elif key not in _DELTA_RS_ONLY_OPTIONS:
+            config[key] = value
+    try:
+        options: dict[str, Any] = {"config": config or None, "client_options": client or None}
+        return from_url(location.uri, **options)
+    except BaseError as err:
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise StorageError(
+            f"{location.uri}: object_store (which writes the log file here) refused the storage options: {first_line}"
+        ) from err
 
 
 def _is_table_data(info: pafs.FileInfo) -> bool:

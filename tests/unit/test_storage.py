@@ -103,3 +103,29 @@ def test_session_options_come_from_the_conf_prefix_and_explicit_options_win() ->
     finally:
         set_session_storage_options({})
     assert table_location("s3://b/t").options() == {}
+
+
+def test_local_put_if_absent_creates_once_and_never_replaces(tmp_path: Path) -> None:
+    location = table_location(str(tmp_path))
+    (tmp_path / "_delta_log").mkdir()
+    assert location.put_if_absent("_delta_log/00000000000000000001.json", b"first\n")
+    assert not location.put_if_absent("_delta_log/00000000000000000001.json", b"second\n")
+    assert (tmp_path / "_delta_log" / "00000000000000000001.json").read_bytes() == b"first\n"
+    assert sorted(p.name for p in (tmp_path / "_delta_log").iterdir()) == ["00000000000000000001.json"]
+
+
+def test_a_log_file_written_by_sparkonce_on_s3_needs_conditional_put(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_CONDITIONAL_PUT", raising=False)
+    locking_only = table_location("s3://lake/t", storage_options={"AWS_S3_LOCKING_PROVIDER": "dynamodb"})
+    with pytest.raises(StorageError, match=r"DELETE on s3://lake/t: .*conditional_put=etag"):
+        locking_only.check_put_if_absent("DELETE")
+    table_location("s3://lake/t", storage_options={"conditional_put": "etag"}).check_put_if_absent("DELETE")
+    table_location("gs://lake/t").check_put_if_absent("DELETE")
+    monkeypatch.setenv("AWS_CONDITIONAL_PUT", "etag")
+    locking_only.check_put_if_absent("DELETE")
+
+
+def test_an_option_object_store_does_not_know_is_named() -> None:
+    location = table_location("s3://lake/t", storage_options={"conditional_put": "etag", "NOT_AN_OPTION": "1"})
+    with pytest.raises(StorageError, match=r"s3://lake/t: .*not_an_option"):
+        location.put_if_absent("_delta_log/00000000000000000000.json", b"{}\n")

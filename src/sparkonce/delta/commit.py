@@ -295,19 +295,19 @@ def check_dv_commit_supported(location: TableLocation, table: DeltaTable, table_
     """Refuse, before any data moves, a rewrite of a table with deletion vectors that sparkonce cannot commit.
 
     delta-rs cannot write a ``remove`` carrying a deletion vector, so such commits are written by sparkonce
-    (:func:`_commit_with_deletion_vectors`): on a local file system only (put-if-absent is a hard link there), and
-    only with writer features that ask nothing of such a commit.
+    (:func:`_commit_with_deletion_vectors`) with an atomic put-if-absent of the log file
+    (:meth:`TableLocation.put_if_absent`: a hard link on local disks, a conditional create on object stores; S3
+    needs ``conditional_put=etag``), and only with writer features that ask nothing of such a commit.
 
     Raises:
-        UnsupportedFeatureError: the table is on an object store, or has another writer feature.
+        UnsupportedFeatureError: an S3 table without ``conditional_put``, or another writer feature.
     """
-    from sparkonce.errors import UnsupportedFeatureError
+    from sparkonce.errors import StorageError, UnsupportedFeatureError
 
-    if not location.is_local:
-        raise UnsupportedFeatureError(
-            f"{operation} on {table_uri}: files with deletion vectors can be rewritten on a local file system only "
-            "(the commit removing them must carry their deletion vectors, which delta-rs cannot write)"
-        )
+    try:
+        location.check_put_if_absent(f"{operation} of files with deletion vectors")
+    except StorageError as err:
+        raise UnsupportedFeatureError(str(err)) from err
     others = sorted(set(table.protocol().writer_features or []) - COMMIT_WRITER_FEATURES)
     if others:
         raise UnsupportedFeatureError(
@@ -326,15 +326,14 @@ def _commit_with_deletion_vectors(
     data_change: bool,
     attempt: int,
 ) -> bool:
-    """Write table version ``read_version + 1`` with sparkonce's own log entry (local tables only): commitInfo,
-    txn, the adds and the removes with their deletion vectors. False when another writer took that version first.
+    """Write table version ``read_version + 1`` with sparkonce's own log entry: commitInfo, txn, the adds and the
+    removes with their deletion vectors, put-if-absent. False when another writer took that version first (its
+    log file is left as it is; the caller reloads and decides again).
 
     Raises:
         CommitConflictError: a file to remove is gone, or carries another deletion vector than the one read
             (a concurrent writer deleted more of its rows).
     """
-    import os
-    import uuid
     from urllib.parse import unquote
 
     from sparkonce import __version__
@@ -389,26 +388,16 @@ def _commit_with_deletion_vectors(
         if r.deletion_vector is not None:
             remove["deletionVector"] = r.deletion_vector
         actions.append({"remove": remove})
-    log_dir = location.fs_path("_delta_log")
-    target = os.path.join(log_dir, f"{read_version + 1:020d}.json")
-    staged = os.path.join(log_dir, f".{read_version + 1:020d}.json.{uuid.uuid4().hex}.tmp")
-    with open(staged, "w", encoding="utf-8") as handle:
-        handle.write("".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions))
-        handle.flush()
-        os.fsync(handle.fileno())
-    try:
-        os.link(staged, target)  # put-if-absent: fails when another writer made this table version
-    except FileExistsError:
+    payload = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode("utf-8")
+    if not location.put_if_absent(f"_delta_log/{read_version + 1:020d}.json", payload):
         log.info(
-            "Delta commit on %s at table_version %s lost a race (attempt %d, txn %s)",
+            "Delta commit on %s at table_version %s lost a race (attempt %d, txn %s): the log file exists",
             location,
             read_version + 1,
             attempt,
             txn,
         )
         return False
-    finally:
-        os.unlink(staged)
     log.info(
         "Delta commit table_version %s on %s (written by sparkonce: removes carry deletion vectors): %d file(s) "
         "added, %d removed, txn %s",
