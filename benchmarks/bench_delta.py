@@ -1,7 +1,7 @@
 """Throughput of the Delta data source vs Spark's own Parquet paths, measured in the same run.
 
-Run: ``.venv/bin/python benchmarks/bench_delta.py [--files 4] [--rows-per-file 1000000] [--repeat 2]
-[--memory-rows 1000000,10000000]``.
+Run: ``.venv/bin/python benchmarks/bench_delta.py [--part all|sink|read|memory] [--files 4] [--rows-per-file 1000000]
+[--repeat 2] [--memory-rows 1000000,10000000] [--memory-storage local|s3]``.
 
 1. **Streaming sink**: the same Parquet input files, streamed with ``maxFilesPerTrigger=1`` and the availableNow
    trigger, into Spark's built-in ``parquet`` file sink (exactly-once through ``_spark_metadata``) and into our
@@ -11,7 +11,9 @@ Run: ``.venv/bin/python benchmarks/bench_delta.py [--files 4] [--rows-per-file 1
 3. **Driver memory** as the batch grows: one streaming batch of N rows (``rate-micro-batch`` source, generated on
    executors) into the Delta sink; prints the Python driver's peak RSS, the driver JVM's heap in use after a GC
    (in local mode the executors share that JVM) and the size of the batch's Delta commit file. Flat figures show
-   that data never passes through the driver: the commit carries file metadata only.
+   that data never passes through the driver: the commit carries file metadata only. ``--memory-storage s3`` puts
+   the table on the embedded S3 store (SeaweedFS, started and stopped by the script; checkpoint on local disk):
+   executors upload the Parquet files, the driver commits to the store.
 
 Runs are alternated and the best of ``--repeat`` kept. Prints tables; asserts nothing.
 """
@@ -64,8 +66,13 @@ def read_once(spark, fmt: str, path: Path) -> float:  # type: ignore[no-untyped-
     return time.perf_counter() - start
 
 
-def memory_probe(spark, rows: int, work: Path) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
-    table, checkpoint = work / f"mem-{rows}", work / f"mem-ck-{rows}"
+def memory_probe(spark, rows: int, work: Path, storage: dict[str, str] | None) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+    """One streaming batch of ``rows`` rows into a new Delta table, on local disk or (``storage``: the embedded
+    store's options) on S3; the driver's peak RSS, JVM heap after GC and the batch's commit size."""
+    from sparkonce.storage import table_location
+
+    checkpoint = work / f"mem-ck-{rows}"
+    table = f"s3://bench/mem-{rows}-{time.time_ns()}" if storage is not None else str(work / f"mem-{rows}")
     stream = (
         spark.readStream.format("rate-micro-batch")
         .option("rowsPerBatch", rows)
@@ -73,7 +80,10 @@ def memory_probe(spark, rows: int, work: Path) -> tuple[int, int, int]:  # type:
         .load()
         .selectExpr("value as id", "timestamp", "repeat('x', 32) as payload")
     )
-    query = stream.writeStream.format("delta").option("checkpointLocation", str(checkpoint)).start(str(table))
+    writer = stream.writeStream.format("delta").option("checkpointLocation", str(checkpoint))
+    for name, value in (storage or {}).items():
+        writer = writer.option(f"storage.{name}", value)
+    query = writer.start(table)
     deadline = time.time() + 900
     while not (checkpoint / "commits" / "0").exists() and time.time() < deadline:
         query.awaitTermination(1)
@@ -83,8 +93,36 @@ def memory_probe(spark, rows: int, work: Path) -> tuple[int, int, int]:  # type:
     runtime = spark._jvm.java.lang.Runtime.getRuntime()
     spark._jvm.java.lang.System.gc()
     jvm_used = runtime.totalMemory() - runtime.freeMemory()
-    commit = table / "_delta_log" / f"{1:020d}.json"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, jvm_used, commit.stat().st_size
+    location = table_location(table, storage_options=storage)
+    first_commit = location.fs_path(f"_delta_log/{0:020d}.json")  # table version 0 holds batch 0
+    commit_bytes = location.filesystem().get_file_info(first_commit).size
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, jvm_used, int(commit_bytes or 0)
+
+
+def memory_part(spark, work: Path, args: argparse.Namespace, console: Console) -> None:  # type: ignore[no-untyped-def]
+    """Driver memory against the rows of one streaming batch, the table on local disk or on the embedded S3."""
+    where = "local disk" if args.memory_storage == "local" else "the embedded S3 store (SeaweedFS)"
+    memory = Table(title=f"Driver memory vs rows per batch (Delta sink, one batch, table on {where})")
+    for column in ("rows in batch", "Python driver peak RSS", "JVM heap used after GC", "Delta commit file"):
+        memory.add_column(column, justify="right")
+    state = work / "storage"
+    storage: dict[str, str] | None = None
+    if args.memory_storage == "s3":
+        from sparkonce.services.storage import start_storage
+
+        info = start_storage(state_dir=state)
+        info.create_bucket("bench")
+        storage = info.storage_options()
+    try:
+        for n in (int(x) for x in args.memory_rows.split(",")):
+            rss, jvm_used, commit_bytes = memory_probe(spark, n, work, storage)
+            memory.add_row(f"{n:,}", f"{rss / 2**20:,.0f} MiB", f"{jvm_used / 2**20:,.0f} MiB", f"{commit_bytes:,} B")
+    finally:
+        if storage is not None:
+            from sparkonce.services.storage import stop_storage
+
+            stop_storage(state_dir=state)
+    console.print(memory)
 
 
 def main() -> None:
@@ -93,59 +131,58 @@ def main() -> None:
     parser.add_argument("--rows-per-file", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--memory-rows", default="1000000,10000000")
+    parser.add_argument("--memory-storage", choices=("local", "s3"), default="local")
+    parser.add_argument("--part", choices=("all", "sink", "read", "memory"), default="all")
     args = parser.parse_args()
 
     console = Console()
     spark = local_session(app_name="bench-delta")
     work = Path(tempfile.mkdtemp(prefix="sparkonce-bench-"))
     try:
-        source = work / "input"
-        make_input(spark, source, args.files, args.rows_per_file)
-        schema = spark.read.parquet(str(source)).schema
-        rows = args.files * args.rows_per_file
+        if args.part in ("all", "sink", "read"):
+            source = work / "input"
+            make_input(spark, source, args.files, args.rows_per_file)
+            schema = spark.read.parquet(str(source)).schema
+            rows = args.files * args.rows_per_file
 
-        best: dict[str, float] = {}
-        for _ in range(args.repeat):
-            for fmt in ("parquet", "delta"):
-                seconds = stream_once(spark, fmt, source, work / f"out-{fmt}", work / f"ck-{fmt}", schema)
-                best[fmt] = min(best.get(fmt, float("inf")), seconds)
-        sink = Table(
-            title=f"Streaming sink: {args.files} batches x {args.rows_per_file:,} rows (best of {args.repeat})"
-        )
-        for column in ("sink", "seconds", "rows/s", "ratio to parquet sink"):
-            sink.add_column(column, justify="right")
-        for fmt in ("parquet", "delta"):
-            sink.add_row(fmt, f"{best[fmt]:.2f}", f"{rows / best[fmt]:,.0f}", f"{best['parquet'] / best[fmt]:.2f}x")
-        console.print(sink)
-
-        delta_table = work / "out-delta"
-        plain = work / "plain-parquet"
-        plain.mkdir()
-        for data_file in delta_table.glob("*.parquet"):
-            shutil.copy(data_file, plain / data_file.name)
-        read_best: dict[str, float] = {}
-        for _ in range(args.repeat):
-            for fmt, path in (("parquet", plain), ("delta", delta_table)):
-                read_best[fmt] = min(read_best.get(fmt, float("inf")), read_once(spark, fmt, path))
-        reads = Table(title=f"Batch read of {rows:,} rows into noop (best of {args.repeat})")
-        for column in ("reader", "seconds", "rows/s", "ratio to spark.read.parquet"):
-            reads.add_column(column, justify="right")
-        for fmt in ("parquet", "delta"):
-            reads.add_row(
-                fmt,
-                f"{read_best[fmt]:.2f}",
-                f"{rows / read_best[fmt]:,.0f}",
-                f"{read_best['parquet'] / read_best[fmt]:.2f}x",
+            best: dict[str, float] = {}
+            for _ in range(args.repeat):
+                for fmt in ("parquet", "delta"):
+                    seconds = stream_once(spark, fmt, source, work / f"out-{fmt}", work / f"ck-{fmt}", schema)
+                    best[fmt] = min(best.get(fmt, float("inf")), seconds)
+            sink = Table(
+                title=f"Streaming sink: {args.files} batches x {args.rows_per_file:,} rows (best of {args.repeat})"
             )
-        console.print(reads)
+            for column in ("sink", "seconds", "rows/s", "ratio to parquet sink"):
+                sink.add_column(column, justify="right")
+            for fmt in ("parquet", "delta"):
+                sink.add_row(fmt, f"{best[fmt]:.2f}", f"{rows / best[fmt]:,.0f}", f"{best['parquet'] / best[fmt]:.2f}x")
+            console.print(sink)
 
-        memory = Table(title="Driver memory vs rows per batch (Delta sink, one batch)")
-        for column in ("rows in batch", "Python driver peak RSS", "JVM heap used after GC", "Delta commit file"):
-            memory.add_column(column, justify="right")
-        for n in (int(x) for x in args.memory_rows.split(",")):
-            rss, jvm_used, commit_bytes = memory_probe(spark, n, work)
-            memory.add_row(f"{n:,}", f"{rss / 2**20:,.0f} MiB", f"{jvm_used / 2**20:,.0f} MiB", f"{commit_bytes:,} B")
-        console.print(memory)
+        if args.part in ("all", "read"):
+            delta_table = work / "out-delta"
+            plain = work / "plain-parquet"
+            plain.mkdir()
+            for data_file in delta_table.glob("*.parquet"):
+                shutil.copy(data_file, plain / data_file.name)
+            read_best: dict[str, float] = {}
+            for _ in range(args.repeat):
+                for fmt, path in (("parquet", plain), ("delta", delta_table)):
+                    read_best[fmt] = min(read_best.get(fmt, float("inf")), read_once(spark, fmt, path))
+            reads = Table(title=f"Batch read of {rows:,} rows into noop (best of {args.repeat})")
+            for column in ("reader", "seconds", "rows/s", "ratio to spark.read.parquet"):
+                reads.add_column(column, justify="right")
+            for fmt in ("parquet", "delta"):
+                reads.add_row(
+                    fmt,
+                    f"{read_best[fmt]:.2f}",
+                    f"{rows / read_best[fmt]:,.0f}",
+                    f"{read_best['parquet'] / read_best[fmt]:.2f}x",
+                )
+            console.print(reads)
+
+        if args.part in ("all", "memory"):
+            memory_part(spark, work, args, console)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
