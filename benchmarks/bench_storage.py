@@ -10,7 +10,8 @@ Run: ``.venv/bin/python benchmarks/bench_storage.py [--part all|stream|writes|co
    workers), rows / the sum of their ``triggerExecution`` times. Against pyarrow writing the same rows as Parquet
    (one file per partition per batch, the same row count per file) to the same store from ``--processes`` processes
    (pyarrow's native ``S3FileSystem``; each process's rows built before its clock starts, the slowest process's
-   time counted): the store's ceiling. Ratio target >= 0.7.
+   time counted): the store's ceiling. Ratio target >= 0.7. The same source into Spark's ``noop`` sink, same run,
+   shows Spark's own ceiling (row generation, no Python, no store).
 
 1. **Executor writes**: ``--processes`` processes each write ``--files`` Parquet files of the same rows (``id``,
    ``ts``, a 96-character string) to the store, as executors do: (a) sparkonce's ``TableFileWriter`` through the
@@ -92,10 +93,17 @@ def _parallel(target: Any, args: tuple[Any, ...], processes: int) -> tuple[float
     return wall, max(queue.get() for _ in workers)
 
 
-def _stream_delta(
-    spark: Any, uri: str, options: dict[str, str], checkpoint: str, rows_per_batch: int, partitions: int, batches: int
+def _stream(
+    spark: Any,
+    uri: str | None,
+    options: dict[str, str],
+    checkpoint: str,
+    rows_per_batch: int,
+    partitions: int,
+    batches: int,
 ) -> tuple[int, float, list[float]]:
-    """Run the Delta streaming sink for ``batches`` batches; (steady rows, steady seconds, every batch's ms)."""
+    """Run the Delta streaming sink to ``uri`` (``noop`` when None) for ``batches`` batches; (steady rows, steady
+    seconds, every batch's ms)."""
     stream = (
         spark.readStream.format("rate-micro-batch")
         .option("rowsPerBatch", rows_per_batch)
@@ -103,10 +111,10 @@ def _stream_delta(
         .load()
         .selectExpr("value as id", "timestamp as ts", "repeat('x', 96) as payload")
     )
-    writer = stream.writeStream.format("delta").option("checkpointLocation", checkpoint)
+    writer = stream.writeStream.format("delta" if uri else "noop").option("checkpointLocation", checkpoint)
     for name, value in options.items():
         writer = writer.option(f"storage.{name}", value)
-    query = writer.start(uri)
+    query = writer.start(uri) if uri else writer.start()
     try:
         deadline = time.time() + 1800
         while time.time() < deadline:
@@ -134,24 +142,30 @@ def stream_part(info: Any, args: argparse.Namespace) -> None:
     from sparkonce.spark import local_session
 
     options = info.storage_options()
-    spark = local_session(app_name="bench-storage", master=f"local[{args.processes}]")
+    spark = local_session(
+        app_name="bench-storage",
+        master=f"local[{args.processes}]",
+        extra_conf={"spark.ui.showConsoleProgress": "false"},
+    )
+    spark.sparkContext.setLogLevel("ERROR")
     try:
         with tempfile.TemporaryDirectory() as work:
             best: dict[str, tuple[int, float]] = {}
             for attempt in range(args.repeat):  # alternated, best kept
-                uri = f"s3://bench/stream-{uuid.uuid4().hex[:8]}"
-                rows, seconds, times = _stream_delta(
-                    spark,
-                    uri,
-                    options,
-                    f"{work}/ck-{attempt}",
-                    args.rows_per_batch,
-                    args.processes,
-                    args.stream_batches,
-                )
-                print(f"  delta sink batch times (ms): {', '.join(f'{t:.0f}' for t in times)}")
-                if "delta" not in best or rows / seconds > best["delta"][0] / best["delta"][1]:
-                    best["delta"] = (rows, seconds)
+                for name in ("noop", "delta"):
+                    uri = f"s3://bench/stream-{uuid.uuid4().hex[:8]}" if name == "delta" else None
+                    rows, seconds, times = _stream(
+                        spark,
+                        uri,
+                        options if uri else {},
+                        f"{work}/ck-{name}-{attempt}",
+                        args.rows_per_batch,
+                        args.processes,
+                        args.stream_batches,
+                    )
+                    print(f"  {name} batch times (ms): {', '.join(f'{t:.0f}' for t in times)}")
+                    if name not in best or rows / seconds > best[name][0] / best[name][1]:
+                        best[name] = (rows, seconds)
                 files = args.stream_batches - 2  # one file per process per steady batch, as the sink writes
                 per_file = args.rows_per_batch // args.processes
                 keys = (info.access_key, info.secret_key)
@@ -162,13 +176,15 @@ def stream_part(info: Any, args: argparse.Namespace) -> None:
                     best["pyarrow"] = (rows2, slowest)
         ours = best["delta"][0] / best["delta"][1]
         ceiling = best["pyarrow"][0] / best["pyarrow"][1]
+        noop = best["noop"][0] / best["noop"][1]
         print(
             f"streaming sink, local[{args.processes}], {args.stream_batches} batches x {args.rows_per_batch:,} rows "
             f"(steady: batches 2..{args.stream_batches - 1}), best of {args.repeat}:"
         )
         print(f"  Spark writeStream.format('delta') to S3:           {ours:,.0f} rows/s")
         print(f"  pyarrow write_table to S3, {args.processes} processes (same rows): {ceiling:,.0f} rows/s")
-        print(f"  ratio: {ours / ceiling:.2f}x")
+        print(f"  Spark into noop (same source: Spark's own ceiling):    {noop:,.0f} rows/s")
+        print(f"  ratio delta / pyarrow: {ours / ceiling:.2f}x; delta / noop: {ours / noop:.2f}x")
     finally:
         spark.stop()
 
