@@ -57,8 +57,6 @@ SESSION_CONF_PREFIX = "spark.sparkonce.storage."
 ``sparkonce.register(spark)``."""
 _SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://")
 _S3_SCHEMES = ("s3", "s3a")
-# How a delta-rs S3 commit can be made atomic (put-if-absent of the log file), by option or environment name.
-_S3_SAFE_COMMIT_KEYS = ("conditional_put", "aws_conditional_put", "aws_s3_locking_provider")
 _S3_UNSAFE_RENAME_KEYS = ("aws_s3_allow_unsafe_rename", "allow_unsafe_rename")
 
 
@@ -112,53 +110,53 @@ class TableLocation:
     def check_commit_safety(self) -> None:
         """Refuse a store where two writers could both create the same log file (driver, before any data moves).
 
-        Local file systems and the Google and Azure stores create files atomically. Plain S3 needs
-        ``conditional_put=etag`` (S3 conditional writes; AWS S3, MinIO, SeaweedFS answer ``If-None-Match: *``) or
-        a locking provider (``AWS_S3_LOCKING_PROVIDER=dynamodb``); ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` is the
-        user's explicit choice of a single writer.
+        Local file systems and the Google and Azure stores create files atomically. On S3, delta-rs 1.x creates
+        log files with a conditional PUT (``If-None-Match: *``), which the store must honour (AWS S3, MinIO,
+        SeaweedFS, Cloudflare R2 do): sparkonce asks for ``conditional_put=etag`` to say so.
+        ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` is the user's explicit choice of a single writer. A DynamoDB locking
+        provider (``AWS_S3_LOCKING_PROVIDER``) does not count: delta-rs 1.x no longer supports it (it logs an
+        error and ignores it).
 
         Raises:
-            StorageError: none of these is set, naming the options.
+            StorageError: neither is set, naming the options.
         """
-        if self.scheme not in _S3_SCHEMES:
+        if self.scheme not in _S3_SCHEMES or self._s3_conditional_put():
             return
         given = {name.lower(): value for name, value in self.storage_options}
-        given_env = {name.lower(): value for name, value in os.environ.items() if name.upper().startswith("AWS_")}
-        for source in (given, given_env):
-            if any(source.get(key) for key in _S3_SAFE_COMMIT_KEYS):
-                return
-            if any(str(source.get(key, "")).lower() == "true" for key in _S3_UNSAFE_RENAME_KEYS):
+        for key in _S3_UNSAFE_RENAME_KEYS:
+            if str(given.get(key) or os.environ.get(key.upper(), "")).lower() == "true":
                 return
         raise StorageError(
             f"{self.uri}: S3 cannot make a Delta commit atomic on its own; set the storage option "
-            "conditional_put=etag (S3 conditional writes, supported by AWS S3, MinIO and SeaweedFS), or "
-            "AWS_S3_LOCKING_PROVIDER=dynamodb with DELTA_DYNAMO_TABLE_NAME, so that two writers of one table version "
-            "cannot both succeed (AWS_S3_ALLOW_UNSAFE_RENAME=true only if there is never more than one writer)"
+            "conditional_put=etag (S3 conditional writes, If-None-Match: *, supported by AWS S3, MinIO and SeaweedFS) "
+            "so that two writers of one table version cannot both succeed (a DynamoDB locking provider, "
+            "AWS_S3_LOCKING_PROVIDER, is no longer supported by delta-rs 1.x and does not count; "
+            "AWS_S3_ALLOW_UNSAFE_RENAME=true only if there is never more than one writer)"
         )
 
     def check_put_if_absent(self, operation: str) -> None:
         """Refuse, before any data moves, a log file that sparkonce itself must create only if absent where the store
         cannot (driver). Local disks, Google Cloud Storage and Azure create files atomically; S3 needs
-        ``conditional_put=etag`` (``If-None-Match: *``): a DynamoDB locking provider covers delta-rs's commits only,
-        not a log file written by sparkonce, and an unsafe rename could overwrite another writer's commit.
+        ``conditional_put=etag`` (``If-None-Match: *``): an unsafe rename could overwrite another writer's commit.
 
         Raises:
             StorageError: an S3 table without ``conditional_put`` (storage option or ``AWS_CONDITIONAL_PUT``).
         """
-        if self.scheme not in _S3_SCHEMES:
-            return
-        given = {name.lower(): value for name, value in self.storage_options}
-        value = (
-            given.get("conditional_put") or given.get("aws_conditional_put") or os.environ.get("AWS_CONDITIONAL_PUT")
-        )
-        if value and value.lower() != "disabled":
+        if self.scheme not in _S3_SCHEMES or self._s3_conditional_put():
             return
         raise StorageError(
             f"{operation} on {self.uri}: sparkonce writes this Delta commit itself and needs the store to create the "
             "log file only if absent; set the storage option conditional_put=etag (S3 conditional writes, "
-            "If-None-Match: *, supported by AWS S3, MinIO and SeaweedFS). A locking provider "
-            "(AWS_S3_LOCKING_PROVIDER) covers delta-rs's own commits only"
+            "If-None-Match: *, supported by AWS S3, MinIO and SeaweedFS)"
         )
+
+    def _s3_conditional_put(self) -> bool:
+        """``conditional_put`` (option or ``AWS_CONDITIONAL_PUT``) is set, and not to ``disabled``."""
+        given = {name.lower(): value for name, value in self.storage_options}
+        value = (
+            given.get("conditional_put") or given.get("aws_conditional_put") or os.environ.get("AWS_CONDITIONAL_PUT")
+        )
+        return bool(value) and str(value).lower() != "disabled"
 
     def put_if_absent(self, relative: str, data: bytes) -> bool:
         """Create the table's file ``relative`` holding ``data`` only if it does not exist yet (driver).

@@ -95,9 +95,9 @@ def test_plain_s3_without_put_if_absent_is_refused_naming_the_option(
         monkeypatch.delenv(name, raising=False)
     options = {k: v for k, v in object_store.storage_options.items() if k != "conditional_put"}
     location = table_location(s3_uri, storage_options=options)
-    with pytest.raises(StorageError, match=r"conditional_put=etag.*AWS_S3_LOCKING_PROVIDER"):
+    with pytest.raises(StorageError, match=r"conditional_put=etag.*AWS_S3_LOCKING_PROVIDER, is no longer supported"):
         location.check_commit_safety()  # what the batch writer and the streaming sink ask before any task runs
-    with pytest.raises(StorageError, match=r"conditional_put=etag.*AWS_S3_LOCKING_PROVIDER"):
+    with pytest.raises(StorageError, match=r"conditional_put=etag.*AWS_S3_LOCKING_PROVIDER, is no longer supported"):
         commit_files(location, [], data_schema=SCHEMA, txn=BatchTxn("q", 0))
     assert not location.check_reachable(for_write=True)  # nothing was created
 
