@@ -122,3 +122,132 @@ def test_null_nested_values_stay_null_through_renaming(spark: SparkSession, tmp_
     assert sorted(r["id"] for r in df.where("tags is null").collect()) == [2]
     assert sorted(r["id"] for r in df.where("items is null").collect()) == [2]
     assert sorted(r["id"] for r in df.where("info is null").collect()) == [2, 4]
+
+
+NEW_ROWS: list[dict[str, Any]] = [
+    {"id": 5, "tags": [("c", {"score": 7})], "items": [{"score": 3}, None], "info": {"score": 8}},
+    {"id": 6, "tags": None, "items": None, "info": None},
+    {"id": 7, "tags": [("d", None)], "items": [], "info": {"score": None}},
+]
+DDL = "id long, tags map<string, struct<score: long>>, items array<struct<score: long>>, info struct<score: long>"
+PHYSICAL = ["col-id", "col-tags", "col-items", "col-info"]
+
+
+def _frame(spark: SparkSession, rows: list[dict[str, Any]]) -> Any:
+    return spark.createDataFrame(
+        [(r["id"], None if r["tags"] is None else dict(r["tags"]), r["items"], r["info"]) for r in rows], DDL
+    )
+
+
+def _rows(spark: SparkSession, table: Path) -> list[dict[str, Any]]:
+    return sorted(spark.read.format("delta").load(str(table)).toArrow().to_pylist(), key=lambda r: r["id"])
+
+
+def _delta_rs_rows(table: Path) -> list[tuple[int, int | None]]:
+    """(id, info.score) as delta-rs reads the table (by physical names): an independent reader."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    result = QueryBuilder().register("t", DeltaTable(str(table))).execute("select id, info from t").read_all()
+    return sorted((r["id"], None if r["info"] is None else r["info"]["score"]) for r in pa.table(result).to_pylist())
+
+
+def _expected_rs(rows: list[dict[str, Any]]) -> list[tuple[int, int | None]]:
+    return sorted((r["id"], None if r["info"] is None else r["info"]["score"]) for r in rows)
+
+
+def _check_new_files(table: Path, before: set[str]) -> None:
+    """Files sparkonce added name their columns (nested fields too) by physical name, with the field ids."""
+    from sparkonce.delta.log import DeltaLog
+    from sparkonce.storage import table_location
+
+    files = DeltaLog(table_location(str(table))).snapshot(None).files
+    added = set(files) - before
+    assert added
+    for path in added:
+        schema = pq.read_schema(table / path)
+        assert schema.names == PHYSICAL
+        assert [f.metadata[b"PARQUET:field_id"] for f in schema] == [b"1", b"2", b"3", b"4"]
+        assert schema.field("col-info").type.field(0).name == "col-s3"
+        assert schema.field("col-items").type.value_type.field(0).name == "col-s2"
+        assert set(json.loads(files[path]["stats"])["minValues"]) <= set(PHYSICAL)
+
+
+def _active(table: Path) -> set[str]:
+    from sparkonce.delta.log import DeltaLog
+    from sparkonce.storage import table_location
+
+    return set(DeltaLog(table_location(str(table))).snapshot(None).files)
+
+
+@pytest.mark.parametrize("mode", ["name", "id"])
+def test_appends_write_physical_names_and_read_back_through_every_reader(
+    spark: SparkSession, tmp_path: Path, mode: str
+) -> None:
+    """A batch append and a streaming append into a column-mapped table: the files carry physical names and
+    field ids (before the fix they carried logical names and every reader saw their columns as null)."""
+    table = tmp_path / f"cm-{mode}"
+    write_column_mapped_table(table, mode)
+    before = _active(table)
+    _frame(spark, NEW_ROWS[:2]).write.format("delta").mode("append").save(str(table))
+    source = tmp_path / "source"
+    _frame(spark, NEW_ROWS[2:]).write.format("delta").save(str(source))
+    query = (
+        spark.readStream.format("delta")
+        .load(str(source))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    query.awaitTermination()
+    assert _rows(spark, table) == ROWS + NEW_ROWS
+    assert _delta_rs_rows(table) == _expected_rs(ROWS + NEW_ROWS)
+    _check_new_files(table, before)
+
+
+def test_delete_update_merge_and_optimize_rewrite_with_physical_names(spark: SparkSession, tmp_path: Path) -> None:
+    from sparkonce.delta.tables import DeltaTable
+
+    table = tmp_path / "cm"
+    write_column_mapped_table(table, "id")
+    before = _active(table)
+    delta = DeltaTable.forPath(spark, str(table))
+    delta.delete("id = 1")
+    delta.update("id = 3", {"info": "named_struct('score', 30L)"})
+    (
+        delta.alias("t")
+        .merge(_frame(spark, [{**NEW_ROWS[0], "id": 4}, NEW_ROWS[1]]).alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    expected = [
+        {**ROWS[1]},
+        {**ROWS[2], "info": {"score": 30}},
+        {**NEW_ROWS[0], "id": 4},
+        NEW_ROWS[1],
+    ]
+    assert _rows(spark, table) == expected
+    assert _delta_rs_rows(table) == _expected_rs(expected)
+    _check_new_files(table, before)
+    delta.optimize().executeCompaction()
+    assert _rows(spark, table) == expected
+    assert _delta_rs_rows(table) == _expected_rs(expected)
+    assert len(_active(table)) == 1
+    _check_new_files(table, before)
+
+
+def test_new_columns_into_a_column_mapped_table_are_refused_before_any_data_moves(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from sparkonce.errors import UnsupportedFeatureError
+
+    table = tmp_path / "cm"
+    write_column_mapped_table(table, "name")
+    files = sorted(p.name for p in table.iterdir())
+    wider = _frame(spark, NEW_ROWS).selectExpr("*", "'x' AS extra")
+    with pytest.raises(Exception, match=r"mergeSchema on .*cm: the table uses column mapping \(name\).*'extra'") as err:
+        wider.write.format("delta").mode("append").option("mergeSchema", "true").save(str(table))
+    assert isinstance(err.value, UnsupportedFeatureError) or "UnsupportedFeatureError" in str(err.value)
+    assert sorted(p.name for p in table.iterdir()) == files
+    assert sorted(p.name for p in (table / "_delta_log").iterdir()) == ["00000000000000000000.json"]

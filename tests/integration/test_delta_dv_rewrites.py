@@ -79,12 +79,20 @@ def session_storage(spark: SparkSession, options: dict[str, str]) -> Iterator[No
         sparkonce.register(spark)
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.fixture(params=["local", "local-column-mapped", pytest.param("s3", marks=pytest.mark.s3)])
 def dv_table(request: pytest.FixtureRequest, spark: SparkSession, fixtures_dir: Path, tmp_path: Path) -> Iterator[str]:
     """The golden DV table, copied to a local directory or to a fresh prefix of the embedded S3 store (whose
-    storage options, ``conditional_put=etag`` among them, reach sparkonce as session conf)."""
+    storage options, ``conditional_put=etag`` among them, reach sparkonce as session conf); or its twin with
+    column mapping ``name`` (same rows, same deletion vectors), after which every file the test's rewrites added
+    is checked to be laid out as Delta lays out a column-mapped table's files."""
     if request.param == "local":
         yield str(copy_fixture(fixtures_dir, tmp_path))
+        return
+    if request.param == "local-column-mapped":
+        table = copy_fixture(fixtures_dir, tmp_path, "dv-with-columnmapping")
+        before = set(active_dvs(table))
+        yield str(table)
+        check_column_mapped_layout(table, set(active_dvs(table)) - before)
         return
     store = request.getfixturevalue("object_store")
     with session_storage(spark, store.storage_options):
@@ -110,6 +118,27 @@ def _arro3_rows(result: Any) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = pa.table(result).to_pylist()
     return rows
+
+
+def check_column_mapped_layout(table: Path, added: set[str]) -> None:
+    """Files written into the column-mapped twin name their columns by physical name with the field ids, and
+    their ``add`` actions key partition values and stats by physical name (else Delta readers see nulls)."""
+    import pyarrow.parquet as pq
+
+    metadata = DeltaLog(table_location(str(table))).snapshot(None).metadata
+    fields = {f["name"]: f["metadata"] for f in json.loads(metadata["schemaString"])["fields"]}
+    physical = {name: m["delta.columnMapping.physicalName"] for name, m in fields.items()}
+    adds = DeltaLog(table_location(str(table))).snapshot(None).files
+    for path in added:
+        schema = pq.read_schema(table / path)
+        assert schema.names == [physical["col1"], physical["col2"]], path
+        assert [f.metadata[b"PARQUET:field_id"] for f in schema] == [
+            str(fields[c]["delta.columnMapping.id"]).encode() for c in ("col1", "col2")
+        ]
+        assert list(adds[path]["partitionValues"]) == [physical["part"]]
+        stats = json.loads(adds[path]["stats"])
+        assert set(stats["minValues"]) <= {physical["col1"], physical["col2"]}, stats
+        assert stats["minValues"], stats
 
 
 def spark_rows(spark: SparkSession, table: str | Path) -> list[Row]:
@@ -216,7 +245,7 @@ def test_optimize_purges_deleted_rows(spark: SparkSession, dv_table: str) -> Non
     removed = check_removes_carry_their_dvs(before, table)
     # odd partitions: two small files packed into one; part=6 and part=8: alone, rewritten for their 33% deleted
     # rows; parts 0, 2, 4: one file without a deletion vector, left alone
-    odd = {p for p in before if int(p.split("/")[0].removeprefix("part=")) % 2}
+    odd = {p for p in before if int(p.split("/")[0].split("=")[1]) % 2}
     assert removed == odd | with_dvs
     assert all(dv is None for dv in active_dvs(table).values())
     info = next(a["commitInfo"] for a in last_commit(table) if "commitInfo" in a)
@@ -224,16 +253,6 @@ def test_optimize_purges_deleted_rows(spark: SparkSession, dv_table: str) -> Non
     assert info["sparkonce"]["operationMetrics"]["numDeletionVectorsRemoved"] == 2
     changes = [a.get("add", a.get("remove"))["dataChange"] for a in last_commit(table) if "add" in a or "remove" in a]
     assert changes and not any(changes)
-
-
-def test_rewrites_of_a_column_mapped_table_are_refused_naming_the_feature(
-    spark: SparkSession, fixtures_dir: Path, tmp_path: Path
-) -> None:
-    table = copy_fixture(fixtures_dir, tmp_path, "dv-with-columnmapping")
-    log_files = sorted(p.name for p in (table / "_delta_log").iterdir())
-    with pytest.raises(UnsupportedFeatureError, match=r"DELETE on .*dv-with-columnmapping.*column mapping \(name\)"):
-        DeltaTable.forPath(spark, str(table)).delete("col1 = 1")
-    assert sorted(p.name for p in (table / "_delta_log").iterdir()) == log_files
 
 
 def _race_for_the_next_log_file(
@@ -287,7 +306,7 @@ def test_a_lost_race_against_a_rewrite_of_the_same_files_is_a_clear_conflict(
     CommitConflictError naming the file, the winner's commit stays the newest, nothing is overwritten."""
     read_version = latest_version(dv_table)
     before = active_dvs(dv_table)
-    in_part_6 = next(path for path, dv in before.items() if path.startswith("part=6/") and dv is not None)
+    in_part_6 = next(path for path, dv in before.items() if path.split("/")[0].endswith("=6") and dv is not None)
     winner = [
         _competitor_info(),
         {
@@ -300,7 +319,7 @@ def test_a_lost_race_against_a_rewrite_of_the_same_files_is_a_clear_conflict(
         },
     ]
     raced = _race_for_the_next_log_file(monkeypatch, lambda uri, table_version: winner)
-    with pytest.raises(CommitConflictError, match=rf"changed in table_version {read_version + 1}.*part=6/"):
+    with pytest.raises(CommitConflictError, match=rf"changed in table_version {read_version + 1}.*=6/"):
         DeltaTable.forPath(spark, dv_table).delete("part in (6, 8)")
     assert raced == [read_version + 1]
     assert latest_version(dv_table) == read_version + 1

@@ -66,10 +66,17 @@ def test_bin_pack_rewrites_a_file_whose_deletion_vector_deletes_over_5_percent()
     assert [[f.path for f in b] for b in bin_pack([small_alone], [], 100)] == [["small"]]
 
 
-def test_rewrites_refuse_column_mapped_tables_naming_the_feature(fixtures_dir) -> None:  # type: ignore[no-untyped-def]
+def test_rewrite_snapshot_of_a_column_mapped_table_keys_files_by_logical_names(fixtures_dir) -> None:  # type: ignore[no-untyped-def]
+    """Partition values and stats come out of the log under logical names (the log keys them by physical
+    name), the ``remove`` of a file keys them by physical name again, and the files to write get the mapping."""
     from sparkonce.delta.rewrite import open_snapshot
-    from sparkonce.errors import UnsupportedFeatureError
 
     table = fixtures_dir / "delta-tables" / "dv-with-columnmapping"
-    with pytest.raises(UnsupportedFeatureError, match=r"DELETE on .*dv-with-columnmapping: .*column mapping \(name\)"):
-        open_snapshot(str(table), operation="DELETE")
+    snapshot = open_snapshot(str(table), operation="DELETE")
+    assert snapshot.column_mapping is not None and snapshot.column_mapping.mode == "name"
+    physical_part = snapshot.column_mapping.physical_name("part")
+    assert physical_part.startswith("col-")
+    assert sorted({f.partition_values["part"] for f in snapshot.files}) == list(range(10))
+    assert all(set(f.min_values) <= {"col1", "col2"} and f.min_values for f in snapshot.files)
+    some = snapshot.files[0]
+    assert some.removed().partition_values == {physical_part: str(some.partition_values["part"])}

@@ -29,7 +29,13 @@ import pyarrow as pa
 from sparkonce._types import TableVersion
 from sparkonce.delta.files import WrittenFile, remove_files
 from sparkonce.delta.schema import delta_fields, reconcile, table_fields
-from sparkonce.errors import CommitConflictError, DeltaLogError, OptionError, SchemaMismatchError
+from sparkonce.errors import (
+    CommitConflictError,
+    DeltaLogError,
+    OptionError,
+    SchemaMismatchError,
+    UnsupportedFeatureError,
+)
 from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
@@ -285,10 +291,20 @@ def _check_still_active(table: DeltaTable, table_uri: str, read_version: int, re
 
 
 COMMIT_WRITER_FEATURES = frozenset(
-    {"appendOnly", "deletionVectors", "invariants", "timestampNtz", "vacuumProtocolCheck", "v2Checkpoint"}
+    {
+        "appendOnly",
+        "columnMapping",
+        "deletionVectors",
+        "invariants",
+        "timestampNtz",
+        "vacuumProtocolCheck",
+        "v2Checkpoint",
+    }
 )
 """Writer features a commit that sparkonce writes itself (removing files with deletion vectors) honours: none of
-them asks anything of a commit of plain ``add`` and ``remove`` actions."""
+them asks anything of a commit of plain ``add`` and ``remove`` actions (``columnMapping`` asks for physical names
+in the files, their stats and ``partitionValues``, which the file writer gives them:
+:class:`sparkonce.delta.column_mapping.ColumnMapping`)."""
 
 
 def check_dv_commit_supported(location: TableLocation, table: DeltaTable, table_uri: str, operation: str) -> None:
@@ -433,6 +449,14 @@ def _schema_for_commit(
     )
     if new_fields:
         from deltalake.schema import Field
+
+        from sparkonce.delta.column_mapping import mapping_mode
+
+        if mapping_mode(table) != "none":
+            raise UnsupportedFeatureError(
+                f"adding column(s) {[f['name'] for f in new_fields]} to {table_uri}: the table uses column mapping "
+                f"({mapping_mode(table)}); sparkonce cannot give new columns physical names yet"
+            )
 
         table.alter.add_columns([Field.from_json(json.dumps(f)) for f in new_fields])
         log.info("added column(s) %s to %s (mergeSchema)", [f["name"] for f in new_fields], table_uri)

@@ -126,14 +126,21 @@ def _rewrite(
     written: list[Any] = []
     touched: list[TableFile] = []
     changed = 0
+    copied = 0
     if candidates:
         rows = read_rows(spark, snapshot, candidates).persist()
         try:
             matches = F.lit(True) if condition is None else F.coalesce(as_column(condition), F.lit(False))
-            per_file = {r[0]: int(r[1]) for r in rows.where(matches).groupBy(FILE_COLUMN).count().collect()}
+            # Rows per file counted as read (deletion vectors applied), never from the log's stats: a file's
+            # stats may be missing, and then its unmatched rows would not be copied.
+            totals = rows.groupBy(FILE_COLUMN).agg(
+                F.count(F.lit(1)).alias("rows"), F.sum(F.when(matches, 1).otherwise(0)).alias("matched")
+            )
+            per_file = {r[0]: (int(r[1]), int(r[2])) for r in totals.where("matched > 0").collect()}
             by_path = {f.path: f for f in candidates}
             touched = [by_path[p] for p in sorted(per_file)]
-            changed = sum(per_file.values())
+            changed = sum(matched for _, matched in per_file.values())
+            copied = sum(total - matched for total, matched in per_file.values())
             if touched:
                 kept = rows.where(F.col(FILE_COLUMN).isin(sorted(per_file)))
                 if assignments is None:
@@ -148,17 +155,21 @@ def _rewrite(
                             for c in columns
                         ]
                     )
-                out_rows = sum(f.live_records for f in touched) - (changed if assignments is None else 0)
+                out_rows = copied + (changed if assignments is not None else 0)
                 n_files = max(1, math.ceil(max(out_rows, 1) / target_file_rows))
                 if out_rows > 0 or assignments is not None:
-                    written = write_rows(output.repartition(n_files), snapshot.location, snapshot.partition_columns)
+                    written = write_rows(
+                        output.repartition(n_files),
+                        snapshot.location,
+                        snapshot.partition_columns,
+                        column_mapping=snapshot.column_mapping,
+                    )
         finally:
             rows.unpersist()
     scan_ms = int((time.monotonic() - scan_started) * 1000)
     if whole_files:
         changed += sum(f.live_records for f in whole_files)
         touched = whole_files + touched
-    copied = sum(f.live_records for f in touched) - changed
     metrics = {
         "numRemovedFiles": len(touched),
         "numAddedFiles": len(written),

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.storage import TableLocation
 
 NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
@@ -53,6 +54,9 @@ class FileWriterOptions:
     max_records_per_file: int | None = None
     compression: str = "snappy"
     file_prefix: str = "part"
+    column_mapping: ColumnMapping | None = None
+    """The table's column mapping (None: not column-mapped): files then name columns by physical name and carry
+    the field ids, and ``partitionValues`` are keyed by physical name, as Delta writes them."""
 
 
 def escape_partition_value(value: str) -> str:
@@ -163,7 +167,11 @@ class TableFileWriter:
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        mapping = self.options.column_mapping
         for key, values, part in self._split(table):
+            if mapping is not None:
+                part = mapping.to_physical(part)
+                values = {mapping.physical_name(name): value for name, value in values.items()}
             self._append(key, values, part)
 
     def close(self) -> list[WrittenFile]:

@@ -47,7 +47,7 @@ from sparkonce.delta.rewrite import (
     write_rows,
 )
 from sparkonce.delta.schema import arrow_schema_for_spark
-from sparkonce.errors import OptionError, SchemaMismatchError
+from sparkonce.errors import OptionError, SchemaMismatchError, UnsupportedFeatureError
 from sparkonce.storage import table_location
 
 if TYPE_CHECKING:
@@ -179,6 +179,12 @@ def merge_into(
     files = list(snapshot.files) if snapshot is not None else []
     target_columns = [f.name for f in target_schema.fields]
     new_columns = _new_columns(source, target_columns, clauses, schema_evolution, table_uri)
+    if new_columns and snapshot is not None and snapshot.column_mapping is not None:
+        raise UnsupportedFeatureError(
+            f"MERGE with schema evolution on {table_uri}: the table uses column mapping "
+            f"({snapshot.column_mapping.mode}); sparkonce cannot give the new column(s) "
+            f"{[c.name for c in new_columns]} physical names yet"
+        )
     if keys is None:
         keys = equi_keys(condition, target_alias, target_columns, source.columns)
 
@@ -224,7 +230,12 @@ def merge_into(
                     output = output.repartitionByRange(n_files, *key_columns).sortWithinPartitions(*key_columns)
                 else:
                     output = output.repartition(n_files)
-                written = write_rows(output, location, partition_by)
+                written = write_rows(
+                    output,
+                    location,
+                    partition_by,
+                    column_mapping=snapshot.column_mapping if snapshot is not None else None,
+                )
             rewrite_ms = int((time.monotonic() - rewrite_started) * 1000)
         finally:
             actions.unpersist()

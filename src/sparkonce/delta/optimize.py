@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sparkonce._types import TableVersion
+from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
 from sparkonce.delta.reader import DataFile, ScanSchema, read_files
 from sparkonce.delta.rewrite import (
@@ -144,7 +145,9 @@ def compact(
     if not bins:
         log.info("optimize %s at table_version %s: nothing to compact", table_uri, snapshot.table_version)
         return OptimizeResult(table_uri, None, 0, 0, 0, 0, 0, len(files), 0, snapshot.table_version)
-    written = _rewrite_bins(spark, snapshot.location, snapshot.scan, snapshot.partition_columns, bins)
+    written = _rewrite_bins(
+        spark, snapshot.location, snapshot.scan, snapshot.partition_columns, bins, snapshot.column_mapping
+    )
     sizes = sorted(f.size for f in written)
     removed_sizes = sorted(f.size for f in removed)
     partitions = len({tuple(repr(f.partition_values.get(c)) for c in snapshot.partition_columns) for f in removed})
@@ -230,10 +233,16 @@ def _rewrite_bins(
     scan: ScanSchema,
     partition_columns: Sequence[str],
     bins: list[list[TableFile]],
+    column_mapping: ColumnMapping | None = None,
 ) -> list[WrittenFile]:
     """Executors: each bin (one task each) read and written into one new file."""
     plan = [[f.data_file(location) for f in b] for b in bins]
-    options = FileWriterOptions(location=location, partition_by=tuple(partition_columns), file_prefix="part-optimized")
+    options = FileWriterOptions(
+        location=location,
+        partition_by=tuple(partition_columns),
+        file_prefix="part-optimized",
+        column_mapping=column_mapping,
+    )
 
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from _bin_task(batches, plan, scan, options)

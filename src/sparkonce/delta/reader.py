@@ -18,7 +18,6 @@ from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualNullSafe,
@@ -34,6 +33,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from sparkonce.delta.column_mapping import rename_nested, rename_tree
 from sparkonce.delta.commit import load_table
 from sparkonce.delta.deletion_vectors import DeletionVector, keep_mask
 from sparkonce.delta.options import ReadOptions
@@ -154,7 +154,7 @@ def scan_schema(table: DeltaTable) -> ScanSchema:
         name = f.get("metadata", {}).get("delta.columnMapping.physicalName")
         if name and name != f["name"]:
             physical[f["name"]] = name
-        renames = _nested_renames(f["type"])
+        renames = rename_tree(f["type"], to_physical=False)
         if renames:
             nested[f["name"]] = renames
     return ScanSchema(output, tuple(table.metadata().partition_columns), physical, nested)
@@ -162,26 +162,6 @@ def scan_schema(table: DeltaTable) -> ScanSchema:
 
 def _strip_field_metadata(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])
-
-
-def _nested_renames(delta_type: Any) -> Any:
-    """A tree of physical -> logical renames for struct fields inside a column (None when nothing to rename)."""
-    if not isinstance(delta_type, dict):
-        return None
-    kind = delta_type.get("type")
-    if kind == "struct":
-        out = {}
-        for f in delta_type["fields"]:
-            physical = f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])
-            out[physical] = (f["name"], _nested_renames(f["type"]))
-        return out if any(p != n or sub for p, (n, sub) in out.items()) else None
-    if kind == "array":
-        inner = _nested_renames(delta_type["elementType"])
-        return {"__element__": inner} if inner else None
-    if kind == "map":
-        key, value = _nested_renames(delta_type["keyType"]), _nested_renames(delta_type["valueType"])
-        return {"__key__": key, "__value__": value} if key or value else None
-    return None
 
 
 def snapshot_files(table: DeltaTable, location: TableLocation, scan: ScanSchema) -> list[DataFile]:
@@ -334,7 +314,7 @@ def _to_output(batch: pa.RecordBatch, data_file: DataFile, scan: ScanSchema, pre
         column = batch.column(batch.schema.get_field_index(physical))
         renames = scan.nested_renames.get(name)
         if renames:
-            column = _rename_nested(column, renames)
+            column = rename_nested(column, renames)
         arrays.append(column.cast(out_field.type) if column.type != out_field.type else column)
     return pa.RecordBatch.from_arrays(arrays, schema=scan.output)
 
@@ -344,45 +324,6 @@ def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
         return pa.nulls(n, type_)
     scalar = pa.array([value]).cast(type_)
     return scalar.take(pa.array(np.zeros(n, dtype=np.int32)))
-
-
-def _rename_nested(column: pa.Array, renames: Any) -> pa.Array:
-    """Give nested fields their logical names (column mapping), keeping every null where it is: a null struct,
-    list or map stays null, never an empty one."""
-    mask = column.is_null() if column.null_count else None
-    if pa.types.is_struct(column.type) and isinstance(renames, dict):
-        children, fields = [], []
-        for i in range(column.type.num_fields):
-            child_field = column.type.field(i)
-            logical, sub = renames.get(child_field.name, (child_field.name, None))
-            child = column.field(i)
-            if sub:
-                child = _rename_nested(child, sub)
-            children.append(child)
-            fields.append(pa.field(logical, child.type, child_field.nullable))
-        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
-    if pa.types.is_list(column.type) and renames.get("__element__"):
-        offsets, values = _rebased(column)
-        values = _rename_nested(values, renames["__element__"])
-        return pa.ListArray.from_arrays(offsets, values, mask=mask)
-    if pa.types.is_map(column.type):
-        offsets, entries = _rebased(column)
-        keys, items = entries.field(0), entries.field(1)
-        if renames.get("__key__"):
-            keys = _rename_nested(keys, renames["__key__"])
-        if renames.get("__value__"):
-            items = _rename_nested(items, renames["__value__"])
-        return pa.MapArray.from_arrays(offsets, keys, items, mask=mask)
-    return column
-
-
-def _rebased(column: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """A list or map array's offsets starting at 0 and the child values they index (works for slices)."""
-    offsets = column.offsets
-    first, last = offsets[0].as_py(), offsets[-1].as_py()
-    if first:
-        offsets = pc.subtract(offsets, pa.scalar(first, offsets.type))
-    return offsets, column.values.slice(first, last - first)
 
 
 class DeltaBatchReader(DataSourceReader):

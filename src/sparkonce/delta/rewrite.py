@@ -19,6 +19,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import (
     BatchTxn,
     CommitResult,
@@ -30,7 +31,6 @@ from sparkonce.delta.commit import (
 from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
 from sparkonce.delta.reader import DataFile, ScanSchema, check_reader_features, read_files, scan_schema
-from sparkonce.errors import UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
@@ -76,6 +76,9 @@ class TableFile:
     """The ``add`` action's ``deletionVector`` descriptor (rows of the file the table has deleted), if any."""
     deletion_vector_rows: DeletionVector | None = None
     """The same, resolved for executors to load."""
+    partition_keys: tuple[tuple[str, str], ...] = ()
+    """Logical -> physical partition column names where they differ (column mapping): the ``remove`` action keys
+    its ``partitionValues`` as the ``add`` did."""
 
     @property
     def deleted_rows(self) -> int:
@@ -97,10 +100,11 @@ class TableFile:
         )
 
     def removed(self) -> RemovedFile:
+        keys = dict(self.partition_keys)
         return RemovedFile(
             self.path,
             self.size,
-            {k: partition_value_string(v) for k, v in self.partition_values.items()},
+            {keys.get(k, k): partition_value_string(v) for k, v in self.partition_values.items()},
             deletion_vector=self.deletion_vector,
         )
 
@@ -116,6 +120,8 @@ class TableSnapshot:
     partition_columns: tuple[str, ...]
     files: tuple[TableFile, ...]
     configuration: dict[str, str | None]
+    column_mapping: ColumnMapping | None = None
+    """The table's column mapping, for the files a rewrite writes (None: not column-mapped)."""
 
     def spark_schema(self) -> StructType:
         from sparkonce.delta.schema import spark_schema
@@ -128,9 +134,8 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
 
     Raises:
         TableNotFoundError: not a Delta table.
-        UnsupportedFeatureError: a reader feature sparkonce cannot honour, column mapping (its files use
-            physical column names, which rewrites do not write yet), or deletion vectors on a table sparkonce
-            cannot commit their removal to (:func:`sparkonce.delta.commit.check_dv_commit_supported`).
+        UnsupportedFeatureError: a reader feature sparkonce cannot honour, or deletion vectors on a table
+            sparkonce cannot commit their removal to (:func:`sparkonce.delta.commit.check_dv_commit_supported`).
     """
     location = table_location(table)
     table_uri = table if isinstance(table, str) else str(location)  # as given, for messages
@@ -138,12 +143,6 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
     check_reader_features(delta_table, table_uri)
     scan = scan_schema(delta_table)
     configuration: dict[str, str | None] = dict(delta_table.metadata().configuration)
-    mapping = configuration.get("delta.columnMapping.mode")
-    if (mapping and mapping != "none") or scan.physical_names or scan.nested_renames:
-        raise UnsupportedFeatureError(
-            f"{operation} on {table_uri}: the table uses column mapping ({mapping}); sparkonce reads such tables "
-            "but cannot rewrite their files yet"
-        )
     has_dvs = "deletionVectors" in set(delta_table.protocol().reader_features or [])
     if has_dvs:
         check_dv_commit_supported(location, delta_table, table_uri, operation)
@@ -155,10 +154,14 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
         partition_columns=tuple(delta_table.metadata().partition_columns),
         files=tuple(
             _active_files(
-                delta_table, scan.partition_columns, _deletion_vectors(location, delta_table) if has_dvs else {}
+                delta_table,
+                scan.partition_columns,
+                _deletion_vectors(location, delta_table) if has_dvs else {},
+                scan.physical_names,
             )
         ),
         configuration=configuration,
+        column_mapping=ColumnMapping.of(delta_table),
     )
 
 
@@ -180,18 +183,30 @@ def _active_files(
     table: DeltaTable,
     partition_columns: Sequence[str],
     deletion_vectors: Mapping[str, tuple[dict[str, Any], DeletionVector]],
+    physical_names: Mapping[str, str],
 ) -> list[TableFile]:
+    """The active files, with partition values and top-level min/max stats under logical column names (the log
+    keys them by physical name in a column-mapped table)."""
     adds = pa.table(table.get_add_actions(flatten=True))
     columns = adds.column_names
     n = adds.num_rows
+    logical = {physical: name for name, physical in physical_names.items()}
 
     def column(name: str) -> list[Any]:
         return adds.column(name).to_pylist() if name in columns else [None] * n
 
+    def partition_column(name: str) -> list[Any]:
+        physical = f"partition.{physical_names.get(name, name)}"
+        return column(physical if physical in columns else f"partition.{name}")
+
+    def stats(prefix: str) -> dict[str, list[Any]]:
+        found = (c[len(prefix) :] for c in columns if c.startswith(prefix))
+        return {logical.get(name, name): adds.column(prefix + name).to_pylist() for name in found}
+
     paths, sizes, records = column("path"), column("size_bytes"), column("num_records")
-    parts = {c: column(f"partition.{c}") for c in partition_columns}
-    mins = {c[len("min.") :]: adds.column(c).to_pylist() for c in columns if c.startswith("min.")}
-    maxs = {c[len("max.") :]: adds.column(c).to_pylist() for c in columns if c.startswith("max.")}
+    parts = {c: partition_column(c) for c in partition_columns}
+    mins, maxs = stats("min."), stats("max.")
+    keys = tuple((c, physical_names[c]) for c in partition_columns if c in physical_names)
     files = []
     for i in range(n):
         descriptor, resolved = deletion_vectors.get(unquote(str(paths[i])), (None, None))
@@ -205,6 +220,7 @@ def _active_files(
                 max_values={c: v[i] for c, v in maxs.items() if v[i] is not None},
                 deletion_vector=descriptor,
                 deletion_vector_rows=resolved,
+                partition_keys=keys,
             )
         )
     return files
@@ -268,12 +284,16 @@ def write_rows(
     partition_by: Sequence[str],
     *,
     max_records_per_file: int | None = None,
+    column_mapping: ColumnMapping | None = None,
 ) -> list[WrittenFile]:
     """Write ``output`` into new data files of the table at ``location`` (on executors, one or more files per
     task, partition directories as Delta lays them out); return them for the Delta commit. Nothing is visible
     before it."""
     options = FileWriterOptions(
-        location=location, partition_by=tuple(partition_by), max_records_per_file=max_records_per_file
+        location=location,
+        partition_by=tuple(partition_by),
+        max_records_per_file=max_records_per_file,
+        column_mapping=column_mapping,
     )
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -21,6 +21,7 @@ from sparkonce._types import BatchId
 from sparkonce.checkpoint.query import read_offsets_text, read_query_id
 from sparkonce.checkpoint.sdp import earlier_generations
 from sparkonce.crash import crash_point
+from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, remove_files
 from sparkonce.delta.options import WriteOptions
@@ -71,9 +72,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self.options.location.check_commit_safety()
         self.options.location.check_reachable(for_write=True)
         if table_exists(self.options.location):
-            self.file_options.partition_by = check_target(
-                load_table(self.options.location), self.options, self.arrow_schema
-            )
+            table = load_table(self.options.location)
+            self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
+            self.file_options.column_mapping = ColumnMapping.of(table)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
         return write_task(self.file_options, iterator)

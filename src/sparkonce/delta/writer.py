@@ -17,11 +17,12 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from sparkonce import __version__
+from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, remove_files
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, reconcile, table_fields
-from sparkonce.errors import OptionError, SchemaMismatchError
+from sparkonce.errors import OptionError, SchemaMismatchError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -126,8 +127,15 @@ class DeltaBatchWriter(DataSourceArrowWriter):
                     f"already completed: txn(app_id={self.txn.app_id}, txn_version={committed}) "
                     f">= {self.txn.txn_version}"
                 )
-        if not (self.mode == "overwrite" and self.options.overwrite_schema):
-            self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
+        if self.mode == "overwrite" and self.options.overwrite_schema:
+            if mapping_mode(table) != "none":
+                raise UnsupportedFeatureError(
+                    f"overwriteSchema on {self.options.path}: the table uses column mapping "
+                    f"({mapping_mode(table)}); sparkonce cannot assign physical names to a new schema yet"
+                )
+            return None
+        self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
+        self.file_options.column_mapping = ColumnMapping.of(table)
         return None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
@@ -173,13 +181,18 @@ def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Sche
         SchemaMismatchError: the schema does not fit (unless ``mergeSchema`` allows it) or ``partitionBy``
             names other columns than the table's.
     """
-    reconcile(
+    added = reconcile(
         table_fields(table),
         delta_fields(arrow_schema),
         merge_schema=options.merge_schema,
         table_id=str(table.metadata().id),
         table_path=options.path,
     )
+    if added and mapping_mode(table) != "none":
+        raise UnsupportedFeatureError(
+            f"mergeSchema on {options.path}: the table uses column mapping ({mapping_mode(table)}); sparkonce "
+            f"cannot give the new column(s) {[f['name'] for f in added]} physical names yet"
+        )
     partitions = tuple(table.metadata().partition_columns)
     if options.partition_by and partitions != options.partition_by:
         raise SchemaMismatchError(

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from sparkonce.crash import CrashPoint
-    from sparkonce.delta.files import WrittenFile
+    from sparkonce.delta.files import FileWriterOptions, WrittenFile
     from sparkonce.sinks.routing import RoutedTable
 
 log = logging.getLogger(__name__)
@@ -251,10 +251,8 @@ class FanOutWriter:
             OptionError: the route column or a target's column is not in the batch.
             SinkError: a task failed (the files it wrote are deleted; other tasks' files stay unreferenced).
         """
-        from sparkonce.delta.files import FileWriterOptions
         from sparkonce.delta.schema import arrow_schema_for_spark
         from sparkonce.sinks.routing import RESULT_DDL, RoutedFileWriter, RoutedTable, written_file
-        from sparkonce.storage import table_location
 
         if batch_id < 0:
             raise OptionError("batch_id", batch_id, "must be a non-negative micro-batch id")
@@ -282,9 +280,7 @@ class FanOutWriter:
             tables.append(
                 RoutedTable(
                     name=target.table_name,
-                    file_options=FileWriterOptions(
-                        location=table_location(target.path), partition_by=self._partition_by(target)
-                    ),
+                    file_options=self._file_options(target),
                     columns=tuple(columns.items()),
                     arrow_schema=arrow_schema_for_spark(StructType(fields)),
                 )
@@ -401,12 +397,23 @@ class FanOutWriter:
         )
         return True
 
-    def _partition_by(self, target: FanOutTarget) -> tuple[str, ...]:
+    def _file_options(self, target: FanOutTarget) -> FileWriterOptions:
+        """How executors write the target's files: its partition columns and, for an existing column-mapped table,
+        its column mapping."""
+        from sparkonce.delta.column_mapping import ColumnMapping
         from sparkonce.delta.commit import load_table, table_exists
+        from sparkonce.delta.files import FileWriterOptions
+        from sparkonce.storage import table_location
 
-        if target.partition_by or not table_exists(target.path):
-            return tuple(target.partition_by)
-        return tuple(load_table(target.path).metadata().partition_columns)
+        location = table_location(target.path)
+        if not table_exists(location):
+            return FileWriterOptions(location=location, partition_by=tuple(target.partition_by))
+        table = load_table(location)
+        return FileWriterOptions(
+            location=location,
+            partition_by=tuple(target.partition_by or table.metadata().partition_columns),
+            column_mapping=ColumnMapping.of(table),
+        )
 
     def _target(self, name: str) -> FanOutTarget:
         return next(t for t in self.targets if t.table_name == name)
