@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parent.parent
+# Every driver of the suite (this process's session and the crash tests' child drivers, which inherit the
+# environment) lives seconds to minutes: start their JVMs in quick-start mode (sparkonce.spark.JvmMode).
+os.environ.setdefault("SPARKONCE_JVM", "quick-start")
 FIXTURES = Path(os.environ.get("SPARKONCE_FIXTURES", REPO / "tests" / "fixtures"))
 
 pytest_plugins: list[str] = [

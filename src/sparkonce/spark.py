@@ -7,13 +7,39 @@ import sys
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from sparkonce.errors import ClusterError
+from sparkonce.errors import ClusterError, OptionError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+JvmMode = Literal["default", "quick-start"]
+"""``quick-start``: JIT compile with C1 only and use the serial collector (see :data:`QUICK_START_JAVA_OPTIONS`)."""
+
+JVM_ENV = "SPARKONCE_JVM"
+"""The environment variable that chooses the :data:`JvmMode` of sessions built without ``jvm=``."""
+
+QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""JVM options for short-lived drivers: C1 only (C2's compiler threads compete for the cores while Spark starts)
+and the serial collector (no parallel GC threads). A driver starts in about 55 % of the JVM CPU time (README);
+long runs lose some steady-state speed of JVM-side code, so this is not the default."""
+
+
+def jvm_mode(jvm: str | None = None) -> JvmMode:
+    """The JVM mode ``jvm``, or the one in ``SPARKONCE_JVM`` when None (``default`` when unset).
+
+    Raises:
+        OptionError: the mode is not one of :data:`JvmMode`'s.
+    """
+    value = jvm if jvm is not None else (os.environ.get(JVM_ENV) or "default")
+    modes: tuple[str, ...] = get_args(JvmMode)
+    if value not in modes:
+        source = "jvm" if jvm is not None else JVM_ENV
+        raise OptionError(source, value, f"not a JVM mode; use one of {list(modes)}")
+    return value  # type: ignore[return-value]
 
 
 def local_session(
@@ -22,6 +48,7 @@ def local_session(
     master: str = "local[2]",
     shuffle_partitions: int = 2,
     extra_conf: dict[str, str] | None = None,
+    jvm: JvmMode | None = None,
 ) -> SparkSession:
     """Build (or get) a SparkSession whose Python workers run this interpreter, with sparkonce registered.
 
@@ -33,8 +60,14 @@ def local_session(
     ``docs/cluster.md``), the driver's ``PYTHONPATH`` and crash-point variables, and a probe job checks, before
     any data moves, that they import sparkonce, deltalake and pyarrow.
 
+    ``jvm`` (default: the ``SPARKONCE_JVM`` environment variable, else ``default``) set to ``quick-start`` starts
+    the driver JVM (and a cluster's executor JVMs) with :data:`QUICK_START_JAVA_OPTIONS`, for drivers that live
+    seconds to minutes (tests, crash-and-restart runs, the quickstart); it only applies when this call starts the
+    JVM. Java options in ``extra_conf`` come after them.
+
     Raises:
         ClusterError: on a cluster master, no executor came up in time or an executor cannot import sparkonce.
+        OptionError: ``jvm`` or ``SPARKONCE_JVM`` is not a JVM mode.
     """
     from pyspark.sql import SparkSession
 
@@ -56,12 +89,19 @@ def local_session(
         .config("spark.driver.memory", "2g")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.stopTimeout", "60s")
+        .config("spark.ui.showConsoleProgress", "false")
     )
     clustered = not master.startswith("local")
-    if clustered:
-        for key, value in cluster_conf(master).items():
-            builder = builder.config(key, value)
+    conf = cluster_conf(master) if clustered else {}
+    if jvm_mode(jvm) == "quick-start":
+        conf["spark.driver.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS
+        if clustered:
+            conf["spark.executor.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS
     for key, value in (extra_conf or {}).items():
+        if key.endswith(".extraJavaOptions") and key in conf:
+            value = f"{conf[key]} {value}"
+        conf[key] = value
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -178,4 +218,13 @@ def probe_executors(spark: SparkSession, *, timeout: float = 300.0) -> list[Exec
     return probes
 
 
-__all__ = ["ExecutorProbe", "cluster_conf", "local_session", "probe_executors"]
+__all__ = [
+    "JVM_ENV",
+    "QUICK_START_JAVA_OPTIONS",
+    "ExecutorProbe",
+    "JvmMode",
+    "cluster_conf",
+    "jvm_mode",
+    "local_session",
+    "probe_executors",
+]

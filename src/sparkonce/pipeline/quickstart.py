@@ -23,6 +23,7 @@ from sparkonce.ops.chaos import DriverRun, run_driver
 from sparkonce.ops.workdir import fresh_work_dir
 from sparkonce.pipeline.config import GoldStage, load_pipeline, use_storage
 from sparkonce.pipeline.defaults import write_quickstart_pipeline
+from sparkonce.spark import JVM_ENV
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,8 @@ def run_quickstart(
         )
         config = load_pipeline(pipeline_file)
         args = ["-m", "sparkonce.cli.main", "run", str(pipeline_file), "--plain"]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # Each driver lives a minute at most: a quick-start JVM (unless the caller chose a mode).
+        env = {JVM_ENV: "quick-start", **os.environ, "PYTHONUNBUFFERED": "1"}
         crashed_run = run_driver(args, crash_at=crash_at, env=env, cwd=str(work_dir), timeout=timeout)
         batch = crash_at.partition(":")[2] or "0"
         ck = Path(config.raw.checkpoint)
