@@ -17,7 +17,7 @@ from sparkonce.delta.merge import merge_latest
 from sparkonce.errors import SchemaMismatchError
 from sparkonce.pipeline.config import parse_pipeline
 from sparkonce.pipeline.defaults import quickstart_pipeline
-from sparkonce.pipeline.stages import RAW_DDL, parse_raw
+from sparkonce.pipeline.stages import LINEAGE_DDL, QUARANTINE_DDL, RAW_DDL, ddl_schema, parse_raw
 
 pytestmark = [pytest.mark.spark]
 
@@ -155,3 +155,15 @@ def test_replay_replaces_the_table_atomically(spark, tmp_path: Path) -> None:
 
     owner = read_owner(stage.checkpoint)
     assert owner is not None and owner.starting_version == 1
+
+
+@pytest.mark.parametrize("ddl", [RAW_DDL, QUARANTINE_DDL, LINEAGE_DDL, "a INT, b BOOLEAN, c DOUBLE"])
+def test_plain_field_lists_are_built_without_spark_as_spark_parses_them(spark, ddl: str) -> None:
+    assert ddl_schema(spark, ddl) == spark.createDataFrame([], ddl).schema
+
+
+def test_other_ddl_goes_to_spark(spark) -> None:
+    assert (
+        ddl_schema(spark, "a DECIMAL(10, 2), b ARRAY<STRING>")
+        == spark.createDataFrame([], "a DECIMAL(10, 2), b ARRAY<STRING>").schema
+    )

@@ -1,4 +1,8 @@
-"""Entry point of the ``sparkonce`` command; each subcommand lives in its own module of this package."""
+"""Entry point of the ``sparkonce`` command; each subcommand lives in its own module of this package.
+
+A subcommand's module is imported only when that subcommand runs (or when ``--help`` lists them all), so
+``sparkonce run`` does not pay for the doctor's, the chaos harness's or the services' imports.
+"""
 
 from __future__ import annotations
 
@@ -8,36 +12,47 @@ import click
 
 from sparkonce import __version__
 
-# (module, attribute) of every subcommand; each module holds a few thin click commands.
-_COMMANDS: list[tuple[str, str]] = [
-    ("sparkonce.cli.demo", "demo"),
-    ("sparkonce.cli.recover", "rebuild_checkpoint"),
-    ("sparkonce.cli.recover", "reset"),
-    ("sparkonce.cli.broker", "broker"),
-    ("sparkonce.cli.broker", "produce"),
-    ("sparkonce.cli.storage", "storage"),
-    ("sparkonce.cli.cluster", "cluster"),
-    ("sparkonce.cli.doctor", "doctor"),
-    ("sparkonce.cli.doctor", "history"),
-    ("sparkonce.cli.doctor", "verify"),
-    ("sparkonce.cli.vacuum", "vacuum"),
-    ("sparkonce.cli.pipeline", "run"),
-    ("sparkonce.cli.pipeline", "replay"),
-    ("sparkonce.cli.pipeline", "check"),
-    ("sparkonce.cli.pipeline", "quickstart"),
-    ("sparkonce.cli.chaos", "chaos"),
-    ("sparkonce.cli.optimize", "optimize"),
-]
+# command name -> (module, attribute) of every subcommand; each module holds a few thin click commands.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("sparkonce.cli.demo", "demo"),
+    "rebuild-checkpoint": ("sparkonce.cli.recover", "rebuild_checkpoint"),
+    "reset": ("sparkonce.cli.recover", "reset"),
+    "broker": ("sparkonce.cli.broker", "broker"),
+    "produce": ("sparkonce.cli.broker", "produce"),
+    "storage": ("sparkonce.cli.storage", "storage"),
+    "cluster": ("sparkonce.cli.cluster", "cluster"),
+    "doctor": ("sparkonce.cli.doctor", "doctor"),
+    "history": ("sparkonce.cli.doctor", "history"),
+    "verify": ("sparkonce.cli.doctor", "verify"),
+    "vacuum": ("sparkonce.cli.vacuum", "vacuum"),
+    "run": ("sparkonce.cli.pipeline", "run"),
+    "replay": ("sparkonce.cli.pipeline", "replay"),
+    "check": ("sparkonce.cli.pipeline", "check"),
+    "quickstart": ("sparkonce.cli.pipeline", "quickstart"),
+    "chaos": ("sparkonce.cli.chaos", "chaos"),
+    "optimize": ("sparkonce.cli.optimize", "optimize"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """The top-level group: imports a subcommand's module when the subcommand is looked up. Driver only."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        command = getattr(importlib.import_module(target[0]), target[1])
+        assert isinstance(command, click.Command) and command.name == cmd_name, (target, command)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sparkonce")
 def cli() -> None:
     """sparkonce: exactly-once streaming for PySpark and Delta Lake."""
-
-
-for _module, _attr in _COMMANDS:
-    cli.add_command(getattr(importlib.import_module(_module), _attr))
 
 
 def main() -> None:

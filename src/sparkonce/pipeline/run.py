@@ -173,7 +173,7 @@ def run_pipeline(
                 monitor.update(queries)
                 if on_progress is not None:
                     on_progress(monitor.snapshot(queries))
-                stop.wait(poll_seconds)
+                _wait(stop, [q for q in running if q.isActive] if sequential else [], poll_seconds)
             _check_failed(queries)
         if stop.is_set():
             _stop_between_batches(list(queries.values()), stop_timeout)
@@ -188,6 +188,21 @@ def run_pipeline(
     if on_progress is not None:
         on_progress(snapshot)
     return RunResult(config.path, snapshot, stop.is_set(), time.monotonic() - started)
+
+
+def _wait(stop: threading.Event, ending: list[StreamingQuery], seconds: float) -> None:
+    """Wait ``seconds``, or less: until ``stop`` is set or, with one ``ending`` query, until that query ends.
+
+    A sequential run's next stage starts as soon as the one before it has drained its input, instead of at the
+    next poll. A query that ends with a failure is reported by the caller's next :func:`_check_failed`.
+    """
+    if len(ending) != 1:
+        stop.wait(seconds)
+        return
+    try:
+        ending[0].awaitTermination(seconds)  # type: ignore[arg-type]  # PySpark takes float seconds too
+    except Exception:  # the failure is raised, mapped to its stage, by the caller's _check_failed
+        pass
 
 
 def _stop_between_batches(queries: list[StreamingQuery], timeout: float) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -157,9 +158,9 @@ def output_schemas(
     a stage reading it needs it to exist, with the merge input's schema.
     """
     if isinstance(stage, RawStage):
-        return {stage.table: _ddl_schema(spark, RAW_DDL)}
+        return {stage.table: ddl_schema(spark, RAW_DDL)}
     if isinstance(stage, BronzeStage):
-        return {stage.table: bronze_schema(spark, stage), stage.quarantine: _ddl_schema(spark, QUARANTINE_DDL)}
+        return {stage.table: bronze_schema(spark, stage), stage.quarantine: ddl_schema(spark, QUARANTINE_DDL)}
     if isinstance(stage, TransformStage):
         _, schema = plan_transform(spark, config, stage)
         return dict.fromkeys(stage.tables, schema)
@@ -171,7 +172,7 @@ def output_schemas(
 def input_schema(spark: SparkSession, config: PipelineConfig, stage: Stage) -> StructType:
     """The schema of the batches a stage reads: the Kafka records in the raw shape, or its input table's."""
     if stage.input == SOURCE:
-        return _ddl_schema(spark, RAW_DDL)
+        return ddl_schema(spark, RAW_DDL)
     upstream = config.stage(stage.input)
     table = upstream.tables[0]
     if table_exists(table):
@@ -293,14 +294,31 @@ def ensure_table(path: str, schema: StructType, *, partition_by: Sequence[str] =
 
 def bronze_schema(spark: SparkSession, stage: BronzeStage) -> StructType:
     """The declared payload fields followed by the lineage columns."""
-    return _ddl_schema(spark, f"{stage.schema}, {LINEAGE_DDL}")
+    return ddl_schema(spark, f"{stage.schema}, {LINEAGE_DDL}")
 
 
-def _ddl_schema(spark: SparkSession, ddl: str) -> StructType:
-    from pyspark.sql.types import StructType
+_SIMPLE_FIELD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s+(STRING|INT|BIGINT|DOUBLE|TIMESTAMP|BOOLEAN)\s*", re.I)
 
+
+def ddl_schema(spark: SparkSession, ddl: str) -> StructType:
+    """The schema of a DDL field list. Lists of plain ``name TYPE`` fields (as the raw and quarantine tables'
+    are) are built here; anything else is parsed by Spark. The first Spark parse of a driver costs seconds (the SQL
+    parser's classes load): the raw stage starts without one."""
+    import pyspark.sql.types as T
+
+    simple = {
+        "STRING": T.StringType,
+        "INT": T.IntegerType,
+        "BIGINT": T.LongType,
+        "DOUBLE": T.DoubleType,
+        "TIMESTAMP": T.TimestampType,
+        "BOOLEAN": T.BooleanType,
+    }
+    fields = [_SIMPLE_FIELD.fullmatch(item) for item in ddl.split(",")]
+    if all(fields) and str(spark.conf.get("spark.sql.timestampType", "TIMESTAMP_LTZ")).upper() == "TIMESTAMP_LTZ":
+        return T.StructType([T.StructField(m.group(1), simple[m.group(2).upper()]()) for m in fields if m])
     schema = spark.createDataFrame([], ddl).schema
-    assert isinstance(schema, StructType)
+    assert isinstance(schema, T.StructType)
     return schema
 
 
@@ -528,7 +546,7 @@ def _drift_error(names: Sequence[str], batch_id: int | None) -> SchemaMismatchEr
 
 def payload_fields(spark: SparkSession, stage: BronzeStage) -> list[StructField]:
     """The declared fields plus the columns drift added to the bronze table earlier."""
-    declared = _ddl_schema(spark, stage.schema)
+    declared = ddl_schema(spark, stage.schema)
     if not table_exists(stage.table):
         return list(declared.fields)
     table_schema = spark_schema(table_arrow_schema(load_table(stage.table)))
@@ -750,6 +768,7 @@ def table_rows(table: str) -> int:
 
 __all__ = [
     "QUARANTINE_DDL",
+    "ddl_schema",
     "RAW_DDL",
     "BronzeBatchResult",
     "bronze_schema",
