@@ -72,7 +72,16 @@ def run(pipeline: Path, stages: tuple[str, ...], master: str | None, plain: bool
 
 def _line(p: Any) -> str:
     lag = _lag_text(p)
-    return f"{p.stage}: batch {p.batch_id}, {p.batch_rows} rows, {p.rows_per_second:.0f} rows/s, {lag}"
+    return (
+        f"{p.stage}: batch {p.batch_id}, {p.batch_rows} rows, {p.rows_per_second:.0f} rows/s, "
+        f"batch ms p50/p95 {_durations_text(p)}, {lag}"
+    )
+
+
+def _durations_text(p: Any) -> str:
+    if p.batch_ms_p50 is None:
+        return "-"
+    return f"{p.batch_ms_p50:.0f}/{p.batch_ms_p95:.0f}"
 
 
 def _lag_text(p: Any) -> str:
@@ -87,7 +96,7 @@ def _table(progress: tuple[Any, ...]) -> Any:
     from rich.table import Table
 
     table = Table(title="sparkonce run", expand=False)
-    for column in ("stage", "state", "batch", "rows (last)", "rows/s", "rows (run)", "lag"):
+    for column in ("stage", "state", "batch", "rows (last)", "rows/s", "rows (run)", "batch ms p50/p95", "lag"):
         table.add_column(column)
     for p in progress:
         table.add_row(
@@ -97,6 +106,7 @@ def _table(progress: tuple[Any, ...]) -> Any:
             str(p.batch_rows),
             f"{p.rows_per_second:.0f}",
             str(p.total_rows),
+            _durations_text(p),
             _lag_text(p),
         )
     return table

@@ -9,12 +9,14 @@ when the last one has drained its input.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
+import math
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +68,10 @@ class StageProgress:
     """Raw stage: lag per Kafka partition."""
     versions_behind: int | None = None
     """Bronze and gold: input table versions not read yet."""
+    batch_ms_p50: float | None = None
+    """Median duration of the stage's batches that read rows in this run (Spark's ``triggerExecution``), ms."""
+    batch_ms_p95: float | None = None
+    """95th percentile of the same, ms."""
 
 
 @dataclass(frozen=True)
@@ -246,9 +252,12 @@ class _Monitor:
     def __init__(self, config: PipelineConfig, stages: Sequence[Stage]) -> None:
         self.config = config
         self.stages = stages
-        self.totals: dict[str, tuple[int, int, str | None]] = {}
+        self.totals: dict[str, tuple[int, int, tuple[str, int] | None]] = {}
+        """Per stage: rows, batches, and the (trigger start time, batch id) of the last progress counted."""
         self.last: dict[str, dict[str, Any]] = {}
         self.latest_offsets: dict[tuple[str, int], int] = {}
+        self.durations: dict[str, collections.deque[float]] = {}
+        """Per stage: ``triggerExecution`` ms of its latest batches that read rows."""
         self._last_broker_poll = 0.0
 
     def update(self, queries: dict[str, StreamingQuery]) -> None:
@@ -256,11 +265,16 @@ class _Monitor:
             rows, batches, seen_run = self.totals.get(name, (0, 0, None))
             for progress in query.recentProgress:
                 data = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
-                marker = f"{data.get('runId')}:{data.get('batchId')}:{data.get('timestamp')}"
+                # ISO-8601 trigger start times sort as text; batch ids as numbers (as text, batch 10 < batch 9)
+                marker = (str(data.get("timestamp") or ""), int(data.get("batchId") or 0))
                 if seen_run is not None and marker <= seen_run:
                     continue
                 if data.get("numInputRows", 0) or name not in self.last:
                     self.last[name] = data
+                if data.get("numInputRows", 0):
+                    took = (data.get("durationMs") or {}).get("triggerExecution")
+                    if took is not None:
+                        self.durations.setdefault(name, collections.deque(maxlen=_DURATIONS_KEPT)).append(float(took))
                 rows += int(data.get("numInputRows") or 0)
                 batches += 1
                 seen_run = marker
@@ -314,9 +328,23 @@ class _Monitor:
                     batches=batches,
                     partition_lag=lag,
                     versions_behind=behind,
+                    batch_ms_p50=_percentile(self.durations.get(stage.name), 0.50),
+                    batch_ms_p95=_percentile(self.durations.get(stage.name), 0.95),
                 )
             )
         return tuple(out)
+
+
+_DURATIONS_KEPT = 1000
+"""Batch durations kept per stage for the percentiles (the latest ones)."""
+
+
+def _percentile(values: Iterable[float] | None, q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of ``values``; None without any."""
+    ordered = sorted(values or ())
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def _end_offset(progress: dict[str, Any]) -> Any:

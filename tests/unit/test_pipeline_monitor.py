@@ -1,0 +1,62 @@
+"""`sparkonce run`'s progress: each stage's batch durations (p50/p95 of the batches that read rows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.defaults import quickstart_pipeline
+from sparkonce.pipeline.run import _Monitor
+
+
+class _Query:
+    """What the monitor reads of a streaming query: ``recentProgress`` and ``isActive``."""
+
+    def __init__(self, progress: list[dict[str, Any]]) -> None:
+        self.recentProgress = progress
+        self.isActive = True
+
+
+def _progress(batch_id: int, rows: int, took_ms: int) -> dict[str, Any]:
+    return {
+        "runId": "run-1",
+        "batchId": batch_id,
+        "timestamp": f"2026-11-23T08:00:{batch_id:02d}.000Z",
+        "numInputRows": rows,
+        "processedRowsPerSecond": 10.0,
+        "durationMs": {"triggerExecution": took_ms},
+        "sources": [],
+    }
+
+
+def test_batch_duration_percentiles_per_stage_skip_empty_batches_and_count_each_batch_once(tmp_path: Path) -> None:
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(quickstart_pipeline("127.0.0.1:1", topic="t"))
+    config = load_pipeline(pipeline)
+    monitor = _Monitor(config, (config.bronze,))
+    monitor._last_broker_poll = float("inf")  # no broker here: lag is not what this test is about
+    # 20 batches with rows taking 100..1,000 ms / 19 more; empty polls (0 rows) take 1 ms and must not count
+    progress = [_progress(b, 5, 100 + 50 * b) for b in range(19)] + [_progress(19, 5, 2000)]
+    progress += [_progress(20 + b, 0, 1) for b in range(5)]
+    query = _Query(progress[:10])
+    monitor.update({"bronze": query})  # type: ignore[dict-item]
+    query.recentProgress = progress  # recentProgress repeats batches already seen
+    monitor.update({"bronze": query})  # type: ignore[dict-item]
+    (stage,) = monitor.snapshot({"bronze": query})  # type: ignore[dict-item]
+    durations = sorted([100 + 50 * b for b in range(19)] + [2000])
+    assert stage.batch_ms_p50 == durations[9]  # nearest rank: the 10th of 20
+    assert stage.batch_ms_p95 == durations[18]  # the 19th of 20
+    assert stage.batches == 25 and stage.total_rows == 100
+
+
+def test_no_batch_with_rows_yet_has_no_percentiles(tmp_path: Path) -> None:
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(quickstart_pipeline("127.0.0.1:1", topic="t"))
+    config = load_pipeline(pipeline)
+    monitor = _Monitor(config, (config.bronze,))
+    monitor._last_broker_poll = float("inf")
+    query = _Query([_progress(0, 0, 3)])
+    monitor.update({"bronze": query})  # type: ignore[dict-item]
+    (stage,) = monitor.snapshot({"bronze": query})  # type: ignore[dict-item]
+    assert stage.batch_ms_p50 is None and stage.batch_ms_p95 is None
