@@ -10,8 +10,9 @@ Run: ``.venv/bin/python benchmarks/bench_storage.py [--part all|stream|writes|co
    workers), rows / the sum of their ``triggerExecution`` times. Against pyarrow writing the same rows as Parquet
    (one file per partition per batch, the same row count per file) to the same store from ``--processes`` processes
    (pyarrow's native ``S3FileSystem``; each process's rows built before its clock starts, the slowest process's
-   time counted): the store's ceiling. Ratio target >= 0.7. The same source into Spark's ``noop`` sink, same run,
-   shows Spark's own ceiling (row generation, no Python, no store).
+   time counted): the store's ceiling. Ratio target >= 0.7. The same source into Spark's ``noop`` sink shows
+   Spark's own ceiling (row generation, no Python, no store), and into a Python data source sink that drops its
+   Arrow batches the ceiling of any Python sink (Spark's JVM -> Arrow -> Python worker hand-over), same run.
 
 1. **Executor writes**: ``--processes`` processes each write ``--files`` Parquet files of the same rows (``id``,
    ``ts``, a 96-character string) to the store, as executors do: (a) sparkonce's ``TableFileWriter`` through the
@@ -93,8 +94,42 @@ def _parallel(target: Any, args: tuple[Any, ...], processes: int) -> tuple[float
     return wall, max(queue.get() for _ in workers)
 
 
+def _drop_sink() -> type:
+    """A Python streaming sink that receives the batch's Arrow batches and drops them: what any Python data source
+    sink pays before doing anything (Spark's JVM -> Arrow -> Python worker hand-over, the Python data source round
+    trips). Defined in ``__main__``, so cloudpickle ships it to the workers by value."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+    class DropWriter(DataSourceStreamArrowWriter):
+        """Runs on executors (``write``) and the driver (``commit``)."""
+
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages: Any, batchId: int) -> None:
+            pass
+
+        def abort(self, messages: Any, batchId: int) -> None:
+            pass
+
+    class DropSink(DataSource):
+        """Driver only."""
+
+        @classmethod
+        def name(cls) -> str:
+            return "bench_drop"
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> DropWriter:
+            return DropWriter()
+
+    return DropSink
+
+
 def _stream(
     spark: Any,
+    fmt: str,
     uri: str | None,
     options: dict[str, str],
     checkpoint: str,
@@ -102,7 +137,7 @@ def _stream(
     partitions: int,
     batches: int,
 ) -> tuple[int, float, list[float]]:
-    """Run the Delta streaming sink to ``uri`` (``noop`` when None) for ``batches`` batches; (steady rows, steady
+    """Run the ``fmt`` streaming sink (to ``uri`` for ``delta``) for ``batches`` batches; (steady rows, steady
     seconds, every batch's ms)."""
     stream = (
         spark.readStream.format("rate-micro-batch")
@@ -111,7 +146,7 @@ def _stream(
         .load()
         .selectExpr("value as id", "timestamp as ts", "repeat('x', 96) as payload")
     )
-    writer = stream.writeStream.format("delta" if uri else "noop").option("checkpointLocation", checkpoint)
+    writer = stream.writeStream.format(fmt).option("checkpointLocation", checkpoint)
     for name, value in options.items():
         writer = writer.option(f"storage.{name}", value)
     query = writer.start(uri) if uri else writer.start()
@@ -148,14 +183,16 @@ def stream_part(info: Any, args: argparse.Namespace) -> None:
         extra_conf={"spark.ui.showConsoleProgress": "false"},
     )
     spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(_drop_sink())
     try:
         with tempfile.TemporaryDirectory() as work:
             best: dict[str, tuple[int, float]] = {}
             for attempt in range(args.repeat):  # alternated, best kept
-                for name in ("noop", "delta"):
+                for name in ("noop", "bench_drop", "delta"):
                     uri = f"s3://bench/stream-{uuid.uuid4().hex[:8]}" if name == "delta" else None
                     rows, seconds, times = _stream(
                         spark,
+                        name,
                         uri,
                         options if uri else {},
                         f"{work}/ck-{name}-{attempt}",
@@ -177,6 +214,7 @@ def stream_part(info: Any, args: argparse.Namespace) -> None:
         ours = best["delta"][0] / best["delta"][1]
         ceiling = best["pyarrow"][0] / best["pyarrow"][1]
         noop = best["noop"][0] / best["noop"][1]
+        drop = best["bench_drop"][0] / best["bench_drop"][1]
         print(
             f"streaming sink, local[{args.processes}], {args.stream_batches} batches x {args.rows_per_batch:,} rows "
             f"(steady: batches 2..{args.stream_batches - 1}), best of {args.repeat}:"
@@ -184,7 +222,11 @@ def stream_part(info: Any, args: argparse.Namespace) -> None:
         print(f"  Spark writeStream.format('delta') to S3:           {ours:,.0f} rows/s")
         print(f"  pyarrow write_table to S3, {args.processes} processes (same rows): {ceiling:,.0f} rows/s")
         print(f"  Spark into noop (same source: Spark's own ceiling):    {noop:,.0f} rows/s")
-        print(f"  ratio delta / pyarrow: {ours / ceiling:.2f}x; delta / noop: {ours / noop:.2f}x")
+        print(f"  a Python sink dropping its Arrow batches (any Python sink's ceiling): {drop:,.0f} rows/s")
+        print(
+            f"  ratio delta / pyarrow: {ours / ceiling:.2f}x; delta / noop: {ours / noop:.2f}x; "
+            f"delta / Python drop sink: {ours / drop:.2f}x"
+        )
     finally:
         spark.stop()
 
