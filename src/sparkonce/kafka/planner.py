@@ -8,8 +8,10 @@ answer ListOffsets(latest) with the base offset of the last record batch + 1 ins
 a source that trusts ListOffsets never sees the tail of a partition written in multi-record batches. The
 planner therefore takes ListOffsets as a *candidate* end and confirms it with one fetch positioned at the
 candidate: the Fetch response's high watermark is the true end. On a correct broker that fetch is empty and
-answers at once (``fetch.wait.max.ms`` is 1 ms and end-of-partition is reported as an event), so real Kafka
-pays one round trip per planning; ``confirmLatestOffsets=false`` turns it off.
+answers within ``fetch.wait.max.ms`` (100 ms; end-of-partition is reported as an event), so real Kafka pays one
+round trip per planning, at most 100 ms; ``confirmLatestOffsets=false`` turns it off. Not 1 ms: tansu with its
+log on an object store answers a fetch that has to read records within the wait time with an empty response, so
+with 1 ms a candidate below the end (records still being produced) was never answered.
 
 **Data loss** (``failOnDataLoss``): a start offset below the partition's earliest offset (retention, deleted
 records) or above its end (topic recreated), a partition that disappeared, or a new partition that does not
@@ -162,7 +164,9 @@ class OffsetPlanner:
                     "enable.auto.offset.store": False,
                     "enable.partition.eof": True,
                     "auto.offset.reset": "error",
-                    "fetch.wait.max.ms": 1,  # with 0 the embedded broker never answers
+                    # With 0 the embedded broker never answers; with 1 it never answers a fetch that must read
+                    # records from its object store (an empty answer each time): see the module docstring.
+                    "fetch.wait.max.ms": 100,
                     "fetch.max.bytes": 1_048_576,
                     "max.partition.fetch.bytes": 65_536,
                     "queued.max.messages.kbytes": 1024,
