@@ -1,5 +1,6 @@
 """The chaos harness for real (broker, Spark, Delta, PostgreSQL): a short seeded sample with faults of every kind
-must end exactly once, and the naive baselines must fail under it with their duplicates counted.
+in soak mode must end exactly once, and the naive baselines must fail under it (in rounds) with their duplicates
+counted.
 
 Each run starts its own broker and PostgreSQL in ``tmp_path`` (``sparkonce chaos``'s quickstart setup; with the
 broker's log on its own object store when a broker or store restart is planned); the drivers and the services are
@@ -18,7 +19,7 @@ from click.testing import CliRunner
 
 from sparkonce.cli.common import to_jsonable
 from sparkonce.cli.main import cli
-from sparkonce.ops.chaos import ChaosOptions, ChaosResult, FaultPlan, run_chaos
+from sparkonce.ops.chaos import ChaosOptions, ChaosResult, FaultPlan, SoakPlan, run_chaos, run_soak
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.postgres, pytest.mark.crash]
 
@@ -92,41 +93,45 @@ def test_naive_postgres_append_duplicates_and_the_ledger_sink_does_not(tmp_path:
 
 
 @pytest.mark.s3
-def test_seeded_sample_of_every_fault_kind_is_exactly_once(tmp_path: Path) -> None:
-    # One round per kind and no separate drain round: the last rounds restart a service under a running driver,
-    # which rides through it and drains (a round that does not end with exit 0 gets a clean retry round).
-    plan = FaultPlan.from_json(
+def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp_path: Path) -> None:
+    # One driver run under a fault of every kind, one after another, while the producer keeps producing; the
+    # tables on the object store (--storage s3), so the store restart hits the Delta commits too. The driver_kill
+    # arms the crash point on the next driver; the worker kills land when a task runs (at least one of three).
+    plan = SoakPlan.from_json(
         {
             "plan_version": 1,
-            "seed": 11,
-            "naive": None,
-            "stages": ["raw", "bronze", "gold", "postgres"],
-            "rounds": [
-                {"records": 200, "fault": {"kind": "crash_point", "point": "mid_write", "hit": 2}},
-                {"records": 150, "fault": {"kind": "worker_kill", "stage": "raw", "delay": 0.2}},
-                {
-                    "records": 150,
-                    "fault": {"kind": "postgres_restart", "stage": "postgres", "delay": 0.0, "downtime": 1.0},
-                },
-                {"records": 150, "fault": {"kind": "driver_kill", "stage": "gold", "delay": 0.1}},
-                {"records": 100, "fault": {"kind": "broker_restart", "stage": "raw", "delay": 0.3, "downtime": 1.5}},
-                {"records": 50, "fault": {"kind": "storage_restart", "stage": "raw", "delay": 0.5, "downtime": 1.0}},
+            "mode": "soak",
+            "seed": 12,
+            "rate": 20.0,
+            "faults": [
+                {"kind": "worker_kill", "delay": 0.5},
+                {"kind": "broker_restart", "delay": 1.0, "downtime": 1.0},
+                {"kind": "postgres_restart", "delay": 0.5, "downtime": 0.5},
+                {"kind": "worker_kill", "delay": 1.0},
+                {"kind": "driver_kill", "delay": 2.0},
+                {"kind": "storage_restart", "delay": 5.0, "downtime": 1.0},
+                {"kind": "worker_kill", "delay": 0.5},
             ],
+            "crash_points": [{"kind": "crash_point", "point": "after_delta_commit", "hit": 1}],
         }
     )
-    result = run_chaos(ChaosOptions(plan=plan, seed=11, work_dir=tmp_path / "chaos", deadline=DEADLINE))
+    result = run_soak(ChaosOptions(plan=plan, seed=12, storage="s3", work_dir=tmp_path / "soak", deadline=DEADLINE))
     _keep(result)
+    assert result.mode == "soak"
     assert result.drained, result.error or result.log_tail
-    assert result.records == 800
+    assert result.error is None, result.error
+    assert all(t.startswith("s3://") for t in (c.path for c in result.tables if c.table in ("raw", "gold")))
     assert {t.table for t in result.tables} == {"topic", "raw", "bronze+quarantine", "gold", "postgres"}
     for check in result.tables:
         assert check.ok, check
-    assert result.duplicates == 0 and result.lost == 0
+    assert result.records > 0 and result.duplicates == 0 and result.lost == 0
     assert result.exactly_once
-    # The crash points are reached for certain; a timed fault lands unless the driver already ended. The service
-    # restarts wait for the anchor batch in a round that has input for every stage, so they land.
-    assert result.injected_by_point == {"mid_write": 1}
-    assert result.injected_by_kind["broker_restart"] == 1
-    assert result.injected_by_kind["storage_restart"] == 1
-    assert result.faults_injected >= 5
-    assert result.restarts == len(result.rounds) - 1
+    by_kind = result.injected_by_kind
+    assert (by_kind["broker_restart"], by_kind["postgres_restart"], by_kind["storage_restart"]) == (1, 1, 1)
+    assert by_kind["driver_kill"] == 1
+    assert by_kind["worker_kill"] >= 1
+    assert result.injected_by_point == {"after_delta_commit": 1}
+    # Every event is logged with its time; the driver runs: the killed one, the crashed one, the one that drained.
+    assert [e.at for e in result.events] == sorted(e.at for e in result.events)
+    assert result.driver_runs >= 3
+    assert result.rounds[-1].exit_code == 0

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,8 +15,23 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkonce.errors import OptionError
-from sparkonce.ops.chaos.plan import NAIVE_KINDS, NAIVE_WINDOW, POINTS_BY_STAGE, FaultPlan, make_plan
-from sparkonce.ops.chaos.reconcile import check_file_sink, check_keys, check_topic, file_sink_files
+from sparkonce.ops.chaos.plan import (
+    DRIVER_EVERY,
+    NAIVE_KINDS,
+    NAIVE_WINDOW,
+    POINTS_BY_STAGE,
+    FaultPlan,
+    SoakPlan,
+    make_plan,
+    make_soak_plan,
+)
+from sparkonce.ops.chaos.reconcile import (
+    check_file_sink,
+    check_keys,
+    check_topic,
+    check_topic_values,
+    file_sink_files,
+)
 
 STAGES = ("raw", "bronze", "gold", "postgres")
 
@@ -139,3 +155,59 @@ def test_file_sink_glob_sees_an_uncommitted_file_the_metadata_log_does_not(tmp_p
     assert len(file_sink_files(folder, through_metadata=False)) == 2
     assert check_file_sink(folder, topic, through_metadata=True).ok
     assert check_file_sink(folder, topic, through_metadata=False).duplicates == 2
+
+
+def test_soak_plan_is_seeded_round_trips_and_kills_the_driver_every_so_often() -> None:
+    plan = make_soak_plan(seed=3, faults=400, stages=STAGES)
+    assert plan == make_soak_plan(seed=3, faults=400, stages=STAGES)
+    assert plan != make_soak_plan(seed=4, faults=400, stages=STAGES)
+    assert SoakPlan.from_json(json.loads(plan.dumps())) == plan
+    kinds = [f.kind for f in plan.faults]
+    assert len(kinds) == 400
+    assert DRIVER_EVERY == 100
+    assert [i for i, k in enumerate(kinds) if k == "driver_kill"] == [99, 199, 299, 399]
+    assert set(kinds) == {"driver_kill", "worker_kill", "postgres_restart", "broker_restart", "storage_restart"}
+    assert all(0.1 <= f.delay <= 1.0 for f in plan.faults)
+    assert all(0.1 <= f.downtime <= 1.5 for f in plan.faults if f.kind.endswith("_restart"))
+    # One crash point per driver kill, armed on the driver started after it.
+    assert len(plan.crash_points) == 4
+    reachable = {p for s in STAGES for p in POINTS_BY_STAGE[s]} - {"during_commits"}
+    assert all(f.kind == "crash_point" and f.point in reachable for f in plan.crash_points)
+
+
+def test_soak_plan_kinds_and_bad_options() -> None:
+    no_driver = make_soak_plan(seed=1, faults=60, kinds=("worker_kill", "crash_point"), stages=STAGES)
+    assert {f.kind for f in no_driver.faults} == {"worker_kill"}
+    assert no_driver.crash_points == ()  # armed only on a driver started after a driver_kill
+    no_pg = make_soak_plan(seed=1, faults=60, stages=("raw", "bronze", "gold"))
+    assert "postgres_restart" not in {f.kind for f in no_pg.faults}
+    with pytest.raises(OptionError, match="kinds"):
+        make_soak_plan(seed=1, faults=3, kinds=("crash_point",), stages=STAGES)
+    with pytest.raises(OptionError, match="rate"):
+        make_soak_plan(seed=1, faults=3, rate=0, stages=STAGES)
+    with pytest.raises(OptionError, match="soak"):
+        SoakPlan.from_json({"plan_version": 1, "mode": "rounds", "seed": 1})
+    with pytest.raises(OptionError, match=r"faults\[0\].kind"):
+        SoakPlan.from_json(
+            {
+                "plan_version": 1,
+                "mode": "soak",
+                "seed": 1,
+                "rate": 5,
+                "faults": [{"kind": "meteor"}],
+                "crash_points": [],
+            }
+        )
+
+
+def test_check_topic_values_allows_a_refused_produce_at_most_once() -> None:
+    acked = Counter({b"a": 1, b"b": 2, b"c": 1})
+    refused = Counter({b"r": 1, b"s": 1})
+    exact = {(0, 0): b"a", (0, 1): b"b", (1, 0): b"b", (1, 1): b"c", (1, 2): b"r"}
+    check = check_topic_values(exact, acked, refused)
+    assert (check.rows, check.expected_rows, check.duplicates, check.lost, check.extra) == (5, 4, 0, 0, 0)
+    assert check.ok
+    bad = {(0, 0): b"a", (0, 1): b"a", (0, 2): b"b", (1, 0): b"r", (1, 1): b"r", (1, 2): b"x"}
+    check = check_topic_values(bad, acked, refused)
+    # a twice (1 acknowledged), r twice (1 refused), b once of 2, c missing, x never produced
+    assert (check.duplicates, check.lost, check.extra) == (2, 2, 1)

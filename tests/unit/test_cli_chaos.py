@@ -40,3 +40,12 @@ def test_refuses_to_wipe_a_work_dir_it_did_not_make(tmp_path: Path) -> None:
     assert done.exit_code == 2
     assert "not made by sparkonce chaos" in done.output
     assert (work / "keep.txt").read_text() == "precious"
+
+
+def test_soak_refuses_a_pipeline_file_and_a_naive_kind(tmp_path: Path) -> None:
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text('name = "x"\n')
+    done = CliRunner().invoke(cli, ["chaos", "--soak", "--naive", "delta-append", "--work-dir", str(tmp_path / "w")])
+    assert done.exit_code == 2
+    assert "soak" in done.output and "naive" in done.output
+    assert not (tmp_path / "w").exists()

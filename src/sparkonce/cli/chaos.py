@@ -39,6 +39,26 @@ from sparkonce.ops.chaos.plan import FAULT_KINDS, NAIVE_KINDS
     show_default=True,
     help="Broker, object store, tables, checkpoints and round logs (wiped first when made by chaos).",
 )
+@click.option(
+    "--soak",
+    is_flag=True,
+    help="Soak mode: inject the faults one after another into one long run (a producer producing throughout; "
+    "a driver kill every 100th fault) instead of one per round.",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(0.1),
+    default=20.0,
+    show_default=True,
+    help="Soak mode: records produced per second.",
+)
+@click.option(
+    "--storage",
+    type=click.Choice(["local", "s3"]),
+    default="local",
+    show_default=True,
+    help="Where the tables live: the local disk, or the embedded S3 store (which a storage_restart then hits).",
+)
 @click.option("--deadline", type=click.FloatRange(10), default=3600.0, show_default=True, help="Seconds for the run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
@@ -51,6 +71,9 @@ def chaos(
     kinds: str,
     records: int,
     work_dir: Path,
+    soak: bool,
+    rate: float,
+    storage: str,
     deadline: float,
     as_json: bool,
 ) -> None:
@@ -58,15 +81,21 @@ def chaos(
     a duplicate or a loss (without PIPELINE: the quickstart's embedded broker, object store, producer and
     PostgreSQL)."""
     from sparkonce.errors import OptionError
-    from sparkonce.ops.chaos import ChaosOptions, FaultPlan, run_chaos
+    from sparkonce.ops.chaos import ChaosOptions, FaultPlan, SoakPlan, run_chaos, run_soak
 
-    plan = None
+    plan: FaultPlan | SoakPlan | None = None
     if plan_file is not None:
         try:
-            plan = FaultPlan.from_json(json.loads(plan_file.read_text(encoding="utf-8")), source=str(plan_file))
+            data = json.loads(plan_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise OptionError("--plan", str(plan_file), f"is not JSON: {err}") from err
-        seed, naive = plan.seed, plan.naive
+        if isinstance(data, dict) and data.get("mode") == "soak":
+            plan = SoakPlan.from_json(data, source=str(plan_file))
+            soak, rate = True, plan.rate
+        else:
+            plan = FaultPlan.from_json(data, source=str(plan_file))
+            naive = plan.naive
+        seed = plan.seed
     chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
     for kind in chosen:
         if kind not in FAULT_KINDS:
@@ -81,13 +110,18 @@ def chaos(
         records_per_round=records,
         kinds=chosen,  # type: ignore[arg-type]  # checked above
         deadline=deadline,
+        rate=rate,
+        storage=storage,  # type: ignore[arg-type]  # a click.Choice of the two
     )
     if not as_json:
-        what = f"naive baseline {naive}" if naive else "sparkonce"
+        what = f"naive baseline {naive}" if naive else "sparkonce" + (" in soak mode" if soak else "")
         console.print(f"chaos: {what}, seed {seed}, {len(plan.faults) if plan else faults} fault(s), in {work_dir}")
     # SIGTERM ends the run like Ctrl-C: the driver, the broker and PostgreSQL it started are stopped on the way out.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    result = run_chaos(options, on_round=_print_round_to_stderr if as_json else _print_round)
+    if soak:
+        result = run_soak(options, on_fault=_print_fault_to_stderr if as_json else _print_fault)
+    else:
+        result = run_chaos(options, on_round=_print_round_to_stderr if as_json else _print_round)
     rounds_dir = Path(result.work_dir) / "rounds"
     (rounds_dir / "plan.json").write_text(result.plan.dumps(), encoding="utf-8")
     (rounds_dir / "result.json").write_text(json.dumps(to_jsonable(result), indent=2), encoding="utf-8")
@@ -101,6 +135,23 @@ def chaos(
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
     sys.exit(128 + signum)
+
+
+def _print_fault(event: object) -> None:
+    console.print(_fault_line(event), soft_wrap=True, markup=False)
+
+
+def _print_fault_to_stderr(event: object) -> None:
+    err_console.print(_fault_line(event), soft_wrap=True, markup=False)
+
+
+def _fault_line(event: object) -> str:
+    from sparkonce.ops.chaos.soak import FaultEvent
+
+    assert isinstance(event, FaultEvent)
+    what = f"{event.kind} {event.point}" if event.point else event.kind
+    mark = "injected" if event.injected else "not injected"
+    return f"  {event.at:8.1f}s fault {event.index}: {what}: {mark} ({event.note}; {event.seconds:.1f}s)"
 
 
 def _print_round(round_result: object) -> None:
@@ -158,13 +209,23 @@ def _render(result: object) -> None:
         f"{result.driver_runs} driver run(s), {result.restarts} restart(s); batches committed: {batches}; "
         f"{result.records} records ({result.malformed} malformed); {result.seconds:.0f}s"
     )
+    if result.mode == "soak":
+        console.print(
+            f"soak: {result.faults_per_minute:.1f} faults per minute over {result.fault_seconds:.0f}s of faults; "
+            f"about {result.produced_during_outages} records handed to the producer while the broker or its store "
+            f"was down; {result.produces_refused} produce(s) refused by the broker (each allowed in the topic at "
+            "most once)"
+        )
+        for text, count in result.produce_errors.items():
+            console.print(f"  produce error x{count}: {text}", soft_wrap=True, markup=False)
     if result.exactly_once:
         console.print("[green]exactly once: nothing duplicated, nothing lost[/green]")
         return
     err_console.print("[red]FAILED[/red]" + (f": {result.error}" if result.error else ": duplicates or losses above"))
     err_console.print(
         f"replay: sparkonce chaos --plan {Path(result.work_dir) / 'rounds' / 'plan.json'}   (or --seed {result.seed}"
-        f" --faults {result.faults_planned}{' --naive ' + result.naive if result.naive else ''})"
+        f" --faults {len(result.plan.faults)}{' --naive ' + result.naive if result.naive else ''}"
+        f"{' --soak' if result.mode == 'soak' else ''})"
     )
     err_console.print("fault plan:\n" + result.plan.dumps(), soft_wrap=True)
     if result.log_tail:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -88,6 +89,8 @@ def produce_sensor_readings(
     client_config: Mapping[str, str] | None = None,
     on_progress: Callable[[int], None] | None = None,
     timeout: float = 30.0,
+    stop: threading.Event | None = None,
+    on_delivery: Callable[[bytes, str | None], None] | None = None,
 ) -> ProduceResult:
     """Produce ``count`` sensor readings to ``topic`` and wait until every one is acknowledged.
 
@@ -105,9 +108,13 @@ def produce_sensor_readings(
         start_time: event time of the first reading (default: now).
         interval_ms: event-time step between consecutive readings.
         max_lateness_ms: readings jitter back in event time by up to this much (out-of-order arrival).
-        client_config: extra producer settings.
+        client_config: extra producer settings (they win over the default ``linger.ms`` of 5).
         on_progress: called with the number of records acknowledged so far.
         timeout: seconds to wait for the final acknowledgements.
+        stop: when set, stop producing (before ``count``); the records produced so far are awaited and counted
+            (``ProduceResult.records``).
+        on_delivery: called with each record's value and its delivery error (None: acknowledged), also for the
+            records of a run that then raises.
 
     Raises:
         OptionError: an argument is out of range.
@@ -137,19 +144,21 @@ def produce_sensor_readings(
     acknowledged = 0
     failures: list[str] = []
 
-    def on_delivery(err: Any, _msg: Any) -> None:
+    def delivered(err: Any, msg: Any) -> None:
         nonlocal acknowledged
         if err is not None:
             failures.append(str(err))
         else:
             acknowledged += 1
+        if on_delivery is not None:
+            on_delivery(msg.value(), None if err is None else str(err))
 
     try:
         producer = Producer(
             {
+                "linger.ms": 5,
                 **(client_config or {}),
                 "bootstrap.servers": bootstrap,
-                "linger.ms": 5,
                 "logger": logging.getLogger("sparkonce.kafka.client"),
             }
         )
@@ -161,7 +170,10 @@ def produce_sensor_readings(
     first_time = last_time = ""
     started = time.monotonic()
     last_reported = 0
+    produced = 0
     for index in range(count):
+        if stop is not None and stop.is_set():
+            break
         device = rng.randrange(devices)
         lateness = timedelta(milliseconds=rng.uniform(0, max_lateness_ms)) if max_lateness_ms else timedelta()
         reading_time = base + timedelta(milliseconds=index * interval_ms) - lateness
@@ -174,7 +186,7 @@ def produce_sensor_readings(
         first_time = first_time or reading["reading_time"]
         last_time = reading["reading_time"]
         key = reading["device_id"].encode() if keyed else None
-        kwargs: dict[str, Any] = {"key": key, "value": payload, "on_delivery": on_delivery}
+        kwargs: dict[str, Any] = {"key": key, "value": payload, "on_delivery": delivered}
         if not keyed:
             kwargs["partition"] = index % partition_count
         while True:
@@ -183,11 +195,12 @@ def produce_sensor_readings(
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: let deliveries drain
+        produced += 1
         written_bytes += len(payload) + (len(key) if key else 0)
         producer.poll(0)
         if rate is not None:
             due = started + (index + 1) / rate
-            while (wait := due - time.monotonic()) > 0:
+            while (wait := due - time.monotonic()) > 0 and not (stop is not None and stop.is_set()):
                 producer.poll(wait)  # serves deliveries; returns early when one arrives
         if on_progress is not None and acknowledged - last_reported >= max(1, count // 200):
             last_reported = acknowledged
@@ -200,10 +213,10 @@ def produce_sensor_readings(
         raise BrokerError(f"{len(failures)} records to {topic} on {bootstrap} failed: {failures[0]}")
     if remaining:
         raise BrokerError(f"{remaining} records to {topic} on {bootstrap} not acknowledged within {timeout:.0f}s")
-    log.info("produced %d sensor readings (%d malformed) to %s", count, malformed, topic)
+    log.info("produced %d sensor readings (%d malformed) to %s", produced, malformed, topic)
     return ProduceResult(
         topic=topic,
-        records=count,
+        records=produced,
         malformed=malformed,
         partitions=partition_count,
         devices=devices,

@@ -4,6 +4,7 @@
   (:func:`run_driver` is what the crash tests use).
 * :mod:`.plan`: the seeded fault plan (JSON round-trip, so a failure replays exactly).
 * :mod:`.harness`: :func:`run_chaos`, the rounds and the fault injection.
+* :mod:`.soak`: :func:`run_soak`, many faults one after another into one long run (soak mode).
 * :mod:`.reconcile`: every table against its source, read with confluent-kafka, delta-rs, pyarrow and psycopg.
 * :mod:`.naive`: the naive sinks the harness must catch; :mod:`.driver`: the driver program.
 """
@@ -11,9 +12,20 @@
 from __future__ import annotations
 
 from sparkonce.ops.chaos.harness import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundResult, run_chaos
-from sparkonce.ops.chaos.plan import FAULT_KINDS, NAIVE_KINDS, Fault, FaultKind, FaultPlan, NaiveKind, make_plan
+from sparkonce.ops.chaos.plan import (
+    FAULT_KINDS,
+    NAIVE_KINDS,
+    Fault,
+    FaultKind,
+    FaultPlan,
+    NaiveKind,
+    SoakPlan,
+    make_plan,
+    make_soak_plan,
+)
 from sparkonce.ops.chaos.process import DriverRun, kill_group, python_workers, run_driver
 from sparkonce.ops.chaos.reconcile import TableCheck
+from sparkonce.ops.chaos.soak import FaultEvent, run_soak
 
 __all__ = [
     "FAULT_KINDS",
@@ -23,14 +35,18 @@ __all__ = [
     "ChaosResult",
     "DriverRun",
     "Fault",
+    "FaultEvent",
     "FaultKind",
     "FaultPlan",
     "NaiveKind",
     "RoundResult",
+    "SoakPlan",
     "TableCheck",
     "kill_group",
     "make_plan",
+    "make_soak_plan",
     "python_workers",
     "run_chaos",
     "run_driver",
+    "run_soak",
 ]

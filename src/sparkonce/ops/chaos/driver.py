@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +24,16 @@ if TYPE_CHECKING:
     from sparkonce.pipeline.config import PipelineConfig
 
 
+MAX_FAILED_PASSES = 30
+"""Soak mode: failed passes in a row after which the driver gives up (the harness starts a new one)."""
+
+
 def run(spec: DriverSpec) -> None:
-    """Run the spec's stages to the end of their input. Raises what a stage raised."""
-    from sparkonce.pipeline.config import load_pipeline
-    from sparkonce.pipeline.run import run_pipeline
+    """Run the spec's stages to the end of their input (in soak mode: pass after pass, until the stop file).
+
+    Raises what a stage raised (soak mode: only what the last pass raised when it cannot start at all).
+    """
+    from sparkonce.pipeline.config import load_pipeline, use_storage
     from sparkonce.spark import local_session
 
     config = _available_now(load_pipeline(spec.pipeline))
@@ -34,6 +41,42 @@ def run(spec: DriverSpec) -> None:
     spark = local_session(
         app_name="sparkonce-chaos", master=master, extra_conf={"spark.ui.showConsoleProgress": "false"}
     )
+    use_storage(config, spark)  # tables on the object store: the pipeline file's [storage] options
+    if spec.soak_stop is None:
+        _run_pass(spark, config, spec)
+        return
+    stop = Path(spec.soak_stop)
+    passes = failed = 0
+    while True:
+        last = stop.exists()  # the producer stopped before the stop file was written: this pass sees every record
+        passes += 1
+        started = time.monotonic()
+        try:
+            _run_pass(spark, config, spec)
+        except Exception as err:  # a fault's doing (a service down, a task out of retries): next pass
+            print(f"pass {passes} failed after {time.monotonic() - started:.1f}s: {_first_line(err)}", flush=True)
+            for query in spark.streams.active:  # a failed stage can leave the others of its pass running
+                query.stop()
+            failed += 1
+            if failed >= MAX_FAILED_PASSES:
+                raise
+            time.sleep(min(5.0, 0.2 * failed))  # back off while a service is still coming back
+            continue
+        failed = 0
+        print(f"pass {passes} done in {time.monotonic() - started:.1f}s", flush=True)
+        if last:
+            return
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _run_pass(spark: SparkSession, config: PipelineConfig, spec: DriverSpec) -> None:
+    """Every stage once with ``availableNow``, upstream first, then the PostgreSQL stage."""
+    from sparkonce.pipeline.run import run_pipeline
+
     if spec.naive == "file-sink-glob":
         _await(_start_file_sink(spark, config, spec))
         return

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from sparkonce.crash import ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_TARGET
 from sparkonce.errors import OptionError, SparkonceError
@@ -37,6 +37,7 @@ from sparkonce.ops.chaos.plan import (
     FaultKind,
     FaultPlan,
     NaiveKind,
+    SoakPlan,
     make_plan,
 )
 from sparkonce.ops.chaos.process import kill_group, python_workers
@@ -48,6 +49,7 @@ from sparkonce.ops.chaos.reconcile import (
     check_postgres,
     check_raw,
     check_topic,
+    check_topic_values,
     checkpoint_batches,
     delta_rows,
     read_topic,
@@ -55,6 +57,7 @@ from sparkonce.ops.chaos.reconcile import (
 from sparkonce.ops.chaos.spec import DriverSpec
 
 if TYPE_CHECKING:
+    from sparkonce.ops.chaos.soak import FaultEvent
     from sparkonce.pipeline.config import PipelineConfig
     from sparkonce.services.postgres import PostgresServer
 
@@ -64,7 +67,7 @@ SCHEMA_VERSION = 1
 MARKER = ".sparkonce-chaos"
 """File that marks a work directory as made by the harness (only such a directory is wiped)."""
 MALFORMED_SHARE = 0.03
-_START_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+START_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -77,14 +80,19 @@ class ChaosOptions:
     faults: int = 10
     seed: int = 0
     naive: NaiveKind | None = None
-    plan: FaultPlan | None = None
-    """Replay this plan instead of making one from ``seed`` and ``faults``."""
+    plan: FaultPlan | SoakPlan | None = None
+    """Replay this plan instead of making one from ``seed`` and ``faults`` (a :class:`SoakPlan` in soak mode)."""
     work_dir: Path = Path(".sparkonce") / "chaos"
     records_per_round: int = 400
     partitions: int = 2
     kinds: tuple[FaultKind, ...] = FAULT_KINDS
     deadline: float = 3600.0
     """Seconds for the whole run; past it the driver is killed and the run reports it did not drain."""
+    rate: float = 20.0
+    """Soak mode: records per second the producer hands to the broker throughout the run."""
+    storage: Literal["local", "s3"] = "local"
+    """Where the quickstart setup's tables live: the local disk, or the embedded object store (``s3``, the store
+    that also holds the broker's log), read by the stages and the reconciliation with the store's options."""
     retries: int = 5
     """Extra clean rounds allowed when the last planned round does not exit 0 (on a loaded machine a stage can
     fail on its own, e.g. Spark's 10 s for a new Python worker to connect back; each retry resumes it)."""
@@ -131,9 +139,24 @@ class ChaosResult:
     """Drained, and every table holds every record once: no duplicate, no loss, no extra, no wrong value."""
     seconds: float
     rounds: tuple[RoundResult, ...]
-    plan: FaultPlan
+    """Rounds; in soak mode the driver runs (with the crash point each was armed with)."""
+    plan: FaultPlan | SoakPlan
     error: str | None = None
     log_tail: str = ""
+    mode: Literal["rounds", "soak"] = "rounds"
+    events: tuple[FaultEvent, ...] = ()
+    """Soak mode: every fault with its time, kind and whether it really happened."""
+    fault_seconds: float = 0.0
+    """Soak mode: seconds from the first fault's gap to the last fault's end (what ``faults_per_minute`` uses)."""
+    produced_during_outages: int = 0
+    """Soak mode: records the paced producer handed over while the broker or its store was down (about)."""
+    produces_refused: int = 0
+    """Soak mode: produces the broker refused (e.g. its store down) or never answered; each may be in the topic
+    at most once."""
+    produce_errors: dict[str, int] = field(default_factory=dict)
+    """Soak mode: the delivery errors of the refused produces, by text (the five most frequent)."""
+    faults_per_minute: float = 0.0
+    """Soak mode: faults injected per minute of ``fault_seconds``."""
 
     @property
     def duplicates(self) -> int:
@@ -148,7 +171,7 @@ RoundCallback = Callable[[RoundResult], None]
 
 
 @dataclass
-class _Setup:
+class ChaosSetup:
     """The services and paths of one run (harness side)."""
 
     work_dir: Path
@@ -162,6 +185,8 @@ class _Setup:
     storage_dir: Path | None = None
     """The object store holding the broker's log (when a broker or store restart can be drawn)."""
     produced: list[tuple[int, int]] = field(default_factory=list)
+    deliveries: tuple[Counter[bytes], Counter[bytes]] | None = None
+    """Soak mode: the values acknowledged, and those refused or never answered (see ``check_topic_values``)."""
 
 
 def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -> ChaosResult:
@@ -173,10 +198,12 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
         BrokerError: the broker cannot start or does not answer.
         SinkError: PostgreSQL cannot start.
     """
+    if isinstance(options.plan, SoakPlan):
+        raise OptionError("plan", "soak", "is a soak plan: replay it in soak mode")
     started = time.monotonic()
     deadline = started + options.deadline
-    work_dir = _fresh_work_dir(options.work_dir)
-    setup = _set_up(options, work_dir)
+    work_dir = chaos_work_dir(options.work_dir)
+    setup = set_up(options, work_dir)
     try:
         plan = options.plan or make_plan(
             seed=options.seed,
@@ -224,7 +251,7 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
         drained = last is not None and last.exit_code == 0
         if last is not None and not drained and error is None:
             error = f"the last driver run ended with {last.outcome}: the input was not drained"
-        tables, topic_records = _reconcile(setup, options)
+        tables, topic_records = reconcile_tables(setup, options)
         injected = [r.fault for r in rounds if r.fault is not None and r.injected]
         by_kind = Counter(f.kind for f in injected)
         by_point = Counter(f.point or "" for f in injected if f.kind == "crash_point")
@@ -251,16 +278,16 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
             rounds=tuple(rounds),
             plan=plan,
             error=error,
-            log_tail="" if exactly_once else _log_tail(work_dir, rounds),
+            log_tail="" if exactly_once else log_tail(work_dir, rounds),
         )
     finally:
-        _tear_down(setup)
+        tear_down(setup)
 
 
 # -- setup ---------------------------------------------------------------------------------------------------------
 
 
-def _fresh_work_dir(work_dir: Path) -> Path:
+def chaos_work_dir(work_dir: Path) -> Path:
     work_dir = work_dir.absolute()
     if work_dir.exists():
         if any(work_dir.iterdir()) and not (work_dir / MARKER).exists():
@@ -274,22 +301,29 @@ def _fresh_work_dir(work_dir: Path) -> Path:
     return work_dir
 
 
-def _set_up(options: ChaosOptions, work_dir: Path) -> _Setup:
+def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
     from sparkonce.pipeline.config import load_pipeline
 
     if options.pipeline is not None:
+        if options.storage != "local":
+            raise OptionError(
+                "storage",
+                options.storage,
+                "applies to the quickstart setup only (a pipeline file "
+                "says where its tables are, with its [storage] options)",
+            )
         pipeline_file = options.pipeline.absolute()
         config = load_pipeline(pipeline_file)
         spec = DriverSpec(pipeline=str(pipeline_file), naive=options.naive)
         checkpoints: dict[str, str] = {s.name: s.checkpoint for s in config.stages}
-        return _Setup(work_dir, pipeline_file, config, config.source.bootstrap_servers, spec, checkpoints)
+        return ChaosSetup(work_dir, pipeline_file, config, config.source.bootstrap_servers, spec, checkpoints)
     from sparkonce.pipeline.defaults import write_quickstart_pipeline
     from sparkonce.services.broker import start_broker, stop_broker
     from sparkonce.services.postgres import start_postgres
     from sparkonce.services.storage import start_storage, stop_storage
 
     broker_dir = work_dir / "broker"
-    storage_dir = work_dir / "storage" if _wants_store(options) else None
+    storage_dir = work_dir / "storage" if wants_store(options) else None
     store = start_storage(state_dir=storage_dir) if storage_dir is not None else None
     try:
         info = start_broker(state_dir=broker_dir, store=store)
@@ -298,7 +332,12 @@ def _set_up(options: ChaosOptions, work_dir: Path) -> _Setup:
             stop_storage(state_dir=storage_dir)
         raise
     try:
-        pipeline_file = write_quickstart_pipeline(work_dir, info.bootstrap)
+        tables, storage_options = "tables", None
+        if store is not None and options.storage == "s3":
+            tables, storage_options = f"{store.create_bucket('chaos')}/tables", store.storage_options()
+        pipeline_file = write_quickstart_pipeline(
+            work_dir, info.bootstrap, tables=tables, storage_options=storage_options
+        )
         config = load_pipeline(pipeline_file)
         if options.naive == "file-sink-glob":
             checkpoints = {"raw_files": str(work_dir / "checkpoints" / "raw_files")}
@@ -308,7 +347,7 @@ def _set_up(options: ChaosOptions, work_dir: Path) -> _Setup:
                 file_sink_dir=str(work_dir / "tables" / "raw_files"),
                 file_sink_checkpoint=checkpoints["raw_files"],
             )
-            return _Setup(
+            return ChaosSetup(
                 work_dir,
                 pipeline_file,
                 config,
@@ -334,18 +373,23 @@ def _set_up(options: ChaosOptions, work_dir: Path) -> _Setup:
         postgres_dsn=postgres.dsn,
         postgres_checkpoint=checkpoints["postgres"],
     )
-    return _Setup(work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir, postgres, storage_dir)
+    return ChaosSetup(
+        work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir, postgres, storage_dir
+    )
 
 
-def _wants_store(options: ChaosOptions) -> bool:
-    """True when the run can draw a broker or store restart: the broker's log then goes on the object store."""
+def wants_store(options: ChaosOptions) -> bool:
+    """True when the run has its tables on the object store, or can draw a broker or store restart (the broker's
+    log then goes on the object store)."""
+    if options.storage == "s3":
+        return True
     if options.plan is not None:
         return any(f.kind in STORE_KINDS for f in options.plan.faults)
     drawn = options.faults - (1 if options.naive is not None else 0)  # a naive run's first fault is its crash point
     return drawn > 0 and any(k in STORE_KINDS for k in options.kinds)
 
 
-def _tear_down(setup: _Setup) -> None:
+def tear_down(setup: ChaosSetup) -> None:
     from sparkonce.services.broker import stop_broker
     from sparkonce.services.postgres import stop_postgres
     from sparkonce.services.storage import stop_storage
@@ -359,7 +403,7 @@ def _tear_down(setup: _Setup) -> None:
         stop_storage(state_dir=setup.storage_dir, timeout=1.0)  # a throwaway store: no need for its slow SIGTERM
 
 
-def _produce(setup: _Setup, records: int, options: ChaosOptions, index: int) -> None:
+def _produce(setup: ChaosSetup, records: int, options: ChaosOptions, index: int) -> None:
     from sparkonce.services.producer import produce_sensor_readings
 
     result = produce_sensor_readings(
@@ -369,7 +413,7 @@ def _produce(setup: _Setup, records: int, options: ChaosOptions, index: int) -> 
         partitions=options.partitions,
         malformed_share=MALFORMED_SHARE,
         seed=options.seed * 100_003 + index,
-        start_time=_START_TIME + timedelta(hours=index),
+        start_time=START_TIME + timedelta(hours=index),
         # A retried produce is written once (the broker or its store may just have been restarted).
         client_config={"enable.idempotence": "true"},
     )
@@ -379,7 +423,7 @@ def _produce(setup: _Setup, records: int, options: ChaosOptions, index: int) -> 
 # -- one round -----------------------------------------------------------------------------------------------------
 
 
-def _run_round(setup: _Setup, index: int, records: int, fault: Fault | None, deadline: float) -> RoundResult:
+def _run_round(setup: ChaosSetup, index: int, records: int, fault: Fault | None, deadline: float) -> RoundResult:
     started = time.monotonic()
     round_dir = setup.work_dir / "rounds" / f"{index:04d}"
     round_dir.mkdir(parents=True)
@@ -427,7 +471,7 @@ def _run_round(setup: _Setup, index: int, records: int, fault: Fault | None, dea
 
 
 def _inject_timed(
-    setup: _Setup, proc: subprocess.Popen[bytes], fault: Fault, anchors: dict[str, int], deadline: float
+    setup: ChaosSetup, proc: subprocess.Popen[bytes], fault: Fault, anchors: dict[str, int], deadline: float
 ) -> tuple[bool, str]:
     """Wait for the anchor (the stage's next batch planned), then ``delay`` seconds, then inject the fault."""
     stage = fault.stage or next(iter(setup.checkpoints))
@@ -454,11 +498,11 @@ def _inject_timed(
             time.sleep(0.02)
         return False, "missed: the driver ended before a Python worker ran"
     if fault.kind in RESTART_KINDS:
-        return _restart_service(setup, fault)
+        return restart_service(setup, fault)
     return False, f"missed: unknown kind {fault.kind}"
 
 
-def _restart_service(setup: _Setup, fault: Fault) -> tuple[bool, str]:
+def restart_service(setup: ChaosSetup, fault: Fault) -> tuple[bool, str]:
     """SIGKILL the fault's service, keep it down ``fault.downtime`` seconds, start it on the same ports and data."""
     from sparkonce.services.broker import broker_status, kill_broker, restart_broker
     from sparkonce.services.postgres import kill_postgres, restart_postgres
@@ -467,21 +511,27 @@ def _restart_service(setup: _Setup, fault: Fault) -> tuple[bool, str]:
     if fault.kind == "postgres_restart":
         if setup.postgres is None:
             return False, "missed: no PostgreSQL in this setup"
-        kill_postgres(setup.postgres)
+        killed = kill_postgres(setup.postgres)
         time.sleep(fault.downtime)  # the planned downtime of the database
         restart_postgres(setup.postgres)
-        return True, f"PostgreSQL killed, down {fault.downtime:.2f}s, restarted"
+        if killed is None:
+            return False, "missed: PostgreSQL was not running (started again)"
+        return True, f"PostgreSQL {killed} killed, down {fault.downtime:.2f}s, restarted"
     if setup.storage_dir is None or setup.broker_dir is None:
         return False, f"missed: {fault.kind} needs the broker on the object store"
     if fault.kind == "broker_restart":
-        kill_broker(state_dir=setup.broker_dir)
+        killed = kill_broker(state_dir=setup.broker_dir)
         time.sleep(fault.downtime)  # the planned downtime of the broker
         restart_broker(state_dir=setup.broker_dir)
-        return True, f"broker killed, down {fault.downtime:.2f}s, restarted"
-    kill_storage(state_dir=setup.storage_dir)
+        if killed is None:
+            return False, "missed: the broker was not running (started again)"
+        return True, f"broker {killed} killed, down {fault.downtime:.2f}s, restarted"
+    killed = kill_storage(state_dir=setup.storage_dir)
     time.sleep(fault.downtime)  # the planned downtime of the object store
     restart_storage(state_dir=setup.storage_dir, crash=True)
-    note = f"object store killed, down {fault.downtime:.2f}s, restarted"
+    if killed is None:
+        return False, "missed: the object store was not running (started again)"
+    note = f"object store {killed} killed, down {fault.downtime:.2f}s, restarted"
     if not broker_status(state_dir=setup.broker_dir).running:
         # Not seen so far (tansu refuses requests while its store is down and serves again after), but a broker
         # that died with its store must not end the run: it is restarted on its log, and the round says so.
@@ -518,12 +568,18 @@ def _since(started: float) -> float:
 # -- reconciliation ------------------------------------------------------------------------------------------------
 
 
-def _reconcile(setup: _Setup, options: ChaosOptions) -> tuple[list[TableCheck], int]:
+def reconcile_tables(setup: ChaosSetup, options: ChaosOptions) -> tuple[list[TableCheck], int]:
     """Every table's check, and the number of records in the topic."""
     config = setup.config
+    storage = config.storage_options()  # the tables' store (none for local tables)
     topic = read_topic(setup.bootstrap, config.source.topic)
     # The quickstart setup produced the input itself: the topic must hold each acknowledged record once.
-    checks = [check_topic(topic, sum(n for n, _ in setup.produced))] if options.pipeline is None else []
+    if setup.deliveries is not None:  # soak mode: value by value, against the producer's delivery reports
+        checks = [check_topic_values(topic, *setup.deliveries)]
+    elif options.pipeline is None:
+        checks = [check_topic(topic, sum(n for n, _ in setup.produced))]
+    else:
+        checks = []
     if options.naive == "file-sink-glob":
         folder = Path(setup.spec.file_sink_dir or "")
         return [
@@ -531,23 +587,32 @@ def _reconcile(setup: _Setup, options: ChaosOptions) -> tuple[list[TableCheck], 
             check_file_sink(folder, topic, through_metadata=False),
             check_file_sink(folder, topic, through_metadata=True),
         ], len(topic)
-    checks.append(check_raw(config.raw.table, topic))
+    checks.append(check_raw(config.raw.table, topic, storage_options=storage))
     if config.bronze is not None:
-        raw_keys = {
-            (int(r["partition"]), int(r["offset"])) for r in delta_rows(config.raw.table, ["partition", "offset"])
-        }
-        checks.append(check_bronze(config.bronze.table, config.bronze.quarantine, raw_keys))
+        raw_rows = delta_rows(config.raw.table, ["partition", "offset"], storage_options=storage)
+        raw_keys = {(int(r["partition"]), int(r["offset"])) for r in raw_rows}
+        checks.append(check_bronze(config.bronze.table, config.bronze.quarantine, raw_keys, storage_options=storage))
         if config.gold is not None:
             order = (config.gold.order_by,) if isinstance(config.gold.order_by, str) else tuple(config.gold.order_by)
             checks.append(
-                check_gold(config.gold.table, config.bronze.table, keys=tuple(config.gold.keys), order_by=order)
+                check_gold(
+                    config.gold.table,
+                    config.bronze.table,
+                    keys=tuple(config.gold.keys),
+                    order_by=order,
+                    storage_options=storage,
+                )
             )
         if setup.postgres is not None and setup.spec.postgres_dsn is not None:
-            checks.append(check_postgres(setup.spec.postgres_dsn, setup.spec.postgres_table, config.bronze.table))
+            checks.append(
+                check_postgres(
+                    setup.spec.postgres_dsn, setup.spec.postgres_table, config.bronze.table, storage_options=storage
+                )
+            )
     return checks, len(topic)
 
 
-def _log_tail(work_dir: Path, rounds: list[RoundResult], lines: int = 25) -> str:
+def log_tail(work_dir: Path, rounds: list[RoundResult], lines: int = 25) -> str:
     if not rounds:
         return ""
     path = work_dir / "rounds" / f"{rounds[-1].index:04d}" / "driver.log"

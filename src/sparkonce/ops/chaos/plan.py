@@ -223,8 +223,132 @@ def make_plan(
     return FaultPlan(seed=seed, naive=naive, stages=tuple(stages), rounds=tuple(rounds))
 
 
+SOAK_WEIGHTS: dict[FaultKind, int] = {
+    "worker_kill": 5,
+    "broker_restart": 2,
+    "postgres_restart": 2,
+    "storage_restart": 1,
+}
+"""How often each timed kind is drawn in soak mode (a worker kill costs the least time, a store restart the most)."""
+DRIVER_EVERY = 100
+"""Soak mode: every this-many-th fault is a ``driver_kill``. A new driver costs a JVM start and a first pass (30 to
+70 s here), during which no worker can be killed, and the crash point armed on it costs another."""
+
+
+@dataclass(frozen=True)
+class SoakPlan:
+    """A soak run's faults, injected one after another while one driver runs the stages pass after pass.
+
+    ``faults[i].delay`` is the gap in seconds after fault ``i - 1`` ended (after the restarted service answered);
+    ``downtime`` the seconds a killed service stays down. ``crash_points`` are armed one by one on the driver
+    started after each ``driver_kill`` (it dies there when the point is reached for the ``hit``-th time).
+    """
+
+    seed: int
+    faults: tuple[Fault, ...]
+    crash_points: tuple[Fault, ...]
+    rate: float
+    """Records per second the producer hands to the broker throughout."""
+    mode: Literal["soak"] = "soak"
+    plan_version: int = PLAN_VERSION
+    naive: None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, source: str = "plan") -> SoakPlan:
+        """Parse a plan written by :meth:`to_json`.
+
+        Raises:
+            OptionError: a field is missing or has a wrong value (the message names ``source`` and the field).
+        """
+        try:
+            if int(data.get("plan_version", 0)) != PLAN_VERSION or data.get("mode") != "soak":
+                raise OptionError(f"{source}: mode", data.get("mode"), f"must be soak (plan_version {PLAN_VERSION})")
+
+            def fault(item: Mapping[str, Any], where: str) -> Fault:
+                if item.get("kind") not in FAULT_KINDS:
+                    raise OptionError(f"{source}: {where}.kind", item.get("kind"), f"must be one of {FAULT_KINDS}")
+                return Fault(
+                    kind=item["kind"],
+                    delay=float(item.get("delay", 0.0)),
+                    point=item.get("point"),
+                    hit=int(item.get("hit", 1)),
+                    downtime=float(item.get("downtime", 0.0)),
+                )
+
+            return cls(
+                seed=int(data["seed"]),
+                faults=tuple(fault(f, f"faults[{i}]") for i, f in enumerate(data["faults"])),
+                crash_points=tuple(fault(f, f"crash_points[{i}]") for i, f in enumerate(data["crash_points"])),
+                rate=float(data["rate"]),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise OptionError(source, "...", f"is not a soak fault plan ({type(err).__name__}: {err})") from err
+
+
+def make_soak_plan(
+    *,
+    seed: int,
+    faults: int,
+    kinds: Sequence[FaultKind] = FAULT_KINDS,
+    rate: float = 20.0,
+    driver_every: int = DRIVER_EVERY,
+    stages: Sequence[str] = ("raw", "bronze", "gold", "postgres"),
+) -> SoakPlan:
+    """The seeded soak plan: ``faults`` faults, every ``driver_every``-th a ``driver_kill``, the others drawn from
+    the timed kinds by :data:`SOAK_WEIGHTS`; one crash point per ``driver_kill`` when ``crash_point`` is a kind.
+
+    Raises:
+        OptionError: ``faults`` < 0, ``rate`` <= 0, ``driver_every`` < 1, an unknown kind, or no kind applies.
+    """
+    if faults < 0:
+        raise OptionError("faults", faults, "must be >= 0")
+    if rate <= 0:
+        raise OptionError("rate", rate, "must be > 0")
+    if driver_every < 1:
+        raise OptionError("driver_every", driver_every, "must be >= 1")
+    for unknown in kinds:
+        if unknown not in FAULT_KINDS:
+            raise OptionError("kinds", unknown, f"must be among {list(FAULT_KINDS)}")
+    timed = [k for k in SOAK_WEIGHTS if k in kinds and (k != "postgres_restart" or "postgres" in stages)]
+    driver = "driver_kill" in kinds
+    if faults and not timed and not driver:
+        raise OptionError(
+            "kinds",
+            list(kinds),
+            "soak mode needs a timed kind or driver_kill (crash points are armed "
+            "on the driver started after a driver_kill)",
+        )
+    rng = random.Random(seed)
+    drawn: list[Fault] = []
+    for index in range(faults):
+        kind: FaultKind
+        if driver and (not timed or index % driver_every == driver_every - 1):
+            kind = "driver_kill"
+        else:
+            kind = rng.choices(timed, weights=[SOAK_WEIGHTS[k] for k in timed])[0]
+        downtime = round(rng.uniform(0.1, 1.5), 2) if kind in RESTART_KINDS else 0.0
+        drawn.append(Fault(kind, delay=round(rng.uniform(0.1, 1.0), 2), downtime=downtime))
+    points = [p for stage in stages for p in POINTS_BY_STAGE.get(stage, ()) if p != DURING_COMMITS]
+    crash_points: list[Fault] = []
+    if "crash_point" in kinds and points:
+        for _ in range(sum(1 for f in drawn if f.kind == "driver_kill")):
+            point = rng.choice(points)
+            crash_points.append(Fault("crash_point", point=point, hit=rng.randint(1, MAX_HIT.get(point, 1))))
+    return SoakPlan(seed=seed, faults=tuple(drawn), crash_points=tuple(crash_points), rate=rate)
+
+
 __all__ = [
+    "DRIVER_EVERY",
     "DURING_COMMITS",
+    "SOAK_WEIGHTS",
+    "SoakPlan",
+    "make_soak_plan",
     "FAULT_KINDS",
     "NAIVE_KINDS",
     "NAIVE_WINDOW",

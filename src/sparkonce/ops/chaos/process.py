@@ -87,10 +87,11 @@ def kill_group(pgid: int) -> bool:
     return True
 
 
-def python_workers(root_pid: int) -> list[int]:
+def python_workers(root_pid: int, *, busy: bool = False) -> list[int]:
     """The executor Python workers below ``root_pid`` (the driver): children forked by a ``pyspark.daemon``.
 
-    Busiest first (most CPU time used in the last 50 ms), so the first one is most likely running a task.
+    Busiest first (most CPU time used in the last 50 ms), so the first one is most likely running a task; with
+    ``busy``, only those that used CPU time in those 50 ms (running a task, not waiting idle for the next one).
     """
     import time
 
@@ -114,7 +115,14 @@ def python_workers(root_pid: int) -> list[int]:
     workers = [pid for pid in forked if _parent(pid) in daemons]
     before = {pid: _cpu(pid) for pid in workers}
     time.sleep(0.05)  # one CPU-time sample apart, to tell a busy worker from an idle one
-    return sorted(workers, key=lambda pid: before[pid] - _cpu(pid))
+    used = {pid: _cpu(pid) - before[pid] for pid in workers}
+    return sorted((pid for pid in workers if used[pid] > 0 or not busy), key=lambda pid: -used[pid])
+
+
+def gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (no such process, or a zombie waiting to be reaped)."""
+    stat = _stat(pid)
+    return stat is None or stat[0] == "Z"
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -143,4 +151,4 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-__all__ = ["DriverRun", "kill_group", "python_workers", "run_driver"]
+__all__ = ["DriverRun", "gone", "kill_group", "python_workers", "run_driver"]

@@ -130,13 +130,16 @@ def check_keys(
     )
 
 
-def delta_rows(path: str, columns: list[str]) -> list[dict[str, Any]]:
-    """Rows of the current Delta table at ``path`` (delta-rs); ``[]`` when there is no table yet."""
+def delta_rows(
+    path: str, columns: list[str] | None = None, *, storage_options: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Rows of the current Delta table at ``path`` (delta-rs; a local path or an object-store URI read with
+    ``storage_options``); ``[]`` when there is no table yet."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        table = DeltaTable(path)
+        table = DeltaTable(path, storage_options=dict(storage_options) if storage_options else None)
     except TableNotFoundError:
         return []
     return list(table.to_pyarrow_table(columns=columns).to_pylist())
@@ -162,29 +165,74 @@ def check_topic(topic_records: Mapping[Key, bytes | None], produced: int) -> Tab
     )
 
 
-def check_raw(path: str, topic_records: Mapping[Key, bytes | None], *, table: str = "raw") -> TableCheck:
+def check_topic_values(
+    topic_records: Mapping[Key, bytes | None], acknowledged: Counter[bytes], refused: Counter[bytes]
+) -> TableCheck:
+    """The topic against the producer's delivery reports, value by value (soak mode, where produces meet outages).
+
+    Every acknowledged value must be in the topic as often as it was acknowledged (fewer: lost; values repeat
+    rarely, so this is a multiset). A value whose produce was refused or never answered (the broker or its store
+    down) may be in the topic at most once per such produce: the producer cannot know whether the broker wrote
+    it. Anything beyond is a duplicate (a retried produce written twice); a value never produced is extra.
+    """
+    found = Counter(v for v in topic_records.values() if v is not None)
+    duplicates = lost = extra = 0
+    for value, count in found.items():
+        allowed = acknowledged.get(value, 0) + refused.get(value, 0)
+        if allowed == 0:
+            extra += count
+        else:
+            duplicates += max(0, count - allowed)
+    for value, count in acknowledged.items():
+        lost += max(0, count - found.get(value, 0))
+    return TableCheck(
+        table="topic",
+        against="acknowledged produces (refused ones at most once)",
+        path="",
+        rows=len(topic_records),
+        expected_rows=sum(acknowledged.values()),
+        duplicates=duplicates,
+        lost=lost,
+        extra=extra + sum(1 for v in topic_records.values() if v is None),
+    )
+
+
+def check_raw(
+    path: str,
+    topic_records: Mapping[Key, bytes | None],
+    *,
+    table: str = "raw",
+    storage_options: Mapping[str, str] | None = None,
+) -> TableCheck:
     """Raw Delta table against the topic: every offset once, with the record's value."""
-    rows = delta_rows(path, ["partition", "offset", "value"])
+    rows = delta_rows(path, ["partition", "offset", "value"], storage_options=storage_options)
     keys = [(int(r["partition"]), int(r["offset"])) for r in rows]
     values = {(int(r["partition"]), int(r["offset"])): r["value"] for r in rows}
     expected = {k: (v.decode("utf-8", errors="replace") if v is not None else None) for k, v in topic_records.items()}
     return check_keys(table, path, "topic", keys, expected, values=values, expected_values=expected)
 
 
-def check_bronze(bronze: str, quarantine: str, raw_keys: Iterable[Key]) -> TableCheck:
+def check_bronze(
+    bronze: str, quarantine: str, raw_keys: Iterable[Key], *, storage_options: Mapping[str, str] | None = None
+) -> TableCheck:
     """Bronze + quarantine against raw: every raw record in exactly one of them."""
-    good = delta_rows(bronze, ["_partition", "_offset"])
-    bad = delta_rows(quarantine, ["partition", "offset"])
+    good = delta_rows(bronze, ["_partition", "_offset"], storage_options=storage_options)
+    bad = delta_rows(quarantine, ["partition", "offset"], storage_options=storage_options)
     keys = [(int(r["_partition"]), int(r["_offset"])) for r in good]
     keys += [(int(r["partition"]), int(r["offset"])) for r in bad]
     return check_keys("bronze+quarantine", f"{bronze} + {quarantine}", "raw", keys, raw_keys)
 
 
-def check_gold(gold: str, bronze: str, *, keys: tuple[str, ...], order_by: tuple[str, ...]) -> TableCheck:
+def check_gold(
+    gold: str,
+    bronze: str,
+    *,
+    keys: tuple[str, ...],
+    order_by: tuple[str, ...],
+    storage_options: Mapping[str, str] | None = None,
+) -> TableCheck:
     """Gold against the latest bronze row per key (by ``order_by``, then the Kafka offset)."""
-    from deltalake import DeltaTable
-
-    bronze_rows = DeltaTable(bronze).to_pyarrow_table().to_pylist()
+    bronze_rows = delta_rows(bronze, storage_options=storage_options)
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in bronze_rows:
         key = tuple(row[k] for k in keys)
@@ -192,7 +240,7 @@ def check_gold(gold: str, bronze: str, *, keys: tuple[str, ...], order_by: tuple
         current = latest.get(key)
         if current is None or rank > (*(current[c] for c in order_by), current["_offset"]):
             latest[key] = row
-    gold_rows = DeltaTable(gold).to_pyarrow_table().to_pylist()
+    gold_rows = delta_rows(gold, storage_options=storage_options)
     counts = Counter(tuple(r[k] for k in keys) for r in gold_rows)
     mismatched = 0
     for row in gold_rows:
@@ -212,7 +260,9 @@ def check_gold(gold: str, bronze: str, *, keys: tuple[str, ...], order_by: tuple
     )
 
 
-def check_postgres(dsn: str, table: str, bronze: str) -> TableCheck:
+def check_postgres(
+    dsn: str, table: str, bronze: str, *, storage_options: Mapping[str, str] | None = None
+) -> TableCheck:
     """The PostgreSQL table against its source, the bronze table: every bronze row once.
 
     Raises:
@@ -221,7 +271,10 @@ def check_postgres(dsn: str, table: str, bronze: str) -> TableCheck:
     import psycopg
     from psycopg import sql
 
-    expected = [(int(r["_partition"]), int(r["_offset"])) for r in delta_rows(bronze, ["_partition", "_offset"])]
+    expected = [
+        (int(r["_partition"]), int(r["_offset"]))
+        for r in delta_rows(bronze, ["_partition", "_offset"], storage_options=storage_options)
+    ]
     try:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
             exists = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()

@@ -1,0 +1,462 @@
+"""Soak mode of the chaos harness: many faults during one long run of the pipeline, then the same reconciliation.
+
+Runs in the calling process (the CLI). One driver program runs every stage pass after pass in one Spark session
+(:attr:`DriverSpec.soak_stop`) while a producer thread keeps producing at a fixed rate, and the injector fires the
+plan's faults one after another, each ``delay`` seconds (seeded) after the previous one ended: an executor Python
+worker SIGKILLed while it runs a task (Spark retries the task), the broker, PostgreSQL or the object store
+SIGKILLed and restarted after ``downtime`` seconds, and every :data:`~sparkonce.ops.chaos.plan.DRIVER_EVERY`-th
+fault the driver's whole process group; the driver started after such a kill is armed with a named crash point.
+A driver that ends for any other reason is started again. A fault counts as injected only when its process was
+there and died (a worker that ran no task, a service that was not running: not counted).
+
+When the plan is done the producer stops, its records are all acknowledged, a stop file tells the driver to exit
+after its next complete pass, and :func:`~sparkonce.ops.chaos.harness.reconcile_tables` checks every table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkonce.crash import ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_TARGET
+from sparkonce.errors import OptionError
+from sparkonce.ops.chaos.harness import (
+    MALFORMED_SHARE,
+    SCHEMA_VERSION,
+    START_TIME,
+    ChaosOptions,
+    ChaosResult,
+    ChaosSetup,
+    RoundResult,
+    chaos_work_dir,
+    log_tail,
+    reconcile_tables,
+    restart_service,
+    set_up,
+    tear_down,
+)
+from sparkonce.ops.chaos.plan import FAULT_KINDS, RESTART_KINDS, STORE_KINDS, Fault, FaultKind, SoakPlan, make_soak_plan
+from sparkonce.ops.chaos.process import gone, kill_group, python_workers
+from sparkonce.ops.chaos.reconcile import checkpoint_batches
+
+if TYPE_CHECKING:
+    from sparkonce.services.producer import ProduceResult
+
+WORKER_WAIT = 120.0
+"""Seconds a ``worker_kill`` waits for an executor Python worker running a task (e.g. while a driver starts)."""
+WARM_UP = 300.0
+"""Seconds the first fault waits at most for the first driver to commit its first raw batch (not in the rate)."""
+PRODUCE_CHUNK = 10.0
+"""Seconds of records per producer (a new one for each chunk)."""
+LINGER_MS = 1000
+"""The soak producer's ``linger.ms``: records handed over within a second go out as one batch per partition."""
+SOAK_MASTER = "local[2,8]"
+"""Two cores; a task may be tried 8 times: worker kills come every few seconds and must not exhaust a task."""
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One fault of a soak run, as it happened."""
+
+    index: int
+    """Its place in the plan's ``faults`` (a crash point: -1 - its place in ``crash_points``)."""
+    kind: FaultKind
+    at: float
+    """Seconds since the run started."""
+    seconds: float
+    """How long injecting it took (a restart: kill, downtime and start until the service answers)."""
+    injected: bool
+    note: str
+    point: str | None = None
+
+
+FaultCallback = Callable[[FaultEvent], None]
+
+
+def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) -> ChaosResult:
+    """Run ``options`` in soak mode (the quickstart setup) and reconcile every table.
+
+    Raises:
+        OptionError: bad options (a pipeline file, a naive kind, a round plan), or a foreign work directory.
+        BrokerError, SinkError, StorageError: a service cannot start or restart.
+    """
+    if options.pipeline is not None:
+        raise OptionError("soak", str(options.pipeline), "runs on the quickstart setup only (no PIPELINE)")
+    if options.naive is not None:
+        raise OptionError("soak", options.naive, "does not run naive baselines (they run in rounds)")
+    if options.plan is not None and not isinstance(options.plan, SoakPlan):
+        raise OptionError("plan", "rounds", "is a round plan: replay it without soak mode")
+    started = time.monotonic()
+    deadline = started + options.deadline
+    work_dir = chaos_work_dir(options.work_dir)
+    plan = options.plan if isinstance(options.plan, SoakPlan) else None
+    # The broker's log is on the object store in soak mode (a restart must keep the topic): storage is always on.
+    setup = set_up(dataclasses.replace(options, plan=None, kinds=FAULT_KINDS, faults=max(1, options.faults)), work_dir)
+    driver: _Driver | None = None
+    try:
+        if plan is None:
+            plan = make_soak_plan(
+                seed=options.seed,
+                faults=options.faults,
+                kinds=options.kinds,
+                rate=options.rate,
+                stages=tuple(setup.checkpoints),
+            )
+        stop_file = work_dir / "rounds" / "stop"
+        setup.spec = dataclasses.replace(setup.spec, soak_stop=str(stop_file), master=SOAK_MASTER)
+        events: list[FaultEvent] = []
+
+        def record(event: FaultEvent) -> None:
+            events.append(event)
+            if on_fault is not None:
+                on_fault(event)
+
+        producer = _Producer(setup, options, plan.rate)
+        producer.first(options.records_per_round)  # the topic exists and has input before the driver starts
+        producer.start()
+        driver = _Driver(setup, plan, started, record)
+        driver.start()
+        error: str | None = None
+        outages: list[tuple[float, float]] = []
+        _warm_up(setup, min(deadline, time.monotonic() + WARM_UP))
+        injecting = time.monotonic()
+        try:
+            for index, fault in enumerate(plan.faults):
+                if time.monotonic() >= deadline:
+                    error = f"deadline of {options.deadline:.0f}s passed at fault {index} of {len(plan.faults)}"
+                    break
+                wait_until = time.monotonic() + fault.delay
+                while time.monotonic() < wait_until:
+                    time.sleep(0.01)  # the plan's gap before this fault
+                at = time.monotonic()
+                injected, note = _inject(setup, driver, fault, deadline)
+                end = time.monotonic()
+                if injected and fault.kind in STORE_KINDS:
+                    outages.append((at, end))
+                record(FaultEvent(index, fault.kind, round(at - started, 2), round(end - at, 2), injected, note))
+            fault_seconds = time.monotonic() - injecting
+        finally:
+            produced = producer.stop()
+        stop_file.write_text("the producer stopped: exit after the next complete pass\n", encoding="utf-8")
+        drained = driver.finish(deadline)
+        if not drained and error is None:
+            error = "the driver did not end a complete pass after the stop file before the deadline"
+        tables, _ = reconcile_tables(setup, options)
+        injected_events = [e for e in events if e.injected]
+        by_kind = Counter(e.kind for e in injected_events)
+        by_point = Counter(e.point or "" for e in injected_events if e.kind == "crash_point")
+        exactly_once = drained and error is None and all(t.ok for t in tables)
+        runs = driver.runs
+        return ChaosResult(
+            schema_version=SCHEMA_VERSION,
+            seed=plan.seed,
+            naive=None,
+            pipeline=str(setup.pipeline_file),
+            work_dir=str(work_dir),
+            faults_planned=len(plan.faults) + len(plan.crash_points),
+            faults_injected=len(injected_events),
+            injected_by_kind={k: by_kind.get(k, 0) for k in FAULT_KINDS},
+            injected_by_point=dict(sorted(by_point.items())),
+            driver_runs=len(runs),
+            restarts=max(0, len(runs) - 1),
+            batches={stage: checkpoint_batches(ck) for stage, ck in setup.checkpoints.items()},
+            records=produced[0],
+            malformed=produced[1],
+            tables=tuple(tables),
+            drained=drained,
+            exactly_once=exactly_once,
+            seconds=round(time.monotonic() - started, 1),
+            rounds=tuple(runs),
+            plan=plan,
+            error=error,
+            log_tail="" if exactly_once else log_tail(work_dir, runs),
+            mode="soak",
+            events=tuple(sorted(events, key=lambda e: e.at)),
+            fault_seconds=round(fault_seconds, 1),
+            faults_per_minute=round(len(injected_events) * 60.0 / fault_seconds, 2) if fault_seconds > 0 else 0.0,
+            produced_during_outages=producer.records_between(outages),
+            produces_refused=producer.refused.total(),
+            produce_errors=dict(producer.errors.most_common(5)),
+        )
+    finally:
+        if driver is not None:
+            driver.abort()
+        tear_down(setup)
+
+
+def _warm_up(setup: ChaosSetup, until: float) -> None:
+    """Wait until the raw stage committed its first batch (the driver's JVM is up and its Python workers ran)."""
+    commits = Path(setup.checkpoints["raw"]) / "commits"
+    while time.monotonic() < until and not (commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir())):
+        time.sleep(0.2)  # polling the checkpoint; ``until`` bounds it
+
+
+def _inject(setup: ChaosSetup, driver: _Driver, fault: Fault, deadline: float) -> tuple[bool, str]:
+    if fault.kind == "driver_kill":
+        return driver.kill()
+    if fault.kind == "worker_kill":
+        return _kill_worker(driver, min(deadline, time.monotonic() + WORKER_WAIT))
+    if fault.kind in RESTART_KINDS:
+        return restart_service(setup, fault)
+    return False, f"missed: {fault.kind} is not a soak kind"
+
+
+def _kill_worker(driver: _Driver, until: float) -> tuple[bool, str]:
+    """SIGKILL the busiest executor Python worker running a task; True once it is gone."""
+    while time.monotonic() < until:
+        pid = driver.pid()
+        workers = python_workers(pid, busy=True) if pid is not None else []
+        if workers:
+            victim = workers[0]
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                continue  # it ended its task and exited first: look again
+            while not gone(victim) and time.monotonic() < until:
+                time.sleep(0.01)  # the kernel takes the process down
+            if gone(victim):
+                return True, f"worker {victim} killed mid-task"
+            return False, f"missed: worker {victim} still runs after SIGKILL"
+        time.sleep(0.05)  # no task running right now (between passes, or a driver starting): look again
+    return False, f"missed: no executor Python worker ran a task within {WORKER_WAIT:.0f}s"
+
+
+class _Driver:
+    """The soak's driver program, started again whenever it ends before the run is over. Driver only (harness).
+
+    A thread watches it; the driver started after a ``driver_kill`` is armed with the plan's next crash point.
+    """
+
+    def __init__(self, setup: ChaosSetup, plan: SoakPlan, started: float, record: FaultCallback) -> None:
+        self.setup = setup
+        self.plan = plan
+        self.started = started
+        self.record = record
+        self.runs: list[RoundResult] = []
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.run_started = 0.0
+        self.armed: tuple[int, Fault] | None = None
+        self.killed_by_harness = False
+        self.crash_index = 0
+        self.done = threading.Event()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="chaos-soak-driver", daemon=True)
+
+    def start(self) -> None:
+        with self.lock:
+            self._launch()
+        self.thread.start()
+
+    def pid(self) -> int | None:
+        with self.lock:
+            return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def kill(self) -> tuple[bool, str]:
+        """SIGKILL the running driver's process group (the watcher starts the next one)."""
+        with self.lock:
+            proc = self.proc
+            if proc is None or proc.poll() is not None:
+                return False, "missed: no driver running"
+            self.killed_by_harness = True
+            kill_group(proc.pid)
+            proc.wait()
+            if proc.returncode != -signal.SIGKILL:
+                return False, f"missed: the driver ended with exit {proc.returncode} first"
+            self._ended(proc)
+            self._launch()
+            return True, f"driver group {proc.pid} killed"
+
+    def finish(self, deadline: float) -> bool:
+        """Wait until a driver exits 0 after the stop file (True), or the deadline (the driver is killed)."""
+        while not self.done.is_set() and time.monotonic() < deadline:
+            self.done.wait(0.2)
+        self.abort()
+        return self.done.is_set()
+
+    def abort(self) -> None:
+        """Stop watching and kill the running driver, if any (on the way out, also after an error)."""
+        self.stopping.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        with self.lock:
+            if self.proc is not None:
+                kill_group(self.proc.pid)
+                self.proc.wait()
+                self._ended(self.proc)
+
+    def _watch(self) -> None:
+        while not self.stopping.is_set():
+            with self.lock:
+                proc = self.proc
+                if proc is not None and proc.poll() is not None:
+                    self._ended(proc)
+                    if proc.returncode == 0:
+                        self.done.set()
+                        return
+                    self._launch()
+            self.stopping.wait(0.1)
+
+    def _launch(self) -> None:
+        """Start the next driver (under the lock), armed with the next crash point after a ``driver_kill``."""
+        index = len(self.runs)
+        run_dir = self.setup.work_dir / "rounds" / f"{index:04d}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        spec_file = run_dir / "driver.json"
+        self.setup.spec.dump(spec_file)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable}
+        for name in (ENV_POINT, ENV_PGID, ENV_HITS_DIR, ENV_TARGET):
+            env.pop(name, None)
+        self.armed = None
+        if self.killed_by_harness and self.crash_index < len(self.plan.crash_points):
+            point = self.plan.crash_points[self.crash_index]
+            self.armed = (self.crash_index, point)
+            self.crash_index += 1
+            env[ENV_POINT] = f"{point.point}#{point.hit}"
+            env[ENV_HITS_DIR] = str(run_dir / "hits")
+            (run_dir / "hits").mkdir(exist_ok=True)
+        self.killed_by_harness = False
+        with open(run_dir / "driver.log", "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sparkonce.ops.chaos.driver", str(spec_file)],
+                env=env,
+                cwd=str(self.setup.work_dir),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.run_started = time.monotonic()
+
+    def _ended(self, proc: subprocess.Popen[bytes]) -> None:
+        """Record how the driver ended (under the lock); an armed crash point counts when it killed the driver."""
+        kill_group(proc.pid)  # Python data source runners of a killed driver left behind
+        code = proc.returncode
+        armed = self.armed[1] if self.armed is not None else None
+        crashed = armed is not None and code == -signal.SIGKILL and not self.killed_by_harness
+        if self.armed is not None:
+            at = time.monotonic()
+            note = "driver group killed at the point" if crashed else "point not reached before the driver ended"
+            self.record(
+                FaultEvent(
+                    -1 - self.armed[0],
+                    "crash_point",
+                    round(at - self.started, 2),
+                    round(at - self.run_started, 2),
+                    crashed,
+                    note,
+                    point=f"{armed.point}" if armed is not None else None,
+                )
+            )
+        if self.killed_by_harness:
+            outcome = "SIGKILL (driver_kill)"
+        elif crashed:
+            outcome = "SIGKILL (crash point)"
+        else:
+            outcome = f"exit {code}"
+        seconds = round(time.monotonic() - self.run_started, 1)
+        self.runs.append(RoundResult(len(self.runs), 0, armed, crashed, outcome, code, seconds))
+        self.proc = None
+
+
+class _Producer:
+    """Produces sensor readings at ``rate`` per second in a thread until stopped. Driver only (harness)."""
+
+    def __init__(self, setup: ChaosSetup, options: ChaosOptions, rate: float) -> None:
+        self.setup = setup
+        self.options = options
+        self.rate = rate
+        self.stop_event = threading.Event()
+        self.results: list[ProduceResult] = []
+        self.errors: Counter[str] = Counter()
+        """Delivery errors by text."""
+        self.chunk_errors: Counter[str] = Counter()
+        self.acknowledged: Counter[bytes] = Counter()
+        self.refused: Counter[bytes] = Counter()
+        self.began = 0.0
+        self.thread = threading.Thread(target=self._run, name="chaos-soak-producer", daemon=True)
+
+    def first(self, records: int) -> None:
+        self.results.append(self._produce(records, None, index=0))
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> tuple[int, int]:
+        """Stop and wait for every delivery report; (records acknowledged, malformed among all produced)."""
+        self.stop_event.set()
+        self.thread.join()
+        self.setup.deliveries = (self.acknowledged, self.refused)
+        malformed = sum(r.malformed for r in self.results)
+        self.setup.produced[:] = [(self.acknowledged.total(), malformed)]
+        return self.acknowledged.total(), malformed
+
+    def _delivered(self, value: bytes, error: str | None) -> None:
+        if error is None:
+            self.acknowledged[value] += 1
+        else:
+            self.refused[value] += 1
+            self.errors[error] += 1
+
+    def records_between(self, windows: list[tuple[float, float]]) -> int:
+        """Records the paced producer handed to the broker inside ``windows`` (its pacing clock, so about)."""
+        if not self.results or self.began == 0.0:
+            return 0
+        return sum(int((end - start) * self.rate) for start, end in windows if end > self.began)
+
+    def _run(self) -> None:
+        from sparkonce.errors import BrokerError
+
+        self.began = time.monotonic()
+        index = 1
+        while not self.stop_event.is_set():
+            # One producer per chunk: after a broker restart tansu fenced the idempotent producer (PRODUCER_FENCED
+            # for every later record, 1,400 records in one 30 s chunk); the next chunk starts a new producer.
+            try:
+                self.results.append(self._produce(int(self.rate * PRODUCE_CHUNK) + 1, self.rate, index=index))
+            except BrokerError as err:
+                # Records the broker refused (or did not answer within message.timeout.ms): every delivery
+                # report was seen, and the topic check allows each such value at most once. Or the broker was
+                # down when the chunk started (nothing produced): the next chunk tries again.
+                self.chunk_errors[str(err)[:200]] += 1
+                self.stop_event.wait(0.5)  # the broker or its store is coming back
+            index += 1
+
+    def _produce(self, count: int, rate: float | None, *, index: int) -> ProduceResult:
+        from sparkonce.services.producer import produce_sensor_readings
+
+        return produce_sensor_readings(
+            self.setup.bootstrap,
+            topic=self.setup.config.source.topic,
+            count=count,
+            rate=rate,
+            partitions=self.options.partitions,
+            malformed_share=MALFORMED_SHARE,
+            seed=self.options.seed * 100_003 + index,
+            start_time=START_TIME + timedelta(hours=index),
+            # Idempotent, and patient: a record handed over while the broker or its store is down waits for it.
+            # Batched over a second: the broker on the object store serves one-record batches slowly (about 50
+            # records/s read back on the loaded machine), and the reconciliation reads the whole topic.
+            client_config={
+                "enable.idempotence": "true",
+                "message.timeout.ms": "300000",
+                "linger.ms": str(LINGER_MS),
+                "log_level": "2",  # not the connection refusals of every broker restart
+            },
+            timeout=330.0,  # past message.timeout.ms: every record has its delivery report by then
+            stop=self.stop_event if rate is not None else None,
+            on_delivery=self._delivered,
+        )
+
+
+__all__ = ["FaultEvent", "run_soak"]
