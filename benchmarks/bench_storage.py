@@ -1,7 +1,7 @@
 """Writing Delta data files and commits to the embedded S3 store (SeaweedFS), measured in the same run.
 
 Run: ``.venv/bin/python benchmarks/bench_storage.py [--part all|stream|writes|commits] [--processes 2] [--files 4]
-[--rows-per-file 500000] [--commits 20] [--stream-batches 6] [--rows-per-batch 1000000]``.
+[--rows-per-file 500000] [--commits 20] [--stream-batches 6] [--rows-per-batch 1000000] [--arrow-batch-rows N]``.
 
 0. **Streaming sink** (the issue's figure): a Spark streaming query on ``local[--processes]``,
    ``rate-micro-batch`` (``--rows-per-batch`` rows per batch in ``--processes`` partitions, shaped as below) ->
@@ -183,6 +183,8 @@ def stream_part(info: Any, args: argparse.Namespace) -> None:
         extra_conf={"spark.ui.showConsoleProgress": "false"},
     )
     spark.sparkContext.setLogLevel("ERROR")
+    if args.arrow_batch_rows:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch_rows))
     spark.dataSource.register(_drop_sink())
     try:
         with tempfile.TemporaryDirectory() as work:
@@ -217,7 +219,9 @@ def stream_part(info: Any, args: argparse.Namespace) -> None:
         drop = best["bench_drop"][0] / best["bench_drop"][1]
         print(
             f"streaming sink, local[{args.processes}], {args.stream_batches} batches x {args.rows_per_batch:,} rows "
-            f"(steady: batches 2..{args.stream_batches - 1}), best of {args.repeat}:"
+            f"(steady: batches 2..{args.stream_batches - 1}), "
+            f"Arrow batches of {args.arrow_batch_rows or 10_000:,} rows, "
+            f"best of {args.repeat}:"
         )
         print(f"  Spark writeStream.format('delta') to S3:           {ours:,.0f} rows/s")
         print(f"  pyarrow write_table to S3, {args.processes} processes (same rows): {ceiling:,.0f} rows/s")
@@ -289,6 +293,12 @@ def main() -> None:
     parser.add_argument("--part", choices=("all", "stream", "writes", "commits"), default="all")
     parser.add_argument("--stream-batches", type=int, default=6)
     parser.add_argument("--rows-per-batch", type=int, default=1_000_000)
+    parser.add_argument(
+        "--arrow-batch-rows",
+        type=int,
+        default=0,
+        help="spark.sql.execution.arrow.maxRecordsPerBatch for the stream part (Spark's default: 10000)",
+    )
     args = parser.parse_args()
 
     from sparkonce.services.storage import start_storage, stop_storage
