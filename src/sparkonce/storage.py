@@ -444,6 +444,12 @@ def _object_store(location: TableLocation) -> Any:
     for name, value in location.storage_options:
         key = name.lower()
         bare = key.split("_", 1)[1] if key.startswith(("aws_", "google_", "azure_")) else key
+        if key == "aws_profile":
+            raise StorageError(
+                f"{location.uri}: AWS_PROFILE is read by delta-rs but not by object_store, which writes this log file; "
+                "give the profile's credentials as AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN), "
+                "in the environment or as storage options"
+            )
         if bare in _CLIENT_OPTIONS:
             client[bare] = value
         elif key not in _DELTA_RS_ONLY_OPTIONS:

@@ -144,3 +144,9 @@ def test_an_option_object_store_does_not_know_is_named() -> None:
     location = table_location("s3://lake/t", storage_options={"conditional_put": "etag", "NOT_AN_OPTION": "1"})
     with pytest.raises(StorageError, match=r"s3://lake/t: .*not_an_option"):
         location.put_if_absent("_delta_log/00000000000000000000.json", b"{}\n")
+
+
+def test_aws_profile_cannot_reach_the_log_writer_and_says_what_to_give() -> None:
+    location = table_location("s3://lake/t", storage_options={"conditional_put": "etag", "AWS_PROFILE": "prod"})
+    with pytest.raises(StorageError, match=r"s3://lake/t: AWS_PROFILE .*AWS_ACCESS_KEY_ID"):
+        location.put_if_absent("_delta_log/00000000000000000000.json", b"{}\n")
