@@ -115,7 +115,7 @@ def main() -> None:
     args = parser.parse_args()
     console = Console(width=200)
     spark = local_session(app_name="bench-batch", master="local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("OFF")  # stopping a stream mid-batch logs interrupted tasks
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
     try:
         for rows in (int(r) for r in args.rows.split(",")):
