@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -86,6 +87,8 @@ def main() -> int:
     from sparkonce.ops.chaos import ChaosOptions, run_soak
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # SIGTERM ends the run like Ctrl-C: the driver and the services it started are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     failed = False
     for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
         load = os.getloadavg()[0]

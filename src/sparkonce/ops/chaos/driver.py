@@ -4,13 +4,15 @@ Runs every stage of the pipeline with the ``availableNow`` trigger (upstream fir
 then the PostgreSQL stage when the spec has one (the bronze table into PostgreSQL through
 :class:`sparkonce.sinks.postgres.PostgresSink`, or the naive append); exits 0 once everything is drained. With a
 naive kind, the stage it names is replaced by the naive sink (:mod:`sparkonce.ops.chaos.naive`). Crash points are
-armed by the environment (:mod:`sparkonce.crash`).
+armed by the environment (:mod:`sparkonce.crash`). In soak mode (``DriverSpec.soak_stop``) it runs pass after
+pass: ``availableNow`` first, then every stage at once on a ``processingTime`` trigger, until the stop file.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from sparkonce.pipeline.config import PipelineConfig
+    from sparkonce.pipeline.config import PipelineConfig, Trigger
 
 
 MAX_FAILED_PASSES = 30
@@ -50,9 +52,13 @@ def run(spec: DriverSpec) -> None:
     while True:
         last = stop.exists()  # the producer stopped before the stop file was written: this pass sees every record
         passes += 1
+        continuous = passes > 1 and not last
         started = time.monotonic()
         try:
-            _run_pass(spark, config, spec)
+            if continuous:
+                _run_continuous(spark, config, spec, stop)
+            else:
+                _run_pass(spark, config, spec)
         except Exception as err:  # a fault's doing (a service down, a task out of retries): next pass
             print(f"pass {passes} failed after {time.monotonic() - started:.1f}s: {_first_line(err)}", flush=True)
             for query in spark.streams.active:  # a failed stage can leave the others of its pass running
@@ -63,9 +69,42 @@ def run(spec: DriverSpec) -> None:
             time.sleep(min(5.0, 0.2 * failed))  # back off while a service is still coming back
             continue
         failed = 0
-        print(f"pass {passes} done in {time.monotonic() - started:.1f}s", flush=True)
+        kind = "continuous" if continuous else "availableNow"
+        print(f"pass {passes} ({kind}) done in {time.monotonic() - started:.1f}s", flush=True)
         if last:
             return
+
+
+def _run_continuous(spark: SparkSession, config: PipelineConfig, spec: DriverSpec, stop_file: Path) -> None:
+    """Every stage at once on a 1-second ``processingTime`` trigger, the PostgreSQL stage too, until the stop
+    file appears (the stages then stop between batches) or a stage fails (raised), so a fault can land in any
+    stage's batch, not only in the first stage of a sequential pass."""
+    from sparkonce.pipeline.config import Trigger
+    from sparkonce.pipeline.run import run_pipeline
+
+    trigger = Trigger("processingTime", "1 second")
+    stages = tuple(dataclasses.replace(s, trigger=trigger) for s in config.stages)
+    stop = threading.Event()
+    postgres = _start_postgres(spark, config, spec, trigger=trigger) if spec.postgres_dsn is not None else None
+
+    def watch() -> None:
+        while not stop.is_set():
+            if stop_file.exists() or (postgres is not None and not postgres.isActive):
+                stop.set()
+                return
+            stop.wait(0.2)
+
+    threading.Thread(target=watch, name="chaos-soak-stop", daemon=True).start()
+    try:
+        run_pipeline(dataclasses.replace(config, stages=stages), spark=spark, stop=stop, poll_seconds=0.2)
+    finally:
+        stop.set()
+        if postgres is not None:
+            if postgres.isActive:
+                postgres.stop()
+            failure = postgres.exception()
+            if failure is not None:
+                raise RuntimeError(f"query {postgres.name} failed: {failure}")
 
 
 def _first_line(err: BaseException) -> str:
@@ -138,7 +177,9 @@ def _start_file_sink(spark: SparkSession, config: PipelineConfig, spec: DriverSp
     )
 
 
-def _start_postgres(spark: SparkSession, config: PipelineConfig, spec: DriverSpec) -> StreamingQuery:
+def _start_postgres(
+    spark: SparkSession, config: PipelineConfig, spec: DriverSpec, *, trigger: Trigger | None = None
+) -> StreamingQuery:
     from sparkonce.ops.chaos.naive import NaivePostgresAppend
     from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
 
@@ -158,7 +199,7 @@ def _start_postgres(spark: SparkSession, config: PipelineConfig, spec: DriverSpe
         .writeStream.foreachBatch(sink)
         .queryName(f"{config.name}.postgres")
         .option("checkpointLocation", spec.postgres_checkpoint)
-        .trigger(availableNow=True)
+        .trigger(**(trigger.spark_kwargs() if trigger is not None else {"availableNow": True}))
         .start()
     )
 
