@@ -78,11 +78,18 @@ def write_quickstart_pipeline(
     topic: str = DEFAULT_TOPIC,
     tables: str = "tables",
     storage_options: Mapping[str, str] | None = None,
+    max_offsets_per_trigger: int = 500,
 ) -> Path:
     """Write the demo pipeline file into ``work_dir`` and return its path (see :func:`quickstart_pipeline`)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     path = work_dir / PIPELINE_FILE
-    text = quickstart_pipeline(bootstrap, topic=topic, tables=tables, storage_options=storage_options)
+    text = quickstart_pipeline(
+        bootstrap,
+        topic=topic,
+        tables=tables,
+        storage_options=storage_options,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+    )
     path.write_text(text, encoding="utf-8")
     return path
 

@@ -107,8 +107,9 @@ def run_quickstart(
         produced = produce_sensor_readings(
             info.bootstrap, count=records, partitions=partitions, malformed_share=malformed_share, seed=7
         )
+        # Raw batches of 1,000 records: the 3,000 records in 3 batches (the crash is in the last), not 6.
         pipeline_file = write_quickstart_pipeline(
-            work_dir, info.bootstrap, tables=tables, storage_options=storage_options
+            work_dir, info.bootstrap, tables=tables, storage_options=storage_options, max_offsets_per_trigger=1000
         )
         config = load_pipeline(pipeline_file)
         args = ["-m", "sparkonce.cli.main", "run", str(pipeline_file), "--plain"]
