@@ -252,6 +252,13 @@ class OffsetPlanner:
                 raise BrokerError(
                     f"cannot list {which} offset of {tp} on {self.options.bootstrap_servers}: {error.str()}"
                 ) from err
+            if int(info.offset) < 0:
+                # Seen from tansu right after a restart (-1001, librdkafka's "no offset"): planning a batch on it
+                # would write offsets/N with an end no task can read, and every restart would replay it and fail.
+                raise BrokerError(
+                    f"broker {self.options.bootstrap_servers} answered ListOffsets({which}) of {tp} with "
+                    f"{int(info.offset)}, not an offset: not planning on it"
+                )
             result[tp] = int(info.offset)
         return result
 
