@@ -31,6 +31,7 @@ from sparkonce.ops.chaos.reconcile import (
     check_topic,
     check_topic_values,
     file_sink_files,
+    missing_values,
 )
 
 STAGES = ("raw", "bronze", "gold", "postgres")
@@ -211,3 +212,5 @@ def test_check_topic_values_allows_a_refused_produce_at_most_once() -> None:
     check = check_topic_values(bad, acked, refused)
     # a twice (1 acknowledged), r twice (1 refused), b once of 2, c missing, x never produced
     assert (check.duplicates, check.lost, check.extra) == (2, 2, 1)
+    assert missing_values(bad, acked) == Counter({b"b": 1, b"c": 1})
+    assert missing_values(exact, acked) == Counter()

@@ -197,6 +197,13 @@ def check_topic_values(
     )
 
 
+def missing_values(topic_records: Mapping[Key, bytes | None], acknowledged: Counter[bytes]) -> Counter[bytes]:
+    """The acknowledged values the topic lacks (as often as they are missing): what ``check_topic_values`` counts
+    as lost, for a post-mortem."""
+    found = Counter(v for v in topic_records.values() if v is not None)
+    return Counter({value: count - found.get(value, 0) for value, count in acknowledged.items()}) - Counter()
+
+
 def check_raw(
     path: str,
     topic_records: Mapping[Key, bytes | None],

@@ -16,6 +16,7 @@ after its next complete pass, and :func:`~sparkonce.ops.chaos.harness.reconcile_
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -48,7 +49,7 @@ from sparkonce.ops.chaos.harness import (
 )
 from sparkonce.ops.chaos.plan import FAULT_KINDS, RESTART_KINDS, STORE_KINDS, Fault, FaultKind, SoakPlan, make_soak_plan
 from sparkonce.ops.chaos.process import gone, kill_group, python_workers
-from sparkonce.ops.chaos.reconcile import checkpoint_batches
+from sparkonce.ops.chaos.reconcile import checkpoint_batches, missing_values, read_topic
 
 if TYPE_CHECKING:
     from sparkonce.services.producer import ProduceResult
@@ -122,7 +123,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
             if on_fault is not None:
                 on_fault(event)
 
-        producer = _Producer(setup, options, plan.rate)
+        producer = _Producer(setup, options, plan.rate, started)
         producer.first(options.records_per_round)  # the topic exists and has input before the driver starts
         producer.start()
         driver = _Driver(setup, plan, started, record)
@@ -153,6 +154,8 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
         if not drained and error is None:
             error = "the driver did not end a complete pass after the stop file before the deadline"
         tables, _ = reconcile_tables(setup, options)
+        if any(t.table == "topic" and t.lost for t in tables):
+            _write_topic_losses(setup, producer, events, work_dir / "rounds" / "topic-lost.json")
         injected_events = [e for e in events if e.injected]
         by_kind = Counter(e.kind for e in injected_events)
         by_point = Counter(e.point or "" for e in injected_events if e.kind == "crash_point")
@@ -193,6 +196,25 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
         if driver is not None:
             driver.abort()
         tear_down(setup)
+
+
+def _write_topic_losses(setup: ChaosSetup, producer: _Producer, events: list[FaultEvent], path: Path) -> None:
+    """Write the acknowledged values the topic lacks, with when each was acknowledged, next to the fault log."""
+    topic = read_topic(setup.bootstrap, setup.config.source.topic)
+    lost = missing_values(topic, producer.acknowledged)
+    report = {
+        "note": "acknowledged_at and the faults' at: seconds since the run started",
+        "lost": [
+            {
+                "value": value.decode("utf-8", errors="replace"),
+                "missing": count,
+                "acknowledged_at": producer.acked_at.get(value),
+            }
+            for value, count in sorted(lost.items(), key=lambda item: producer.acked_at.get(item[0], 0.0))
+        ],
+        "faults": [dataclasses.asdict(e) for e in sorted(events, key=lambda e: e.at) if e.injected],
+    }
+    path.write_text(json.dumps(report, indent=2), encoding="utf-8")
 
 
 def _warm_up(setup: ChaosSetup, until: float) -> None:
@@ -372,7 +394,7 @@ class _Driver:
 class _Producer:
     """Produces sensor readings at ``rate`` per second in a thread until stopped. Driver only (harness)."""
 
-    def __init__(self, setup: ChaosSetup, options: ChaosOptions, rate: float) -> None:
+    def __init__(self, setup: ChaosSetup, options: ChaosOptions, rate: float, started: float) -> None:
         self.setup = setup
         self.options = options
         self.rate = rate
@@ -381,6 +403,9 @@ class _Producer:
         self.errors: Counter[str] = Counter()
         """Delivery errors by text."""
         self.chunk_errors: Counter[str] = Counter()
+        self.started = started
+        self.acked_at: dict[bytes, float] = {}
+        """When each value was (last) acknowledged, in seconds since the run started."""
         self.acknowledged: Counter[bytes] = Counter()
         self.refused: Counter[bytes] = Counter()
         self.began = 0.0
@@ -404,6 +429,7 @@ class _Producer:
     def _delivered(self, value: bytes, error: str | None) -> None:
         if error is None:
             self.acknowledged[value] += 1
+            self.acked_at[value] = round(time.monotonic() - self.started, 2)
         else:
             self.refused[value] += 1
             self.errors[error] += 1
