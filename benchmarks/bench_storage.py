@@ -20,7 +20,11 @@ Run: ``.venv/bin/python benchmarks/bench_storage.py [--part all|stream|writes|co
    takes); (b) ``pyarrow.parquet.write_table`` through pyarrow's native ``S3FileSystem`` (the store's ceiling
    for the same work). Ratio = (a) / (b) rows/s (target >= 0.7).
 2. **Commit latency** on S3 per batch: ``--commits`` batches committed one after the other with a ``txn`` each
-   (``commit_files``: snapshot load, txn check, put-if-absent of the log file); p50 / p95 in ms.
+   (``commit_files``: snapshot load, txn check, put-if-absent of the log file); p50 / p95 in ms. Then what the
+   streaming sink's commit process does per batch (its writer's checks and the commit), the earlier way (a
+   listing of the whole ``_delta_log``, an existence check and two snapshot loads) against the current one (a
+   one-key listing, one snapshot kept for the commit), alternated on the same table; ``--commits 1000`` shows
+   the earlier way growing with the log.
 
 Starts its own store (``sparkonce.services.storage``) in a temporary folder and stops it. Asserts nothing.
 """
@@ -276,11 +280,54 @@ def commits_part(info: Any, args: argparse.Namespace) -> None:
         commit_files(location, files, data_schema=data.schema, txn=BatchTxn("bench", batch_id))
         latencies.append((time.perf_counter() - started) * 1000)
     steady = latencies[1:]  # the first commit also creates the table
-    p95 = statistics.quantiles(steady, n=20)[18] if len(steady) >= 2 else steady[0]
-    print(
-        f"commit latency per batch on S3 ({len(steady)} batches): p50 {statistics.median(steady):.0f} ms, "
-        f"p95 {p95:.0f} ms"
-    )
+    print(f"commit latency per batch on S3 ({len(steady)} batches): {_p50_p95(steady)}")
+    _sink_commit_process(location, data, args.commits)
+
+
+def _p50_p95(samples: list[float]) -> str:
+    p95 = statistics.quantiles(samples, n=20)[18] if len(samples) >= 2 else samples[0]
+    return f"p50 {statistics.median(samples):.0f} ms, p95 {p95:.0f} ms"
+
+
+def _sink_commit_process(location: Any, data: pa.Table, first_batch: int) -> None:
+    """What the streaming sink's commit process does per batch on S3 (Spark builds the writer there again, then
+    commits), the earlier way and the current way, alternated batch by batch on the same table."""
+    import pyarrow.fs as pafs
+
+    from sparkonce.delta.commit import BatchTxn, commit_files, load_table, table_exists
+    from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+
+    def files() -> list[Any]:
+        writer = TableFileWriter(FileWriterOptions(location=location))
+        writer.write(data)
+        return writer.close()
+
+    def earlier(batch_id: int) -> None:
+        # the writer's checks: a listing of the whole _delta_log, table_exists, a snapshot; then the commit loads again
+        location.filesystem().get_file_info(pafs.FileSelector("_delta_log", allow_not_found=True))
+        if table_exists(location):
+            load_table(location)
+        commit_files(location, files(), data_schema=data.schema, txn=BatchTxn("bench", batch_id))
+
+    def current(batch_id: int) -> None:
+        # one HEAD and a one-key LIST, one snapshot, kept for the commit
+        snapshot = load_table(location) if location.check_reachable(for_write=True) else None
+        commit_files(location, files(), data_schema=data.schema, txn=BatchTxn("bench", batch_id), snapshot=snapshot)
+
+    timings: dict[str, list[float]] = {"earlier": [], "current": []}
+    batch_id = first_batch
+    for _ in range(10):
+        for name, run in (("earlier", earlier), ("current", current)):
+            started = time.perf_counter()
+            run(batch_id)
+            timings[name].append((time.perf_counter() - started) * 1000)
+            batch_id += 1
+    versions = load_table(location).version() + 1
+    ratio = statistics.median(timings["current"]) / statistics.median(timings["earlier"])
+    print(f"sink commit process per batch on S3 (writer checks + commit, {versions} log entries at the end):")
+    print(f"  earlier (whole-log listing, existence check, two snapshot loads): {_p50_p95(timings['earlier'])}")
+    print(f"  current (one-key listing, one snapshot kept for the commit):      {_p50_p95(timings['current'])}")
+    print(f"  ratio: {ratio:.2f}x")
 
 
 def main() -> None:

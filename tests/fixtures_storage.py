@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sparkonce.services.storage import StorageInfo, restart_storage, start_storage, stop_storage
+from sparkonce.storage import TableLocation
 
 BUCKET = "sparkonce-tests"
 
@@ -68,3 +69,18 @@ def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS
 def s3_uri(object_store: EmbeddedStore, request: pytest.FixtureRequest) -> str:
     """A fresh ``s3://sparkonce-tests/<test>-<random>`` prefix for this test."""
     return object_store.unique_uri(request.node.name)
+
+
+def copy_table_to_store(source: Path, location: TableLocation) -> None:
+    """Copy the local table folder ``source`` (every file, log and data) to ``location`` in an object store."""
+    import pyarrow.fs as pafs
+
+    local = pafs.LocalFileSystem()
+    for info in local.get_file_info(pafs.FileSelector(str(source), recursive=True)):
+        if info.type == pafs.FileType.File:
+            pafs.copy_files(
+                info.path,
+                location.fs_path(Path(info.path).relative_to(source).as_posix()),
+                source_filesystem=local,
+                destination_filesystem=location.filesystem(),
+            )

@@ -203,8 +203,9 @@ class TableLocation:
 
         filesystem = self.filesystem()
         try:
-            log_entries = filesystem.get_file_info(pafs.FileSelector("_delta_log", allow_not_found=True))
-            if log_entries:
+            # One HEAD and a LIST of at most one key: not a listing of the whole log, which grows with every commit
+            # (the streaming sink asks once per batch).
+            if filesystem.get_file_info("_delta_log").type == pafs.FileType.Directory:
                 return True
             if for_write and any(
                 not _is_table_data(info)

@@ -31,6 +31,7 @@ from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.tables import DeltaTable
 from sparkonce.errors import CommitConflictError, UnsupportedFeatureError
 from sparkonce.storage import SESSION_CONF_PREFIX, TableLocation, table_location
+from tests.fixtures_storage import copy_table_to_store
 
 pytestmark = pytest.mark.spark
 
@@ -49,18 +50,7 @@ def copy_fixture(fixtures_dir: Path, tmp_path: Path, name: str = FIXTURE) -> Pat
 
 
 def copy_fixture_to_store(fixtures_dir: Path, location: TableLocation, name: str = FIXTURE) -> None:
-    import pyarrow.fs as pafs
-
-    local = pafs.LocalFileSystem()
-    fixture = fixtures_dir / "delta-tables" / name
-    for info in local.get_file_info(pafs.FileSelector(str(fixture), recursive=True)):
-        if info.type == pafs.FileType.File:
-            pafs.copy_files(
-                info.path,
-                location.fs_path(Path(info.path).relative_to(fixture).as_posix()),
-                source_filesystem=local,
-                destination_filesystem=location.filesystem(),
-            )
+    copy_table_to_store(fixtures_dir / "delta-tables" / name, location)
 
 
 @contextlib.contextmanager

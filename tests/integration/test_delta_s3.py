@@ -19,7 +19,7 @@ from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.delta.log import DeltaLog
 from sparkonce.errors import StorageError
 from sparkonce.storage import table_location
-from tests.fixtures_storage import EmbeddedStore
+from tests.fixtures_storage import EmbeddedStore, copy_table_to_store
 
 pytestmark = pytest.mark.s3
 
@@ -183,22 +183,11 @@ def test_deletion_vectors_on_s3_are_read_and_verified(
 ) -> None:
     """Delta's golden DV table (50 rows, 15 of them deleted by deletion vectors in files next to the data) copied
     to the store: Spark's read and verify both see the 35 live rows, the DVs read through the store."""
-    import pyarrow.fs as pafs
-
     from sparkonce.ops.verify import verify_table
 
     options = object_store.storage_options
     location = table_location(s3_uri, storage_options=options)
-    local = pafs.LocalFileSystem()
-    fixture = fixtures_dir / "delta-tables" / "dv-partitioned-with-checkpoint"
-    for info in local.get_file_info(pafs.FileSelector(str(fixture), recursive=True)):
-        if info.type == pafs.FileType.File:
-            pafs.copy_files(
-                info.path,
-                location.fs_path(Path(info.path).relative_to(fixture).as_posix()),
-                source_filesystem=local,
-                destination_filesystem=location.filesystem(),
-            )
+    copy_table_to_store(fixtures_dir / "delta-tables" / "dv-partitioned-with-checkpoint", location)
     rows = _storage(spark.read.format("delta"), options).load(s3_uri).collect()
     live = sorted(x for x in range(50) if not (x % 2 == 0 and x < 30))
     assert sorted(r["col1"] for r in rows) == live

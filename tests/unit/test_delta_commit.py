@@ -66,6 +66,35 @@ def test_replayed_batch_is_skipped_and_its_files_removed(tmp_path: Path) -> None
     assert sorted(pa.table(DeltaTable(table).to_pyarrow_table()).column("id").to_pylist()) == [1, 2]
 
 
+def test_a_stale_snapshot_costs_a_retry_never_a_second_commit(tmp_path: Path) -> None:
+    """The streaming sink hands ``commit_files`` the table its writer loaded (``snapshot=``). When another writer
+    committed the same txn after that load, the commit of the stale snapshot's next table version fails, the retry
+    loads the table afresh and skips the batch; a stale snapshot without such a race commits on top."""
+    from sparkonce.delta.commit import load_table
+
+    table = str(tmp_path / "t")
+    commit_files(table, _write(table, [0], "a"), data_schema=SCHEMA, txn=BatchTxn("q", 0))
+    stale = load_table(table)
+    commit_files(table, _write(table, [1], "zombie"), data_schema=SCHEMA, txn=BatchTxn("q", 1))
+    replay = commit_files(table, _write(table, [1], "a"), data_schema=SCHEMA, txn=BatchTxn("q", 1), snapshot=stale)
+    assert replay.skipped and replay.attempts == 2
+    stale = load_table(table)
+    commit_files(table, _write(table, [2], "other"), data_schema=SCHEMA, txn=BatchTxn("other", 0))
+    onto = commit_files(table, _write(table, [3], "a"), data_schema=SCHEMA, txn=BatchTxn("q", 2), snapshot=stale)
+    assert not onto.skipped and onto.attempts == 2 and onto.table_version == 3
+    fresh = load_table(table)
+    again = commit_files(table, _write(table, [4], "a"), data_schema=SCHEMA, txn=BatchTxn("q", 3), snapshot=fresh)
+    assert again.attempts == 1 and again.table_version == 4
+    assert sorted(pa.table(DeltaTable(table).to_pyarrow_table()).column("id").to_pylist()) == [0, 1, 2, 3, 4]
+    assert [(app, v) for _, app, v in _log_txns(tmp_path / "t")] == [
+        ("q", 0),
+        ("q", 1),
+        ("other", 0),
+        ("q", 2),
+        ("q", 3),
+    ]
+
+
 def test_same_batch_racing_from_four_processes_commits_once(tmp_path: Path) -> None:
     table = str(tmp_path / "t")
     commit_files(table, [], data_schema=SCHEMA)  # create the table first so the race is on the batch commit

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -96,6 +95,8 @@ def rename_nested(column: pa.Array, renames: Any) -> pa.Array:
 
 def rebased(column: pa.Array) -> tuple[pa.Array, pa.Array]:
     """A list or map array's offsets starting at 0 and the child values they index (works for slices)."""
+    import pyarrow.compute as pc  # here: the commit process, which imports this module, never needs it
+
     offsets = column.offsets
     first, last = offsets[0].as_py(), offsets[-1].as_py()
     if first:

@@ -169,6 +169,7 @@ def commit_files(
     max_attempts: int = 100,
     removes: Iterable[RemovedFile] = (),
     data_change: bool = True,
+    snapshot: DeltaTable | None = None,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -177,6 +178,9 @@ def commit_files(
     Each attempt checks that they are still active; a concurrent writer that removed one is a conflict, while
     a concurrent append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add`` and
     ``remove`` as a rearrangement of rows already in the table (compaction), so streaming readers skip them.
+    ``snapshot``: the table, loaded moments ago by the caller; the first attempt uses it instead of loading the
+    table again. A stale one costs nothing but a retry: the commit of its next table version fails if that version
+    exists, and the retry loads the table afresh (txn check included).
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -196,14 +200,15 @@ def commit_files(
     partition_by = tuple(partition_by)
 
     for attempt in range(1, max_attempts + 1):
-        if not table_exists(location):
-            created = _create_with_first_commit(
-                location, files, data_schema, partition_by, txn, custom_metadata, data_change, attempt
-            )
-            if created is not None:
-                return created
-            continue  # another writer created the table first: commit on top of it (or skip the batch)
-        snapshot = load_table(location)
+        if snapshot is None or attempt > 1:
+            if not table_exists(location):
+                created = _create_with_first_commit(
+                    location, files, data_schema, partition_by, txn, custom_metadata, data_change, attempt
+                )
+                if created is not None:
+                    return created
+                continue  # another writer created the table first: commit on top of it (or skip the batch)
+            snapshot = load_table(location)
         read_version = snapshot.version()
         if txn is not None:
             committed = committed_txn_version(snapshot, txn)

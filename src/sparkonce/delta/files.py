@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sparkonce.delta.column_mapping import ColumnMapping
@@ -198,6 +197,8 @@ class TableFileWriter:
         missing = [n for n in names if n not in table.column_names]
         if missing:
             raise KeyError(f"partition column(s) {missing} not in the data columns {table.column_names}")
+        import pyarrow.compute as pc  # here: the commit process, which imports this module, never needs it
+
         data = table.drop_columns(list(names))
         codes = np.zeros(table.num_rows, dtype=np.int64)
         dictionaries = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -34,8 +35,11 @@ from sparkonce.delta.writer import (
     commit_metadata,
     write_task,
 )
-from sparkonce.errors import OptionError, SinkError
+from sparkonce.errors import OptionError, SinkError, TableNotFoundError
 from sparkonce.storage import checkpoint_path
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +68,30 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             max_records_per_file=options.max_records_per_file,
             compression=options.compression,
         )
+        self._snapshot: DeltaTable | None = None
         self._check_table()
 
     def _check_table(self) -> None:
-        """Fail before the first batch when the data cannot go into the existing table."""
+        """Fail before the first batch when the data cannot go into the existing table.
+
+        Spark builds the writer on the driver when the query starts and again, in a fresh Python process, for each
+        batch's commit: the table loaded here is kept for that commit (never pickled to executors).
+        """
         check_partition_columns(self.options, self.arrow_schema)
         self.options.location.check_commit_safety()
-        self.options.location.check_reachable(for_write=True)
-        if table_exists(self.options.location):
-            table = load_table(self.options.location)
+        if self.options.location.check_reachable(for_write=True):
+            try:
+                table = load_table(self.options.location)
+            except TableNotFoundError:
+                return  # a _delta_log without commits yet: the first batch creates the table
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = ColumnMapping.of(table)
+            self._snapshot = table
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["_snapshot"] = None  # a delta-rs table stays in the process that loaded it
+        return state
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
         return write_task(self.file_options, iterator)
@@ -102,10 +119,16 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             txn=BatchTxn(query_id, batch_id),
             merge_schema=self.options.merge_schema,
             custom_metadata=metadata,
+            snapshot=self._take_snapshot(),
         )
         if result.skipped:
             log.info("batch %s of query %s was already in %s: skipped", batch_id, query_id, self.options.path)
         crash_point("after_delta_commit", batch_id)
+
+    def _take_snapshot(self) -> DeltaTable | None:
+        """The table as :meth:`_check_table` loaded it, once (a writer commits one batch; a second commit loads)."""
+        snapshot, self._snapshot = self._snapshot, None
+        return snapshot
 
     def _commit_mode(self, query_id: str, batch_id: int) -> CommitMode:
         """The sink's mode, or ``overwrite`` for the first batch of an SDP full refresh with ``fullRefresh=truncate``.
