@@ -11,7 +11,9 @@ table (best of ``--repeat`` runs kept):
   floor of what loading these rows costs, with no exactly-once at all;
 * ``sink, append``: ``PostgresSink.write_batch`` (executors COPY into the UNLOGGED staging table in parallel, then
   one database transaction moves the rows, writes the ledger row and clears the staging rows);
-* ``sink, upsert on id``: the same with ``keys=("id",)`` (``DISTINCT ON`` + ``ON CONFLICT DO UPDATE``).
+* ``sink, upsert on id``: the same with ``keys=("id",)`` (``DISTINCT ON`` + ``ON CONFLICT DO UPDATE``);
+* ``sink, append, two-phase``: ``commit_protocol="two-phase"`` (executors COPY straight into the target and
+  PREPARE; the driver commits the ledger row naming them, then each prepared transaction).
 
 Prints rows/s and the ratio to the plain COPY. Nothing is asserted.
 """
@@ -81,6 +83,7 @@ def main() -> None:
 
     from sparkonce.services.postgres import start_postgres, stop_postgres
     from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
+    from sparkonce.sinks.postgres.options import CommitProtocol
     from sparkonce.spark import local_session
 
     server = start_postgres() if args.dsn is None else None
@@ -95,16 +98,28 @@ def main() -> None:
         )
         frame.count()
         stamp = int(time.time())
+        phases: dict[str, list[tuple[float, float]]] = {}
         results = [
             best("plain COPY, 1 process", args.rows, args.repeat, lambda i: plain_copy(dsn, f"plain_{stamp}_{i}", data))
         ]
-        for label, keys in (("sink, append", ()), ("sink, upsert on id", ("id",))):
+        writers: tuple[tuple[str, tuple[str, ...], CommitProtocol], ...] = (
+            ("sink, append", (), "staging"),
+            ("sink, upsert on id", ("id",), "staging"),
+            ("sink, append, two-phase", (), "two-phase"),
+        )
+        for label, keys, protocol in writers:
 
-            def run(i: int, keys: tuple[str, ...] = keys) -> None:
-                table = f"sink_{len(keys)}_{stamp}_{i}"
-                sink = PostgresSink(PostgresSinkOptions(dsn=dsn, table=table, keys=keys, app_id=f"bench-{table}"))
+            def run(
+                i: int, keys: tuple[str, ...] = keys, protocol: CommitProtocol = protocol, label: str = label
+            ) -> None:
+                table = f"sink_{len(keys)}_{protocol[0]}_{stamp}_{i}"
+                options = PostgresSinkOptions(
+                    dsn=dsn, table=table, keys=keys, app_id=f"bench-{table}", commit_protocol=protocol
+                )
+                sink = PostgresSink(options)
                 sink.check(frame.schema)
-                sink.write_batch(frame, 0)
+                outcome = sink.write_batch(frame, 0)
+                phases.setdefault(label, []).append((outcome.load_seconds, outcome.commit_seconds))
 
             results.append(best(label, args.rows, args.repeat, run))
         spark.stop()
@@ -118,7 +133,11 @@ def main() -> None:
         table.add_column(column, justify="left" if column == "writer" else "right")
     for m in results:
         table.add_row(m.writer, f"{m.seconds:.2f}", f"{m.rows_per_second:,.0f}", f"{m.rows_per_second / baseline:.2f}x")
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for label, runs in phases.items():
+        shown = ", ".join(f"load {load:.2f} s + commit {commit:.2f} s" for load, commit in runs)
+        console.print(f"{label}: {shown}", soft_wrap=True)
 
 
 if __name__ == "__main__":

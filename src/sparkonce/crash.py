@@ -45,9 +45,14 @@ Points used by sparkonce:
 ``between_fanout_tables``
     a fan-out sink committed the first table of a batch but not the next.
 ``after_pg_staging_load``
-    the PostgreSQL sink's executors loaded the batch into the staging table; no database transaction ran yet.
+    the PostgreSQL sink's executors loaded the batch into the staging table (two-phase: into prepared transactions);
+    no database transaction of the driver ran yet.
 ``inside_pg_transaction``
-    the PostgreSQL sink moved the staging rows into the target but has not committed the database transaction.
+    the PostgreSQL sink moved the staging rows into the target (two-phase: wrote the ledger row) but has not
+    committed the database transaction.
+``after_pg_ledger_commit``
+    the PostgreSQL sink's two-phase protocol committed the ledger row naming a batch's prepared transactions, and
+    none of them yet.
 ``after_pg_commit``
     the PostgreSQL sink committed the database transaction of a batch, Spark has not yet written ``commits/N``.
 ``after_gold_merge``
@@ -71,6 +76,7 @@ CrashPoint = Literal[
     "between_fanout_tables",
     "after_pg_staging_load",
     "inside_pg_transaction",
+    "after_pg_ledger_commit",
     "after_pg_commit",
     "after_gold_merge",
     "after_commits",

@@ -6,8 +6,8 @@ The DAG: ``raw`` (Kafka -> Delta) -> ``changes`` (SQL: parse change records ``{"
 aggregate of each batch's changes per site, appended with the DSN from an environment variable).
 
 1. crash at ``after_gold_merge:1``: ``accounts`` batch 1 made its merge commit, ``commits/1`` is not written;
-2. restart, crash at ``inside_pg_transaction:1``: the PostgreSQL transaction of ``per_site`` batch 1 dies before
-   its commit;
+2. restart, crash at ``after_pg_ledger_commit:1``: ``per_site`` commits in two phases (``commit_protocol =
+   "two-phase"``); the ledger row naming batch 1's prepared transactions is committed, none of them is;
 3. restart to the end: every stage drains (availableNow) and exits 0.
 
 Then exact contents: ``accounts`` equals the oracle (the highest-``seq`` change per id, absent when it is a
@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from sparkonce.ops.chaos import DriverRun, run_driver
+from sparkonce.sinks.postgres.two_phase import app_tag
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.crash]
@@ -82,6 +83,7 @@ kind = "postgres"
 input = "changes"
 dsn_env = "ACCOUNTS_PG_DSN"
 table = "per_site_changes"
+commit_protocol = "two-phase"
 sql = "SELECT site, count(*) AS changes, sum(coalesce(amount, 0)) AS amount FROM {{input}} GROUP BY site"
 checkpoint = "checkpoints/per_site"
 max_files_per_trigger = 1
@@ -149,9 +151,13 @@ def test_merge_with_delete_and_postgres_stage_crash_restart_exact(
     accounts_app = json.loads((ck / "accounts" / "metadata").read_text())["id"]
     assert max(v for a, v in _txns(tables / "accounts") if a == accounts_app) == 1
 
-    crashed = _run(pipeline, env, "inside_pg_transaction:1")
+    # per_site commits in two phases: killed after the ledger row naming batch 1's prepared transactions.
+    crashed = _run(pipeline, env, "after_pg_ledger_commit:1")
     assert crashed.killed, crashed.stderr[-3000:]
     assert (ck / "per_site" / "offsets" / "1").exists() and not (ck / "per_site" / "commits" / "1").exists()
+    per_site_app = json.loads((ck / "per_site" / "metadata").read_text())["id"] + ":per_site_changes"
+    prepared = f"SELECT count(*) FROM pg_prepared_xacts WHERE starts_with(gid, 'sparkonce:{app_tag(per_site_app)}:')"
+    assert postgres.fetch(prepared)[0][0] > 0  # decided, not yet committed
 
     finished = _run(pipeline, env)
     assert finished.returncode == 0, finished.stderr[-3000:]
@@ -179,10 +185,10 @@ def test_merge_with_delete_and_postgres_stage_crash_restart_exact(
     assert [(s, int(n)) for s, n, _ in sums] == [(s, oracle[s][0]) for s in sorted(oracle)]
     for site, _, total in sums:
         assert float(total) == pytest.approx(oracle[site][1])
-    per_site_app = json.loads((ck / "per_site" / "metadata").read_text())["id"] + ":per_site_changes"
     ledger = postgres.fetch("SELECT batch_id FROM sparkonce_ledger WHERE app_id = %s", (per_site_app,))
     assert sorted(b for (b,) in ledger) == sorted(_committed(ck / "per_site"))
     assert len(ledger) > 2
+    assert postgres.fetch(prepared) == [(0,)]
 
     # The pipeline's verify agrees: every committed batch of every stage recorded once, the PostgreSQL rows too.
     from sparkonce.pipeline.config import load_pipeline

@@ -14,7 +14,7 @@ import pytest
 from sparkonce.errors import OptionError, SinkError
 from sparkonce.ops.chaos import DriverRun, run_driver
 from sparkonce.services.postgres import free_port
-from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
+from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions, two_phase
 from tests.conftest import REPO
 from tests.integration.conftest import write_input_files
 
@@ -123,9 +123,9 @@ def test_rows_staged_by_another_writer_abort_the_database_transaction(
 # -- crashes: SIGKILL the driver, restart on the same checkpoint ------------------------------------------------------
 
 
-def _run(tmp_path: Path, postgres: LocalPostgres, table: str, crash_at: str | None = None) -> DriverRun:
+def _run(tmp_path: Path, postgres: LocalPostgres, table: str, crash_at: str | None = None, *extra: str) -> DriverRun:
     args = ["-m", "tests.integration.drivers.files_to_sinks", str(tmp_path / "input"), str(tmp_path / "ck")]
-    args += ["postgres", postgres.dsn, table]
+    args += ["postgres", postgres.dsn, table, *extra]
     return run_driver(args, crash_at=crash_at, cwd=str(REPO), timeout=300)
 
 
@@ -157,6 +157,141 @@ def test_crash_then_restart_gives_exact_rows(tmp_path: Path, postgres: LocalPost
     assert _staged(postgres, table) == 0
 
 
+# -- the two-phase protocol (append only) ----------------------------------------------------------------------------
+
+
+def _two_phase(postgres: LocalPostgres, table: str, app_id: str) -> PostgresSink:
+    return PostgresSink(PostgresSinkOptions(dsn=postgres.dsn, table=table, app_id=app_id, commit_protocol="two-phase"))
+
+
+def _pending(postgres: LocalPostgres, app_id: str) -> list[str]:
+    return [
+        str(r[0])
+        for r in postgres.fetch(
+            "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, %s) ORDER BY gid",
+            (f"sparkonce:{two_phase.app_tag(app_id)}:",),
+        )
+    ]
+
+
+def _prepare_by_hand(postgres: LocalPostgres, table: str, gid: str, ids: list[int]) -> None:
+    """A prepared transaction holding rows of ``table``, as a task attempt leaves it when it dies after PREPARE."""
+    import psycopg
+
+    with psycopg.connect(postgres.dsn, autocommit=False) as conn:
+        for i in ids:
+            conn.execute(f"INSERT INTO {table} VALUES (%s, 'by-hand', 0)", (i,))
+        conn.execute(f"PREPARE TRANSACTION '{gid}'")
+
+
+@pytest.mark.spark
+def test_two_phase_appends_each_batch_once_and_leaves_nothing_prepared(
+    spark: SparkSession, postgres: LocalPostgres
+) -> None:
+    table = postgres.unique_name("tpc")
+    app_id = f"app-{table}"
+    sink = _two_phase(postgres, table, app_id)
+    batch0 = spark.createDataFrame([(i, f"d{i % 2}", i / 10) for i in range(10)], SCHEMA).repartition(3)
+    first = sink.write_batch(batch0, 0)
+    assert (first.status, first.staged_rows, first.target_rows) == ("committed", 10, 10)
+    assert sink.write_batch(batch0, 0).status == "skipped"  # Spark's re-run of batch 0 after a crash
+    sink(spark.createDataFrame([(10, "d9", 9.0)], SCHEMA), 1)
+
+    assert _rows(postgres, table) == [(i, f"d{i % 2}", i / 10) for i in range(10)] + [(10, "d9", 9.0)]
+    assert _ledger(postgres, table) == [(app_id, 0, 10), (app_id, 1, 1)]
+    named = postgres.fetch("SELECT prepared_xacts FROM sparkonce_ledger WHERE app_id = %s ORDER BY batch_id", (app_id,))
+    assert [len(r[0]) for r in named] == [3, 1]  # one prepared transaction per non-empty task
+    assert all(two_phase.batch_of(g) == b for b, r in enumerate(named) for g in r[0])
+    assert _pending(postgres, app_id) == []
+    assert postgres.fetch(f"SELECT to_regclass('{table}_sparkonce_staging')") == [(None,)]  # no staging table
+
+
+@pytest.mark.spark
+def test_two_phase_rolls_back_what_a_dead_attempt_prepared_and_commits_what_the_ledger_decided(
+    spark: SparkSession, postgres: LocalPostgres
+) -> None:
+    table = postgres.unique_name("tpc_left")
+    app_id = f"app-{table}"
+    sink = _two_phase(postgres, table, app_id)
+    sink.write_batch(spark.createDataFrame([(0, "d", 0.0)], SCHEMA), 0)
+    # Batch 1: a task attempt prepared rows and died before the driver decided: never in the ledger.
+    dead = two_phase.prepared_id(app_id, 1, "deadbeef", 0, 7)
+    _prepare_by_hand(postgres, table, dead, [901, 902])
+    # Batch 2 of an earlier driver: decided (ledger row naming its prepared transaction), crashed before committing.
+    decided = two_phase.prepared_id(app_id, 2, "0badf00d", 0, 3)
+    _prepare_by_hand(postgres, table, decided, [2])
+    postgres.execute(
+        "INSERT INTO sparkonce_ledger (app_id, batch_id, target_table, staged_rows, target_rows, prepared_xacts) "
+        "VALUES (%s, 2, %s, 1, 1, %s)",
+        (app_id, table, [decided]),
+    )
+    assert sorted(_pending(postgres, app_id)) == sorted([dead, decided])
+
+    settled = sink.settle()  # what every batch does first
+    assert (settled.committed, settled.rolled_back) == ((decided,), (dead,))
+    assert [r[0] for r in _rows(postgres, table)] == [0, 2]
+    assert sink.write_batch(spark.createDataFrame([(1, "d", 1.0)], SCHEMA), 1).status == "committed"
+    assert sink.write_batch(spark.createDataFrame([(2, "d", 2.0)], SCHEMA), 2).status == "skipped"
+
+    assert [r[0] for r in _rows(postgres, table)] == [0, 1, 2]  # 901, 902 rolled back; 2 committed once
+    assert _pending(postgres, app_id) == []
+
+
+def test_two_phase_needs_prepared_transactions_on_the_server() -> None:
+    from sparkonce.services.postgres import start_postgres, stop_postgres
+
+    server = start_postgres(settings={"max_prepared_transactions": "0"})
+    try:
+        sink = PostgresSink(PostgresSinkOptions(dsn=server.dsn, table="t", app_id="a", commit_protocol="two-phase"))
+        with pytest.raises(OptionError, match="max_prepared_transactions = 0") as info:
+            sink.check()
+        assert info.value.option == "commit_protocol"
+        assert f"{server.host}:{server.port}" in str(info.value)
+    finally:
+        stop_postgres(server)
+
+
+@pytest.mark.spark
+@pytest.mark.crash
+@pytest.mark.parametrize(
+    ("crash_at", "decided", "commit_one_by_hand"),
+    [
+        ("after_pg_staging_load:1", False, False),
+        ("inside_pg_transaction:1", False, False),
+        ("after_pg_ledger_commit:1", True, False),
+        ("after_pg_ledger_commit:1", True, True),
+    ],
+    ids=["after-prepare", "inside-ledger-transaction", "after-ledger-commit", "between-commit-prepared"],
+)
+def test_two_phase_crash_then_restart_gives_exact_rows(
+    tmp_path: Path, postgres: LocalPostgres, crash_at: str, decided: bool, commit_one_by_hand: bool
+) -> None:
+    table = postgres.unique_name("tpc_crash")
+    expected_ids = _ordered_input(tmp_path / "input")
+    options = ("--commit-protocol", "two-phase", "--partitions", "2")
+
+    crashed = _run(tmp_path, postgres, table, crash_at, *options)
+    assert crashed.killed, crashed.stderr[-3000:]
+    ck = tmp_path / "ck"
+    assert (ck / "offsets" / "1").exists() and not (ck / "commits" / "1").exists()
+    app_id = f"{json.loads((ck / 'metadata').read_text())['id']}:{table}"
+    # Batch 1 is prepared by both tasks, visible to nobody; the ledger records it only once the decision committed.
+    assert [r[0] for r in _rows(postgres, table)] == expected_ids[:20]
+    assert _ledger(postgres, table) == [(app_id, b, 20) for b in range(2 if decided else 1)]
+    pending = _pending(postgres, app_id)
+    assert len(pending) == 2 and {two_phase.batch_of(g) for g in pending} == {1}
+    if commit_one_by_hand:  # as a crash between the driver's two COMMIT PREPARED statements leaves it
+        postgres.execute(f"COMMIT PREPARED '{pending[0]}'")
+        assert len(_rows(postgres, table)) > 20
+
+    finished = _run(tmp_path, postgres, table, None, *options)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "DONE" in finished.stdout
+    assert [r[0] for r in _rows(postgres, table)] == expected_ids  # no duplicate, no loss
+    assert _ledger(postgres, table) == [(app_id, b, 20) for b in range(3)]
+    assert _pending(postgres, app_id) == []
+
+
 # -- bad input: refused before any data moves ------------------------------------------------------------------------
 
 
@@ -174,6 +309,8 @@ def test_crash_then_restart_gives_exact_rows(tmp_path: Path, postgres: LocalPost
         ({"ledger_table": "readings"}, "ledger_table"),
         ({"staging_table": "readings"}, "staging_table"),
         ({"connect_timeout": 0}, "connect_timeout"),
+        ({"commit_protocol": "xa"}, "commit_protocol"),
+        ({"commit_protocol": "two-phase", "keys": ("id",)}, "commit_protocol"),
     ],
 )
 def test_bad_options(kwargs: dict[str, Any], option: str) -> None:
@@ -192,6 +329,7 @@ def test_bad_options(kwargs: dict[str, Any], option: str) -> None:
         ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "connectTimeout": "soon"}, "connectTimeout"),
         ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "createTable": "maybe"}, "createTable"),
         ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "tabel": "t2"}, "tabel"),
+        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "commitProtocol": "2pc"}, "commit_protocol"),
     ],
 )
 def test_bad_string_options(options: dict[str, str], option: str) -> None:
@@ -207,6 +345,11 @@ def test_string_options_parse() -> None:
     assert parsed.keys == ("id", "device")
     assert parsed.staging_name == "s.t_sparkonce_staging"
     assert parsed.address == "h:6543"
+    assert parsed.commit_protocol == "staging"
+    two = PostgresSinkOptions.from_mapping(
+        {"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "commitProtocol": "two-phase"}
+    )
+    assert two.commit_protocol == "two-phase"
 
 
 def test_unreachable_database_names_host_and_port() -> None:

@@ -318,6 +318,23 @@ def test_postgres_stage_dsn_from_environment(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("PIPE_TEST_DSN", "postgresql://app@db:5432/x")
     assert stage.resolved_dsn() == "postgresql://app@db:5432/x"  # type: ignore[union-attr]
     assert stage.tables == () and stage.keys == ("id",)
+    assert stage.commit_protocol == "staging"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('commit_protocol = "xa"\n', "stages.p.commit_protocol: 'xa' must be one of ['staging', 'two-phase']"),
+        ('commit_protocol = "two-phase"\nkeys = ["id"]\n', "stages.p.commit_protocol: two-phase commits appends only"),
+    ],
+)
+def test_postgres_stage_commit_protocol(tmp_path: Path, extra: str, message: str) -> None:
+    base = SOURCE_TOML + '[stages.p]\nkind = "postgres"\ninput = "source"\ntable = "t"\ndsn = "postgresql://a@h/x"\n'
+    base += 'checkpoint = "ck/p"\n'
+    stage = parse_pipeline(base + 'commit_protocol = "two-phase"\n', tmp_path / "p.toml").stage("p")
+    assert stage.commit_protocol == "two-phase"  # type: ignore[union-attr]
+    with pytest.raises(PipelineConfigError, match=re.escape(message)):
+        parse_pipeline(base + extra, tmp_path / "p.toml")
 
 
 STORAGE = """

@@ -43,7 +43,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from sparkonce.errors import PipelineConfigError, StorageError
 from sparkonce.pipeline.transforms import Transform, read_sql
@@ -51,6 +51,8 @@ from sparkonce.storage import checkpoint_path, table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from sparkonce.sinks.postgres.options import CommitProtocol
 
 StageName = str
 STAGE_ORDER: tuple[str, ...] = ("raw", "bronze", "gold")
@@ -267,6 +269,8 @@ class PostgresStage:
     ledger_table: str = "sparkonce_ledger"
     transform: Transform | None = None
     max_files_per_trigger: int | None = None
+    commit_protocol: CommitProtocol = "staging"
+    """``staging`` or ``two-phase`` (append only), see :class:`~sparkonce.sinks.postgres.PostgresSinkOptions`."""
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -591,7 +595,7 @@ class _Parser:
 
     def postgres(self, name: str, data: Mapping[str, Any]) -> PostgresStage:
         from sparkonce.errors import OptionError
-        from sparkonce.sinks.postgres.options import table_parts
+        from sparkonce.sinks.postgres.options import CommitProtocol, table_parts
 
         key = f"stages.{name}"
         self.known(
@@ -609,6 +613,7 @@ class _Parser:
                 "transform",
                 "sql",
                 "max_files_per_trigger",
+                "commit_protocol",
             },
         )
         if ("dsn" in data) == ("dsn_env" in data):
@@ -623,6 +628,12 @@ class _Parser:
                 raise self.fail(f"{key}.{option}", str(err)) from err
         if "transform" in data and "sql" in data:
             raise self.fail(key, "give at most one of transform and sql")
+        keys = self.names(data, "keys", key, default=())
+        protocol = self.string(data, "commit_protocol", key, default="staging")
+        if protocol not in get_args(CommitProtocol):
+            raise self.fail(f"{key}.commit_protocol", f"{protocol!r} must be one of {list(get_args(CommitProtocol))}")
+        if protocol == "two-phase" and keys:
+            raise self.fail(f"{key}.commit_protocol", "two-phase commits appends only: with keys, use staging")
         return PostgresStage(
             name=name,
             input=self.input(data, key, None),
@@ -631,10 +642,11 @@ class _Parser:
             pg_table=table,
             dsn=self.string(data, "dsn", key) if "dsn" in data else None,
             dsn_env=self.string(data, "dsn_env", key) if "dsn_env" in data else None,
-            keys=self.names(data, "keys", key, default=()),
+            keys=keys,
             ledger_table=ledger,
             transform=self.optional_transform(data, key),
             max_files_per_trigger=self.integer(data, "max_files_per_trigger", key),
+            commit_protocol=cast(CommitProtocol, protocol),
         )
 
     def optional_transform(self, data: Mapping[str, Any], key: str) -> Transform | None:

@@ -673,6 +673,7 @@ def postgres_sink(spark: SparkSession, config: PipelineConfig, stage: PostgresSt
             keys=stage.keys,
             checkpoint_dir=stage.checkpoint,
             ledger_table=stage.ledger_table,
+            commit_protocol=stage.commit_protocol,
         )
     )
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,8 @@ class PostgresServer:
     """The OS user the server runs as when started by root; None when it runs as the current user."""
     owns_base_dir: bool
     """True when :func:`start_postgres` created ``base_dir`` and :func:`stop_postgres` removes it."""
+    settings: tuple[tuple[str, str], ...] = ()
+    """Server settings given to :func:`start_postgres`, passed as ``-c name=value`` after the defaults."""
 
     @property
     def dsn(self) -> str:
@@ -110,6 +114,7 @@ def start_postgres(
     *,
     port: int | None = None,
     timeout: float = 60.0,
+    settings: Mapping[str, str] | None = None,
 ) -> PostgresServer:
     """Create a cluster and start a PostgreSQL server on loopback; return once it accepts connections.
 
@@ -118,6 +123,8 @@ def start_postgres(
             (removed again by :func:`stop_postgres`) when None.
         port: the TCP port; a free one when None.
         timeout: seconds to wait for the server to accept connections.
+        settings: server settings (``{"max_prepared_transactions": "0"}``) over the defaults (``fsync`` off,
+            ``max_connections`` 50, ``max_prepared_transactions`` 64 for the sink's two-phase protocol).
 
     Returns:
         The running server; connect with :attr:`PostgresServer.dsn`.
@@ -126,6 +133,9 @@ def start_postgres(
         SinkError: binaries missing, ``initdb`` or ``pg_ctl`` failed, or the server did not become ready in time
             (the message quotes the end of the server log).
     """
+    for name, value in (settings or {}).items():
+        if not re.fullmatch(r"[a-z_.]+", name) or not re.fullmatch(r"[\w.-]+", value):
+            raise SinkError(f"server setting {name}={value!r}: names are [a-z_.], values letters, digits, _ . -")
     bin_dir = find_bin_dir()
     os_user = _server_os_user()
     owns = base_dir is None
@@ -145,6 +155,7 @@ def start_postgres(
         bin_dir=bin_dir,
         os_user=os_user,
         owns_base_dir=owns,
+        settings=tuple((settings or {}).items()),
     )
     try:
         _run(
@@ -191,7 +202,9 @@ def stop_postgres(server: PostgresServer, *, timeout: float = 30.0) -> None:
 
 
 def _pg_ctl_start(server: PostgresServer) -> None:
-    options = f"-p {server.port} -k {server.base_dir} -c listen_addresses={LOOPBACK} -c fsync=off -c max_connections=50"
+    options = f"-p {server.port} -k {server.base_dir} -c listen_addresses={LOOPBACK} -c fsync=off"
+    options += " -c max_connections=50 -c max_prepared_transactions=64"
+    options += "".join(f" -c {name}={value}" for name, value in server.settings)
     pg_ctl = [str(server.bin_dir / "pg_ctl"), "-D", str(server.data_dir)]
     _run(server, [*pg_ctl, "-l", str(server.log_file), "-W", "-o", options, "start"], what="pg_ctl start")
 

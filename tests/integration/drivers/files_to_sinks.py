@@ -3,11 +3,12 @@
 Usage:
     python -m tests.integration.drivers.files_to_sinks INPUT_DIR CHECKPOINT fanout TABLE_ALL TABLE_EVEN
     python -m tests.integration.drivers.files_to_sinks INPUT_DIR CHECKPOINT postgres DSN TABLE [--keys id]
+        [--commit-protocol two-phase] [--partitions N]
 
 ``fanout`` writes every row to TABLE_ALL and the even ids to TABLE_EVEN (txn app ids from the query id);
 ``postgres`` writes every row to TABLE through :class:`~sparkonce.sinks.postgres.PostgresSink` (app id from the
-query id). Runs with the availableNow trigger, prints ``DONE`` and exits 0. Crash points are armed by the
-environment (see sparkonce.crash).
+query id), its batches repartitioned into N partitions when given. Runs with the availableNow trigger, prints
+``DONE`` and exits 0. Crash points are armed by the environment (see sparkonce.crash).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main() -> None:
     postgres.add_argument("dsn")
     postgres.add_argument("table")
     postgres.add_argument("--keys", default="")
+    postgres.add_argument("--commit-protocol", default="staging")
+    postgres.add_argument("--partitions", type=int, default=0)
     args = parser.parse_args()
 
     spark = local_session(app_name=f"files-to-{args.sink}")
@@ -54,9 +57,17 @@ def main() -> None:
         from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
 
         keys = tuple(k for k in args.keys.split(",") if k)
-        sink = PostgresSink(
-            PostgresSinkOptions(dsn=args.dsn, table=args.table, keys=keys, checkpoint_dir=args.checkpoint)
+        pg_sink = PostgresSink(
+            PostgresSinkOptions(
+                dsn=args.dsn,
+                table=args.table,
+                keys=keys,
+                checkpoint_dir=args.checkpoint,
+                commit_protocol=args.commit_protocol,
+            )
         )
+        partitions = args.partitions
+        sink = pg_sink if not partitions else (lambda df, batch_id: pg_sink(df.repartition(partitions), batch_id))
     query = (
         stream.writeStream.foreachBatch(sink)
         .option("checkpointLocation", args.checkpoint)

@@ -14,6 +14,10 @@ For each micro-batch ``batch_id`` of an application ``app_id``:
    ledger row, delete the staging rows, commit. The target's rows and the ledger row become visible together, or
    not at all.
 
+For appends, ``commit_protocol="two-phase"`` skips the staging table: each task COPYs into the target and
+PREPAREs its database transaction, the driver commits the ledger row naming them and then COMMIT PREPAREs each
+(:mod:`~sparkonce.sinks.postgres.two_phase`).
+
 A crash before step 3 commits leaves the ledger without the batch, so Spark's re-run of the batch loads and
 moves it again; a crash after the commit leaves the ledger row, so the re-run is skipped. See ``docs/postgres.md``
 for why this beats the delete-then-insert of a plain JDBC write.
@@ -27,7 +31,8 @@ Usage::
 
 The package is split where the code runs: :mod:`~sparkonce.sinks.postgres.options` (parsed once, driver),
 :mod:`~sparkonce.sinks.postgres.loader` (the staging ``COPY``; runs on executors),
-:mod:`~sparkonce.sinks.postgres.sink` (the ledger check and the one database transaction; driver only) and
+:mod:`~sparkonce.sinks.postgres.sink` (the ledger check and the one database transaction; driver only),
+:mod:`~sparkonce.sinks.postgres.two_phase` (the prepared-transaction loader and settling) and
 :mod:`~sparkonce.sinks.postgres.sql` (the statements and the tables they need).
 """
 

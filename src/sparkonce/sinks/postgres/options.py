@@ -5,12 +5,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal, cast, get_args
 
 from sparkonce.errors import OptionError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 _MAX_IDENTIFIER = 63
 _STAGING_SUFFIX = "_sparkonce_staging"
+
+CommitProtocol = Literal["staging", "two-phase"]
+"""How a batch's rows reach the target: ``staging`` (executors COPY into an UNLOGGED staging table, ONE driver
+database transaction moves them and writes the ledger row: works on any server, readers see the whole batch or
+none of it) or ``two-phase`` (append only: each executor task COPYs straight into the target and PREPAREs its
+database transaction; the driver commits the ledger row naming them, then COMMIT PREPAREs each: one pass over the
+rows, needs the server's ``max_prepared_transactions`` >= the batch's tasks; readers can see a batch's tasks appear
+one after another, milliseconds apart)."""
 
 
 def table_parts(option: str, value: object) -> tuple[str, ...]:
@@ -56,6 +65,8 @@ class PostgresSinkOptions:
     create_table: bool = True
     connect_timeout: int = 10
     """Seconds to wait for a connection before the database counts as unreachable."""
+    commit_protocol: CommitProtocol = "staging"
+    """``staging`` or ``two-phase`` (append only); see :data:`CommitProtocol`."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.dsn, str) or not self.dsn.strip():
@@ -91,11 +102,21 @@ class PostgresSinkOptions:
             raise OptionError("app_id", self.app_id, "must not be empty")
         if not isinstance(self.connect_timeout, int) or self.connect_timeout < 1:
             raise OptionError("connect_timeout", self.connect_timeout, "must be a whole number of seconds >= 1")
+        if self.commit_protocol not in get_args(CommitProtocol):
+            protocols = list(get_args(CommitProtocol))
+            raise OptionError("commit_protocol", self.commit_protocol, f"must be one of {protocols}")
+        if self.commit_protocol == "two-phase" and self.keys:
+            raise OptionError(
+                "commit_protocol",
+                self.commit_protocol,
+                "two-phase commits appends only: an upsert (keys) goes through the staging table",
+            )
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, str]) -> PostgresSinkOptions:
         """Parse string options: ``dsn``, ``table``, ``keys`` (comma separated), ``appId``, ``checkpointLocation``,
-        ``stagingTable``, ``ledgerTable``, ``createTable`` (true/false), ``connectTimeout`` (seconds); keys are
+        ``stagingTable``, ``ledgerTable``, ``createTable`` (true/false), ``connectTimeout`` (seconds),
+        ``commitProtocol`` (``staging`` / ``two-phase``); keys are
         case-insensitive. Unknown keys are refused.
         """
         from sparkonce.options import get_bool, get_int, get_str, require_str
@@ -110,6 +131,7 @@ class PostgresSinkOptions:
             "ledgertable",
             "createtable",
             "connecttimeout",
+            "commitprotocol",
         }
         unknown = sorted(k for k in options if k.lower() not in known)
         if unknown:
@@ -129,6 +151,7 @@ class PostgresSinkOptions:
             ledger_table=get_str(options, "ledgerTable", "sparkonce_ledger") or "sparkonce_ledger",
             create_table=get_bool(options, "createTable", True),
             connect_timeout=timeout if timeout is not None else 10,
+            commit_protocol=cast(CommitProtocol, get_str(options, "commitProtocol", "staging")),
         )
 
     @property
@@ -151,4 +174,4 @@ def redact(dsn: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", dsn)
 
 
-__all__ = ["PostgresSinkOptions", "redact", "table_parts"]
+__all__ = ["CommitProtocol", "PostgresSinkOptions", "redact", "table_parts"]

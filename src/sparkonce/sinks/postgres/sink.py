@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce.errors import OptionError, SinkError
 from sparkonce.sinks.postgres import sql as pgsql
+from sparkonce.sinks.postgres import two_phase
 from sparkonce.sinks.postgres.loader import StagingLoader
 from sparkonce.sinks.postgres.options import PostgresSinkOptions, table_parts
 
@@ -28,6 +30,8 @@ CRASH_AFTER_STAGING: CrashPoint = "after_pg_staging_load"
 """Crash point: every partition of the batch is in the staging table; the database transaction has not begun."""
 CRASH_AFTER_COMMIT: CrashPoint = "after_pg_commit"
 """Crash point: the database transaction of the batch is committed; Spark has not written ``commits/N``."""
+CRASH_AFTER_LEDGER: CrashPoint = "after_pg_ledger_commit"
+"""Crash point (two-phase): the ledger row naming the batch's prepared transactions is committed, none of them is."""
 
 
 @dataclass(frozen=True)
@@ -38,9 +42,14 @@ class BatchOutcome:
     batch_id: int
     status: Literal["committed", "skipped"]
     staged_rows: int
-    """Rows loaded into the staging table by the executors (0 when skipped)."""
+    """Rows loaded by the executors: into the staging table, or into prepared transactions (0 when skipped)."""
     target_rows: int
     """Rows inserted or updated in the target by the database transaction (0 when skipped)."""
+    load_seconds: float = 0.0
+    """Wall time of the executors' load (the Spark job)."""
+    commit_seconds: float = 0.0
+    """Wall time of the driver's commit after the load (the database transaction; two-phase: the ledger row and
+    the COMMIT PREPARED statements)."""
 
 
 class PostgresSink:
@@ -81,7 +90,8 @@ class PostgresSink:
 
         Raises:
             SinkError: the database is unreachable (the message names host:port) or refused a statement.
-            OptionError: a key is not a column, or no unique index covers the keys.
+            OptionError: a key is not a column, no unique index covers the keys, or the two-phase protocol on a
+                server without prepared transactions.
         """
         with self._connect() as conn, self._sql_errors("checking the tables"):
             self._ensure_ledger(conn)
@@ -89,6 +99,20 @@ class PostgresSink:
                 self._prepare(conn, schema)
             elif self.options.keys and pgsql.table_columns(conn, self.options.table):
                 pgsql.check_unique_index(conn, self.options.table, self.options.keys)
+
+    def settle(self) -> two_phase.Settled:
+        """Finish this app's prepared transactions (two-phase protocol) left by a crash: commit those the ledger
+        names, roll back the others. Every batch does this first; call it for a query abandoned after a crash
+        (driver).
+
+        Raises:
+            SinkError: the database is unreachable or refused a statement.
+        """
+        with self._connect() as conn, self._sql_errors("settling prepared transactions"):
+            if not pgsql.table_columns(conn, self.options.ledger_table):
+                return two_phase.Settled((), ())
+            self._ensure_ledger(conn)
+            return two_phase.settle(conn, self._ledger, self.app_id)
 
     def ledger_rows(self) -> list[tuple[int, int]]:
         """``(batch_id, target_rows)`` of every batch the ledger records for this sink's app id (driver).
@@ -120,6 +144,8 @@ class PostgresSink:
         if batch_id < 0:
             raise OptionError("batch_id", batch_id, "must be a non-negative micro-batch id")
         app_id = self.app_id
+        if self.options.commit_protocol == "two-phase":
+            return self._write_two_phase(batch_df, app_id, batch_id)
         with self._connect() as conn, self._sql_errors(f"preparing batch {batch_id} of app {app_id}"):
             self._prepare(conn, batch_df.schema)
             if self._in_ledger(conn, app_id, batch_id):
@@ -141,10 +167,13 @@ class PostgresSink:
                     app_id,
                     cleared,
                 )
+        started = time.perf_counter()
         staged = self._load_staging(batch_df, app_id, batch_id)
+        loaded = time.perf_counter()
         crash_point(CRASH_AFTER_STAGING, batch_id)
         with self._connect() as conn:
-            return self._commit(conn, app_id, batch_id, staged)
+            outcome = self._commit(conn, app_id, batch_id, staged)
+        return replace(outcome, load_seconds=loaded - started, commit_seconds=time.perf_counter() - loaded)
 
     # -- driver: the database transaction ------------------------------------------------------------------------
 
@@ -201,6 +230,70 @@ class PostgresSink:
         )
         return BatchOutcome(app_id, batch_id, "committed", staged, moved)
 
+    # -- driver: the two-phase protocol (append only) -------------------------------------------------------------
+
+    def _write_two_phase(self, batch_df: DataFrame, app_id: str, batch_id: int) -> BatchOutcome:
+        """Executors COPY into the target and PREPARE; the ledger row names the prepared transactions (the
+        decision); then each is committed. See :mod:`sparkonce.sinks.postgres.two_phase`."""
+        import uuid
+
+        import psycopg
+
+        from sparkonce.crash import crash_point
+
+        with self._connect() as conn, self._sql_errors(f"preparing batch {batch_id} of app {app_id}"):
+            self._prepare(conn, batch_df.schema)
+            two_phase.settle(conn, self._ledger, app_id)
+            if self._in_ledger(conn, app_id, batch_id):
+                log.info("PostgreSQL sink: batch %d of app %s is in the ledger: skipped", batch_id, app_id)
+                return BatchOutcome(app_id, batch_id, "skipped", 0, 0)
+        loader = two_phase.PreparedLoader(
+            dsn=self.options.dsn,
+            target=self._target,
+            columns=tuple(c.name for c in self._columns),
+            app_id=app_id,
+            batch_id=batch_id,
+            attempt=uuid.uuid4().hex[:8],
+            connect_timeout=self.options.connect_timeout,
+        )
+        started = time.perf_counter()
+        results = self._run_loader(batch_df, loader, "part int, rows long, gid string", app_id, batch_id, "target")
+        loaded = time.perf_counter()
+        prepared = tuple(sorted(str(r["gid"]) for r in results if r["gid"]))
+        staged = sum(int(r["rows"]) for r in results)
+        crash_point(CRASH_AFTER_STAGING, batch_id)
+        with self._connect() as conn, self._sql_errors(f"committing batch {batch_id} of app {app_id}"):
+            try:
+                with conn.transaction():
+                    skipped = pgsql.in_ledger(conn, self._ledger, app_id, batch_id, lock=True)
+                    if not skipped:
+                        pgsql.insert_ledger(
+                            conn, self._ledger, app_id, batch_id, self.options.table, staged, staged, prepared
+                        )
+                        crash_point(CRASH_INSIDE_TRANSACTION, batch_id)
+            except psycopg.errors.UniqueViolation as err:
+                if err.diag.table_name != self._ledger[-1]:
+                    raise
+                skipped = True  # another writer recorded the batch between our check and our insert
+            if not skipped:
+                crash_point(CRASH_AFTER_LEDGER, batch_id)
+            # The decision is in the ledger: commit what it names, roll back the rest (ours too when skipped).
+            two_phase.settle(conn, self._ledger, app_id)
+        timing = {"load_seconds": loaded - started, "commit_seconds": time.perf_counter() - loaded}
+        if skipped:
+            log.warning("PostgreSQL sink: batch %d of app %s was committed concurrently: skipped", batch_id, app_id)
+            return BatchOutcome(app_id, batch_id, "skipped", staged, 0, **timing)
+        crash_point(CRASH_AFTER_COMMIT, batch_id)
+        log.info(
+            "PostgreSQL sink: committed batch %d of app %s: %d rows in %d prepared transactions into %s",
+            batch_id,
+            app_id,
+            staged,
+            len(prepared),
+            self.options.table,
+        )
+        return BatchOutcome(app_id, batch_id, "committed", staged, staged, **timing)
+
     # -- driver: executors load the staging table ----------------------------------------------------------------
 
     def _load_staging(self, batch_df: DataFrame, app_id: str, batch_id: int) -> int:
@@ -213,13 +306,7 @@ class PostgresSink:
             batch_id=batch_id,
             connect_timeout=self.options.connect_timeout,
         )
-        try:
-            counts = batch_df.mapInArrow(loader, "part int, rows long").collect()
-        except Exception as err:
-            raise SinkError(
-                f"loading batch {batch_id} of app {app_id} into the staging table {self.options.staging_name} at "
-                f"{self.options.address} failed: {_first_line(err)}"
-            ) from err
+        counts = self._run_loader(batch_df, loader, "part int, rows long", app_id, batch_id, "staging table")
         staged = sum(int(row["rows"]) for row in counts)
         log.info(
             "PostgreSQL sink: batch %d of app %s: %d rows staged by %d tasks in %s",
@@ -230,6 +317,19 @@ class PostgresSink:
             self.options.staging_name,
         )
         return staged
+
+    def _run_loader(
+        self, batch_df: DataFrame, loader: Any, schema: str, app_id: str, batch_id: int, into: str
+    ) -> list[Any]:
+        """Run ``loader`` on the executors over ``batch_df``; only its one row per task comes back."""
+        name = self.options.staging_name if into == "staging table" else self.options.table
+        try:
+            return list(batch_df.mapInArrow(loader, schema).collect())
+        except Exception as err:
+            raise SinkError(
+                f"loading batch {batch_id} of app {app_id} into the {into} {name} at {self.options.address} "
+                f"failed: {_first_line(err)}"
+            ) from err
 
     # -- driver: tables --------------------------------------------------------------------------------------------
 
@@ -282,7 +382,8 @@ class PostgresSink:
                 raise OptionError("keys", self.options.keys, f"{missing_keys} are not columns of the batch")
             if self.options.keys:
                 pgsql.check_unique_index(conn, self.options.table, self.options.keys)
-            self._ensure_staging(conn)
+            if self.options.commit_protocol == "staging":
+                self._ensure_staging(conn)
         self._prepared_for = names
 
     # -- table names -----------------------------------------------------------------------------------------------
@@ -300,7 +401,18 @@ class PostgresSink:
         return table_parts("ledger_table", self.options.ledger_table)
 
     def _ensure_ledger(self, conn: Any) -> None:
-        pgsql.ensure_ledger(conn, self._ledger)
+        """Create the ledger when missing; for the two-phase protocol, check the server allows prepared
+        transactions first."""
+        two = self.options.commit_protocol == "two-phase"
+        if two and pgsql.max_prepared_transactions(conn) < 1:
+            raise OptionError(
+                "commit_protocol",
+                "two-phase",
+                f"the server at {self.options.address} has max_prepared_transactions = 0 (prepared transactions "
+                "off); set it to at least the number of tasks of a batch and restart the server, or use the "
+                "staging protocol",
+            )
+        pgsql.ensure_ledger(conn, self._ledger, prepared_xacts=two)
 
     def _create_target(self, conn: Any, schema: StructType) -> None:
         pgsql.create_target(conn, self._target, schema, self.options.keys)
@@ -328,4 +440,11 @@ def _first_line(err: BaseException) -> str:
     return worker[-1].strip() if worker else text.splitlines()[0]
 
 
-__all__ = ["CRASH_AFTER_COMMIT", "CRASH_AFTER_STAGING", "CRASH_INSIDE_TRANSACTION", "BatchOutcome", "PostgresSink"]
+__all__ = [
+    "CRASH_AFTER_COMMIT",
+    "CRASH_AFTER_LEDGER",
+    "CRASH_AFTER_STAGING",
+    "CRASH_INSIDE_TRANSACTION",
+    "BatchOutcome",
+    "PostgresSink",
+]

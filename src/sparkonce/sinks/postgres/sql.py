@@ -28,17 +28,25 @@ class Column:
     pg_type: str
 
 
-def ensure_ledger(conn: Any, ledger: tuple[str, ...]) -> None:
-    """Create the ledger of committed batches when missing: primary key ``(app_id, batch_id)``."""
+def ensure_ledger(conn: Any, ledger: tuple[str, ...], *, prepared_xacts: bool = False) -> None:
+    """Create the ledger of committed batches when missing: primary key ``(app_id, batch_id)``.
+
+    ``prepared_xacts`` (the two-phase protocol): make sure the ledger has the column naming a batch's prepared
+    transactions (added to a ledger made before it existed).
+    """
     from psycopg import sql
 
     conn.execute(
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (app_id text NOT NULL, batch_id bigint NOT NULL, "
             "target_table text NOT NULL, staged_rows bigint NOT NULL, target_rows bigint NOT NULL, "
-            "committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (app_id, batch_id))"
+            "committed_at timestamptz NOT NULL DEFAULT now(), prepared_xacts text[], PRIMARY KEY (app_id, batch_id))"
         ).format(sql.Identifier(*ledger))
     )
+    if prepared_xacts and "prepared_xacts" not in table_columns(conn, ".".join(ledger)):
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS prepared_xacts text[]").format(sql.Identifier(*ledger))
+        )
 
 
 def create_target(conn: Any, table: tuple[str, ...], schema: StructType, keys: tuple[str, ...]) -> None:
@@ -89,15 +97,32 @@ def in_ledger(conn: Any, ledger: tuple[str, ...], app_id: str, batch_id: int, *,
 
 
 def insert_ledger(
-    conn: Any, ledger: tuple[str, ...], app_id: str, batch_id: int, table: str, staged: int, moved: int
+    conn: Any,
+    ledger: tuple[str, ...],
+    app_id: str,
+    batch_id: int,
+    table: str,
+    staged: int,
+    moved: int,
+    prepared: tuple[str, ...] | None = None,
 ) -> None:
+    """Insert the ledger row of a batch; ``prepared``: the ids of its prepared transactions (two-phase)."""
     from psycopg import sql
 
+    if prepared is None:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (app_id, batch_id, target_table, staged_rows, target_rows) VALUES (%s, %s, %s, %s, %s)"
+            ).format(sql.Identifier(*ledger)),
+            (app_id, batch_id, table, staged, moved),
+        )
+        return
     conn.execute(
         sql.SQL(
-            "INSERT INTO {} (app_id, batch_id, target_table, staged_rows, target_rows) VALUES (%s, %s, %s, %s, %s)"
+            "INSERT INTO {} (app_id, batch_id, target_table, staged_rows, target_rows, prepared_xacts) "
+            "VALUES (%s, %s, %s, %s, %s, %s)"
         ).format(sql.Identifier(*ledger)),
-        (app_id, batch_id, table, staged, moved),
+        (app_id, batch_id, table, staged, moved, list(prepared)),
     )
 
 
@@ -183,6 +208,11 @@ def move_statement(
     )
 
 
+def max_prepared_transactions(conn: Any) -> int:
+    """The server's ``max_prepared_transactions`` (0, the default, turns prepared transactions off)."""
+    return int(conn.execute("SHOW max_prepared_transactions").fetchone()[0])
+
+
 def table_columns(conn: Any, table: str) -> dict[str, str]:
     """Column name -> SQL type of ``table`` (empty when it does not exist)."""
     row = conn.execute("SELECT to_regclass(%s)::oid", (qualified(table),)).fetchone()
@@ -258,6 +288,7 @@ __all__ = [
     "in_ledger",
     "insert_ledger",
     "ledger_rows",
+    "max_prepared_transactions",
     "move_statement",
     "pg_type",
     "qualified",
