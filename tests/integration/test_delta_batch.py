@@ -271,3 +271,33 @@ def test_sparkonce_delta_name_and_seed_003_fanout(spark: SparkSession, tmp_path:
     for name, table in first.items():
         assert DeltaTable(str(tmp_path / name)).version() == table.version()
         assert rows(spark, tmp_path / name) == [(1,), (2,)]
+
+
+def test_writes_from_a_thread_that_did_not_create_the_session(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark looks Python data sources up for a write in the calling thread's active session: without the writer
+    shims making it active, a batch or streaming write from another thread failed with DATA_SOURCE_NOT_FOUND."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            spark.range(3).write.format("delta").mode("append").save(str(tmp_path / "batch"))
+            query = (
+                spark.readStream.format("delta")
+                .load(str(tmp_path / "batch"))
+                .writeStream.format("delta")
+                .option("checkpointLocation", str(tmp_path / "ck"))
+                .trigger(availableNow=True)
+                .start(str(tmp_path / "stream"))
+            )
+            query.awaitTermination()
+        except BaseException as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join()
+    assert not errors, errors[0]
+    assert rows(spark, tmp_path / "batch") == [(0,), (1,), (2,)]
+    assert rows(spark, tmp_path / "stream") == [(0,), (1,), (2,)]

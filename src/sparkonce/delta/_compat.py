@@ -13,6 +13,11 @@ Delta format names only, the partition columns and the save mode travel as optio
 ``sparkonce.saveMode``) and the sink applies them exactly as Delta does, and ``start`` refuses a checkpoint location
 that is not on a file system the driver sees with sparkonce's ``StorageError`` (Spark would fail on it with "No
 FileSystem for scheme"). Every other format is untouched.
+
+They also make the writer's session the JVM's active session of the calling thread before ``save``/``start``:
+Spark looks Python data sources up for a write in the thread's active session, so a write started from any thread
+but the one that created the session failed with ``DATA_SOURCE_NOT_FOUND`` (a pipeline run in a worker thread, a
+service starting queries per request).
 The explicit options ``partitionBy`` and ``sparkonce.saveMode`` work without the shim (e.g. on Spark Connect).
 """
 
@@ -100,10 +105,19 @@ def _wrap_save(cls: type) -> None:
         if format is not None:
             self.format(format)
         if getattr(self, "_sparkonce_format", None) in _FORMATS:
+            _activate(self._spark)
             _adapt_batch_writer(self)
         return original(self, path, **options)
 
     cls.save = save  # type: ignore[attr-defined]
+
+
+def _activate(spark: Any) -> None:
+    """Make ``spark`` the JVM's active session of the calling thread (where Spark looks up Python data sources)."""
+    jsession = getattr(spark, "_jsparkSession", None)
+    jvm = getattr(spark, "_jvm", None)
+    if jsession is not None and jvm is not None:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
 
 
 def _adapt_batch_writer(writer: Any) -> None:
@@ -141,8 +155,11 @@ def _wrap_start(cls: type) -> None:
             from sparkonce.storage import checkpoint_path
 
             checkpoint_path(checkpoint)  # refuse an object-store checkpoint before Spark starts the query
+        ours = getattr(self, "_sparkonce_format", None) in _FORMATS
+        if ours:
+            _activate(self._spark)
         columns = getattr(self, "_sparkonce_partition_by", None)
-        if columns and getattr(self, "_sparkonce_format", None) in _FORMATS:
+        if columns and ours:
             self._jwrite = self._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))
         return original(self, path, outputMode=outputMode, queryName=queryName, **options)
 
