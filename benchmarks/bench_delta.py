@@ -1,11 +1,16 @@
 """Throughput of the Delta data source vs Spark's own Parquet paths, measured in the same run.
 
 Run: ``.venv/bin/python benchmarks/bench_delta.py [--part all|sink|read|memory] [--files 4] [--rows-per-file 1000000]
-[--repeat 2] [--memory-rows 1000000,10000000] [--memory-storage local|s3]``.
+[--repeat 2] [--shapes mixed,narrow,wide-strings,partitioned] [--memory-rows 1000000,10000000]
+[--memory-storage local|s3]``.
 
 1. **Streaming sink**: the same Parquet input files, streamed with ``maxFilesPerTrigger=1`` and the availableNow
-   trigger, into Spark's built-in ``parquet`` file sink (exactly-once through ``_spark_metadata``) and into our
-   ``delta`` sink (one Delta commit with a txn per batch). Ratio = delta rows/s / parquet rows/s (target >= 0.9).
+   trigger, into the ``noop`` sink (the ceiling: Spark reads and drops the rows), Spark's built-in ``parquet`` file
+   sink (exactly-once through ``_spark_metadata``) and our ``delta`` sink (one Delta commit with a txn per batch),
+   for each row shape (``SHAPES``: ``mixed`` = id, device, value, timestamp, 64-character payload; ``narrow`` = id,
+   value; ``wide-strings`` = id, timestamp, a 96-character string; ``partitioned`` = ``mixed`` written with
+   ``partitionBy`` on an 8-value column by both file sinks). Ratios: delta / parquet rows/s (target >= 1.1) and
+   delta / noop (target >= 0.7).
 2. **Batch read**: the Delta table vs ``spark.read.parquet`` of the same data files, both materialised into the
    ``noop`` sink (every column decoded). Ratio target >= 0.7.
 3. **Driver memory** as the batch grows: one streaming batch of N rows (``rate-micro-batch`` source, generated on
@@ -32,29 +37,46 @@ from rich.table import Table
 
 from sparkonce.spark import local_session
 
+_MIXED = (
+    "id",
+    "concat('device-', cast(id % 1000 as string)) as device",
+    "cast(id % 9973 as double) / 7 as value",
+    "timestamp_seconds(1700000000 + id) as event_time",
+    "repeat(substr(sha2(cast(id as string), 256), 1, 16), 4) as payload",
+)
+SHAPES: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "mixed": (_MIXED, None),
+    "narrow": (("id", "cast(id % 9973 as double) / 7 as value"), None),
+    "wide-strings": (
+        (
+            "id",
+            "timestamp_seconds(1700000000 + id) as event_time",
+            "concat(sha2(cast(id as string), 256), substr(sha2(cast(id + 1 as string), 256), 1, 32)) as payload",
+        ),
+        None,
+    ),
+    "partitioned": ((*_MIXED, "cast(id % 8 as int) as bucket"), "bucket"),
+}
+"""Row shapes of the sink benchmark: the input columns and the partition column (None: unpartitioned)."""
 
-def make_input(spark, directory: Path, files: int, rows_per_file: int) -> None:  # type: ignore[no-untyped-def]
-    df = spark.range(0, files * rows_per_file, numPartitions=files).selectExpr(
-        "id",
-        "concat('device-', cast(id % 1000 as string)) as device",
-        "cast(id % 9973 as double) / 7 as value",
-        "timestamp_seconds(1700000000 + id) as event_time",
-        "repeat(substr(sha2(cast(id as string), 256), 1, 16), 4) as payload",
-    )
+
+def make_input(spark, directory: Path, files: int, rows_per_file: int, shape: str = "mixed") -> None:  # type: ignore[no-untyped-def]
+    columns, _ = SHAPES[shape]
+    df = spark.range(0, files * rows_per_file, numPartitions=files).selectExpr(*columns)
     df.write.mode("overwrite").parquet(str(directory))
 
 
-def stream_once(spark, fmt: str, source: Path, target: Path, checkpoint: Path, schema) -> float:  # type: ignore[no-untyped-def]
+def stream_once(  # type: ignore[no-untyped-def]
+    spark, fmt: str, source: Path, target: Path, checkpoint: Path, schema, partition_by: str | None = None
+) -> float:
     for path in (target, checkpoint):
         shutil.rmtree(path, ignore_errors=True)
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(source))
     start = time.perf_counter()
-    query = (
-        stream.writeStream.format(fmt)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start(str(target))
-    )
+    writer = stream.writeStream.format(fmt).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
+    if partition_by is not None and fmt != "noop":
+        writer = writer.partitionBy(partition_by)
+    query = writer.start() if fmt == "noop" else writer.start(str(target))
     query.awaitTermination()
     return time.perf_counter() - start
 
@@ -130,6 +152,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--rows-per-file", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {sorted(SHAPES)}")
     parser.add_argument("--memory-rows", default="1000000,10000000")
     parser.add_argument("--memory-storage", choices=("local", "s3"), default="local")
     parser.add_argument("--part", choices=("all", "sink", "read", "memory"), default="all")
@@ -139,25 +162,36 @@ def main() -> None:
     spark = local_session(app_name="bench-delta")
     work = Path(tempfile.mkdtemp(prefix="sparkonce-bench-"))
     try:
+        rows = args.files * args.rows_per_file
         if args.part in ("all", "sink", "read"):
-            source = work / "input"
-            make_input(spark, source, args.files, args.rows_per_file)
-            schema = spark.read.parquet(str(source)).schema
-            rows = args.files * args.rows_per_file
-
-            best: dict[str, float] = {}
-            for _ in range(args.repeat):
-                for fmt in ("parquet", "delta"):
-                    seconds = stream_once(spark, fmt, source, work / f"out-{fmt}", work / f"ck-{fmt}", schema)
-                    best[fmt] = min(best.get(fmt, float("inf")), seconds)
+            shapes = ["mixed"] if args.part == "read" else [s.strip() for s in args.shapes.split(",")]
+            unknown = [s for s in shapes if s not in SHAPES]
+            if unknown:
+                parser.error(f"--shapes: unknown {unknown} (known: {sorted(SHAPES)})")
             sink = Table(
                 title=f"Streaming sink: {args.files} batches x {args.rows_per_file:,} rows (best of {args.repeat})"
             )
-            for column in ("sink", "seconds", "rows/s", "ratio to parquet sink"):
+            for column in ("shape", "sink", "seconds", "rows/s", "delta / this"):
                 sink.add_column(column, justify="right")
-            for fmt in ("parquet", "delta"):
-                sink.add_row(fmt, f"{best[fmt]:.2f}", f"{rows / best[fmt]:,.0f}", f"{best['parquet'] / best[fmt]:.2f}x")
-            console.print(sink)
+            for shape in shapes:
+                source = work / f"input-{shape}"
+                make_input(spark, source, args.files, args.rows_per_file, shape)
+                schema = spark.read.parquet(str(source)).schema
+                partition_by = SHAPES[shape][1]
+                best: dict[str, float] = {}
+                fmts = ("noop", "parquet", "delta") if args.part != "read" else ("delta",)
+                for _ in range(args.repeat):
+                    for fmt in fmts:
+                        out = work / ("out-delta" if (shape, fmt) == ("mixed", "delta") else f"out-{shape}-{fmt}")
+                        seconds = stream_once(spark, fmt, source, out, work / f"ck-{shape}-{fmt}", schema, partition_by)
+                        best[fmt] = min(best.get(fmt, float("inf")), seconds)
+                for fmt in fmts:
+                    sink.add_row(
+                        shape, fmt, f"{best[fmt]:.2f}", f"{rows / best[fmt]:,.0f}", f"{best[fmt] / best['delta']:.2f}x"
+                    )
+                shutil.rmtree(source, ignore_errors=True)
+            if args.part != "read":
+                console.print(sink)
 
         if args.part in ("all", "read"):
             delta_table = work / "out-delta"
