@@ -184,12 +184,18 @@ while not any('"txn"' in p.read_text() for p in log.glob("*.json")):
     time.sleep(0.02)
 mark("first raw commit")
 print("MARKS " + json.dumps(marks), flush=True)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and not queries[0].recentProgress:
+    time.sleep(0.05)
+for q in queries:
+    for p in q.recentProgress[:1]:
+        print("FIRST " + json.dumps([q.name, p.numInputRows, p.durationMs]), flush=True)
 for q in queries:
     q.stop()
 """
 
 
-def breakdown(root: Path, bootstrap: str, topic: str) -> list[tuple[str, float]]:
+def breakdown(root: Path, bootstrap: str, topic: str) -> tuple[list[tuple[str, float]], list[str]]:
     root.mkdir(parents=True)
     (root / "pipeline.toml").write_text(PIPELINE.format(bootstrap=bootstrap, topic=topic), encoding="utf-8")
     out = subprocess.run(
@@ -201,9 +207,15 @@ def breakdown(root: Path, bootstrap: str, topic: str) -> list[tuple[str, float]]
         timeout=300,
         check=False,
     )
+    firsts = []
+    for line in out.stdout.splitlines():
+        if line.startswith("FIRST "):
+            name, rows, durations = json.loads(line[6:])
+            phases = ", ".join(f"{k} {v} ms" for k, v in sorted(durations.items(), key=lambda kv: -kv[1]))
+            firsts.append(f"{name} batch 0 ({rows} rows): {phases}")
     for line in out.stdout.splitlines():
         if line.startswith("MARKS "):
-            return [(what, float(at)) for what, at in json.loads(line[6:])]
+            return [(what, float(at)) for what, at in json.loads(line[6:])], firsts
     raise RuntimeError(f"breakdown failed: {out.stdout[-2000:]} {out.stderr[-3000:]}")
 
 
@@ -264,7 +276,7 @@ def main() -> None:
                 bare, ours = (min(v) for v in times.values())
                 console.print(f"sparkonce run / bare PySpark (best of {args.repeat} each): {ours / bare:.2f}x")
             if args.part in ("all", "breakdown"):
-                marks = breakdown(base / "breakdown", broker.bootstrap, topic)
+                marks, firsts = breakdown(base / "breakdown", broker.bootstrap, topic)
                 table = Table(title="run_pipeline's start, step by step (one fresh process)")
                 for col in ("step", "at s", "took s"):
                     table.add_column(col)
@@ -273,6 +285,8 @@ def main() -> None:
                     table.add_row(what, f"{at:.2f}", f"{at - previous:.2f}")
                     previous = at
                 console.print(table)
+                for line in firsts:  # Spark's own phases of each stage's first batch (query progress)
+                    console.print(line, soft_wrap=True)
                 table = Table(title="python -X importtime -c 'import sparkonce.cli.main' (cumulative)")
                 table.add_column("module")
                 table.add_column("ms")
