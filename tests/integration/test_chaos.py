@@ -135,3 +135,38 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
     assert [e.at for e in result.events] == sorted(e.at for e in result.events)
     assert result.driver_runs >= 3
     assert result.rounds[-1].exit_code == 0
+
+
+def test_two_phase_postgres_stage_under_crash_points_and_a_postgres_kill_is_exactly_once(tmp_path: Path) -> None:
+    # The PostgreSQL stage with commit_protocol = "two-phase": killed after its tasks prepared (no decision), after
+    # the ledger row naming them (decided, nothing committed), and the server killed while batches load. Each round
+    # is a driver run; the next one settles what the previous left (rolls back, or commits what the ledger names).
+    def crash(point: str) -> dict[str, object]:
+        return {"records": 200, "fault": {"kind": "crash_point", "point": point, "hit": 1}}
+
+    plan = FaultPlan.from_json(
+        {
+            "plan_version": 1,
+            "seed": 21,
+            "naive": None,
+            "stages": ["raw", "bronze", "gold", "postgres"],
+            "rounds": [
+                crash("after_pg_staging_load"),
+                crash("after_pg_ledger_commit"),
+                {
+                    "records": 200,
+                    "fault": {"kind": "postgres_restart", "stage": "postgres", "delay": 0.2, "downtime": 0.5},
+                },
+                {"records": 0, "fault": None},
+            ],
+        }
+    )
+    result = run_chaos(
+        ChaosOptions(plan=plan, seed=21, pg_commit_protocol="two-phase", work_dir=tmp_path / "tpc", deadline=DEADLINE)
+    )
+    _keep(result)
+    assert result.injected_by_point == {"after_pg_staging_load": 1, "after_pg_ledger_commit": 1}
+    assert result.injected_by_kind["postgres_restart"] == 1
+    postgres = next(t for t in result.tables if t.table == "postgres")
+    assert postgres.rows > 0 and postgres.ok, postgres
+    assert result.exactly_once, result

@@ -59,6 +59,13 @@ from sparkonce.ops.chaos.plan import FAULT_KINDS, NAIVE_KINDS
     show_default=True,
     help="Where the tables live: the local disk, or the embedded S3 store (which a storage_restart then hits).",
 )
+@click.option(
+    "--pg-commit-protocol",
+    type=click.Choice(["staging", "two-phase"]),
+    default="staging",
+    show_default=True,
+    help="The PostgreSQL stage's commit protocol (docs/postgres.md).",
+)
 @click.option("--deadline", type=click.FloatRange(10), default=3600.0, show_default=True, help="Seconds for the run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
@@ -74,6 +81,7 @@ def chaos(
     soak: bool,
     rate: float,
     storage: str,
+    pg_commit_protocol: str,
     deadline: float,
     as_json: bool,
 ) -> None:
@@ -112,6 +120,7 @@ def chaos(
         deadline=deadline,
         rate=rate,
         storage=storage,  # type: ignore[arg-type]  # a click.Choice of the two
+        pg_commit_protocol=pg_commit_protocol,  # type: ignore[arg-type]  # a click.Choice of the two
     )
     if not as_json:
         what = f"naive baseline {naive}" if naive else "sparkonce" + (" in soak mode" if soak else "")

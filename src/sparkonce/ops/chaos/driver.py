@@ -190,7 +190,10 @@ def _start_postgres(
     else:
         sink = PostgresSink(
             PostgresSinkOptions(
-                dsn=spec.postgres_dsn, table=spec.postgres_table, checkpoint_dir=spec.postgres_checkpoint
+                dsn=spec.postgres_dsn,
+                table=spec.postgres_table,
+                checkpoint_dir=spec.postgres_checkpoint,
+                commit_protocol=spec.postgres_commit_protocol,  # type: ignore[arg-type]  # checked by the harness
             )
         )
     return (

@@ -93,6 +93,10 @@ class ChaosOptions:
     storage: Literal["local", "s3"] = "local"
     """Where the quickstart setup's tables live: the local disk, or the embedded object store (``s3``, the store
     that also holds the broker's log), read by the stages and the reconciliation with the store's options."""
+    pg_commit_protocol: Literal["staging", "two-phase"] = "staging"
+    """The PostgreSQL stage's commit protocol (the quickstart setup): ``two-phase`` puts prepared transactions under
+    the same faults (a PostgreSQL kill keeps them; an executor kill leaves one behind for the next batch to roll
+    back)."""
     retries: int = 5
     """Extra clean rounds allowed when the last planned round does not exit 0 (on a loaded machine a stage can
     fail on its own, e.g. Spark's 10 s for a new Python worker to connect back; each retry resumes it)."""
@@ -372,6 +376,7 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
         naive=options.naive,
         postgres_dsn=postgres.dsn,
         postgres_checkpoint=checkpoints["postgres"],
+        postgres_commit_protocol=options.pg_commit_protocol,
     )
     return ChaosSetup(
         work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir, postgres, storage_dir

@@ -19,6 +19,8 @@ class DriverSpec:
     postgres_dsn: str | None = None
     postgres_table: str = "chaos_bronze"
     postgres_checkpoint: str | None = None
+    postgres_commit_protocol: str = "staging"
+    """The PostgreSQL sink's ``commit_protocol``: ``staging`` or ``two-phase``."""
     file_sink_dir: str | None = None
     file_sink_checkpoint: str | None = None
     master: str = "local[2,4]"
