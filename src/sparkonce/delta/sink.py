@@ -74,8 +74,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def _check_table(self) -> None:
         """Fail before the first batch when the data cannot go into the existing table.
 
-        Spark builds the writer on the driver when the query starts and again, in a fresh Python process, for each
-        batch's commit: the table loaded here is kept for that commit (never pickled to executors).
+        Spark builds the writer on the driver when the query starts and again for every batch (in a planner process
+        and in its commit process, which live as long as the query): the table loaded here is kept for that
+        batch's commit (never pickled to executors).
         """
         check_partition_columns(self.options, self.arrow_schema)
         self.options.location.check_commit_safety()
