@@ -5,7 +5,8 @@ Run: ``.venv/bin/python benchmarks/bench_delta.py [--part all|sink|read|memory] 
 [--memory-storage local|s3]``.
 
 1. **Streaming sink**: the same Parquet input files, streamed with ``maxFilesPerTrigger=1`` and the availableNow
-   trigger, into the ``noop`` sink (the ceiling: Spark reads and drops the rows), Spark's built-in ``parquet`` file
+   trigger, into the ``noop`` sink (the ceiling: Spark reads and drops the rows), a Python data source sink that
+   drops its Arrow batches (``bench_drop``: the ceiling of any Python sink), Spark's built-in ``parquet`` file
    sink (exactly-once through ``_spark_metadata``) and our ``delta`` sink (one Delta commit with a txn per batch),
    for each row shape (``SHAPES``: ``mixed`` = id, device, value, timestamp, 64-character payload; ``narrow`` = id,
    value; ``wide-strings`` = id, timestamp, a 96-character string; ``partitioned`` = ``mixed`` written with
@@ -35,6 +36,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from drop_sink import drop_sink
 from sparkonce.spark import local_session
 
 _MIXED = (
@@ -58,6 +60,8 @@ SHAPES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "partitioned": ((*_MIXED, "cast(id % 8 as int) as bucket"), "bucket"),
 }
 """Row shapes of the sink benchmark: the input columns and the partition column (None: unpartitioned)."""
+DROP = "bench_drop"
+"""A Python data source sink that drops its Arrow batches (``drop_sink.py``): the ceiling of any Python sink."""
 
 
 def make_input(spark, directory: Path, files: int, rows_per_file: int, shape: str = "mixed") -> None:  # type: ignore[no-untyped-def]
@@ -74,9 +78,9 @@ def stream_once(  # type: ignore[no-untyped-def]
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(source))
     start = time.perf_counter()
     writer = stream.writeStream.format(fmt).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
-    if partition_by is not None and fmt != "noop":
+    if partition_by is not None and fmt not in ("noop", DROP):
         writer = writer.partitionBy(partition_by)
-    query = writer.start() if fmt == "noop" else writer.start(str(target))
+    query = writer.start() if fmt in ("noop", DROP) else writer.start(str(target))
     query.awaitTermination()
     return time.perf_counter() - start
 
@@ -160,6 +164,7 @@ def main() -> None:
 
     console = Console()
     spark = local_session(app_name="bench-delta")
+    spark.dataSource.register(drop_sink())
     work = Path(tempfile.mkdtemp(prefix="sparkonce-bench-"))
     try:
         rows = args.files * args.rows_per_file
@@ -179,7 +184,7 @@ def main() -> None:
                 schema = spark.read.parquet(str(source)).schema
                 partition_by = SHAPES[shape][1]
                 best: dict[str, float] = {}
-                fmts = ("noop", "parquet", "delta") if args.part != "read" else ("delta",)
+                fmts = ("noop", DROP, "parquet", "delta") if args.part != "read" else ("delta",)
                 for _ in range(args.repeat):
                     for fmt in fmts:
                         out = work / ("out-delta" if (shape, fmt) == ("mixed", "delta") else f"out-{shape}-{fmt}")

@@ -41,6 +41,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from drop_sink import drop_sink
+
 
 def _rows(n: int) -> pa.Table:
     import numpy as np
@@ -96,39 +98,6 @@ def _parallel(target: Any, args: tuple[Any, ...], processes: int) -> tuple[float
         worker.join()
     wall = time.perf_counter() - started
     return wall, max(queue.get() for _ in workers)
-
-
-def _drop_sink() -> type:
-    """A Python streaming sink that receives the batch's Arrow batches and drops them: what any Python data source
-    sink pays before doing anything (Spark's JVM -> Arrow -> Python worker hand-over, the Python data source round
-    trips). Defined in ``__main__``, so cloudpickle ships it to the workers by value."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-
-    class DropWriter(DataSourceStreamArrowWriter):
-        """Runs on executors (``write``) and the driver (``commit``)."""
-
-        def write(self, iterator: Any) -> WriterCommitMessage:
-            for _ in iterator:
-                pass
-            return WriterCommitMessage()
-
-        def commit(self, messages: Any, batchId: int) -> None:
-            pass
-
-        def abort(self, messages: Any, batchId: int) -> None:
-            pass
-
-    class DropSink(DataSource):
-        """Driver only."""
-
-        @classmethod
-        def name(cls) -> str:
-            return "bench_drop"
-
-        def streamWriter(self, schema: Any, overwrite: bool) -> DropWriter:
-            return DropWriter()
-
-    return DropSink
 
 
 def _stream(
@@ -189,7 +158,7 @@ def stream_part(info: Any, args: argparse.Namespace) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     if args.arrow_batch_rows:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch_rows))
-    spark.dataSource.register(_drop_sink())
+    spark.dataSource.register(drop_sink())
     try:
         with tempfile.TemporaryDirectory() as work:
             best: dict[str, tuple[int, float]] = {}
