@@ -595,7 +595,7 @@ class _Parser:
 
     def postgres(self, name: str, data: Mapping[str, Any]) -> PostgresStage:
         from sparkonce.errors import OptionError
-        from sparkonce.sinks.postgres.options import CommitProtocol, table_parts
+        from sparkonce.sinks.postgres.options import CommitProtocol, appends_only_problem, table_parts
 
         key = f"stages.{name}"
         self.known(
@@ -629,11 +629,13 @@ class _Parser:
         if "transform" in data and "sql" in data:
             raise self.fail(key, "give at most one of transform and sql")
         keys = self.names(data, "keys", key, default=())
-        protocol = self.string(data, "commit_protocol", key, default="staging")
-        if protocol not in get_args(CommitProtocol):
-            raise self.fail(f"{key}.commit_protocol", f"{protocol!r} must be one of {list(get_args(CommitProtocol))}")
-        if protocol == "two-phase" and keys:
-            raise self.fail(f"{key}.commit_protocol", "two-phase commits appends only: with keys, use staging")
+        named = self.string(data, "commit_protocol", key, default="staging")
+        if named not in get_args(CommitProtocol):
+            raise self.fail(f"{key}.commit_protocol", f"{named!r} must be one of {list(get_args(CommitProtocol))}")
+        protocol = cast(CommitProtocol, named)
+        problem = appends_only_problem(protocol, keys)
+        if problem is not None:
+            raise self.fail(f"{key}.commit_protocol", problem)
         return PostgresStage(
             name=name,
             input=self.input(data, key, None),
@@ -646,7 +648,7 @@ class _Parser:
             ledger_table=ledger,
             transform=self.optional_transform(data, key),
             max_files_per_trigger=self.integer(data, "max_files_per_trigger", key),
-            commit_protocol=cast(CommitProtocol, protocol),
+            commit_protocol=protocol,
         )
 
     def optional_transform(self, data: Mapping[str, Any], key: str) -> Transform | None:

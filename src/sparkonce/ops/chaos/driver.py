@@ -193,7 +193,7 @@ def _start_postgres(
                 dsn=spec.postgres_dsn,
                 table=spec.postgres_table,
                 checkpoint_dir=spec.postgres_checkpoint,
-                commit_protocol=spec.postgres_commit_protocol,  # type: ignore[arg-type]  # checked by the harness
+                commit_protocol=spec.postgres_commit_protocol,
             )
         )
     return (

@@ -6,8 +6,12 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkonce.ops.chaos.plan import NaiveKind
+
+if TYPE_CHECKING:
+    from sparkonce.sinks.postgres.options import CommitProtocol
 
 
 @dataclass(frozen=True)
@@ -19,7 +23,7 @@ class DriverSpec:
     postgres_dsn: str | None = None
     postgres_table: str = "chaos_bronze"
     postgres_checkpoint: str | None = None
-    postgres_commit_protocol: str = "staging"
+    postgres_commit_protocol: CommitProtocol = "staging"
     """The PostgreSQL sink's ``commit_protocol``: ``staging`` or ``two-phase``."""
     file_sink_dir: str | None = None
     file_sink_checkpoint: str | None = None

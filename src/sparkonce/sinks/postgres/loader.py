@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +30,6 @@ class StagingLoader:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Delete this partition's rows of an earlier attempt and COPY its rows, in one database transaction."""
         import psycopg
-        import pyarrow.csv as pacsv
         from psycopg import sql
         from pyspark import TaskContext
 
@@ -37,7 +37,6 @@ class StagingLoader:
         part = context.partitionId() if context is not None else 0
         staging = sql.Identifier(*self.staging)
         copy_columns = sql.SQL(", ").join(sql.Identifier(c) for c in (*self.columns, *TAG_COLUMNS))
-        rows = 0
         with (
             psycopg.connect(self.dsn, autocommit=True, connect_timeout=self.connect_timeout) as conn,
             conn.transaction(),
@@ -54,15 +53,33 @@ class StagingLoader:
             )
             statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(staging, copy_columns)
             with conn.cursor().copy(statement) as copy:
-                for batch in batches:
-                    if batch.num_rows == 0:
-                        continue
-                    tagged = _tag(batch, self.app_id, self.batch_id, part, rows)
-                    buffer = io.BytesIO()
-                    pacsv.write_csv(tagged, buffer, pacsv.WriteOptions(include_header=False))
-                    copy.write(buffer.getbuffer())
-                    rows += batch.num_rows
+                rows = copy_csv(
+                    copy, batches, lambda batch, first: _tag(batch, self.app_id, self.batch_id, part, first)
+                )
         yield pa.RecordBatch.from_arrays([pa.array([part], pa.int32()), pa.array([rows], pa.int64())], ["part", "rows"])
+
+
+def copy_csv(
+    copy: Any,
+    batches: Iterable[pa.RecordBatch],
+    prepare: Callable[[pa.RecordBatch, int], pa.RecordBatch] | None = None,
+) -> int:
+    """Write ``batches`` into a psycopg ``COPY ... FROM STDIN (FORMAT csv)`` as CSV (executor); returns the rows.
+
+    ``prepare(batch, rows_before)`` turns each non-empty batch into what is sent (e.g. the staging tags).
+    """
+    import pyarrow.csv as pacsv
+
+    options = pacsv.WriteOptions(include_header=False)
+    rows = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        buffer = io.BytesIO()
+        pacsv.write_csv(prepare(batch, rows) if prepare is not None else batch, buffer, options)
+        copy.write(buffer.getbuffer())
+        rows += batch.num_rows
+    return rows
 
 
 def _tag(batch: pa.RecordBatch, app_id: str, batch_id: int, part: int, first_row: int) -> pa.RecordBatch:
@@ -77,4 +94,4 @@ def _tag(batch: pa.RecordBatch, app_id: str, batch_id: int, part: int, first_row
     return pa.RecordBatch.from_arrays(arrays, names=[*batch.schema.names, *TAG_COLUMNS])
 
 
-__all__ = ["StagingLoader"]
+__all__ = ["StagingLoader", "copy_csv"]

@@ -22,6 +22,13 @@ rows, needs the server's ``max_prepared_transactions`` >= the batch's tasks; rea
 one after another, milliseconds apart)."""
 
 
+def appends_only_problem(protocol: str, keys: tuple[str, ...]) -> str | None:
+    """Why ``protocol`` cannot serve a sink with upsert ``keys`` (None: it can). Shared with pipeline files."""
+    if protocol == "two-phase" and keys:
+        return "two-phase commits appends only: an upsert (keys) goes through the staging table"
+    return None
+
+
 def table_parts(option: str, value: object) -> tuple[str, ...]:
     """Split ``[schema.]table`` into its parts, refusing anything that is not a plain identifier.
 
@@ -105,12 +112,9 @@ class PostgresSinkOptions:
         if self.commit_protocol not in get_args(CommitProtocol):
             protocols = list(get_args(CommitProtocol))
             raise OptionError("commit_protocol", self.commit_protocol, f"must be one of {protocols}")
-        if self.commit_protocol == "two-phase" and self.keys:
-            raise OptionError(
-                "commit_protocol",
-                self.commit_protocol,
-                "two-phase commits appends only: an upsert (keys) goes through the staging table",
-            )
+        problem = appends_only_problem(self.commit_protocol, self.keys)
+        if problem is not None:
+            raise OptionError("commit_protocol", self.commit_protocol, problem)
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, str]) -> PostgresSinkOptions:
@@ -174,4 +178,4 @@ def redact(dsn: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", dsn)
 
 
-__all__ = ["CommitProtocol", "PostgresSinkOptions", "redact", "table_parts"]
+__all__ = ["CommitProtocol", "PostgresSinkOptions", "appends_only_problem", "redact", "table_parts"]

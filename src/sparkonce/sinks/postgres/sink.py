@@ -257,7 +257,8 @@ class PostgresSink:
             connect_timeout=self.options.connect_timeout,
         )
         started = time.perf_counter()
-        results = self._run_loader(batch_df, loader, "part int, rows long, gid string", app_id, batch_id, "target")
+        into = f"target table {self.options.table}"
+        results = self._run_loader(batch_df, loader, "part int, rows long, gid string", app_id, batch_id, into)
         loaded = time.perf_counter()
         prepared = tuple(sorted(str(r["gid"]) for r in results if r["gid"]))
         staged = sum(int(r["rows"]) for r in results)
@@ -306,7 +307,8 @@ class PostgresSink:
             batch_id=batch_id,
             connect_timeout=self.options.connect_timeout,
         )
-        counts = self._run_loader(batch_df, loader, "part int, rows long", app_id, batch_id, "staging table")
+        into = f"staging table {self.options.staging_name}"
+        counts = self._run_loader(batch_df, loader, "part int, rows long", app_id, batch_id, into)
         staged = sum(int(row["rows"]) for row in counts)
         log.info(
             "PostgreSQL sink: batch %d of app %s: %d rows staged by %d tasks in %s",
@@ -321,13 +323,13 @@ class PostgresSink:
     def _run_loader(
         self, batch_df: DataFrame, loader: Any, schema: str, app_id: str, batch_id: int, into: str
     ) -> list[Any]:
-        """Run ``loader`` on the executors over ``batch_df``; only its one row per task comes back."""
-        name = self.options.staging_name if into == "staging table" else self.options.table
+        """Run ``loader`` on the executors over ``batch_df``; only its one row per task comes back. ``into`` names
+        the table for the error message."""
         try:
             return list(batch_df.mapInArrow(loader, schema).collect())
         except Exception as err:
             raise SinkError(
-                f"loading batch {batch_id} of app {app_id} into the {into} {name} at {self.options.address} "
+                f"loading batch {batch_id} of app {app_id} into the {into} at {self.options.address} "
                 f"failed: {_first_line(err)}"
             ) from err
 

@@ -19,7 +19,6 @@ least the number of tasks of a batch (the same mechanism Flink's exactly-once JD
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -69,9 +68,10 @@ class PreparedLoader:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import psycopg
-        import pyarrow.csv as pacsv
         from psycopg import sql
         from pyspark import TaskContext
+
+        from sparkonce.sinks.postgres.loader import copy_csv
 
         context = TaskContext.get()
         part = context.partitionId() if context is not None else 0
@@ -80,17 +80,9 @@ class PreparedLoader:
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
             sql.Identifier(*self.target), sql.SQL(", ").join(sql.Identifier(c) for c in self.columns)
         )
-        rows = 0
-        options = pacsv.WriteOptions(include_header=False)
         with psycopg.connect(self.dsn, autocommit=False, connect_timeout=self.connect_timeout) as conn:
             with conn.cursor().copy(statement) as copy:
-                for batch in batches:
-                    if batch.num_rows == 0:
-                        continue
-                    buffer = io.BytesIO()
-                    pacsv.write_csv(batch, buffer, options)
-                    copy.write(buffer.getbuffer())
-                    rows += batch.num_rows
+                rows = copy_csv(copy, batches)
             if rows:
                 conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
             else:
