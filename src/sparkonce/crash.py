@@ -20,12 +20,21 @@ creating a file in ``SPARKONCE_CRASH_HITS_DIR`` with ``O_EXCL``, and only the on
 ``SPARKONCE_CRASH_TARGET`` chooses what dies at the point:
 
 ``driver`` (default)
-    the driver's process group, as above.
+    the driver's process group, as above. ``SPARKONCE_CRASH_PGID`` must name it (:func:`sparkonce.spark.local_session`
+    sets it): without it the point raises :class:`CrashPointError` instead of killing some other group.
+``process``
+    only the process that reaches the point, on every attempt: e.g. the driver-side Python process that runs the
+    sink's ``commit()`` dies after its Delta commit landed while the driver JVM and Python driver live on (Spark then
+    calls the sink's ``abort()`` in a new process and fails the query).
 ``task``
     only the Python worker running the task (an executor-side point), on the task's first attempt only, so
     Spark retries the task and the retry goes through.
 ``executor``
     the executor JVM that runs the task (and with it its Python workers), on the task's first attempt only.
+
+``SPARKONCE_CRASH_RECORD`` (optional) names a file to which the point appends one JSON line just before it kills:
+the point, the batch id, the target, the pid that reached it and the pid or group it kills
+(:class:`CrashRecord`), so a test can check that what died is what the point says it killed.
 
 On a cluster master, :func:`sparkonce.spark.local_session` forwards these variables to the executors
 (``spark.executorEnv.*``).
@@ -63,8 +72,10 @@ Points used by sparkonce:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 CrashPoint = Literal[
@@ -88,10 +99,63 @@ ENV_POINT = "SPARKONCE_CRASH_AT"
 ENV_PGID = "SPARKONCE_CRASH_PGID"
 ENV_TARGET = "SPARKONCE_CRASH_TARGET"
 ENV_HITS_DIR = "SPARKONCE_CRASH_HITS_DIR"
+ENV_RECORD = "SPARKONCE_CRASH_RECORD"
+
+CrashTarget = Literal["driver", "process", "task", "executor"]
+"""What a crash point kills (documented above)."""
+CRASH_TARGETS: tuple[CrashTarget, ...] = get_args(CrashTarget)
+
+
+class CrashPointError(RuntimeError):
+    """A crash point is armed but cannot kill what it is asked to (a harness set-up error, never data's fault)."""
+
+
+@dataclass(frozen=True)
+class CrashRecord:
+    """One fired crash point, as appended to ``SPARKONCE_CRASH_RECORD``."""
+
+    point: str
+    batch_id: int | None
+    target: CrashTarget
+    pid: int
+    """The process that reached the point."""
+    killed_pid: int | None
+    """The process sent SIGKILL (``process``, ``task``: the same as ``pid``; ``executor``: the executor JVM)."""
+    killed_pgid: int | None
+    """The process group sent SIGKILL (``driver``)."""
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> CrashRecord:
+        data = json.loads(line)
+        return cls(
+            point=str(data["point"]),
+            batch_id=data["batch_id"],
+            target=data["target"],
+            pid=int(data["pid"]),
+            killed_pid=data["killed_pid"],
+            killed_pgid=data["killed_pgid"],
+        )
+
+
+def read_crash_records(path: str) -> list[CrashRecord]:
+    """The crash points fired into the record file ``path`` (none when it does not exist)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [CrashRecord.from_json(line) for line in handle if line.strip()]
+    except FileNotFoundError:
+        return []
 
 
 def crash_point(name: CrashPoint, batch_id: int | None = None) -> None:
-    """Kill the driver process group if the environment asks to crash at ``name`` (for ``batch_id``)."""
+    """Kill what ``SPARKONCE_CRASH_TARGET`` names if the environment asks to crash at ``name`` (for ``batch_id``).
+
+    Raises:
+        CrashPointError: the point fires with target ``driver`` but ``SPARKONCE_CRASH_PGID`` is not set, or the
+            target is not one of :data:`CRASH_TARGETS`.
+    """
     wanted = os.environ.get(ENV_POINT)
     if not wanted:
         return
@@ -105,9 +169,23 @@ def crash_point(name: CrashPoint, batch_id: int | None = None) -> None:
         return
     target = os.environ.get(ENV_TARGET, "driver")
     if target in ("task", "executor"):
-        _crash_task(executor=target == "executor")
+        _crash_task(name, batch_id, executor=target == "executor")
         return
-    pgid = int(os.environ.get(ENV_PGID, "0")) or os.getpgrp()
+    if target == "process":
+        _record(CrashRecord(name, batch_id, "process", os.getpid(), os.getpid(), None))
+        os.kill(os.getpid(), signal.SIGKILL)
+        return
+    if target != "driver":
+        raise CrashPointError(f"{ENV_TARGET}={target!r} is not one of {list(CRASH_TARGETS)} (crash point {name})")
+    pgid_text = os.environ.get(ENV_PGID, "")
+    if not pgid_text.isdigit() or int(pgid_text) <= 0:
+        raise CrashPointError(
+            f"crash point {name} (batch {batch_id}) is armed with target 'driver' but {ENV_PGID} does not name the "
+            f"driver's process group ({pgid_text!r}): nothing was killed. Start the driver with "
+            "sparkonce.spark.local_session() (which sets it), or set it, or choose another target"
+        )
+    pgid = int(pgid_text)
+    _record(CrashRecord(name, batch_id, "driver", os.getpid(), None, pgid))
     try:
         os.killpg(pgid, signal.SIGKILL)
     finally:
@@ -115,17 +193,31 @@ def crash_point(name: CrashPoint, batch_id: int | None = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _crash_task(*, executor: bool) -> None:
+def _record(record: CrashRecord) -> None:
+    """Append ``record`` to ``SPARKONCE_CRASH_RECORD`` (one ``O_APPEND`` write, whole lines) when it is set."""
+    path = os.environ.get(ENV_RECORD)
+    if not path:
+        return
+    fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, (record.to_json() + "\n").encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _crash_task(name: str, batch_id: int | None, *, executor: bool) -> None:
     """SIGKILL this Python worker (and with ``executor`` the executor JVM above it) on a first task attempt."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     if context is None or context.attemptNumber() > 0:
         return
-    if executor:
-        jvm = _ancestor("java")
-        if jvm is not None:
-            os.kill(jvm, signal.SIGKILL)
+    jvm = _ancestor("java") if executor else None
+    target: CrashTarget = "executor" if executor else "task"
+    _record(CrashRecord(name, batch_id, target, os.getpid(), jvm if jvm is not None else os.getpid(), None))
+    if jvm is not None:
+        os.kill(jvm, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -159,4 +251,18 @@ def _claim_hit() -> int:
             number += 1
 
 
-__all__ = ["CRASH_POINTS", "ENV_HITS_DIR", "ENV_PGID", "ENV_POINT", "ENV_TARGET", "CrashPoint", "crash_point"]
+__all__ = [
+    "CRASH_POINTS",
+    "CRASH_TARGETS",
+    "ENV_HITS_DIR",
+    "ENV_PGID",
+    "ENV_POINT",
+    "ENV_RECORD",
+    "ENV_TARGET",
+    "CrashPoint",
+    "CrashPointError",
+    "CrashRecord",
+    "CrashTarget",
+    "crash_point",
+    "read_crash_records",
+]

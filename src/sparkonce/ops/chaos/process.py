@@ -10,29 +10,45 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-from sparkonce.crash import ENV_PGID, ENV_POINT, ENV_TARGET
+from sparkonce.crash import ENV_PGID, ENV_POINT, ENV_RECORD, ENV_TARGET, CrashRecord, CrashTarget, read_crash_records
 
 
 @dataclass(frozen=True)
 class DriverRun:
-    """How one driver process ended."""
+    """How one driver process ended, and which crash points fired in it."""
 
     returncode: int
-    killed: bool
-    """True when the process died of SIGKILL (the crash point fired)."""
+    pgid: int
+    """The driver's process group (its pid: it leads a new session)."""
     stdout: str
     stderr: str
+    crashes: tuple[CrashRecord, ...] = ()
+    """The crash points that fired in any process of the run, in firing order."""
+
+    @property
+    def killed(self) -> bool:
+        """True when the driver died of SIGKILL sent by a crash point to this driver's process group.
+
+        A SIGKILL from anything else (a timeout, the OOM killer, a point that killed another group) is not this.
+        """
+        return self.returncode == -signal.SIGKILL and any(
+            c.target == "driver" and c.killed_pgid == self.pgid for c in self.crashes
+        )
+
+    def killed_processes(self, target: CrashTarget) -> list[CrashRecord]:
+        """The crash points of ``target`` that fired and whose process is gone (it reached the point and died)."""
+        return [c for c in self.crashes if c.target == target and c.killed_pid is not None and gone(c.killed_pid)]
 
 
 def run_driver(
     args: Sequence[str],
     *,
     crash_at: str | None = None,
-    crash_target: Literal["driver", "task", "executor"] = "driver",
+    crash_target: CrashTarget = "driver",
     env: Mapping[str, str] | None = None,
     timeout: float = 600.0,
     cwd: str | None = None,
@@ -43,15 +59,25 @@ def run_driver(
     ``SPARKONCE_CRASH_PGID`` before the JVM starts, so a crash point reached in any process of the application
     (Python driver, JVM, Python workers started by the JVM) kills the whole driver group. With ``crash_target``
     ``task`` or ``executor`` the point kills only the executor's Python worker or the executor JVM, once (the
-    task's first attempt), and the driver goes on (see :mod:`sparkonce.crash`).
+    task's first attempt), and the driver goes on; ``process`` kills only the process that reaches the point (see
+    :mod:`sparkonce.crash`). Every point that fires is recorded (:attr:`DriverRun.crashes`), so a test can check
+    that what died is what the point says it killed (:attr:`DriverRun.killed`, :meth:`DriverRun.killed_processes`).
     """
     child_env = dict(os.environ if env is None else env)
-    child_env.pop(ENV_POINT, None)
-    child_env.pop(ENV_PGID, None)
-    child_env.pop(ENV_TARGET, None)
-    if crash_at:
-        child_env[ENV_POINT] = crash_at
-        child_env[ENV_TARGET] = crash_target
+    for name in (ENV_POINT, ENV_PGID, ENV_TARGET, ENV_RECORD):
+        child_env.pop(name, None)
+    with tempfile.TemporaryDirectory(prefix="sparkonce-crash-") as records:
+        record_file = os.path.join(records, "crashes.jsonl")
+        if crash_at:
+            child_env[ENV_POINT] = crash_at
+            child_env[ENV_TARGET] = crash_target
+            child_env[ENV_RECORD] = record_file
+        returncode, pgid, out, err = _run(args, child_env, timeout, cwd)
+        crashes = tuple(read_crash_records(record_file))
+    return DriverRun(returncode, pgid, out, err, crashes)
+
+
+def _run(args: Sequence[str], child_env: dict[str, str], timeout: float, cwd: str | None) -> tuple[int, int, str, str]:
     child_env.setdefault("PYSPARK_PYTHON", sys.executable)
     proc = subprocess.Popen(
         [sys.executable, *args],
@@ -75,7 +101,7 @@ def run_driver(
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return DriverRun(proc.returncode, proc.returncode == -signal.SIGKILL, out, err)
+    return proc.returncode, proc.pid, out, err
 
 
 def kill_group(pgid: int) -> bool:

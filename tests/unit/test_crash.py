@@ -1,0 +1,90 @@
+"""Crash points kill exactly what they say, record it, and refuse to fire when they cannot (no Spark needed)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkonce.crash import (
+    ENV_PGID,
+    ENV_POINT,
+    ENV_RECORD,
+    ENV_TARGET,
+    CrashPointError,
+    crash_point,
+    read_crash_records,
+)
+from sparkonce.ops.chaos import run_driver
+
+# A child that reaches the after_delta_commit point for batch 3 and prints what happened after it.
+CHILD = [
+    "-c",
+    "import os, sys; from sparkonce.crash import crash_point; "
+    "crash_point('after_delta_commit', 3); print('survived', os.getpid()); sys.stdout.flush()",
+]
+
+
+def test_unarmed_and_unmatched_points_do_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_POINT, raising=False)
+    crash_point("after_delta_commit", 3)
+    monkeypatch.setenv(ENV_POINT, "after_delta_commit:4")
+    monkeypatch.setenv(ENV_TARGET, "driver")
+    crash_point("after_delta_commit", 3)  # another batch
+    crash_point("mid_write", 4)  # another point
+
+
+def test_driver_target_without_a_process_group_refuses_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_POINT, "after_delta_commit:3")
+    monkeypatch.setenv(ENV_TARGET, "driver")
+    monkeypatch.delenv(ENV_PGID, raising=False)
+    with pytest.raises(CrashPointError, match=r"after_delta_commit .*SPARKONCE_CRASH_PGID.*nothing was killed"):
+        crash_point("after_delta_commit", 3)
+
+
+def test_unknown_target_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_POINT, "after_delta_commit")
+    monkeypatch.setenv(ENV_TARGET, "machine")
+    with pytest.raises(CrashPointError, match=r"'machine' is not one of"):
+        crash_point("after_delta_commit", 3)
+
+
+def test_process_target_kills_only_the_process_and_records_it(tmp_path: Path) -> None:
+    record = tmp_path / "crashes.jsonl"
+    env = {"PATH": "/usr/bin:/bin", ENV_POINT: "after_delta_commit:3", ENV_TARGET: "process", ENV_RECORD: str(record)}
+    proc = subprocess.run([sys.executable, *CHILD], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert "survived" not in proc.stdout
+    (fired,) = read_crash_records(str(record))
+    assert (fired.point, fired.batch_id, fired.target) == ("after_delta_commit", 3, "process")
+    assert fired.killed_pid == fired.pid and fired.killed_pgid is None
+
+
+def test_run_driver_tells_a_crash_point_kill_from_any_other_sigkill() -> None:
+    fired = run_driver(CHILD, crash_at="after_delta_commit:3", crash_target="process", timeout=60)
+    assert fired.returncode == -signal.SIGKILL
+    assert not fired.killed  # the process target killed the driver's own process, not its group via a driver point
+    (record,) = fired.killed_processes("process")
+    assert record.pid == fired.pgid  # the child is the one that reached the point
+
+    self_killed = run_driver(["-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], timeout=60)
+    assert self_killed.returncode == -signal.SIGKILL and self_killed.crashes == ()
+    assert not self_killed.killed
+
+    unarmed = run_driver(CHILD, timeout=60)
+    assert unarmed.returncode == 0 and "survived" in unarmed.stdout and unarmed.crashes == ()
+
+
+def test_run_driver_driver_target_kills_the_group(tmp_path: Path) -> None:
+    # The child exports its own group as a local session would, then reaches the point.
+    script = (
+        "import os; os.environ['SPARKONCE_CRASH_PGID'] = str(os.getpgrp()); "
+        "from sparkonce.crash import crash_point; crash_point('after_delta_commit', 3); print('survived')"
+    )
+    run = run_driver(["-c", script], crash_at="after_delta_commit:3", timeout=60)
+    assert run.killed, run.stderr
+    (record,) = run.crashes
+    assert record.killed_pgid == run.pgid and record.target == "driver"
