@@ -46,7 +46,8 @@ Points used by sparkonce:
 ``after_offsets``
     a streaming source plans the ranges of a batch: ``offsets/N`` is written, no task of the batch has run.
 ``after_delta_commit``
-    the streaming sink made the Delta commit for a batch, Spark has not yet written ``commits/N``.
+    the streaming sink made the Delta commit for a batch, Spark has not yet written ``commits/N``; or a batch write
+    made its Delta commit (batch id: its ``txnVersion``, none without a txn) and its commit step has not returned.
 ``mid_write``
     an executor task wrote part of its data file(s) for a batch; nothing is committed.
 ``mid_read``

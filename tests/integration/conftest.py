@@ -25,3 +25,17 @@ def input_files(tmp_path: Path):  # type: ignore[no-untyped-def]
         return write_input_files(tmp_path / "input", files, rows_per_file, start=start)
 
     return make
+
+
+def missing_referenced_files(table: Path) -> list[str]:
+    """The data files that any JSON commit of the table adds and that do not exist (relative, decoded)."""
+    import json
+    from urllib.parse import unquote
+
+    missing = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            add = json.loads(line).get("add") if line.strip() else None
+            if add is not None and not (table / unquote(add["path"])).is_file():
+                missing.append(unquote(add["path"]))
+    return missing

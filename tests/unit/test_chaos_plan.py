@@ -108,7 +108,7 @@ def test_bad_options() -> None:
 
 
 def test_crash_point_fires_at_its_hit(tmp_path: Path) -> None:
-    """``point#3`` lets the first two reaches pass and SIGKILLs the process group at the third."""
+    """``point#3`` lets the first two reaches pass and SIGKILLs the process at the third."""
     program = (
         "from sparkonce.crash import crash_point\n"
         "for i in range(5):\n"
@@ -118,6 +118,7 @@ def test_crash_point_fires_at_its_hit(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "SPARKONCE_CRASH_AT": "mid_write#3",
+        "SPARKONCE_CRASH_TARGET": "process",
         "SPARKONCE_CRASH_HITS_DIR": str(tmp_path),
         "PYTHONPATH": os.pathsep.join(sys.path),
     }

@@ -3,12 +3,16 @@
 This is where exactly-once lives. For a batch with ``(app_id, txn_version)``:
 
 1. load the newest table snapshot; if the table's ``txn_version(app_id) >= txn_version`` the batch is already in
-   the table: skip it (and delete the files this attempt wrote, which nothing references);
+   the table: skip it (and delete the files this attempt wrote that no Delta commit references:
+   :mod:`sparkonce.delta.cleanup`);
 2. otherwise commit the files and ``txn(app_id, txn_version)`` as table version ``read_version + 1``, with no
    automatic rebase (delta-rs ``max_commit_retries=0``): the log's put-if-absent makes exactly one writer win that
    version;
-3. on a lost race, reload and go back to 1. A concurrent run of the same batch that won makes this one skip;
-   an unrelated writer that won makes this one retry on top of it.
+3. when the commit fails, first ask whether it landed all the same: every commit carries a fresh
+   ``commitInfo.txnId``, and a commit since the first read that carries it is this call's (the store applied the
+   log file's PUT and lost its answer, or the retried PUT found the file this call wrote). Then it is done.
+   Otherwise, on a lost race, reload and go back to 1. A concurrent run of the same batch that won makes this one
+   skip; an unrelated writer that won makes this one retry on top of it.
 
 The first write to a new table is table version 0, as with Delta's JVM connector: protocol, metadata, the files
 and the txn in one commit, put-if-absent like any other. Of writers racing to create the table exactly one
@@ -20,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from sparkonce._types import TableVersion
-from sparkonce.delta.files import WrittenFile, remove_files
+from sparkonce.delta.cleanup import COMMIT_ID_KEY, find_commit, remove_unreferenced_files
+from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.schema import delta_fields, reconcile, table_fields
 from sparkonce.errors import (
     CommitConflictError,
@@ -170,6 +176,7 @@ def commit_files(
     removes: Iterable[RemovedFile] = (),
     data_change: bool = True,
     snapshot: DeltaTable | None = None,
+    written_after: int | None = None,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -180,7 +187,8 @@ def commit_files(
     ``remove`` as a rearrangement of rows already in the table (compaction), so streaming readers skip them.
     ``snapshot``: the table, loaded moments ago by the caller; the first attempt uses it instead of loading the
     table again. A stale one costs nothing but a retry: the commit of its next table version fails if that version
-    exists, and the retry loads the table afresh (txn check included).
+    exists, and the retry loads the table afresh (txn check included). ``written_after``: the table version read
+    before ``files`` were written (default: the version this call reads first); only later commits can name them.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -198,22 +206,51 @@ def commit_files(
     location.check_commit_safety()
     table_uri = str(location)
     partition_by = tuple(partition_by)
+    commit_id = str(uuid.uuid4())
+    custom_metadata = {**(custom_metadata or {}), COMMIT_ID_KEY: commit_id}
+    rows = sum(f.num_records for f in files)
+
+    def landed(attempt: int) -> CommitResult | None:
+        """This call's commit, when an attempt that reported a failure made it all the same."""
+        assert written_after is not None
+        table_version = find_commit(location, commit_id, after=written_after)
+        if table_version is None:
+            return None
+        log.warning(
+            "Delta commit table_version %s on %s landed although attempt %d reported a failure (txn %s): done",
+            table_version,
+            table_uri,
+            attempt,
+            txn,
+        )
+        return CommitResult(TableVersion(table_version), False, attempt, len(files), rows, len(removes))
 
     for attempt in range(1, max_attempts + 1):
         if snapshot is None or attempt > 1:
             if not table_exists(location):
+                if written_after is None:
+                    written_after = -1
                 created = _create_with_first_commit(
                     location, files, data_schema, partition_by, txn, custom_metadata, data_change, attempt
                 )
                 if created is not None:
                     return created
+                if (done := landed(attempt)) is not None:
+                    return done
                 continue  # another writer created the table first: commit on top of it (or skip the batch)
             snapshot = load_table(location)
         read_version = snapshot.version()
+        if written_after is None:
+            written_after = read_version
         if txn is not None:
             committed = committed_txn_version(snapshot, txn)
             if committed is not None:
-                removed = remove_files(location, (f.path for f in files))
+                cleanup = remove_unreferenced_files(
+                    location,
+                    (f.path for f in files),
+                    written_after=written_after,
+                    purpose=f"skipped batch (txn {txn.app_id} {txn.txn_version})",
+                )
                 log.info(
                     "skipping batch: table %s already holds txn(app_id=%s, txn_version=%s) >= %s "
                     "(table_version %s); removed %d unreferenced file(s) of this attempt",
@@ -222,7 +259,7 @@ def commit_files(
                     committed,
                     txn.txn_version,
                     read_version,
-                    removed,
+                    cleanup.removed,
                 )
                 return CommitResult(None, True, attempt, 0, 0)
         table_partitions = tuple(snapshot.metadata().partition_columns)
@@ -237,11 +274,18 @@ def commit_files(
         ]
         if any(r.deletion_vector is not None for r in removes):
             base_version = int(snapshot.version())  # after a mergeSchema metadata commit, if one was made
-            if _commit_with_deletion_vectors(
-                location, base_version, files, removes, txn, custom_metadata, data_change, attempt
-            ):
-                rows = sum(f.num_records for f in files)
+            try:
+                made = _commit_with_deletion_vectors(
+                    location, base_version, files, removes, txn, custom_metadata, data_change, attempt
+                )
+            except Exception:
+                if (done := landed(attempt)) is not None:  # the store may have applied the PUT it failed on
+                    return done
+                raise
+            if made:
                 return CommitResult(TableVersion(base_version + 1), False, attempt, len(files), rows, len(removes))
+            if (done := landed(attempt)) is not None:
+                return done
             continue
         if removes:
             _check_still_active(snapshot, table_uri, read_version, removes)
@@ -256,7 +300,13 @@ def commit_files(
             snapshot.create_write_transaction(
                 actions, mode, schema, partition_by=list(table_partitions), commit_properties=properties
             )
-        except CommitFailedError as err:
+        except Exception as err:
+            # The store may have applied the log file's PUT whatever the error says (a lost answer, a retried
+            # conditional PUT finding the file this attempt wrote): look for this call's commit first.
+            if (done := landed(attempt)) is not None:
+                return done
+            if not isinstance(err, CommitFailedError):
+                raise
             log.info(
                 "Delta commit on %s at table_version %s lost a race (attempt %d, txn %s): %s",
                 table_uri,
@@ -267,7 +317,6 @@ def commit_files(
             )
             continue
         table_version = TableVersion(read_version + 1)
-        rows = sum(f.num_records for f in files)
         log.info(
             "Delta commit table_version %s on %s: %d file(s), %d row(s), %d file(s) removed, txn %s",
             table_version,

@@ -1,7 +1,8 @@
 """Executor side: writing a task's Arrow batches into Parquet data files inside a Delta table directory.
 
 Nothing written here is visible to readers: a file becomes part of the table only when the driver's Delta commit
-adds it. Files of failed or aborted attempts stay unreferenced (vacuum candidates). Files go through the table
+adds it. A task that fails deletes what it wrote; the files of an aborted or skipped attempt are deleted by the
+driver only when no Delta commit references them (:mod:`sparkonce.delta.cleanup`). Files go through the table
 location's file system (:meth:`sparkonce.storage.TableLocation.filesystem`): the local disk, or straight to the
 object store from the executor.
 """
@@ -22,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkonce.delta.cleanup import remove_unreported_files
 from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.storage import TableLocation
 
@@ -56,6 +58,10 @@ class FileWriterOptions:
     column_mapping: ColumnMapping | None = None
     """The table's column mapping (None: not column-mapped): files then name columns by physical name and carry
     the field ids, and ``partitionValues`` are keyed by physical name, as Delta writes them."""
+    written_after: int = -1
+    """The table version the driver read before any file was written (-1: no table yet). A Delta commit naming
+    the files can only be a later one: cleaning up after a failure reads the commits after it
+    (:func:`sparkonce.delta.cleanup.remove_unreferenced_files`)."""
 
 
 def escape_partition_value(value: str) -> str:
@@ -210,12 +216,12 @@ class TableFileWriter:
         return list(self._done)
 
     def abort(self) -> None:
-        """Close and delete everything this task wrote (best effort; unreferenced files are harmless)."""
+        """Close and delete everything this task wrote: it reported none of it to the driver. Runs on executors."""
         for key in list(self._open):
             opened = self._open.pop(key)
             opened.writer.close()
             opened.sink.close()
-        remove_files(self.options.location, [written.path for written in self._done])
+        remove_unreported_files(self.options.location, [written.path for written in self._done])
 
     # -- internals ---------------------------------------------------------------------------------------------
 
@@ -315,19 +321,6 @@ class TableFileWriter:
         )
 
 
-def remove_files(location: TableLocation, paths: Iterable[str]) -> int:
-    """Delete data files (relative paths) that no Delta commit references; returns how many were removed."""
-    filesystem = location.filesystem()
-    removed = 0
-    for path in paths:
-        try:
-            filesystem.delete_file(location.fs_path(path))
-            removed += 1
-        except FileNotFoundError:
-            pass
-    return removed
-
-
 __all__ = [
     "NULL_PARTITION_DIR",
     "FileWriterOptions",
@@ -336,5 +329,4 @@ __all__ = [
     "delta_stats",
     "escape_partition_value",
     "partition_value_string",
-    "remove_files",
 ]

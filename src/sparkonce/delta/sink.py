@@ -24,16 +24,18 @@ from sparkonce.checkpoint.sdp import earlier_generations
 from sparkonce.crash import crash_point
 from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
-from sparkonce.delta.files import FileWriterOptions, remove_files
+from sparkonce.delta.files import FileWriterOptions
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.schema import arrow_schema_for_spark
 from sparkonce.delta.writer import (
     DeltaFilesMessage,
+    abort_write,
     check_partition_columns,
     check_target,
     collect_files,
     commit_metadata,
     write_task,
+    written_after,
 )
 from sparkonce.errors import OptionError, SinkError, TableNotFoundError
 from sparkonce.storage import checkpoint_path
@@ -87,6 +89,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 return  # a _delta_log without commits yet: the first batch creates the table
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = ColumnMapping.of(table)
+            self.file_options.written_after = table.version()
             self._snapshot = table
 
     def __getstate__(self) -> dict[str, object]:
@@ -121,6 +124,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             merge_schema=self.options.merge_schema,
             custom_metadata=metadata,
             snapshot=self._take_snapshot(),
+            written_after=written_after(messages),
         )
         if result.skipped:
             log.info("batch %s of query %s was already in %s: skipped", batch_id, query_id, self.options.path)
@@ -174,8 +178,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
-        removed = remove_files(self.file_options.location, (f.path for f in collect_files(messages)))
-        log.info("batch %s to %s aborted; removed %d file(s)", batchId, self.options.path, removed)
+        """Spark aborts a batch whose tasks or commit failed: even a commit that failed after its Delta commit
+        landed (the commit process died): only files no Delta commit names are deleted."""
+        abort_write(self.file_options, messages, purpose=f"aborted batch {batchId} to {self.options.path}")
 
 
 __all__ = ["DeltaStreamWriter"]

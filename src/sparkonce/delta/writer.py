@@ -17,9 +17,10 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from sparkonce import __version__
+from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, remove_files
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, reconcile, table_fields
 from sparkonce.errors import OptionError, SchemaMismatchError, UnsupportedFeatureError
@@ -36,6 +37,8 @@ class DeltaFilesMessage(WriterCommitMessage):
 
     files: list[WrittenFile] = field(default_factory=list)
     task_id: int = -1
+    written_after: int = -1
+    """The table version the driver read before the task wrote (:attr:`FileWriterOptions.written_after`)."""
 
 
 def _task_id() -> int:
@@ -62,7 +65,7 @@ def write_task(file_options: FileWriterOptions, batches: Iterator[pa.RecordBatch
     except BaseException:
         writer.abort()
         raise
-    return DeltaFilesMessage(files=files, task_id=task_id)
+    return DeltaFilesMessage(files=files, task_id=task_id, written_after=file_options.written_after)
 
 
 def _batch_id_for_diagnostics() -> int | None:
@@ -80,6 +83,28 @@ def collect_files(messages: list[WriterCommitMessage | None]) -> list[WrittenFil
         if isinstance(message, DeltaFilesMessage):
             files.extend(message.files)
     return files
+
+
+def written_after(messages: list[WriterCommitMessage | None]) -> int:
+    """The oldest table version the tasks' writers read before writing (-1 when a task saw no table)."""
+    versions = [m.written_after for m in messages if isinstance(m, DeltaFilesMessage)]
+    return min(versions, default=-1)
+
+
+def abort_write(
+    file_options: FileWriterOptions, messages: list[WriterCommitMessage | None], *, purpose: str
+) -> Cleanup:
+    """The driver's clean-up when Spark aborts a Delta write: delete the tasks' files that no Delta commit names.
+
+    Spark aborts also when the commit step failed after its Delta commit landed (the commit process died, the
+    store lost its answer): those files are the table's, and stay. Runs on the driver.
+    """
+    return remove_unreferenced_files(
+        file_options.location,
+        (f.path for f in collect_files(messages)),
+        written_after=written_after(messages),
+        purpose=purpose,
+    )
 
 
 class DeltaBatchWriter(DataSourceArrowWriter):
@@ -120,6 +145,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.options.save_mode == "ignore":
             return f"mode ignore: the table {self.options.path} already exists"
         table = load_table(self.options.location)
+        self.file_options.written_after = table.version()
         if self.txn is not None:
             committed = committed_txn_version(table, self.txn)
             if committed is not None:
@@ -161,11 +187,14 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             merge_schema=self.options.merge_schema,
             overwrite_schema=self.options.overwrite_schema,
             custom_metadata=commit_metadata("WRITE", params, self.options.user_metadata),
+            written_after=written_after(messages),
         )
+        from sparkonce.crash import crash_point
+
+        crash_point("after_delta_commit", self.txn.txn_version if self.txn is not None else None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
-        removed = remove_files(self.file_options.location, (f.path for f in collect_files(messages)))
-        log.info("Delta write to %s aborted; removed %d file(s) of the failed attempt", self.options.path, removed)
+        abort_write(self.file_options, messages, purpose=f"aborted Delta write to {self.options.path}")
 
 
 def check_partition_columns(options: WriteOptions, arrow_schema: pa.Schema) -> None:
@@ -218,4 +247,12 @@ def commit_metadata(
     return metadata
 
 
-__all__ = ["DeltaBatchWriter", "DeltaFilesMessage", "collect_files", "commit_metadata", "write_task"]
+__all__ = [
+    "DeltaBatchWriter",
+    "DeltaFilesMessage",
+    "abort_write",
+    "collect_files",
+    "commit_metadata",
+    "write_task",
+    "written_after",
+]

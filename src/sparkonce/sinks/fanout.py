@@ -343,6 +343,7 @@ class FanOutWriter:
                         {"mode": "Append", "txnAppId": txn.app_id, "txnVersion": txn.txn_version},
                         options.get("usermetadata"),
                     ),
+                    written_after=table.file_options.written_after,
                 )
             except BaseException as err:
                 self.discard(StagedBatch(staged.batch_id, staged.tables[index:], staged.files, (), {}))
@@ -378,12 +379,20 @@ class FanOutWriter:
         )
 
     def discard(self, staged: StagedBatch) -> None:
-        """Delete the files of a staged batch that will not be committed (driver)."""
-        from sparkonce.delta.files import remove_files
+        """Delete the files of a staged batch that no Delta commit references (driver).
+
+        After a failed commit its files may be the table's all the same (the commit landed and then failed): those
+        stay (:func:`sparkonce.delta.cleanup.remove_unreferenced_files`).
+        """
+        from sparkonce.delta.cleanup import remove_unreferenced_files
 
         for table in staged.tables:
-            removed = remove_files(table.file_options.location, (f.path for f in staged.files.get(table.name, ())))
-            log.info("fan-out batch %d: discarded %d staged file(s) of %s", staged.batch_id, removed, table.name)
+            remove_unreferenced_files(
+                table.file_options.location,
+                (f.path for f in staged.files.get(table.name, ())),
+                written_after=table.file_options.written_after,
+                purpose=f"fan-out batch {staged.batch_id}: discarded files of table {table.name}",
+            )
 
     def _already_written(self, target: FanOutTarget, batch_id: int) -> bool:
         if _committed_version(target.path, self.txn_app_id(target), batch_id) is None:
@@ -413,6 +422,7 @@ class FanOutWriter:
             location=location,
             partition_by=tuple(target.partition_by or table.metadata().partition_columns),
             column_mapping=ColumnMapping.of(table),
+            written_after=table.version(),
         )
 
     def _target(self, name: str) -> FanOutTarget:
