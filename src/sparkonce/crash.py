@@ -32,6 +32,10 @@ creating a file in ``SPARKONCE_CRASH_HITS_DIR`` with ``O_EXCL``, and only the on
 ``executor``
     the executor JVM that runs the task (and with it its Python workers), on the task's first attempt only.
 
+``SPARKONCE_CRASH_ARM`` (with or without ``SPARKONCE_CRASH_AT``) names an arm file: a running application has no
+point armed until :func:`arm` writes one into that file, and then the first process to reach it dies (target
+``process``) and claims the arm, once.
+
 ``SPARKONCE_CRASH_RECORD`` (optional) names a file to which the point appends one JSON line just before it kills:
 the point, the batch id, the target, the pid that reached it and the pid or group it kills
 (:class:`CrashRecord`), so a test can check that what died is what the point says it killed.
@@ -101,6 +105,7 @@ ENV_PGID = "SPARKONCE_CRASH_PGID"
 ENV_TARGET = "SPARKONCE_CRASH_TARGET"
 ENV_HITS_DIR = "SPARKONCE_CRASH_HITS_DIR"
 ENV_RECORD = "SPARKONCE_CRASH_RECORD"
+ENV_ARM = "SPARKONCE_CRASH_ARM"
 
 CrashTarget = Literal["driver", "process", "task", "executor"]
 """What a crash point kills (documented above)."""
@@ -157,6 +162,8 @@ def crash_point(name: CrashPoint, batch_id: int | None = None) -> None:
         CrashPointError: the point fires with target ``driver`` but ``SPARKONCE_CRASH_PGID`` is not set, or the
             target is not one of :data:`CRASH_TARGETS`.
     """
+    if os.environ.get(ENV_ARM) and _claim_arm(name):
+        _fire(name, batch_id, "process")
     wanted = os.environ.get(ENV_POINT)
     if not wanted:
         return
@@ -168,7 +175,10 @@ def crash_point(name: CrashPoint, batch_id: int | None = None) -> None:
         return
     if hit and _claim_hit() != int(hit):
         return
-    target = os.environ.get(ENV_TARGET, "driver")
+    _fire(name, batch_id, os.environ.get(ENV_TARGET, "driver"))
+
+
+def _fire(name: str, batch_id: int | None, target: str) -> None:
     if target in ("task", "executor"):
         _crash_task(name, batch_id, executor=target == "executor")
         return
@@ -192,6 +202,38 @@ def crash_point(name: CrashPoint, batch_id: int | None = None) -> None:
     finally:
         # Whatever happens to the driver, this process must not go on to finish the step.
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm(arm_file: str, point: CrashPoint) -> None:
+    """Arm ``point`` once, with target ``process``, in every process of a running application that has
+    ``SPARKONCE_CRASH_ARM`` = ``arm_file``: the first process to reach it claims
+    the arm (an atomic rename) and dies. The chaos harness uses it to land a fault in a driver that is running."""
+    staged = f"{arm_file}.{os.getpid()}.tmp"
+    with open(staged, "w", encoding="utf-8") as handle:
+        handle.write(point)
+    os.replace(staged, arm_file)
+
+
+def disarm(arm_file: str) -> bool:
+    """Take back an arm that no process claimed; False when one claimed it first (or none was set)."""
+    try:
+        os.unlink(arm_file)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _claim_arm(name: str) -> bool:
+    """True when ``name`` is armed in the arm file and this process claimed it (renamed it away) first."""
+    arm_file = os.environ[ENV_ARM]
+    try:
+        with open(arm_file, encoding="utf-8") as handle:
+            if handle.read().strip() != name:
+                return False
+        os.rename(arm_file, f"{arm_file}.fired.{os.getpid()}")
+    except (FileNotFoundError, OSError):
+        return False  # not armed, or another process claimed it first
+    return True
 
 
 def _record(record: CrashRecord) -> None:
@@ -255,6 +297,7 @@ def _claim_hit() -> int:
 __all__ = [
     "CRASH_POINTS",
     "CRASH_TARGETS",
+    "ENV_ARM",
     "ENV_HITS_DIR",
     "ENV_PGID",
     "ENV_POINT",
@@ -264,6 +307,8 @@ __all__ = [
     "CrashPointError",
     "CrashRecord",
     "CrashTarget",
+    "arm",
     "crash_point",
+    "disarm",
     "read_crash_records",
 ]

@@ -134,14 +134,14 @@ def cluster_conf(master: str) -> dict[str, str]:
     A loopback master (``spark://127.0.0.1:...``, as ``sparkonce cluster start`` runs) also pins the driver to
     127.0.0.1.
     """
-    from sparkonce.crash import ENV_PGID, ENV_POINT, ENV_TARGET
+    from sparkonce.crash import ENV_ARM, ENV_PGID, ENV_POINT, ENV_RECORD, ENV_TARGET
 
     conf = {"spark.executorEnv.PYSPARK_PYTHON": sys.executable}
     host = urlsplit(master.split(",")[0]).hostname or ""
     if host in {"127.0.0.1", "localhost"}:
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
-    for name in ("PYTHONPATH", ENV_POINT, ENV_TARGET, ENV_PGID):
+    for name in ("PYTHONPATH", ENV_POINT, ENV_TARGET, ENV_PGID, ENV_RECORD, ENV_ARM):
         value = os.environ.get(name)
         if value:
             conf[f"spark.executorEnv.{name}"] = value

@@ -88,3 +88,27 @@ def test_run_driver_driver_target_kills_the_group(tmp_path: Path) -> None:
     assert run.killed, run.stderr
     (record,) = run.crashes
     assert record.killed_pgid == run.pgid and record.target == "driver"
+
+
+def test_an_armed_point_fires_once_in_a_running_application(tmp_path: Path) -> None:
+    """The chaos harness arms a point in a running driver: the first process to reach it claims it and dies."""
+    from sparkonce.crash import ENV_ARM, arm, disarm
+
+    arm_file = tmp_path / "arm"
+    record = tmp_path / "crashes.jsonl"
+    env = {"PATH": "/usr/bin:/bin", ENV_ARM: str(arm_file), ENV_RECORD: str(record)}
+    unarmed = subprocess.run([sys.executable, *CHILD], env=env, capture_output=True, text=True, timeout=60)
+    assert unarmed.returncode == 0 and "survived" in unarmed.stdout
+
+    arm(str(arm_file), "mid_write")  # another point: this child passes it
+    other = subprocess.run([sys.executable, *CHILD], env=env, capture_output=True, text=True, timeout=60)
+    assert other.returncode == 0 and arm_file.exists()
+
+    arm(str(arm_file), "after_delta_commit")
+    fired = subprocess.run([sys.executable, *CHILD], env=env, capture_output=True, text=True, timeout=60)
+    assert fired.returncode == -signal.SIGKILL and not arm_file.exists()
+    (claimed,) = read_crash_records(str(record))
+    assert (claimed.point, claimed.target, claimed.batch_id) == ("after_delta_commit", "process", 3)
+    again = subprocess.run([sys.executable, *CHILD], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0  # claimed once: the next process passes
+    assert not disarm(str(arm_file))

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from sparkonce.crash import ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_TARGET
+from sparkonce.crash import ENV_ARM, ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_RECORD, ENV_TARGET, read_crash_records
 from sparkonce.errors import OptionError, SparkonceError
 from sparkonce.ops.chaos.plan import (
     DURING_COMMITS,
@@ -40,7 +40,7 @@ from sparkonce.ops.chaos.plan import (
     SoakPlan,
     make_plan,
 )
-from sparkonce.ops.chaos.process import kill_group, python_workers
+from sparkonce.ops.chaos.process import kill_group, killed_by_crash_point, python_workers
 from sparkonce.ops.chaos.reconcile import (
     TableCheck,
     check_bronze,
@@ -435,8 +435,9 @@ def _run_round(setup: ChaosSetup, index: int, records: int, fault: Fault | None,
     spec_file = round_dir / "driver.json"
     setup.spec.dump(spec_file)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable}
-    for name in (ENV_POINT, ENV_PGID, ENV_HITS_DIR, ENV_TARGET):
+    for name in (ENV_POINT, ENV_PGID, ENV_HITS_DIR, ENV_TARGET, ENV_ARM):
         env.pop(name, None)
+    env[ENV_RECORD] = str(round_dir / "crashes.jsonl")
     if fault is not None and fault.kind == "crash_point":
         point = "after_delta_commit" if fault.point == DURING_COMMITS else fault.point
         env[ENV_POINT] = f"{point}#{fault.hit}"
@@ -467,7 +468,7 @@ def _run_round(setup: ChaosSetup, index: int, records: int, fault: Fault | None,
         kill_group(proc.pid)
     code = proc.returncode
     if fault is not None and fault.kind == "crash_point":
-        injected = code == -signal.SIGKILL
+        injected = killed_by_crash_point(code, proc.pid, read_crash_records(env[ENV_RECORD]))
         note = "killed at the point" if injected else "point not reached"
         if injected and fault.point == DURING_COMMITS:
             note += _tear_commit(setup.checkpoints.get("raw"))

@@ -15,7 +15,14 @@ from typing import Any, Literal, cast, get_args
 from sparkonce.errors import OptionError
 
 FaultKind = Literal[
-    "driver_kill", "worker_kill", "postgres_restart", "broker_restart", "storage_restart", "crash_point"
+    "driver_kill",
+    "worker_kill",
+    "postgres_restart",
+    "broker_restart",
+    "storage_restart",
+    "crash_point",
+    "commit_process_kill",
+    "store_lost_response",
 ]
 """``driver_kill``: SIGKILL of the driver's process group (Python driver, JVM, its Python workers) at a random
 moment; ``worker_kill``: SIGKILL of one executor Python worker (a child of ``pyspark.daemon``) while it runs a
@@ -23,8 +30,15 @@ task; ``postgres_restart``: SIGKILL of the PostgreSQL server, restarted on the s
 a random downtime; ``broker_restart``: SIGKILL of the tansu broker (its log on the object store), restarted on
 the same port and storage after a random downtime; ``storage_restart``: SIGKILL of the object store (SeaweedFS,
 which holds the broker's log), restarted on the same ports and data after a random downtime; ``crash_point``: the
-driver group dies when the run reaches a named :mod:`sparkonce.crash` point for the ``hit``-th time."""
+driver group dies when the run reaches a named :mod:`sparkonce.crash` point for the ``hit``-th time;
+``commit_process_kill`` (soak mode): the driver-side Python process that runs a Delta sink's ``commit()`` dies
+right after its Delta commit landed (the ``after_delta_commit`` point armed in the running driver, target
+``process``), while the driver lives: Spark aborts the batch and fails the query; ``store_lost_response`` (soak
+mode, tables on the object store): the object store applies the PUT of a Delta table's next ``_delta_log`` commit
+file and its answer is lost (a fault proxy between Spark and the store closes the connection)."""
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+SOAK_ONLY_KINDS: tuple[FaultKind, ...] = ("commit_process_kill", "store_lost_response")
+"""Kinds injected into a running driver, which only soak mode has (rounds mode leaves them out)."""
 
 RESTART_KINDS: tuple[FaultKind, ...] = ("postgres_restart", "broker_restart", "storage_restart")
 """Kinds that kill a service the harness runs and restart it after ``downtime`` seconds (quickstart setup only)."""
@@ -187,7 +201,7 @@ def make_plan(
     for kind in kinds:
         if kind not in FAULT_KINDS:
             raise OptionError("kinds", kind, f"must be among {list(FAULT_KINDS)}")
-    usable = [k for k in kinds if k != "postgres_restart" or "postgres" in stages]
+    usable = [k for k in kinds if (k != "postgres_restart" or "postgres" in stages) and k not in SOAK_ONLY_KINDS]
     if not services:
         usable = [k for k in usable if k not in RESTART_KINDS]
     if faults and not usable:
@@ -228,6 +242,8 @@ SOAK_WEIGHTS: dict[FaultKind, int] = {
     "broker_restart": 2,
     "postgres_restart": 2,
     "storage_restart": 1,
+    "commit_process_kill": 1,
+    "store_lost_response": 1,
 }
 """How often each timed kind is drawn in soak mode (a worker kill costs the least time, a store restart the most)."""
 DRIVER_EVERY = 100
@@ -299,9 +315,11 @@ def make_soak_plan(
     rate: float = 20.0,
     driver_every: int = DRIVER_EVERY,
     stages: Sequence[str] = ("raw", "bronze", "gold", "postgres"),
+    tables_on_store: bool = False,
 ) -> SoakPlan:
     """The seeded soak plan: ``faults`` faults, every ``driver_every``-th a ``driver_kill``, the others drawn from
     the timed kinds by :data:`SOAK_WEIGHTS`; one crash point per ``driver_kill`` when ``crash_point`` is a kind.
+    ``store_lost_response`` applies only with ``tables_on_store`` (the Delta tables on the object store).
 
     Raises:
         OptionError: ``faults`` < 0, ``rate`` <= 0, ``driver_every`` < 1, an unknown kind, or no kind applies.
@@ -315,7 +333,13 @@ def make_soak_plan(
     for unknown in kinds:
         if unknown not in FAULT_KINDS:
             raise OptionError("kinds", unknown, f"must be among {list(FAULT_KINDS)}")
-    timed = [k for k in SOAK_WEIGHTS if k in kinds and (k != "postgres_restart" or "postgres" in stages)]
+    timed = [
+        k
+        for k in SOAK_WEIGHTS
+        if k in kinds
+        and (k != "postgres_restart" or "postgres" in stages)
+        and (k != "store_lost_response" or tables_on_store)
+    ]
     driver = "driver_kill" in kinds
     if faults and not timed and not driver:
         raise OptionError(
@@ -346,6 +370,7 @@ def make_soak_plan(
 __all__ = [
     "DRIVER_EVERY",
     "DURING_COMMITS",
+    "SOAK_ONLY_KINDS",
     "SOAK_WEIGHTS",
     "SoakPlan",
     "make_soak_plan",

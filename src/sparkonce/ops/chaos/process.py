@@ -35,13 +35,17 @@ class DriverRun:
 
         A SIGKILL from anything else (a timeout, the OOM killer, a point that killed another group) is not this.
         """
-        return self.returncode == -signal.SIGKILL and any(
-            c.target == "driver" and c.killed_pgid == self.pgid for c in self.crashes
-        )
+        return killed_by_crash_point(self.returncode, self.pgid, self.crashes)
 
     def killed_processes(self, target: CrashTarget) -> list[CrashRecord]:
         """The crash points of ``target`` that fired and whose process is gone (it reached the point and died)."""
         return [c for c in self.crashes if c.target == target and c.killed_pid is not None and gone(c.killed_pid)]
+
+
+def killed_by_crash_point(returncode: int | None, pgid: int, crashes: Sequence[CrashRecord]) -> bool:
+    """True when a driver that led process group ``pgid`` died of SIGKILL that a ``driver`` crash point of
+    ``crashes`` sent to that group (not of a SIGKILL from anywhere else)."""
+    return returncode == -signal.SIGKILL and any(c.target == "driver" and c.killed_pgid == pgid for c in crashes)
 
 
 def run_driver(
@@ -177,4 +181,4 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-__all__ = ["DriverRun", "gone", "kill_group", "python_workers", "run_driver"]
+__all__ = ["DriverRun", "gone", "kill_group", "killed_by_crash_point", "python_workers", "run_driver"]

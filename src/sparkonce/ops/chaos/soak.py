@@ -30,7 +30,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkonce.crash import ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_TARGET
+from sparkonce.crash import (
+    ENV_ARM,
+    ENV_HITS_DIR,
+    ENV_PGID,
+    ENV_POINT,
+    ENV_RECORD,
+    ENV_TARGET,
+    arm,
+    disarm,
+    read_crash_records,
+)
 from sparkonce.errors import OptionError
 from sparkonce.ops.chaos.harness import (
     MALFORMED_SHARE,
@@ -48,7 +58,7 @@ from sparkonce.ops.chaos.harness import (
     tear_down,
 )
 from sparkonce.ops.chaos.plan import FAULT_KINDS, RESTART_KINDS, STORE_KINDS, Fault, FaultKind, SoakPlan, make_soak_plan
-from sparkonce.ops.chaos.process import gone, kill_group, python_workers
+from sparkonce.ops.chaos.process import gone, kill_group, killed_by_crash_point, python_workers
 from sparkonce.ops.chaos.reconcile import checkpoint_batches, missing_values, read_topic
 
 if TYPE_CHECKING:
@@ -62,6 +72,8 @@ PRODUCE_CHUNK = 10.0
 """Seconds of records per producer (a new one for each chunk)."""
 LINGER_MS = 1000
 """The soak producer's ``linger.ms``: records handed over within a second go out as one batch per partition."""
+COMMIT_WAIT = 120.0
+"""Seconds a ``commit_process_kill`` waits for a Delta sink's commit to reach the armed point."""
 SOAK_MASTER = "local[2,8]"
 """Two cores; a task may be tried 8 times: worker kills come every few seconds and must not exhaust a task."""
 
@@ -113,6 +125,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                 kinds=options.kinds,
                 rate=options.rate,
                 stages=tuple(setup.checkpoints),
+                tables_on_store=options.storage == "s3",
             )
         stop_file = work_dir / "rounds" / "stop"
         setup.spec = dataclasses.replace(setup.spec, soak_stop=str(stop_file), master=SOAK_MASTER)
@@ -231,6 +244,8 @@ def _inject(setup: ChaosSetup, driver: _Driver, fault: Fault, deadline: float) -
         return _kill_worker(driver, min(deadline, time.monotonic() + WORKER_WAIT))
     if fault.kind in RESTART_KINDS:
         return restart_service(setup, fault)
+    if fault.kind == "commit_process_kill":
+        return driver.kill_commit_process(min(deadline, time.monotonic() + COMMIT_WAIT))
     return False, f"missed: {fault.kind} is not a soak kind"
 
 
@@ -271,6 +286,9 @@ class _Driver:
         self.run_started = 0.0
         self.armed: tuple[int, Fault] | None = None
         self.killed_by_harness = False
+        self.arm_file = str(setup.work_dir / "rounds" / "arm")
+        self.record_file = str(setup.work_dir / "rounds" / "crashes.jsonl")
+        """Every crash point fired in the run (:class:`sparkonce.crash.CrashRecord`), by any driver."""
         self.crash_index = 0
         self.done = threading.Event()
         self.stopping = threading.Event()
@@ -299,6 +317,26 @@ class _Driver:
             self._ended(proc)
             self._launch()
             return True, f"driver group {proc.pid} killed"
+
+    def kill_commit_process(self, until: float) -> tuple[bool, str]:
+        """Arm ``after_delta_commit`` (target ``process``) in the running driver; True once a Delta sink's commit
+        process reached it after its Delta commit and is gone, the driver alive."""
+        before = len(read_crash_records(self.record_file))
+        arm(self.arm_file, "after_delta_commit")
+        while time.monotonic() < until:
+            fired = read_crash_records(self.record_file)[before:]
+            if fired:
+                victim = fired[0].pid
+                while not gone(victim) and time.monotonic() < until:
+                    time.sleep(0.01)  # the kernel takes the process down
+                if not gone(victim):
+                    return False, f"missed: commit process {victim} still runs after SIGKILL"
+                driver = self.pid()
+                return True, f"commit process {victim} killed after its Delta commit (driver {driver} alive)"
+            time.sleep(0.05)  # polling the record file; ``until`` bounds it
+        if disarm(self.arm_file):
+            return False, f"missed: no Delta sink commit reached the armed point within {COMMIT_WAIT:.0f}s"
+        return False, "missed: the armed point was claimed but its process recorded nothing"
 
     def finish(self, deadline: float) -> bool:
         """Wait until a driver exits 0 after the stop file (True), or the deadline (the driver is killed)."""
@@ -340,6 +378,9 @@ class _Driver:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable}
         for name in (ENV_POINT, ENV_PGID, ENV_HITS_DIR, ENV_TARGET):
             env.pop(name, None)
+        # Every driver can have a point armed while it runs (commit_process_kill); every point fired is recorded.
+        env[ENV_ARM] = self.arm_file
+        env[ENV_RECORD] = self.record_file
         self.armed = None
         if self.killed_by_harness and self.crash_index < len(self.plan.crash_points):
             point = self.plan.crash_points[self.crash_index]
@@ -365,7 +406,11 @@ class _Driver:
         kill_group(proc.pid)  # Python data source runners of a killed driver left behind
         code = proc.returncode
         armed = self.armed[1] if self.armed is not None else None
-        crashed = armed is not None and code == -signal.SIGKILL and not self.killed_by_harness
+        crashed = (
+            armed is not None
+            and not self.killed_by_harness
+            and killed_by_crash_point(code, proc.pid, read_crash_records(self.record_file))
+        )
         if self.armed is not None:
             at = time.monotonic()
             note = "driver group killed at the point" if crashed else "point not reached before the driver ended"
