@@ -168,7 +168,17 @@ def test_soak_plan_is_seeded_round_trips_and_kills_the_driver_every_so_often() -
     assert len(kinds) == 400
     assert DRIVER_EVERY == 100
     assert [i for i, k in enumerate(kinds) if k == "driver_kill"] == [99, 199, 299, 399]
-    assert set(kinds) == {"driver_kill", "worker_kill", "postgres_restart", "broker_restart", "storage_restart"}
+    # store_lost_response needs the tables on the object store (tables_on_store), which this plan does not have.
+    assert set(kinds) == {
+        "driver_kill",
+        "worker_kill",
+        "postgres_restart",
+        "broker_restart",
+        "storage_restart",
+        "commit_process_kill",
+    }
+    on_store = make_soak_plan(seed=3, faults=400, stages=STAGES, tables_on_store=True)
+    assert "store_lost_response" in {f.kind for f in on_store.faults}
     assert all(0.1 <= f.delay <= 1.0 for f in plan.faults)
     assert all(0.1 <= f.downtime <= 1.5 for f in plan.faults if f.kind.endswith("_restart"))
     # One crash point per driver kill, armed on the driver started after it.
