@@ -134,22 +134,6 @@ class TableLocation:
             "AWS_S3_ALLOW_UNSAFE_RENAME=true only if there is never more than one writer)"
         )
 
-    def check_put_if_absent(self, operation: str) -> None:
-        """Refuse, before any data moves, a log file that sparkonce itself must create only if absent where the store
-        cannot (driver). Local disks, Google Cloud Storage and Azure create files atomically; S3 needs
-        ``conditional_put=etag`` (``If-None-Match: *``): an unsafe rename could overwrite another writer's commit.
-
-        Raises:
-            StorageError: an S3 table without ``conditional_put`` (storage option or ``AWS_CONDITIONAL_PUT``).
-        """
-        if self.scheme not in _S3_SCHEMES or self._s3_conditional_put():
-            return
-        raise StorageError(
-            f"{operation} on {self.uri}: sparkonce writes this Delta commit itself and needs the store to create the "
-            "log file only if absent; set the storage option conditional_put=etag (S3 conditional writes, "
-            "If-None-Match: *, supported by AWS S3, MinIO and SeaweedFS)"
-        )
-
     def _s3_conditional_put(self) -> bool:
         """``conditional_put`` (option or ``AWS_CONDITIONAL_PUT``) is set, and not to ``disabled``."""
         given = {name.lower(): value for name, value in self.storage_options}
@@ -161,10 +145,11 @@ class TableLocation:
     def put_if_absent(self, relative: str, data: bytes) -> bool:
         """Create the table's file ``relative`` holding ``data`` only if it does not exist yet (driver).
 
-        The one atomic put-if-absent of a log file written by sparkonce itself: a hard link of a staged file on
-        local disks, a conditional create (``If-None-Match: *`` on S3) through object_store (``obstore``, the
-        Rust crate delta-rs uses, with the same option names) on object stores. Call
-        :meth:`check_put_if_absent` first.
+        The one atomic put-if-absent of a log file written by sparkonce itself (every Delta commit): a hard link of
+        a staged file on local disks, a conditional create (``If-None-Match: *`` on S3) through object_store
+        (``obstore``, the Rust crate delta-rs uses, with the same option names) on object stores. On S3 with
+        ``AWS_S3_ALLOW_UNSAFE_RENAME`` and no ``conditional_put`` (the user's choice of a single writer) it looks
+        first and then writes, which is not atomic. Call :meth:`check_commit_safety` first.
 
         Returns:
             False when the file already exists (another writer made it; it is left as it is).
@@ -175,10 +160,19 @@ class TableLocation:
         if self.is_local:
             return _put_if_absent_local(os.path.join(self.uri, relative), data)
         import obstore
-        from obstore.exceptions import AlreadyExistsError
+        from obstore.exceptions import AlreadyExistsError, NotFoundError
 
+        store = _object_store(self)
         try:
-            obstore.put(_object_store(self), relative, data, mode="create")
+            if self.scheme in _S3_SCHEMES and not self._s3_conditional_put():
+                # AWS_S3_ALLOW_UNSAFE_RENAME: the user's choice of a single writer (check_commit_safety)
+                try:
+                    obstore.head(store, relative)
+                    return False
+                except (FileNotFoundError, NotFoundError):
+                    obstore.put(store, relative, data)
+                    return True
+            obstore.put(store, relative, data, mode="create")
         except AlreadyExistsError:
             return False
         except (OSError, obstore.exceptions.BaseError) as err:
@@ -383,6 +377,7 @@ def _filesystem(location: TableLocation) -> pafs.FileSystem:
 def _put_if_absent_local(path: str, data: bytes) -> bool:
     import uuid
 
+    os.makedirs(os.path.dirname(path), exist_ok=True)  # the first commit of a new table makes _delta_log
     staged = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
     with open(staged, "wb") as handle:
         handle.write(data)

@@ -39,3 +39,13 @@ def missing_referenced_files(table: Path) -> list[str]:
             if add is not None and not (table / unquote(add["path"])).is_file():
                 missing.append(unquote(add["path"]))
     return missing
+
+
+def operation_metrics(commit_info: dict) -> dict:
+    """A ``commitInfo``'s ``operationMetrics`` with numbers as numbers (Delta writes every value as a string)."""
+
+    def number(value: object) -> object:
+        text = str(value)
+        return int(text) if text.lstrip("-").isdigit() else value
+
+    return {k: number(v) for k, v in (commit_info.get("operationMetrics") or {}).items()}

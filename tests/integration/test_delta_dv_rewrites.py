@@ -29,9 +29,10 @@ from pyspark.sql import SparkSession
 
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.tables import DeltaTable
-from sparkonce.errors import CommitConflictError, UnsupportedFeatureError
+from sparkonce.errors import CommitConflictError, StorageError
 from sparkonce.storage import SESSION_CONF_PREFIX, TableLocation, table_location
 from tests.fixtures_storage import copy_table_to_store
+from tests.integration.conftest import operation_metrics
 
 pytestmark = pytest.mark.spark
 
@@ -182,7 +183,7 @@ def test_delete_on_a_deletion_vector_table(spark: SparkSession, dv_table: str) -
     removed = check_removes_carry_their_dvs(before, table)
     assert any(before[p] is not None for p in removed)
     info = next(a["commitInfo"] for a in last_commit(table) if "commitInfo" in a)
-    metrics = info["sparkonce"]["operationMetrics"]
+    metrics = operation_metrics(info)
     assert metrics["numDeletedRows"] == len(golden()) - len(expected)
     assert info["operation"] == "DELETE"
 
@@ -219,7 +220,7 @@ def test_merge_on_a_deletion_vector_table_never_matches_deleted_rows(spark: Spar
     )
     assert rs_rows(table) == expected
     assert spark_rows(spark, table) == expected
-    metrics = next(a["commitInfo"] for a in last_commit(table) if "commitInfo" in a)["sparkonce"]["operationMetrics"]
+    metrics = operation_metrics(next(a["commitInfo"] for a in last_commit(table) if "commitInfo" in a))
     assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (2, 3)
     check_removes_carry_their_dvs(before, table)
 
@@ -240,7 +241,7 @@ def test_optimize_purges_deleted_rows(spark: SparkSession, dv_table: str) -> Non
     assert all(dv is None for dv in active_dvs(table).values())
     info = next(a["commitInfo"] for a in last_commit(table) if "commitInfo" in a)
     assert info["operation"] == "OPTIMIZE"
-    assert info["sparkonce"]["operationMetrics"]["numDeletionVectorsRemoved"] == 2
+    assert operation_metrics(info)["numDeletionVectorsRemoved"] == 2
     changes = [a.get("add", a.get("remove"))["dataChange"] for a in last_commit(table) if "add" in a or "remove" in a]
     assert changes and not any(changes)
 
@@ -318,19 +319,22 @@ def test_a_lost_race_against_a_rewrite_of_the_same_files_is_a_clear_conflict(
 
 
 @pytest.mark.s3
-def test_s3_without_conditional_put_refuses_a_deletion_vector_rewrite_naming_the_option(
+def test_s3_without_conditional_put_refuses_a_rewrite_unless_the_user_chose_a_single_writer(
     spark: SparkSession, object_store: Any, fixtures_dir: Path
 ) -> None:
-    """With only an unsafe rename allowed (no conditional put), sparkonce cannot create its own log entry safely:
-    refused before any data moves, naming ``conditional_put=etag``."""
+    """Without a conditional put two writers could both create one log file: refused before any data moves, naming
+    ``conditional_put=etag``. With ``AWS_S3_ALLOW_UNSAFE_RENAME`` (the user's choice of a single writer) sparkonce
+    looks for the log file and then writes it."""
     options = {k: v for k, v in object_store.storage_options.items() if k.lower() != "conditional_put"}
-    with session_storage(spark, {**options, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}):
+    with session_storage(spark, options):
         uri = object_store.unique_uri("dv-no-conditional-put")
         copy_fixture_to_store(fixtures_dir, table_location(uri))
         read_version = latest_version(uri)
-        with pytest.raises(
-            UnsupportedFeatureError, match=r"DELETE of files with deletion vectors on s3://.*conditional_put=etag"
-        ):
+        with pytest.raises(StorageError, match=r"s3://.*conditional_put=etag"):
             DeltaTable.forPath(spark, uri).delete("col1 = 1")
         assert latest_version(uri) == read_version
         assert rs_rows(uri) == golden()
+    with session_storage(spark, {**options, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}):
+        DeltaTable.forPath(spark, uri).delete("col1 = 1")
+        assert latest_version(uri) == read_version + 1
+        assert rs_rows(uri) == [r for r in golden() if r[1] != 1]

@@ -11,6 +11,7 @@ import pytest
 
 from sparkonce.delta.tables import DeltaTable
 from sparkonce.errors import OptionError, SchemaMismatchError, TableNotFoundError
+from tests.integration.conftest import operation_metrics
 
 
 def _rows(table: Path, *columns: str) -> list[tuple]:
@@ -27,7 +28,9 @@ def _commit(table: Path, table_version: int) -> dict:
 
 
 def _info(table: Path, table_version: int) -> dict:
-    return next(a["commitInfo"]["sparkonce"] for a in _commit(table, table_version) if "commitInfo" in a)
+    """The commit's ``commitInfo``, its metrics as numbers."""
+    info = next(a["commitInfo"] for a in _commit(table, table_version) if "commitInfo" in a)
+    return {**info, "operationMetrics": operation_metrics(info)}
 
 
 def _latest(table: Path) -> int:

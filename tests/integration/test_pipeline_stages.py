@@ -18,6 +18,7 @@ from sparkonce.errors import SchemaMismatchError
 from sparkonce.pipeline.config import parse_pipeline
 from sparkonce.pipeline.defaults import quickstart_pipeline
 from sparkonce.pipeline.stages import LINEAGE_DDL, QUARANTINE_DDL, RAW_DDL, ddl_schema, parse_raw
+from tests.integration.conftest import operation_metrics
 
 pytestmark = [pytest.mark.spark]
 
@@ -83,7 +84,7 @@ def _readings(spark, rows: list[tuple[str, int, float]]):  # type: ignore[no-unt
 def _commit_metrics(table: Path, table_version: int) -> dict:
     lines = (table / "_delta_log" / f"{table_version:020d}.json").read_text().splitlines()
     info = next(json.loads(line)["commitInfo"] for line in lines if "commitInfo" in line)
-    return info["sparkonce"]["operationMetrics"]
+    return operation_metrics(info)
 
 
 def test_gold_merge_rewrites_only_touched_files_and_a_replay_changes_nothing(spark, tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ This is where exactly-once lives. For a batch with ``(app_id, txn_version)``:
    the table: skip it (and delete the files this attempt wrote that no Delta commit references:
    :mod:`sparkonce.delta.cleanup`);
 2. otherwise commit the files and ``txn(app_id, txn_version)`` as table version ``read_version + 1``, with no
-   automatic rebase (delta-rs ``max_commit_retries=0``): the log's put-if-absent makes exactly one writer win that
-   version;
+   automatic rebase: sparkonce writes the commit file itself (as Delta writes it, :mod:`sparkonce.delta.log_entry`),
+   and the store's put-if-absent makes exactly one writer win that version;
 3. when the commit fails, first ask whether it landed all the same: every commit carries a fresh
    ``commitInfo.txnId``, and a commit since the first read that carries it is this call's (the store applied the
    log file's PUT and lost its answer, or the retried PUT found the file this call wrote). Then it is done.
@@ -28,12 +28,23 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 
 from sparkonce._types import TableVersion
-from sparkonce.delta.cleanup import COMMIT_ID_KEY, find_commit, remove_unreferenced_files
+from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.files import WrittenFile
+from sparkonce.delta.log_entry import (
+    BLIND_APPENDS,
+    Operation,
+    check_writable,
+    commit_info,
+    encode_entry,
+    file_metrics,
+    new_table_metadata,
+    new_table_protocol,
+)
 from sparkonce.delta.schema import delta_fields, reconcile, table_fields
 from sparkonce.errors import (
     CommitConflictError,
@@ -45,7 +56,7 @@ from sparkonce.errors import (
 from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable, Schema
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 
@@ -180,24 +191,24 @@ def commit_files(
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
-    Creates the table from ``data_schema`` and ``partition_by`` when it does not exist yet. ``removes`` (append
-    mode only) are files of the table that the same Delta commit removes: a rewrite replaces them with ``files``.
-    Each attempt checks that they are still active; a concurrent writer that removed one is a conflict, while
-    a concurrent append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add`` and
-    ``remove`` as a rearrangement of rows already in the table (compaction), so streaming readers skip them.
-    ``snapshot``: the table, loaded moments ago by the caller; the first attempt uses it instead of loading the
-    table again. A stale one costs nothing but a retry: the commit of its next table version fails if that version
-    exists, and the retry loads the table afresh (txn check included). ``written_after``: the table version read
-    before ``files`` were written (default: the version this call reads first); only later commits can name them.
+    Creates the table from ``data_schema`` and ``partition_by`` when it does not exist yet (its first commit holds
+    the protocol, the metadata and the files). ``removes`` (append mode only) are files of the table that the same
+    Delta commit removes: a rewrite replaces them with ``files``. Each attempt checks that they are still active
+    with the deletion vector they were read with; a concurrent writer that removed or changed one is a conflict,
+    while a concurrent append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add``
+    and ``remove`` as a rearrangement of rows already in the table (compaction), so streaming readers skip them.
+    ``custom_metadata`` names the operation (:func:`sparkonce.delta.writer.commit_metadata`); the commit is written
+    as Delta writes that operation (:mod:`sparkonce.delta.log_entry`). ``snapshot``: the table, loaded moments ago
+    by the caller; the first attempt uses it instead of loading the table again. A stale one costs nothing but a
+    retry: the commit of its next table version fails if that version exists, and the retry loads the table afresh
+    (txn check included). ``written_after``: the table version read before ``files`` were written (default: the
+    version this call reads first); only later commits can name them.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
-        CommitConflictError: lost ``max_attempts`` races in a row, or a file to remove is gone.
+        UnsupportedFeatureError: the table's protocol asks something of writers that sparkonce does not do.
+        CommitConflictError: lost ``max_attempts`` races in a row, or a file to remove is gone or changed.
     """
-    from deltalake import CommitProperties, Transaction
-    from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import AddAction, RemoveAction
-
     files = list(files)
     removes = list(removes)
     if removes and mode != "append":
@@ -207,7 +218,8 @@ def commit_files(
     table_uri = str(location)
     partition_by = tuple(partition_by)
     commit_id = str(uuid.uuid4())
-    custom_metadata = {**(custom_metadata or {}), COMMIT_ID_KEY: commit_id}
+    operation = Operation.from_metadata(custom_metadata)
+    adds = [_add_action(f, data_change) for f in files]
     rows = sum(f.num_records for f in files)
 
     def landed(attempt: int) -> CommitResult | None:
@@ -226,20 +238,26 @@ def commit_files(
         return CommitResult(TableVersion(table_version), False, attempt, len(files), rows, len(removes))
 
     for attempt in range(1, max_attempts + 1):
+        now = int(time.time() * 1000)
         if snapshot is None or attempt > 1:
             if not table_exists(location):
                 if written_after is None:
                     written_after = -1
-                created = _create_with_first_commit(
-                    location, files, data_schema, partition_by, txn, custom_metadata, data_change, attempt
-                )
-                if created is not None:
-                    return created
+                entry = _first_commit(location, adds, data_schema, partition_by, operation, txn, commit_id, now)
+                if _put_entry(location, 0, entry, attempt, txn):
+                    log.info(
+                        "Delta commit table_version 0 on %s (table created): %d file(s), %d row(s), txn %s",
+                        table_uri,
+                        len(files),
+                        rows,
+                        txn,
+                    )
+                    return CommitResult(TableVersion(0), False, attempt, len(files), rows)
                 if (done := landed(attempt)) is not None:
                     return done
                 continue  # another writer created the table first: commit on top of it (or skip the batch)
             snapshot = load_table(location)
-        read_version = snapshot.version()
+        read_version = int(snapshot.version())
         if written_after is None:
             written_after = read_version
         if txn is not None:
@@ -262,190 +280,149 @@ def commit_files(
                     cleanup.removed,
                 )
                 return CommitResult(None, True, attempt, 0, 0)
-        table_partitions = tuple(snapshot.metadata().partition_columns)
+        metadata = snapshot.metadata()
+        table_partitions = tuple(metadata.partition_columns)
         if partition_by and table_partitions != partition_by:
             raise SchemaMismatchError(
                 f"partition columns {list(partition_by)} do not match the table's {list(table_partitions)} "
                 f"at {table_uri}"
             )
-        schema = _schema_for_commit(snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema)
-        actions: list[Any] = [
-            AddAction(f.path, f.size, f.partition_values, f.modification_time, data_change, f.stats) for f in files
-        ]
-        if any(r.deletion_vector is not None for r in removes):
-            base_version = int(snapshot.version())  # after a mergeSchema metadata commit, if one was made
-            try:
-                made = _commit_with_deletion_vectors(
-                    location, base_version, files, removes, txn, custom_metadata, data_change, attempt
-                )
-            except Exception:
-                if (done := landed(attempt)) is not None:  # the store may have applied the PUT it failed on
-                    return done
-                raise
-            if made:
-                return CommitResult(TableVersion(base_version + 1), False, attempt, len(files), rows, len(removes))
-            if (done := landed(attempt)) is not None:
-                return done
-            continue
-        if removes:
-            _check_still_active(snapshot, table_uri, read_version, removes)
-            now = int(time.time() * 1000)
-            actions += [RemoveAction(r.path, data_change, now, r.size, r.partition_values) for r in removes]
-        properties = CommitProperties(
-            custom_metadata=dict(custom_metadata or {}),
-            max_commit_retries=0,
-            app_transactions=[Transaction(txn.app_id, txn.txn_version, int(time.time() * 1000))] if txn else None,
+        schema_string = snapshot.schema().to_json()
+        protocol = _protocol(snapshot)
+        check_writable(
+            protocol,
+            dict(metadata.configuration),
+            schema_string,
+            table=table_uri,
+            operation=operation.name,
+            removes_rows=data_change and (mode == "overwrite" or bool(removes)),
+        )
+        new_schema = _schema_change(snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema)
+        removals = _removals(location, read_version, mode, removes, data_change, now)
+        actions: list[dict[str, Any]] = []
+        if new_schema is not None:
+            actions.append({"metaData": _changed_metadata(metadata, new_schema)})
+        if txn is not None:
+            actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
+        actions += removals + adds
+        blind = operation.name in BLIND_APPENDS and mode == "append" and not removes
+        metrics = (
+            operation.metrics
+            if operation.metrics is not None
+            else file_metrics(operation.name, [a["add"] for a in adds], len(removals))
+        )
+        info = commit_info(
+            operation, commit_id=commit_id, read_version=read_version, blind_append=blind, metrics=metrics, now_ms=now
         )
         try:
-            snapshot.create_write_transaction(
-                actions, mode, schema, partition_by=list(table_partitions), commit_properties=properties
-            )
-        except Exception as err:
-            # The store may have applied the log file's PUT whatever the error says (a lost answer, a retried
-            # conditional PUT finding the file this attempt wrote): look for this call's commit first.
+            made = _put_entry(location, read_version + 1, [{"commitInfo": info}, *actions], attempt, txn)
+        except Exception:
+            if (done := landed(attempt)) is not None:  # the store may have applied the PUT it failed on
+                return done
+            raise
+        if not made:
             if (done := landed(attempt)) is not None:
                 return done
-            if not isinstance(err, CommitFailedError):
-                raise
-            log.info(
-                "Delta commit on %s at table_version %s lost a race (attempt %d, txn %s): %s",
-                table_uri,
-                read_version + 1,
-                attempt,
-                txn,
-                err,
-            )
             continue
         table_version = TableVersion(read_version + 1)
         log.info(
-            "Delta commit table_version %s on %s: %d file(s), %d row(s), %d file(s) removed, txn %s",
+            "Delta commit table_version %s on %s (%s): %d file(s), %d row(s), %d file(s) removed, txn %s",
             table_version,
             table_uri,
+            operation.name,
             len(files),
             rows,
-            len(removes),
+            len(removals),
             txn,
         )
-        return CommitResult(table_version, False, attempt, len(files), rows, len(removes))
+        _checkpoint_if_due(location, table_version, dict(metadata.configuration), protocol)
+        return CommitResult(table_version, False, attempt, len(files), rows, len(removals))
     raise CommitConflictError(
         f"gave up committing to {table_uri} after {max_attempts} attempts lost to concurrent writers (txn {txn})"
     )
 
 
-def _check_still_active(table: DeltaTable, table_uri: str, read_version: int, removes: list[RemovedFile]) -> None:
-    import pyarrow as pa
-
-    active = set(pa.table(table.get_add_actions(flatten=False)).column("path").to_pylist())
-    gone = [r.path for r in removes if r.path not in active]
-    if gone:
-        raise CommitConflictError(
-            f"{len(gone)} file(s) to remove from {table_uri} are no longer in table_version {read_version} "
-            f"(a concurrent writer rewrote them), e.g. {gone[0]}"
-        )
-
-
-COMMIT_WRITER_FEATURES = frozenset(
-    {
-        "appendOnly",
-        "columnMapping",
-        "deletionVectors",
-        "invariants",
-        "timestampNtz",
-        "vacuumProtocolCheck",
-        "v2Checkpoint",
-    }
-)
-"""Writer features a commit that sparkonce writes itself (removing files with deletion vectors) honours: none of
-them asks anything of a commit of plain ``add`` and ``remove`` actions (``columnMapping`` asks for physical names
-in the files, their stats and ``partitionValues``, which the file writer gives them:
-:class:`sparkonce.delta.column_mapping.ColumnMapping`)."""
-
-
-def check_dv_commit_supported(location: TableLocation, table: DeltaTable, table_uri: str, operation: str) -> None:
-    """Refuse, before any data moves, a rewrite of a table with deletion vectors that sparkonce cannot commit.
-
-    delta-rs cannot write a ``remove`` carrying a deletion vector, so such commits are written by sparkonce
-    (:func:`_commit_with_deletion_vectors`) with an atomic put-if-absent of the log file
-    (:meth:`TableLocation.put_if_absent`: a hard link on local disks, a conditional create on object stores; S3
-    needs ``conditional_put=etag``), and only with writer features that ask nothing of such a commit.
+def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_uri: str, operation: str) -> None:
+    """Refuse, before any data moves, a rewrite (DELETE, UPDATE, MERGE, OPTIMIZE) that sparkonce cannot commit.
 
     Raises:
-        UnsupportedFeatureError: an S3 table without ``conditional_put``, or another writer feature.
+        UnsupportedFeatureError: the table's protocol asks something of a writer that removes rows and that
+            sparkonce does not do.
+        StorageError: the store cannot make the commit atomic.
     """
-    from sparkonce.errors import StorageError, UnsupportedFeatureError
-
-    try:
-        location.check_put_if_absent(f"{operation} of files with deletion vectors")
-    except StorageError as err:
-        raise UnsupportedFeatureError(str(err)) from err
-    others = sorted(set(table.protocol().writer_features or []) - COMMIT_WRITER_FEATURES)
-    if others:
-        raise UnsupportedFeatureError(
-            f"{operation} on {table_uri}: the table has writer feature(s) {others}, which sparkonce cannot honour "
-            "in a commit that rewrites files with deletion vectors"
-        )
+    location.check_commit_safety()
+    metadata = table.metadata()
+    check_writable(
+        _protocol(table),
+        dict(metadata.configuration),
+        table.schema().to_json(),
+        table=table_uri,
+        operation=operation,
+        removes_rows=operation != "OPTIMIZE",
+    )
 
 
-def _commit_with_deletion_vectors(
-    location: TableLocation,
-    read_version: int,
-    files: list[WrittenFile],
-    removes: list[RemovedFile],
-    txn: BatchTxn | None,
-    custom_metadata: Mapping[str, Any] | None,
-    data_change: bool,
-    attempt: int,
-) -> bool:
-    """Write table version ``read_version + 1`` with sparkonce's own log entry: commitInfo, txn, the adds and the
-    removes with their deletion vectors, put-if-absent. False when another writer took that version first (its
-    log file is left as it is; the caller reloads and decides again).
-
-    Raises:
-        CommitConflictError: a file to remove is gone, or carries another deletion vector than the one read
-            (a concurrent writer deleted more of its rows).
-    """
-    from urllib.parse import unquote
-
-    from sparkonce import __version__
-    from sparkonce.delta.log import DeltaLog
-
-    files_now = DeltaLog(location).snapshot(read_version).files
-    active = {unquote(k): v.get("deletionVector") for k, v in files_now.items()}
-    changed = [r.path for r in removes if active.get(unquote(r.path), False) != r.deletion_vector]
-    if changed:
-        raise CommitConflictError(
-            f"{len(changed)} file(s) to remove from {location} changed in table_version {read_version} "
-            f"(a concurrent writer rewrote them or deleted rows of them), e.g. {changed[0]}"
-        )
-    now = int(time.time() * 1000)
-    info = dict(custom_metadata or {})
-    own_info = info.get("sparkonce")
-    own: dict[str, Any] = own_info if isinstance(own_info, dict) else {}
-    commit_info = {
-        "timestamp": now,
-        "operation": own.get("operation", "WRITE"),
-        "operationParameters": {
-            k: v if isinstance(v, str) else json.dumps(v) for k, v in dict(own.get("operationParameters") or {}).items()
-        },
-        "readVersion": read_version,
-        "isolationLevel": "Serializable",
-        "isBlindAppend": False,
-        "engineInfo": f"sparkonce/{__version__}",
-        **info,
+def _protocol(table: DeltaTable) -> dict[str, Any]:
+    protocol = table.protocol()
+    return {
+        "minReaderVersion": protocol.min_reader_version,
+        "minWriterVersion": protocol.min_writer_version,
+        "readerFeatures": list(protocol.reader_features or []),
+        "writerFeatures": list(protocol.writer_features or []),
     }
-    actions: list[dict[str, Any]] = [{"commitInfo": commit_info}]
-    if txn is not None:
-        actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
-    for f in files:
-        add = {
-            "path": f.path,
+
+
+def _add_action(f: WrittenFile, data_change: bool) -> dict[str, Any]:
+    """The ``add`` action of a written file; its path URL-encoded as the protocol's URIs are (``%`` of Hive-escaped
+    partition values included), readable back with ``unquote``."""
+    return {
+        "add": {
+            "path": quote(f.path, safe=_PATH_SAFE),
             "partitionValues": f.partition_values,
             "size": f.size,
             "modificationTime": f.modification_time,
             "dataChange": data_change,
             "stats": f.stats,
         }
-        actions.append({"add": add})
+    }
+
+
+_PATH_SAFE = "/!$&'()*+,;=:@"
+"""Characters a URI path keeps as they are (RFC 3986 ``pchar`` and ``/``); everything else, ``%`` included, is
+percent-encoded."""
+
+
+def _removals(
+    location: TableLocation,
+    read_version: int,
+    mode: CommitMode,
+    removes: list[RemovedFile],
+    data_change: bool,
+    now: int,
+) -> list[dict[str, Any]]:
+    """The ``remove`` actions: every active file for an overwrite, else ``removes`` (each checked still active with
+    the deletion vector it was read with)."""
+    if mode != "overwrite" and not removes:
+        return []
+    from sparkonce.delta.log import DeltaLog
+
+    active = DeltaLog(location).snapshot(read_version).files
+    if mode == "overwrite":
+        removes = [
+            RemovedFile(
+                path, int(add.get("size") or 0), dict(add.get("partitionValues") or {}), add.get("deletionVector")
+            )
+            for path, add in active.items()
+        ]
+    else:
+        by_path = {unquote(k): v.get("deletionVector") for k, v in active.items()}
+        changed = [r.path for r in removes if by_path.get(unquote(r.path), False) != r.deletion_vector]
+        if changed:
+            raise CommitConflictError(
+                f"{len(changed)} file(s) to remove from {location} changed in table_version {read_version} "
+                f"(a concurrent writer rewrote them or deleted rows of them), e.g. {changed[0]}"
+            )
+    actions = []
     for r in removes:
         remove: dict[str, Any] = {
             "path": r.path,
@@ -458,41 +435,104 @@ def _commit_with_deletion_vectors(
         if r.deletion_vector is not None:
             remove["deletionVector"] = r.deletion_vector
         actions.append({"remove": remove})
-    payload = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode("utf-8")
-    if not location.put_if_absent(f"_delta_log/{read_version + 1:020d}.json", payload):
-        log.info(
-            "Delta commit on %s at table_version %s lost a race (attempt %d, txn %s): the log file exists",
-            location,
-            read_version + 1,
-            attempt,
-            txn,
-        )
-        return False
+    return actions
+
+
+def _put_entry(
+    location: TableLocation, table_version: int, actions: list[dict[str, Any]], attempt: int, txn: BatchTxn | None
+) -> bool:
+    """Write the commit file of ``table_version`` if absent; False when another writer made it first."""
+    if location.put_if_absent(f"_delta_log/{table_version:020d}.json", encode_entry(actions)):
+        return True
     log.info(
-        "Delta commit table_version %s on %s (written by sparkonce: removes carry deletion vectors): %d file(s) "
-        "added, %d removed, txn %s",
-        read_version + 1,
+        "Delta commit on %s at table_version %s lost a race (attempt %d, txn %s): the log file exists",
         location,
-        len(files),
-        len(removes),
+        table_version,
+        attempt,
         txn,
     )
-    return True
+    return False
 
 
-def _schema_for_commit(
+def _first_commit(
+    location: TableLocation,
+    adds: list[dict[str, Any]],
+    data_schema: pa.Schema,
+    partition_by: tuple[str, ...],
+    operation: Operation,
+    txn: BatchTxn | None,
+    commit_id: str,
+    now: int,
+) -> list[dict[str, Any]]:
+    """The actions of table version 0: the caller's operation, with the protocol and metadata of the new table."""
+    from deltalake import Schema
+
+    unknown = [c for c in partition_by if c not in data_schema.names]
+    if unknown:
+        raise SchemaMismatchError(f"partition column(s) {unknown} are not columns of the data {data_schema.names}")
+    schema_string = Schema.from_arrow(data_schema).to_json()
+    metrics = (
+        operation.metrics
+        if operation.metrics is not None
+        else file_metrics(operation.name, [a["add"] for a in adds], 0)
+    )
+    parameters = dict(operation.parameters)
+    if operation.name == "WRITE":
+        parameters["partitionBy"] = list(partition_by)
+    info = commit_info(
+        Operation(operation.name, parameters, metrics, operation.user_metadata, operation.extras, operation.other),
+        commit_id=commit_id,
+        read_version=None,
+        blind_append=operation.name in BLIND_APPENDS,
+        metrics=metrics,
+        now_ms=now,
+    )
+    actions: list[dict[str, Any]] = [
+        {"commitInfo": info},
+        {"protocol": new_table_protocol(schema_string)},
+        {"metaData": new_table_metadata(schema_string, partition_by, {})},
+    ]
+    if txn is not None:
+        actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
+    return actions + adds
+
+
+def _changed_metadata(metadata: Any, schema_string: str) -> dict[str, Any]:
+    """The table's ``metaData`` action with a new schema (everything else as it was)."""
+    action: dict[str, Any] = {"id": metadata.id}
+    if metadata.name is not None:
+        action["name"] = metadata.name
+    if metadata.description is not None:
+        action["description"] = metadata.description
+    action.update(
+        format={"provider": "parquet", "options": {}},
+        schemaString=schema_string,
+        partitionColumns=list(metadata.partition_columns),
+        configuration=dict(metadata.configuration),
+        createdTime=metadata.created_time,
+    )
+    return action
+
+
+def _schema_change(
     table: DeltaTable,
     table_uri: str,
     data_schema: pa.Schema,
     mode: CommitMode,
     merge_schema: bool,
     overwrite_schema: bool,
-) -> Schema:
-    """The schema to commit with; adds merged columns first (a metadata-only Delta commit) when allowed."""
+) -> str | None:
+    """The table's new ``schemaString`` when the commit changes the schema (``mergeSchema`` adds columns,
+    ``overwriteSchema`` replaces them), else None.
+
+    Raises:
+        SchemaMismatchError: the data does not fit and no option allows the change.
+        UnsupportedFeatureError: new columns for a column-mapped table.
+    """
     from deltalake import Schema
 
     if mode == "overwrite" and overwrite_schema:
-        return Schema.from_arrow(data_schema)
+        return str(Schema.from_arrow(data_schema).to_json())
     current = table_fields(table)
     new_fields = reconcile(
         current,
@@ -501,78 +541,50 @@ def _schema_for_commit(
         table_id=str(table.metadata().id),
         table_path=table_uri,
     )
-    if new_fields:
-        from deltalake.schema import Field
+    if not new_fields:
+        return None
+    from sparkonce.delta.column_mapping import mapping_mode
 
-        from sparkonce.delta.column_mapping import mapping_mode
-
-        if mapping_mode(table) != "none":
-            raise UnsupportedFeatureError(
-                f"adding column(s) {[f['name'] for f in new_fields]} to {table_uri}: the table uses column mapping "
-                f"({mapping_mode(table)}); sparkonce cannot give new columns physical names yet"
-            )
-
-        table.alter.add_columns([Field.from_json(json.dumps(f)) for f in new_fields])
-        log.info("added column(s) %s to %s (mergeSchema)", [f["name"] for f in new_fields], table_uri)
-        table.update_incremental()
-    return table.schema()
-
-
-def _create_with_first_commit(
-    location: TableLocation,
-    files: list[WrittenFile],
-    data_schema: pa.Schema,
-    partition_by: tuple[str, ...],
-    txn: BatchTxn | None,
-    custom_metadata: Mapping[str, Any] | None,
-    data_change: bool,
-    attempt: int,
-) -> CommitResult | None:
-    """Create the table with the files in table version 0; None when another writer created it first."""
-    from deltalake import CommitProperties, Schema, Transaction
-    from deltalake.transaction import AddAction, create_table_with_add_actions
-
-    unknown = [c for c in partition_by if c not in data_schema.names]
-    if unknown:
-        raise SchemaMismatchError(f"partition column(s) {unknown} are not columns of the data {data_schema.names}")
-    actions = [AddAction(f.path, f.size, f.partition_values, f.modification_time, data_change, f.stats) for f in files]
-    properties = CommitProperties(
-        custom_metadata=dict(custom_metadata or {}),
-        max_commit_retries=0,
-        app_transactions=[Transaction(txn.app_id, txn.txn_version, int(time.time() * 1000))] if txn else None,
-    )
-    try:
-        create_table_with_add_actions(
-            location.uri,
-            Schema.from_arrow(data_schema),
-            actions,
-            mode="error",
-            partition_by=list(partition_by) or None,
-            storage_options=location.options() or None,
-            commit_properties=properties,
+    if mapping_mode(table) != "none":
+        raise UnsupportedFeatureError(
+            f"adding column(s) {[f['name'] for f in new_fields]} to {table_uri}: the table uses column mapping "
+            f"({mapping_mode(table)}); sparkonce cannot give new columns physical names yet"
         )
-    except Exception as err:  # delta-rs: "already exists" / a lost put-if-absent of table version 0
-        if table_exists(location):
-            log.info("Delta table %s was created by another writer first (attempt %d, txn %s)", location, attempt, txn)
-            return None
-        raise DeltaLogError(f"cannot create the Delta table at {location}: {err}") from err
-    rows = sum(f.num_records for f in files)
-    log.info(
-        "Delta commit table_version 0 on %s (table created): %d file(s), %d row(s), txn %s",
-        location,
-        len(files),
-        rows,
-        txn,
-    )
-    return CommitResult(TableVersion(0), False, attempt, len(files), rows)
+    log.info("adding column(s) %s to %s (mergeSchema)", [f["name"] for f in new_fields], table_uri)
+    return json.dumps({"type": "struct", "fields": current + new_fields}, separators=(",", ":"))
+
+
+DEFAULT_CHECKPOINT_INTERVAL = 10
+"""Delta's default ``delta.checkpointInterval``: a checkpoint at every table version divisible by it."""
+
+
+def _checkpoint_if_due(
+    location: TableLocation, table_version: int, configuration: dict[str, str], protocol: dict[str, Any]
+) -> None:
+    """Write a Delta checkpoint (delta-rs's classic parquet checkpoint and ``_last_checkpoint``) at the table
+    versions Delta places them: ``table_version % delta.checkpointInterval == 0``. A failure is logged, never raised:
+    the commit has landed, and a missing checkpoint only costs readers a longer replay."""
+    try:
+        interval = int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
+    except ValueError:
+        interval = DEFAULT_CHECKPOINT_INTERVAL
+    if interval <= 0 or table_version == 0 or table_version % interval != 0:
+        return
+    if "v2Checkpoint" in (protocol.get("writerFeatures") or ()):
+        return  # delta-rs writes classic checkpoints only
+    try:
+        load_table(location, table_version=table_version).create_checkpoint()
+    except Exception as err:  # the commit stands; readers replay more JSON until the next checkpoint
+        log.warning("no Delta checkpoint at table_version %s of %s: %s", table_version, location, err)
 
 
 __all__ = [
     "BatchTxn",
     "CommitMode",
     "CommitResult",
+    "DEFAULT_CHECKPOINT_INTERVAL",
     "RemovedFile",
-    "check_dv_commit_supported",
+    "check_rewrite_supported",
     "commit_files",
     "committed_txn_version",
     "table_committed_txn_version",

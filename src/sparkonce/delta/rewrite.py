@@ -24,7 +24,7 @@ from sparkonce.delta.commit import (
     BatchTxn,
     CommitResult,
     RemovedFile,
-    check_dv_commit_supported,
+    check_rewrite_supported,
     commit_files,
     load_table,
 )
@@ -134,8 +134,8 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
 
     Raises:
         TableNotFoundError: not a Delta table.
-        UnsupportedFeatureError: a reader feature sparkonce cannot honour, or deletion vectors on a table
-            sparkonce cannot commit their removal to (:func:`sparkonce.delta.commit.check_dv_commit_supported`).
+        UnsupportedFeatureError: a reader feature sparkonce cannot honour, or a writer feature a rewrite of the
+            table would have to honour and sparkonce does not (:func:`sparkonce.delta.commit.check_rewrite_supported`).
     """
     location = table_location(table)
     table_uri = table if isinstance(table, str) else str(location)  # as given, for messages
@@ -143,9 +143,8 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
     check_reader_features(delta_table, table_uri)
     scan = scan_schema(delta_table)
     configuration: dict[str, str | None] = dict(delta_table.metadata().configuration)
+    check_rewrite_supported(location, delta_table, table_uri, operation)
     has_dvs = "deletionVectors" in set(delta_table.protocol().reader_features or [])
-    if has_dvs:
-        check_dv_commit_supported(location, delta_table, table_uri, operation)
     return TableSnapshot(
         table_uri=table_uri,
         location=location,

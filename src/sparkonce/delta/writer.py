@@ -174,9 +174,12 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             log.info("Delta write to %s skipped, %s", self.options.path, self.skip_reason)
             return
         files = collect_files(messages)
-        params: dict[str, Any] = {"mode": self.mode.capitalize()}
-        if self.txn is not None:
-            params.update(txnAppId=self.txn.app_id, txnVersion=self.txn.txn_version)
+        # Delta's WRITE parameters: the save mode's name and the partition columns (the txn is its own action).
+        save_mode = self.options.save_mode or self.mode
+        params: dict[str, Any] = {
+            "mode": _SAVE_MODE_NAMES.get(save_mode, save_mode),
+            "partitionBy": list(self.file_options.partition_by),
+        }
         commit_files(
             self.options.location,
             files,
@@ -195,6 +198,10 @@ class DeltaBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
         abort_write(self.file_options, messages, purpose=f"aborted Delta write to {self.options.path}")
+
+
+_SAVE_MODE_NAMES = {"append": "Append", "overwrite": "Overwrite", "error": "ErrorIfExists", "ignore": "Ignore"}
+"""Spark's ``SaveMode`` names, as Delta records them in ``commitInfo.operationParameters.mode``."""
 
 
 def check_partition_columns(options: WriteOptions, arrow_schema: pa.Schema) -> None:
@@ -234,7 +241,10 @@ def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Sche
 def commit_metadata(
     operation: str, parameters: dict[str, Any], user_metadata: str | None, **extra: Any
 ) -> dict[str, Any]:
-    """The ``sparkonce`` object recorded in commitInfo (delta-rs cannot set ``operation`` itself)."""
+    """What a Delta commit records of its operation: Delta's ``operation`` name and ``operationParameters`` (and
+    ``operationMetrics`` when given in ``extra``), ``userMetadata``, and sparkonce's own fields (``extra``), as
+    :func:`sparkonce.delta.commit.commit_files` takes them (``custom_metadata``) and writes them
+    (:mod:`sparkonce.delta.log_entry`)."""
     info: dict[str, Any] = {
         "operation": operation,
         "operationParameters": parameters,

@@ -236,9 +236,8 @@ def apply_reset(plan: ResetPlan) -> ResetResult:
             [],
             data_schema=schema,
             mode="overwrite",
-            custom_metadata={
-                "sparkonce": {"operation": "RESET", "operationParameters": {"checkpoint": str(plan.checkpoint_dir)}}
-            },
+            # Delta's name for clearing a table; sparkonce's own field says which checkpoint was reset.
+            custom_metadata={"sparkonce": {"operation": "TRUNCATE", "resetCheckpoint": str(plan.checkpoint_dir)}},
         )
         assert result.table_version is not None
         cleared[str(table)] = int(result.table_version)

@@ -340,7 +340,7 @@ class FanOutWriter:
                     merge_schema=options.get("mergeschema", "false").lower() == "true",
                     custom_metadata=commit_metadata(
                         "WRITE",
-                        {"mode": "Append", "txnAppId": txn.app_id, "txnVersion": txn.txn_version},
+                        {"mode": "Append", "partitionBy": list(table.file_options.partition_by)},
                         options.get("usermetadata"),
                     ),
                     written_after=table.file_options.written_after,

@@ -1,0 +1,279 @@
+"""What a Delta commit written by sparkonce holds: its actions, as Delta's JVM connector writes them.
+
+sparkonce writes its Delta commits itself (one JSON file, put-if-absent: :meth:`TableLocation.put_if_absent`), so
+that every engine reading the table sees what happened: ``commitInfo.operation`` is Delta's operation name
+(``STREAMING UPDATE``, ``WRITE``, ``MERGE``, ``DELETE``, ``UPDATE``, ``OPTIMIZE``, ...), ``operationParameters``
+Delta's parameters (string values, lists and maps JSON-encoded, as Delta writes them), ``operationMetrics`` Delta's
+metric names with string values, ``txnId`` a fresh UUID per commit (:data:`sparkonce.delta.cleanup.COMMIT_ID_KEY`),
+and a ``sparkonce`` object with what only sparkonce records (the streaming batch id, the checkpoint location and
+the text of ``offsets/N``, from which a lost checkpoint is rebuilt). Then, in this order: ``protocol`` and
+``metaData`` when the commit creates the table or changes its schema, the batch's ``txn``, the ``remove`` actions
+and the ``add`` actions.
+
+Before writing to an existing table, :func:`check_writable` refuses a table whose protocol asks something of a
+writer that sparkonce does not do (CHECK constraints, generated or identity columns, row tracking, ...), naming the
+feature, before any data moves.
+
+Runs on the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkonce import __version__
+from sparkonce.errors import UnsupportedFeatureError
+
+ENGINE_INFO = f"sparkonce/{__version__}"
+
+BLIND_APPENDS = frozenset({"WRITE", "STREAMING UPDATE"})
+"""Operations that, in mode append and without removes, only add rows without reading the table (Delta's
+``isBlindAppend``)."""
+
+SUPPORTED_WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "vacuumProtocolCheck",
+        "v2Checkpoint",
+        "checkConstraints",
+        "changeDataFeed",
+        "generatedColumns",
+        "identityColumns",
+        "typeWidening",
+        "typeWidening-preview",
+        "domainMetadata",
+    }
+)
+"""Writer features sparkonce may commit to; some only while the table does not use them (:func:`check_writable`)."""
+
+_LEGACY_WRITER_FEATURES: dict[int, frozenset[str]] = {
+    1: frozenset(),
+    2: frozenset({"appendOnly", "invariants"}),
+    3: frozenset({"appendOnly", "invariants", "checkConstraints"}),
+    4: frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"}),
+    5: frozenset(
+        {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "columnMapping"}
+    ),
+    6: frozenset(
+        {
+            "appendOnly",
+            "invariants",
+            "checkConstraints",
+            "changeDataFeed",
+            "generatedColumns",
+            "columnMapping",
+            "identityColumns",
+        }
+    ),
+}
+"""The features a legacy ``minWriterVersion`` (before table features, version 7) implies."""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """The Delta operation a commit records (``commitInfo``), as
+    :func:`sparkonce.delta.writer.commit_metadata` describes it."""
+
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] | None = None
+    """Delta's metric names; None: derived from the commit's files (``WRITE``, ``STREAMING UPDATE``)."""
+    user_metadata: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    """sparkonce's own fields (``batchId``, ``checkpointLocation``, ``offsetsLog``, ...): the ``sparkonce`` object."""
+    other: dict[str, Any] = field(default_factory=dict)
+    """Other top-level ``commitInfo`` fields the caller gave."""
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> Operation:
+        """Read the ``custom_metadata`` that callers give :func:`sparkonce.delta.commit.commit_files`."""
+        given = dict(metadata or {})
+        ours = given.pop("sparkonce", None)
+        ours = dict(ours) if isinstance(ours, Mapping) else {}
+        user = given.pop("userMetadata", None)
+        metrics = ours.pop("operationMetrics", None)
+        return cls(
+            name=str(ours.pop("operation", "WRITE")),
+            parameters=dict(ours.pop("operationParameters", None) or {}),
+            metrics=dict(metrics) if isinstance(metrics, Mapping) else None,
+            user_metadata=str(user) if user is not None else None,
+            extras=ours,
+            other=given,
+        )
+
+
+def parameter_string(value: Any) -> str:
+    """One ``operationParameters`` value as Delta writes it: strings as they are, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def commit_info(
+    operation: Operation,
+    *,
+    commit_id: str,
+    read_version: int | None,
+    blind_append: bool,
+    metrics: Mapping[str, Any],
+    now_ms: int,
+) -> dict[str, Any]:
+    """The ``commitInfo`` action: Delta's fields first, in Delta's order, then sparkonce's."""
+    info: dict[str, Any] = {
+        "timestamp": now_ms,
+        "operation": operation.name,
+        "operationParameters": {k: parameter_string(v) for k, v in operation.parameters.items()},
+    }
+    if read_version is not None:
+        info["readVersion"] = read_version
+    info["isolationLevel"] = "Serializable"
+    info["isBlindAppend"] = blind_append
+    info["operationMetrics"] = {k: parameter_string(v) for k, v in metrics.items()}
+    if operation.user_metadata is not None:
+        info["userMetadata"] = operation.user_metadata
+    info["engineInfo"] = ENGINE_INFO
+    info["txnId"] = commit_id
+    for key, value in operation.other.items():
+        info.setdefault(key, value)
+    info["sparkonce"] = {"engine": ENGINE_INFO, **{k: v for k, v in operation.extras.items() if k != "engine"}}
+    return info
+
+
+def file_metrics(operation: str, added: Sequence[Mapping[str, Any]], removed: int) -> dict[str, str]:
+    """Delta's metrics of a commit that writes or clears rows (``WRITE``, ``STREAMING UPDATE``, ``TRUNCATE``), from
+    its ``add`` actions and the number of files it removes."""
+    if operation == "TRUNCATE":
+        return {"numRemovedFiles": str(removed)}
+    rows = sum(_num_records(a) for a in added)
+    size = sum(int(a.get("size") or 0) for a in added)
+    if operation == "STREAMING UPDATE":
+        return {
+            "numRemovedFiles": str(removed),
+            "numOutputRows": str(rows),
+            "numOutputBytes": str(size),
+            "numAddedFiles": str(len(added)),
+        }
+    return {"numFiles": str(len(added)), "numOutputRows": str(rows), "numOutputBytes": str(size)}
+
+
+def _num_records(add: Mapping[str, Any]) -> int:
+    stats = add.get("stats")
+    if not isinstance(stats, str):
+        return 0
+    try:
+        return int(json.loads(stats).get("numRecords") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
+def new_table_protocol(schema_string: str) -> dict[str, Any]:
+    """The protocol of a table sparkonce creates: (1, 2), or table features when a column needs one."""
+    if '"timestamp_ntz"' in schema_string:
+        return {
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": ["timestampNtz"],
+            "writerFeatures": ["timestampNtz"],
+        }
+    return {"minReaderVersion": 1, "minWriterVersion": 2}
+
+
+def new_table_metadata(
+    schema_string: str, partition_by: Sequence[str], configuration: Mapping[str, str]
+) -> dict[str, Any]:
+    """The ``metaData`` action of a table sparkonce creates."""
+    return {
+        "id": str(uuid.uuid4()),
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": schema_string,
+        "partitionColumns": list(partition_by),
+        "configuration": dict(configuration),
+        "createdTime": int(time.time() * 1000),
+    }
+
+
+def writer_features(protocol: Mapping[str, Any]) -> frozenset[str]:
+    """The writer features a protocol names, or that its legacy ``minWriterVersion`` implies."""
+    version = int(protocol.get("minWriterVersion") or 1)
+    if version >= 7:
+        return frozenset(str(f) for f in protocol.get("writerFeatures") or ())
+    return _LEGACY_WRITER_FEATURES.get(version, _LEGACY_WRITER_FEATURES[6])
+
+
+def check_writable(
+    protocol: Mapping[str, Any],
+    configuration: Mapping[str, str],
+    schema_string: str,
+    *,
+    table: str,
+    operation: str,
+    removes_rows: bool,
+) -> None:
+    """Refuse, before any data moves, a commit to a table whose protocol asks something sparkonce does not do.
+
+    ``removes_rows``: the commit removes or rewrites rows (an overwrite, a DELETE, UPDATE or MERGE), not a plain
+    append or a compaction.
+
+    Raises:
+        UnsupportedFeatureError: naming the table, the operation and the feature.
+    """
+    features = writer_features(protocol)
+    unknown = sorted(features - SUPPORTED_WRITER_FEATURES)
+    if unknown:
+        _refuse(
+            table, operation, f"the table's protocol has writer feature(s) {unknown}, which sparkonce cannot honour"
+        )
+    conf = {k.lower(): str(v).lower() for k, v in configuration.items()}
+    if removes_rows and conf.get("delta.appendonly") == "true":
+        _refuse(
+            table, operation, "the table is append-only (delta.appendOnly = true): rows cannot be removed or changed"
+        )
+    constraints = sorted(k for k in configuration if k.lower().startswith("delta.constraints."))
+    if constraints:
+        _refuse(table, operation, f"the table has CHECK constraints {constraints}, which sparkonce does not enforce")
+    if removes_rows and conf.get("delta.enablechangedatafeed") == "true":
+        _refuse(
+            table,
+            operation,
+            "the table has the change data feed on (delta.enableChangeDataFeed = true), and sparkonce does not yet "
+            "write change data for rows it removes or changes",
+        )
+    for marker, what in (
+        ("delta.generationExpression", "generated columns"),
+        ("delta.identity.", "identity columns"),
+        ("delta.invariants", "column invariants"),
+    ):
+        if f'"{marker}' in schema_string:
+            _refuse(table, operation, f"the table has {what}, which sparkonce does not enforce")
+
+
+def _refuse(table: str, operation: str, why: str) -> None:
+    raise UnsupportedFeatureError(f"{operation} on {table}: {why}; nothing was written")
+
+
+def encode_entry(actions: Iterable[Mapping[str, Any]]) -> bytes:
+    """A Delta commit file: one JSON object per line."""
+    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode("utf-8")
+
+
+__all__ = [
+    "BLIND_APPENDS",
+    "ENGINE_INFO",
+    "SUPPORTED_WRITER_FEATURES",
+    "Operation",
+    "check_writable",
+    "commit_info",
+    "encode_entry",
+    "file_metrics",
+    "new_table_metadata",
+    "new_table_protocol",
+    "parameter_string",
+    "writer_features",
+]
