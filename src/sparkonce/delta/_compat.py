@@ -28,7 +28,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sparkonce.delta.options import COMPAT_PARTITION_OPTION, SAVE_MODE_OPTION
+from sparkonce.delta.options import COMPAT_PARTITION_OPTION, SAVE_MODE_OPTION, TABLE_DEFAULTS_OPTION
 
 _FORMATS: set[str] = set()
 _INSTALLED = False
@@ -120,8 +120,21 @@ def _activate(spark: Any) -> None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
 
 
+def _pass_session_defaults(writer: Any) -> None:
+    """Hand the session's ``spark.databricks.delta.properties.defaults.*`` to the data source (which cannot read
+    the session's configuration): the properties of a table the write creates."""
+    from sparkonce.delta.properties import SESSION_DEFAULTS_PREFIX
+
+    conf = writer._spark.conf.getAll
+    defaults = {k: v for k, v in conf.items() if k.startswith(SESSION_DEFAULTS_PREFIX)}
+    if defaults:
+        writer._jwrite = writer._jwrite.option(TABLE_DEFAULTS_OPTION, json.dumps(defaults))
+
+
 def _adapt_batch_writer(writer: Any) -> None:
     from pyspark.sql.classic.column import _to_seq
+
+    _pass_session_defaults(writer)
 
     mode = getattr(writer, "_sparkonce_mode", "errorifexists")
     if mode in ("error", "errorifexists", "default", "ignore"):
@@ -158,6 +171,7 @@ def _wrap_start(cls: type) -> None:
         ours = getattr(self, "_sparkonce_format", None) in _FORMATS
         if ours:
             _activate(self._spark)
+            _pass_session_defaults(self)
         columns = getattr(self, "_sparkonce_partition_by", None)
         if columns and ours:
             self._jwrite = self._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))

@@ -43,8 +43,8 @@ from sparkonce.delta.log_entry import (
     encode_entry,
     file_metrics,
     new_table_metadata,
-    new_table_protocol,
 )
+from sparkonce.delta.properties import new_table_protocol
 from sparkonce.delta.schema import delta_fields, reconcile, table_fields
 from sparkonce.errors import (
     CommitConflictError,
@@ -188,6 +188,7 @@ def commit_files(
     data_change: bool = True,
     snapshot: DeltaTable | None = None,
     written_after: int | None = None,
+    new_table_properties: Mapping[str, str] | None = None,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -202,7 +203,8 @@ def commit_files(
     by the caller; the first attempt uses it instead of loading the table again. A stale one costs nothing but a
     retry: the commit of its next table version fails if that version exists, and the retry loads the table afresh
     (txn check included). ``written_after``: the table version read before ``files`` were written (default: the
-    version this call reads first); only later commits can name them.
+    version this call reads first); only later commits can name them. ``new_table_properties``: the
+    ``metaData.configuration`` of the table when this commit creates it (:mod:`sparkonce.delta.properties`).
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -243,7 +245,17 @@ def commit_files(
             if not table_exists(location):
                 if written_after is None:
                     written_after = -1
-                entry = _first_commit(location, adds, data_schema, partition_by, operation, txn, commit_id, now)
+                entry = _first_commit(
+                    location,
+                    adds,
+                    data_schema,
+                    partition_by,
+                    operation,
+                    txn,
+                    commit_id,
+                    now,
+                    new_table_properties or {},
+                )
                 if _put_entry(location, 0, entry, attempt, txn):
                     log.info(
                         "Delta commit table_version 0 on %s (table created): %d file(s), %d row(s), txn %s",
@@ -463,8 +475,14 @@ def _first_commit(
     txn: BatchTxn | None,
     commit_id: str,
     now: int,
+    properties: Mapping[str, str],
 ) -> list[dict[str, Any]]:
-    """The actions of table version 0: the caller's operation, with the protocol and metadata of the new table."""
+    """The actions of table version 0: the caller's operation, with the protocol and metadata of the new table.
+
+    Raises:
+        SchemaMismatchError: a partition column is not a data column.
+        UnsupportedFeatureError: a property asks every writer for what sparkonce does not do.
+    """
     from deltalake import Schema
 
     unknown = [c for c in partition_by if c not in data_schema.names]
@@ -489,8 +507,8 @@ def _first_commit(
     )
     actions: list[dict[str, Any]] = [
         {"commitInfo": info},
-        {"protocol": new_table_protocol(schema_string)},
-        {"metaData": new_table_metadata(schema_string, partition_by, {})},
+        {"protocol": new_table_protocol(schema_string, properties)},
+        {"metaData": new_table_metadata(schema_string, partition_by, properties)},
     ]
     if txn is not None:
         actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})

@@ -173,18 +173,6 @@ def _num_records(add: Mapping[str, Any]) -> int:
         return 0
 
 
-def new_table_protocol(schema_string: str) -> dict[str, Any]:
-    """The protocol of a table sparkonce creates: (1, 2), or table features when a column needs one."""
-    if '"timestamp_ntz"' in schema_string:
-        return {
-            "minReaderVersion": 3,
-            "minWriterVersion": 7,
-            "readerFeatures": ["timestampNtz"],
-            "writerFeatures": ["timestampNtz"],
-        }
-    return {"minReaderVersion": 1, "minWriterVersion": 2}
-
-
 def new_table_metadata(
     schema_string: str, partition_by: Sequence[str], configuration: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -273,7 +261,6 @@ __all__ = [
     "encode_entry",
     "file_metrics",
     "new_table_metadata",
-    "new_table_protocol",
     "parameter_string",
     "writer_features",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from sparkonce.delta.properties import session_defaults, table_properties
 from sparkonce.errors import OptionError
 from sparkonce.options import get_bool, get_bytes, get_choice, get_int, get_json, get_str, lookup
 from sparkonce.storage import TableLocation, storage_options_from, table_location
@@ -14,6 +15,8 @@ from sparkonce.storage import TableLocation, storage_options_from, table_locatio
 SaveMode = Literal["append", "overwrite", "error", "ignore"]
 FullRefresh = Literal["fail", "truncate"]
 SAVE_MODE_OPTION = "sparkonce.saveMode"
+TABLE_DEFAULTS_OPTION = "__sparkonce_table_defaults"
+"""Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.properties.defaults.*`` as JSON."""
 PARTITION_BY_OPTION = "partitionBy"
 COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
 
@@ -64,6 +67,15 @@ class WriteOptions:
     full_refresh: FullRefresh = "fail"
     """Streaming sink under Spark Declarative Pipelines: what the first batch of a flow's new checkpoint
     generation does to a table an earlier generation wrote (``docs/sdp.md``)."""
+    table_properties: tuple[tuple[str, str], ...] = ()
+    """The writer's ``delta.*`` options (canonical keys): properties of a table the write creates; an existing
+    table must already have them."""
+    session_table_defaults: tuple[tuple[str, str], ...] = ()
+    """The session's ``spark.databricks.delta.properties.defaults.*`` as ``delta.*`` keys: for new tables only."""
+
+    def new_table_properties(self) -> dict[str, str]:
+        """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
+        return {**dict(self.session_table_defaults), **dict(self.table_properties)}
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -102,7 +114,17 @@ class WriteOptions:
             save_mode=save_mode_raw or None,  # type: ignore[arg-type]
             checkpoint_location=get_str(options, "checkpointLocation"),
             full_refresh=get_choice(options, "fullRefresh", ("fail", "truncate"), "fail"),
+            table_properties=tuple(sorted(table_properties(options).items())),
+            session_table_defaults=tuple(sorted(_session_defaults(options).items())),
         )
+
+
+def _session_defaults(options: Mapping[str, str]) -> dict[str, str]:
+    """The session settings the writer shim passed (``TABLE_DEFAULTS_OPTION``) as table properties."""
+    raw = get_json(options, TABLE_DEFAULTS_OPTION) if lookup(options, TABLE_DEFAULTS_OPTION) is not None else {}
+    if not isinstance(raw, dict):
+        raise OptionError(TABLE_DEFAULTS_OPTION, str(raw), "must be a JSON object")
+    return session_defaults((str(k), str(v)) for k, v in raw.items())
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from sparkonce.delta.schema import arrow_schema_for_spark
 from sparkonce.delta.writer import (
     DeltaFilesMessage,
     abort_write,
+    check_new_table,
     check_partition_columns,
     check_target,
     collect_files,
@@ -82,10 +83,13 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         """
         check_partition_columns(self.options, self.arrow_schema)
         self.options.location.check_commit_safety()
-        if self.options.location.check_reachable(for_write=True):
+        if not self.options.location.check_reachable(for_write=True):
+            check_new_table(self.options, self.arrow_schema)
+        else:
             try:
                 table = load_table(self.options.location)
             except TableNotFoundError:
+                check_new_table(self.options, self.arrow_schema)
                 return  # a _delta_log without commits yet: the first batch creates the table
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = ColumnMapping.of(table)
@@ -125,6 +129,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             custom_metadata=metadata,
             snapshot=self._take_snapshot(),
             written_after=written_after(messages),
+            new_table_properties=self.options.new_table_properties(),
         )
         if result.skipped:
             log.info("batch %s of query %s was already in %s: skipped", batch_id, query_id, self.options.path)

@@ -22,6 +22,7 @@ from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
 from sparkonce.delta.options import WriteOptions
+from sparkonce.delta.properties import check_existing, new_table_protocol
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, reconcile, table_fields
 from sparkonce.errors import OptionError, SchemaMismatchError, UnsupportedFeatureError
 
@@ -135,6 +136,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.options.location.check_commit_safety()
         self.options.location.check_reachable(for_write=True)
         if not table_exists(self.options.location):
+            check_new_table(self.options, self.arrow_schema)
             return None
         if self.options.save_mode == "error":
             raise OptionError(
@@ -191,6 +193,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             overwrite_schema=self.options.overwrite_schema,
             custom_metadata=commit_metadata("WRITE", params, self.options.user_metadata),
             written_after=written_after(messages),
+            new_table_properties=self.options.new_table_properties(),
         )
         from sparkonce.crash import crash_point
 
@@ -208,6 +211,18 @@ def check_partition_columns(options: WriteOptions, arrow_schema: pa.Schema) -> N
     missing = [c for c in options.partition_by if c not in arrow_schema.names]
     if missing:
         raise OptionError("partitionBy", ",".join(options.partition_by), f"{missing} are not data columns")
+
+
+def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> None:
+    """Check, before any file is written, that the table this write will create can be created with its
+    properties. Runs on the driver.
+
+    Raises:
+        UnsupportedFeatureError: a property asks every writer for what sparkonce does not do.
+    """
+    from deltalake import Schema
+
+    new_table_protocol(Schema.from_arrow(arrow_schema).to_json(), options.new_table_properties())
 
 
 def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:
@@ -229,6 +244,7 @@ def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Sche
             f"mergeSchema on {options.path}: the table uses column mapping ({mapping_mode(table)}); sparkonce "
             f"cannot give the new column(s) {[f['name'] for f in added]} physical names yet"
         )
+    check_existing(dict(table.metadata().configuration), dict(options.table_properties), table=options.path)
     partitions = tuple(table.metadata().partition_columns)
     if options.partition_by and partitions != options.partition_by:
         raise SchemaMismatchError(
@@ -261,6 +277,7 @@ __all__ = [
     "DeltaBatchWriter",
     "DeltaFilesMessage",
     "abort_write",
+    "check_new_table",
     "collect_files",
     "commit_metadata",
     "write_task",

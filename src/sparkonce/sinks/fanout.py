@@ -321,6 +321,7 @@ class FanOutWriter:
             SchemaMismatchError: a table's schema does not take the rows (no ``mergeSchema``).
         """
         from sparkonce.delta.commit import BatchTxn, commit_files
+        from sparkonce.delta.properties import table_properties
         from sparkonce.delta.writer import commit_metadata
 
         outcomes = {name: self._outcome(self._target(name), "skipped", rows=0) for name in staged.skipped}
@@ -344,6 +345,7 @@ class FanOutWriter:
                         options.get("usermetadata"),
                     ),
                     written_after=table.file_options.written_after,
+                    new_table_properties=table_properties(target.options),
                 )
             except BaseException as err:
                 self.discard(StagedBatch(staged.batch_id, staged.tables[index:], staged.files, (), {}))
