@@ -55,7 +55,7 @@ def test_crash_after_merge_commit_then_restart(tmp_path: Path, txn: bool) -> Non
     for path in sorted((table / "_delta_log").glob("*.json")):
         actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-        if info.get("sparkonce", {}).get("operation") == "MERGE":
+        if info.get("operation") == "MERGE":
             merges.append([(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a])
     if txn:
         assert _hits(table) == expected  # batch 1 re-run by Spark, skipped by its txn
