@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from sparkonce.crash import CrashPoint
     from sparkonce.delta.files import FileWriterOptions, WrittenFile
     from sparkonce.sinks.routing import RoutedTable
+    from sparkonce.storage import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,12 @@ class FanOutTarget:
     @property
     def table_name(self) -> str:
         return self.name if self.name is not None else os.path.basename(self.path.rstrip("/"))
+
+    def location(self) -> TableLocation:
+        """The table, with the ``storage.<NAME>`` options among :attr:`options` (over the session's)."""
+        from sparkonce.storage import storage_options_from, table_location
+
+        return table_location(self.path, storage_options=storage_options_from(self.options))
 
 
 @dataclass(frozen=True)
@@ -333,7 +340,7 @@ class FanOutWriter:
             options = {k.lower(): v for k, v in target.options.items()}
             try:
                 result = commit_files(
-                    target.path,
+                    target.location(),
                     staged.files[table.name],
                     data_schema=table.arrow_schema,
                     partition_by=table.file_options.partition_by,
@@ -397,7 +404,7 @@ class FanOutWriter:
             )
 
     def _already_written(self, target: FanOutTarget, batch_id: int) -> bool:
-        if _committed_version(target.path, self.txn_app_id(target), batch_id) is None:
+        if _committed_version(target.location(), self.txn_app_id(target), batch_id) is None:
             return False
         log.info(
             "fan-out batch %d of app %s: table %s (%s) already holds it, skipped",
@@ -414,9 +421,8 @@ class FanOutWriter:
         from sparkonce.delta.column_mapping import ColumnMapping
         from sparkonce.delta.commit import load_table, table_exists
         from sparkonce.delta.files import FileWriterOptions
-        from sparkonce.storage import table_location
 
-        location = table_location(target.path)
+        location = target.location()
         if not table_exists(location):
             return FileWriterOptions(location=location, partition_by=tuple(target.partition_by))
         table = load_table(location)
@@ -469,7 +475,7 @@ class FanOutWriter:
             path=target.path,
             txn_app_id=self.txn_app_id(target),
             status=status,
-            table_version=_table_version(target.path),
+            table_version=_table_version(target.location()),
             rows=rows,
         )
 
@@ -481,11 +487,11 @@ def crash_point_between_tables(batch_id: int) -> None:
     crash_point(CRASH_POINT, batch_id)
 
 
-def _committed_version(path: str, txn_app_id: str, batch_id: int) -> int | None:
+def _committed_version(location: TableLocation, txn_app_id: str, batch_id: int) -> int | None:
     """The table's txn version for ``txn_app_id`` when it is ``>= batch_id`` (already written), else None."""
     from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
 
-    return table_committed_txn_version(path, BatchTxn(txn_app_id, batch_id))
+    return table_committed_txn_version(location, BatchTxn(txn_app_id, batch_id))
 
 
 def _first_line(err: BaseException) -> str:
@@ -493,10 +499,10 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else repr(err)
 
 
-def _table_version(path: str) -> int | None:
+def _table_version(location: TableLocation) -> int | None:
     from sparkonce.delta.commit import load_table, table_exists
 
-    return int(load_table(path).version()) if table_exists(path) else None
+    return int(load_table(location).version()) if table_exists(location) else None
 
 
 __all__ = ["CRASH_POINT", "FanOutResult", "FanOutTarget", "FanOutWriter", "StagedBatch", "TargetOutcome"]
