@@ -97,7 +97,8 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
     # One driver run under a fault of every kind, one after another, while the producer keeps producing; the
     # tables on the object store (--storage s3), so the store restart hits the Delta commits too. The driver_kill
     # arms the crash point on the next driver; the worker kills land when a task runs (at least one of three); the
-    # commit process of a Delta sink dies right after its Delta commit while the driver lives (Spark aborts).
+    # commit process of a Delta sink dies right after its Delta commit while the driver lives (Spark aborts); the
+    # store applies a Delta commit's PUT and its answer is lost (the fault proxy between Spark and the store).
     plan = SoakPlan.from_json(
         {
             "plan_version": 1,
@@ -110,6 +111,7 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
                 {"kind": "postgres_restart", "delay": 0.5, "downtime": 0.5},
                 {"kind": "worker_kill", "delay": 1.0},
                 {"kind": "commit_process_kill", "delay": 0.5},
+                {"kind": "store_lost_response", "delay": 0.5},
                 {"kind": "driver_kill", "delay": 2.0},
                 {"kind": "storage_restart", "delay": 5.0, "downtime": 1.0},
                 {"kind": "worker_kill", "delay": 0.5},
@@ -130,7 +132,7 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
     assert result.exactly_once
     by_kind = result.injected_by_kind
     assert (by_kind["broker_restart"], by_kind["postgres_restart"], by_kind["storage_restart"]) == (1, 1, 1)
-    assert (by_kind["driver_kill"], by_kind["commit_process_kill"]) == (1, 1)
+    assert (by_kind["driver_kill"], by_kind["commit_process_kill"], by_kind["store_lost_response"]) == (1, 1, 1)
     assert by_kind["worker_kill"] >= 1
     (commit_kill,) = [e for e in result.events if e.kind == "commit_process_kill"]
     assert commit_kill.injected and "after its Delta commit" in commit_kill.note and "alive" in commit_kill.note

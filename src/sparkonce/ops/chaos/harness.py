@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 from sparkonce.crash import ENV_ARM, ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_RECORD, ENV_TARGET, read_crash_records
 from sparkonce.errors import OptionError, SparkonceError
@@ -59,6 +60,7 @@ from sparkonce.ops.chaos.spec import DriverSpec
 if TYPE_CHECKING:
     from sparkonce.ops.chaos.soak import FaultEvent
     from sparkonce.pipeline.config import PipelineConfig
+    from sparkonce.services.faultproxy import FaultProxy
     from sparkonce.services.postgres import PostgresServer
 
 log = logging.getLogger(__name__)
@@ -188,6 +190,8 @@ class ChaosSetup:
     postgres: PostgresServer | None = None
     storage_dir: Path | None = None
     """The object store holding the broker's log (when a broker or store restart can be drawn)."""
+    proxy: FaultProxy | None = None
+    """With the tables on the object store: the fault proxy between Spark and the store (``store_lost_response``)."""
     produced: list[tuple[int, int]] = field(default_factory=list)
     deliveries: tuple[Counter[bytes], Counter[bytes]] | None = None
     """Soak mode: the values acknowledged, and those refused or never answered (see ``check_topic_values``)."""
@@ -335,10 +339,17 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
         if storage_dir is not None:
             stop_storage(state_dir=storage_dir)
         raise
+    proxy: FaultProxy | None = None
     try:
         tables, storage_options = "tables", None
         if store is not None and options.storage == "s3":
-            tables, storage_options = f"{store.create_bucket('chaos')}/tables", store.storage_options()
+            # Spark reaches the tables through a fault proxy (transparent until a store_lost_response arms it).
+            from sparkonce.services.faultproxy import FaultProxy
+
+            endpoint = urlsplit(store.endpoint)
+            proxy = FaultProxy(endpoint.hostname or "127.0.0.1", endpoint.port or 80)
+            tables = f"{store.create_bucket('chaos')}/tables"
+            storage_options = {**store.storage_options(), "AWS_ENDPOINT_URL": proxy.endpoint}
         pipeline_file = write_quickstart_pipeline(
             work_dir, info.bootstrap, tables=tables, storage_options=storage_options
         )
@@ -360,11 +371,14 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
                 checkpoints,
                 broker_dir=broker_dir,
                 storage_dir=storage_dir,
+                proxy=proxy,
             )
         # A temporary cluster directory (removed on stop): when run as root, the server runs as the postgres OS user,
         # which cannot enter a private work directory.
         postgres = start_postgres()
     except BaseException:
+        if proxy is not None:
+            proxy.close()
         stop_broker(state_dir=broker_dir)
         if storage_dir is not None:
             stop_storage(state_dir=storage_dir)
@@ -379,7 +393,7 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
         postgres_commit_protocol=options.pg_commit_protocol,
     )
     return ChaosSetup(
-        work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir, postgres, storage_dir
+        work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir, postgres, storage_dir, proxy
     )
 
 
@@ -399,6 +413,8 @@ def tear_down(setup: ChaosSetup) -> None:
     from sparkonce.services.postgres import stop_postgres
     from sparkonce.services.storage import stop_storage
 
+    if setup.proxy is not None:
+        setup.proxy.close()
     if setup.postgres is not None:
         with contextlib.suppress(SparkonceError):
             stop_postgres(setup.postgres)

@@ -246,7 +246,29 @@ def _inject(setup: ChaosSetup, driver: _Driver, fault: Fault, deadline: float) -
         return restart_service(setup, fault)
     if fault.kind == "commit_process_kill":
         return driver.kill_commit_process(min(deadline, time.monotonic() + COMMIT_WAIT))
+    if fault.kind == "store_lost_response":
+        return _lose_commit_answer(setup, min(deadline, time.monotonic() + COMMIT_WAIT))
     return False, f"missed: {fault.kind} is not a soak kind"
+
+
+LOG_COMMIT_PUT = r"/_delta_log/\d{20}\.json$"
+"""The PUT of a Delta commit file, the request whose answer a ``store_lost_response`` loses."""
+
+
+def _lose_commit_answer(setup: ChaosSetup, until: float) -> tuple[bool, str]:
+    """Arm the fault proxy to lose the answer to the next Delta commit's PUT; True once it did (the store applied
+    the commit and the writer saw its connection close)."""
+    if setup.proxy is None:
+        return False, "missed: the tables are not on the object store (--storage s3)"
+    rule = setup.proxy.lose_responses("PUT", LOG_COMMIT_PUT)
+    while time.monotonic() < until:
+        if rule.fired:
+            return True, f"lost the store's answer to PUT {rule.paths[0]} (applied)"
+        time.sleep(0.05)  # polling the proxy; ``until`` bounds it
+    setup.proxy.disarm(rule)
+    if rule.fired:  # it fired between the last look and the disarm
+        return True, f"lost the store's answer to PUT {rule.paths[0]} (applied)"
+    return False, f"missed: no Delta commit reached the store within {COMMIT_WAIT:.0f}s"
 
 
 def _kill_worker(driver: _Driver, until: float) -> tuple[bool, str]:
