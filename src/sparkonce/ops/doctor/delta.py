@@ -14,7 +14,7 @@ from sparkonce.checkpoint.reader import CheckpointState
 from sparkonce.delta.interval import parse_interval_ms
 from sparkonce.delta.log import CommitEntry, DeltaLog, Snapshot
 from sparkonce.errors import DeltaLogError
-from sparkonce.ops.doctor.orphans import orphan_files
+from sparkonce.ops.doctor.orphans import MissingFile, check_files
 from sparkonce.ops.doctor.ranges import range_text
 from sparkonce.ops.doctor.report import HistoryScan, TableReport
 from sparkonce.ops.findings import Finding
@@ -31,6 +31,8 @@ class DeltaFacts:
     entries: list[CommitEntry]
     full_scan: bool
     txn_table_version: int | None = None
+    missing_files: int = 0
+    """Data files the newest table version references that are missing or of another size (``delta-missing-files``)."""
 
 
 def scan_history(
@@ -210,7 +212,11 @@ def delta_findings(
             )
         )
     findings.extend(_retention_findings(table, snap, app, lp, now_ms))
-    orphans, orphan_bytes, orphan_list = orphan_files(facts.log, snap)
+    checked = check_files(facts.log, snap)
+    facts.missing_files = len(checked.missing)
+    if checked.missing:
+        findings.append(_missing_files_finding(table, facts, checked.missing))
+    orphans, orphan_bytes, orphan_list = len(checked.orphans), checked.orphan_bytes, checked.orphans
     if orphans:
         findings.append(
             Finding(
@@ -234,6 +240,61 @@ def delta_findings(
         orphan_bytes=orphan_bytes,
     )
     return findings, report
+
+
+def _missing_files_finding(table: str, facts: DeltaFacts, missing: list[MissingFile]) -> Finding:
+    """An error naming the referenced files that are gone or changed, the Delta commits and streaming batches that
+    added them, and the way back: restore the table to before the first of them, replay from there."""
+    wanted = {m.path for m in missing}
+    added_by: dict[str, CommitEntry] = {}
+    for entry in _newest_commits(facts.log, facts.snapshot.table_version):
+        for path in entry.added_paths:
+            if path in wanted:
+                added_by.setdefault(path, entry)
+        if len(added_by) == len(wanted):
+            break
+    versions = sorted({e.table_version for e in added_by.values()})
+    batches = sorted({(e.query_id, e.batch_id) for e in added_by.values() if e.batch_id is not None}, key=str)
+    gone = [m for m in missing if m.found_size is None]
+    resized = [m for m in missing if m.found_size is not None]
+    what = []
+    if gone:
+        what.append(f"{len(gone)} missing")
+    if resized:
+        what.append(f"{len(resized)} of another size than the log records")
+    message = (
+        f"{table}: {len(missing)} data file(s) that table version {facts.snapshot.table_version} references are "
+        f"not usable ({', '.join(what)}), e.g. {missing[0].path}: readers fail or return wrong rows"
+    )
+    if versions:
+        message += f"; added by table version(s) {range_text(versions)}"
+    if batches:
+        by_query: dict[str, list[int]] = defaultdict(list)
+        for query_id, batch_id in batches:
+            assert batch_id is not None
+            by_query[str(query_id)].append(batch_id)
+        message += " (" + "; ".join(f"query {q} batch(es) {range_text(sorted(b))}" for q, b in by_query.items()) + ")"
+    if versions and versions[0] > 0:
+        fix = (
+            f"restore the table to table version {versions[0] - 1}, the last before the damage (RESTORE TABLE ... TO "
+            f"VERSION AS OF {versions[0] - 1}, or DeltaTable.restoreToVersion), then replay from the source every "
+            "batch after it (sparkonce replay), so that later batches are written again too"
+        )
+    else:
+        fix = "the table's first version is damaged: write the table again from its source (sparkonce replay)"
+    return Finding(
+        "delta-missing-files",
+        "error",
+        message,
+        fix,
+        path=str(table),
+        details={
+            "files": [{"path": m.path, "size": m.size, "found_size": m.found_size} for m in missing[:100]],
+            "count": len(missing),
+            "table_versions": versions,
+            "batches": [{"query_id": q, "batch_id": b} for q, b in batches],
+        },
+    )
 
 
 def _retention_findings(table: str, snap: Snapshot, app: str | None, lp: int | None, now_ms: int) -> list[Finding]:

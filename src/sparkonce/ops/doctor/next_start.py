@@ -9,6 +9,17 @@ __all__ = ["next_start_text"]
 
 
 def next_start_text(state: CheckpointState, delta: dict[str, DeltaFacts]) -> str:
+    text = _restart_text(state, delta)
+    damaged = [(table, facts.missing_files) for table, facts in delta.items() if facts.missing_files]
+    for table, count in damaged:
+        text += (
+            f" But {table} references {count} data file(s) that are missing or changed: its committed data is "
+            "damaged whatever the restart does: unsafe (see delta-missing-files)."
+        )
+    return text.strip()
+
+
+def _restart_text(state: CheckpointState, delta: dict[str, DeltaFacts]) -> str:
     lp, lc, app = state.last_planned, state.last_committed, state.query_id
     if state.is_empty:
         text = "No batch has been planned yet: the next start plans batch 0 from the sources' starting offsets."
@@ -36,7 +47,7 @@ def next_start_text(state: CheckpointState, delta: dict[str, DeltaFacts]) -> str
                     f"{lp + 1}-{txn} with their new data: data lost."
                 )
             elif txn == lp:
-                sentences.append(f"{table} holds txn({app}, {txn}): checkpoint and table agree: safe.")
+                sentences.append(f"{table} holds txn({app}, {txn}): checkpoint and table agree{_safe(facts)}")
         return " ".join(sentences)
     sentences.append(f"Batch {lp} is planned but not committed: Spark will re-run it with the same offsets.")
     if lp == 0:
@@ -62,12 +73,17 @@ def next_start_text(state: CheckpointState, delta: dict[str, DeltaFacts]) -> str
         at = f" at table version {facts.txn_table_version}" if facts.txn_table_version is not None else ""
         if txn >= lp:
             sentences.append(
-                f"The table {table} already holds txn({app}, {txn}){at}, so the write will be skipped: safe."
+                f"The table {table} already holds txn({app}, {txn}){at}, so the write will be skipped{_safe(facts)}"
             )
         else:
             sentences.append(
-                f"The table {table} holds txn({app}, {txn}){at}, so batch {lp} will be written once: safe."
+                f"The table {table} holds txn({app}, {txn}){at}, so batch {lp} will be written once{_safe(facts)}"
             )
             if lc is not None and txn < lp - 1:
                 sentences.append(f"But batches {txn + 1}-{lp - 1} never reached {table}: data lost.")
     return " ".join(sentences)
+
+
+def _safe(facts: DeltaFacts) -> str:
+    """The end of a sentence about a restart: ``: safe.`` unless the table's data files are damaged."""
+    return "." if facts.missing_files else ": safe."
