@@ -1,9 +1,12 @@
-"""Benchmark ``doctor`` at 10,000 and 100,000 batches / table versions, and ``verify`` on 10 million rows.
+"""Benchmark ``doctor`` at 10,000 and 100,000 batches / table versions, on a table whose newest table version
+references 100,000 data files, and ``verify`` on 10 million rows.
 
-Run: ``.venv/bin/python benchmarks/bench_doctor.py [--sizes 10000 100000] [--verify-rows 10000000]``.
-Prints times and the 100k/10k ratio (linear growth gives about 10; the Delta snapshot, which starts from a
-Delta checkpoint, should stay flat). ``doctor`` reads the timeline window's checkpoint files (the default);
-``doctor full`` reads every ``offsets/``/``commits/`` file (``checkpoint_scan="full"``). Prints only; nothing is
+Run: ``.venv/bin/python benchmarks/bench_doctor.py [--sizes 10000 100000] [--files 100000]
+[--verify-rows 10000000]``. Prints times and the 100k/10k ratio (linear growth gives about 10; the Delta snapshot,
+which starts from a Delta checkpoint, should stay flat). ``doctor`` reads the timeline window's checkpoint files
+(the default); ``doctor full`` reads every ``offsets/``/``commits/`` file (``checkpoint_scan="full"``); ``trace``
+is what a damaged file of table version 0 costs on top (every Delta commit read back to it). ``--files`` times the
+check of every referenced file against one listing of the table (``delta-missing-files``). Prints only; nothing is
 asserted. Files are generated directly (no Spark, no delta-rs for the log), in a temporary folder removed at the
 end.
 """
@@ -27,6 +30,7 @@ from sparkonce.checkpoint import OffsetSeqMetadata, format_commit, format_metada
 from sparkonce.delta.log import DeltaLog
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.ops.doctor import diagnose
+from sparkonce.ops.doctor.orphans import check_files, trace_origins
 from sparkonce.ops.verify import verify_table
 
 QUERY_ID = "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9"
@@ -107,8 +111,9 @@ def _checkpoint_table(version: int, active: str, meta: dict[str, Any], protocol:
 
 
 def make_table(root: Path, versions: int) -> None:
-    """A log-only streaming table: each Delta commit is one batch (txn + sparkonce commitInfo) replacing the
-    previous fake file, like Delta's golden ``checkpoint`` table; a Delta checkpoint every 1000 versions."""
+    """A streaming table: each Delta commit is one batch (txn + sparkonce commitInfo) replacing the previous file,
+    like Delta's golden ``checkpoint`` table; a Delta checkpoint every 1000 versions. Only the newest table
+    version's file is on disk (1000 bytes of filler, never read): the table is healthy."""
     log = root / "_delta_log"
     log.mkdir(parents=True)
     schema = {"type": "struct", "fields": [{"name": "offset", "type": "long", "nullable": True, "metadata": {}}]}
@@ -147,6 +152,36 @@ def make_table(root: Path, versions: int) -> None:
         if v and v % CHECKPOINT_EVERY == 0:
             pq.write_table(_checkpoint_table(v, f"f{v}", meta, protocol), log / f"{v:020d}.checkpoint.parquet")
             _write(log / "_last_checkpoint", json.dumps({"version": v, "size": 4}))
+    (root / f"f{versions - 1}").write_bytes(b"\0" * 1000)
+
+
+def make_wide_table(root: Path, files: int) -> None:
+    """One streaming batch (table version 0) adding ``files`` files of 100 bytes in 100 partition folders."""
+    log = root / "_delta_log"
+    log.mkdir(parents=True)
+    schema = {"type": "struct", "fields": [{"name": "p", "type": "integer", "nullable": True, "metadata": {}}]}
+    ours = {"operation": "STREAMING UPDATE", "operationParameters": {"queryId": QUERY_ID, "epochId": "0"}, "batchId": 0}
+    lines = [
+        {"commitInfo": {"timestamp": 0, "operation": "STREAMING UPDATE", "sparkonce": ours}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {
+            "metaData": {
+                "id": "wide",
+                "format": {"provider": "parquet"},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": ["p"],
+                "createdTime": 0,
+            }
+        },
+        {"txn": {"appId": QUERY_ID, "version": 0}},
+    ]
+    for p in range(100):
+        (root / f"p={p}").mkdir()
+    for i in range(files):
+        path = f"p={i % 100}/part-{i:06d}.parquet"
+        (root / path).write_bytes(b"\0" * 100)
+        lines.append({"add": {"path": path, "partitionValues": {"p": str(i % 100)}, "size": 100, "dataChange": True}})
+    _write(log / f"{0:020d}.json", "\n".join(json.dumps(a) for a in lines) + "\n")
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -162,7 +197,7 @@ def bench_doctor(sizes: list[int], work: Path) -> None:
     )
     header = (
         f"{'N':>8} {'generate s':>11} {'read ckpt s':>12} {'snapshot s':>11} {'doctor s':>9} {'findings':>9} "
-        f"{'doctor full s':>14}"
+        f"{'doctor full s':>14} {'trace s':>8}"
     )
     print(header)
     results: dict[int, dict[str, float]] = {}
@@ -174,10 +209,13 @@ def bench_doctor(sizes: list[int], work: Path) -> None:
         assert snap.txn_version(QUERY_ID) == n - 1
         t_doc, report = timed(lambda cp=cp, table=table: diagnose(cp, tables=[table]))
         t_full, _ = timed(lambda cp=cp, table=table: diagnose(cp, tables=[table], checkpoint_scan="full"))
+        # A file of table version 0 damaged: every Delta commit is read back to the one that added it.
+        t_trace, origins = timed(lambda table=table, n=n: trace_origins(DeltaLog(table), n - 1, ["not-a-file"]))
+        assert len(origins.commits) == n
         results[n] = {"read": t_read, "snapshot": t_snap, "doctor": t_doc, "doctor full": t_full}
         print(
             f"{n:>8} {gen:>11.2f} {t_read:>12.2f} {t_snap:>11.3f} {t_doc:>9.2f} {len(report.findings):>9} "
-            f"{t_full:>14.2f}"
+            f"{t_full:>14.2f} {t_trace:>8.2f}"
         )
         shutil.rmtree(cp)
         shutil.rmtree(table)
@@ -191,6 +229,28 @@ def bench_doctor(sizes: list[int], work: Path) -> None:
             )
             + f" (size ratio {big / small:.0f}x)"
         )
+
+
+def bench_files(files: int, work: Path) -> None:
+    """``doctor`` on a table whose newest table version references ``files`` files: each one checked, for
+    existence and size, against one listing of the table."""
+    cp, table = work / "cp-wide", work / "table-wide"
+    gen, _ = timed(lambda: (make_checkpoint(cp, 1), make_wide_table(table, files)))
+    log = DeltaLog(table)
+    snap = log.snapshot()
+    t_check, checked = timed(lambda: check_files(log, snap))
+    assert not checked.damaged and not checked.orphans
+    t_doc, report = timed(lambda: diagnose(cp, tables=[table]))
+    assert report.healthy, report.findings
+    os.remove(table / "p=7" / f"part-{7:06d}.parquet")
+    t_bad, report = timed(lambda: diagnose(cp, tables=[table]))
+    assert [f.code for f in report.findings] == ["delta-missing-files"]
+    print(
+        f"doctor, table version 0 referencing {files:,} files (generated in {gen:.1f}s): check against one listing "
+        f"{t_check:.2f}s, doctor {t_doc:.2f}s, doctor with one file deleted {t_bad:.2f}s"
+    )
+    shutil.rmtree(cp)
+    shutil.rmtree(table)
 
 
 def bench_verify(rows: int, work: Path) -> None:
@@ -240,11 +300,14 @@ def bench_verify(rows: int, work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--verify-rows", type=int, default=10_000_000)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparkonce-bench-"))
     try:
         bench_doctor(args.sizes, work)
+        if args.files:
+            bench_files(args.files, work)
         if args.verify_rows:
             bench_verify(args.verify_rows, work)
     finally:

@@ -64,8 +64,10 @@ def stream_commit(
     *,
     offsets_log: str | None = None,
     checkpoint: Path | None = None,
+    partition_by: list[str] | None = None,
 ) -> None:
-    """Commit one batch as sparkonce's sink does: one Delta commit with the txn and the ``sparkonce`` object."""
+    """Commit one batch as sparkonce's sink does: one Delta commit with the txn and the ``sparkonce`` object (one
+    file per partition with ``partition_by``)."""
     ours: dict[str, object] = {
         "operation": "STREAMING UPDATE",
         "operationParameters": {"outputMode": "Append", "queryId": query_id, "epochId": str(batch_id)},
@@ -80,6 +82,7 @@ def stream_commit(
         str(table),
         data,
         mode=mode,  # type: ignore[arg-type]
+        partition_by=partition_by,
         commit_properties=CommitProperties(
             custom_metadata={"sparkonce": ours}, app_transactions=[Transaction(query_id, batch_id)]
         ),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from sparkonce.cli.common import (
@@ -77,9 +78,10 @@ def _print_doctor(report: DoctorReport) -> None:
     for t in report.tables:
         txn = "-" if t.txn_version is None else str(t.txn_version)
         at = f" (table version {t.txn_table_version})" if t.txn_table_version is not None else ""
+        damaged = f", [red]{t.damaged_files} damaged file(s)[/red]" if t.damaged_files else ""
         console.print(
-            f"table:           {t.table_path} [{t.kind}] table version {t.table_version}, "
-            f"txn_version for this query {txn}{at}"
+            f"table:           {escape(t.table_path)} \\[{t.kind}] table version {t.table_version}, "
+            f"txn_version for this query {txn}{at}{damaged}"
         )
     for k in report.kafka:
         console.print(

@@ -94,7 +94,7 @@ def render_html(report: DoctorReport) -> str:
     tables = "".join(
         f"<tr><td>{_esc(t.table_path)}</td><td>{_esc(t.kind)}</td><td>{_esc(t.table_version)}</td>"
         f"<td>{_esc(t.txn_version)}</td><td>{_esc(t.txn_table_version)}</td><td>{t.orphan_files} "
-        f"({t.orphan_bytes} bytes)</td></tr>"
+        f"({t.orphan_bytes} bytes)</td><td>{t.damaged_files}</td></tr>"
         for t in report.tables
     )
     kafka = "".join(
@@ -122,7 +122,7 @@ Status: <span class="{_esc(report.severity or "info")}">{_esc(status)}</span>. G
 but not committed. Labels: batch id / table version.</p>
 <h2>Tables</h2>
 <table><tr><th>path</th><th>kind</th><th>table version</th><th>txn version</th><th>txn at table version</th>
-<th>unreferenced files</th></tr>{tables or '<tr><td colspan="6">none given</td></tr>'}</table>
+<th>unreferenced files</th><th>damaged files</th></tr>{tables or '<tr><td colspan="7">none given</td></tr>'}</table>
 <h2>Kafka</h2>
 <table><tr><th>topic</th><th>partition</th><th>next start</th><th>earliest</th><th>latest</th></tr>
 {kafka or '<tr><td colspan="5">not checked</td></tr>'}</table>

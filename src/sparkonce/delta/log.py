@@ -387,9 +387,15 @@ class DeltaLog:
             actions.append(action)
         return actions
 
-    def commit_entry(self, table_version: int) -> CommitEntry:
-        """Return the :class:`CommitEntry` of one table version (see :meth:`history`)."""
-        actions = self.read_actions(table_version)
+    def commit_entry(self, table_version: int, actions: list[dict[str, Any]] | None = None) -> CommitEntry:
+        """Return the :class:`CommitEntry` of one table version (see :meth:`history`).
+
+        Args:
+            table_version: The table version.
+            actions: Its actions when the caller has already read them (:meth:`read_actions`); read otherwise.
+        """
+        if actions is None:
+            actions = self.read_actions(table_version)
         return _entry_from_actions(table_version, actions, lambda: self._mtime_ms(self.commit_path(table_version)))
 
     def history(self, *, start: int | None = None, end: int | None = None) -> list[CommitEntry]:
@@ -518,6 +524,8 @@ class DeltaLog:
         """A raw ``add``/``remove`` path as a path in :attr:`fs` (the table's file system), or ``None`` when the
         file is elsewhere (an absolute URI outside the table)."""
         if self.location.is_local:
+            if "://" not in raw_path and not raw_path.startswith("file:"):
+                return os.path.join(self.location.uri, unquote(raw_path))  # data_file_path's join, without a Path
             local = self.data_file_path(raw_path)
             return str(local) if local is not None else None
         if "://" in raw_path:

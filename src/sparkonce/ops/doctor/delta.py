@@ -14,7 +14,7 @@ from sparkonce.checkpoint.reader import CheckpointState
 from sparkonce.delta.interval import parse_interval_ms
 from sparkonce.delta.log import CommitEntry, DeltaLog, Snapshot
 from sparkonce.errors import DeltaLogError
-from sparkonce.ops.doctor.orphans import MissingFile, check_files
+from sparkonce.ops.doctor.orphans import DamagedFile, check_files, trace_origins
 from sparkonce.ops.doctor.ranges import range_text
 from sparkonce.ops.doctor.report import HistoryScan, TableReport
 from sparkonce.ops.findings import Finding
@@ -31,8 +31,9 @@ class DeltaFacts:
     entries: list[CommitEntry]
     full_scan: bool
     txn_table_version: int | None = None
-    missing_files: int = 0
-    """Data files the newest table version references that are missing or of another size (``delta-missing-files``)."""
+    damaged_files: int = 0
+    """Files the newest table version references that are missing or of another size (``delta-missing-files``,
+    ``delta-file-size-mismatch``)."""
 
 
 def scan_history(
@@ -213,9 +214,9 @@ def delta_findings(
         )
     findings.extend(_retention_findings(table, snap, app, lp, now_ms))
     checked = check_files(facts.log, snap)
-    facts.missing_files = len(checked.missing)
-    if checked.missing:
-        findings.append(_missing_files_finding(table, facts, checked.missing))
+    facts.damaged_files = len(checked.damaged)
+    if checked.damaged:
+        findings.extend(_damaged_files_findings(state, table, facts, checked.damaged))
     orphans, orphan_bytes, orphan_list = len(checked.orphans), checked.orphan_bytes, checked.orphans
     if orphans:
         findings.append(
@@ -238,63 +239,192 @@ def delta_findings(
         app_ids={a: t.txn_version for a, t in snap.txns.items()},
         orphan_files=orphans,
         orphan_bytes=orphan_bytes,
+        damaged_files=len(checked.damaged),
     )
     return findings, report
 
 
-def _missing_files_finding(table: str, facts: DeltaFacts, missing: list[MissingFile]) -> Finding:
-    """An error naming the referenced files that are gone or changed, the Delta commits and streaming batches that
-    added them, and the way back: restore the table to before the first of them, replay from there."""
-    wanted = {m.path for m in missing}
-    added_by: dict[str, CommitEntry] = {}
-    for entry in _newest_commits(facts.log, facts.snapshot.table_version):
-        for path in entry.added_paths:
-            if path in wanted:
-                added_by.setdefault(path, entry)
-        if len(added_by) == len(wanted):
-            break
-    versions = sorted({e.table_version for e in added_by.values()})
-    batches = sorted({(e.query_id, e.batch_id) for e in added_by.values() if e.batch_id is not None}, key=str)
-    gone = [m for m in missing if m.found_size is None]
-    resized = [m for m in missing if m.found_size is not None]
-    what = []
-    if gone:
-        what.append(f"{len(gone)} missing")
-    if resized:
-        what.append(f"{len(resized)} of another size than the log records")
-    message = (
-        f"{table}: {len(missing)} data file(s) that table version {facts.snapshot.table_version} references are "
-        f"not usable ({', '.join(what)}), e.g. {missing[0].path}: readers fail or return wrong rows"
-    )
-    if versions:
-        message += f"; added by table version(s) {range_text(versions)}"
-    if batches:
-        by_query: dict[str, list[int]] = defaultdict(list)
-        for query_id, batch_id in batches:
-            assert batch_id is not None
-            by_query[str(query_id)].append(batch_id)
-        message += " (" + "; ".join(f"query {q} batch(es) {range_text(sorted(b))}" for q, b in by_query.items()) + ")"
-    if versions and versions[0] > 0:
-        fix = (
-            f"restore the table to table version {versions[0] - 1}, the last before the damage (RESTORE TABLE ... TO "
-            f"VERSION AS OF {versions[0] - 1}, or DeltaTable.restoreToVersion), then replay from the source every "
-            "batch after it (sparkonce replay), so that later batches are written again too"
+def _damaged_files_findings(
+    state: CheckpointState, table: str, facts: DeltaFacts, damaged: list[DamagedFile]
+) -> list[Finding]:
+    """Errors for the referenced files that are missing (``delta-missing-files``) or of another size
+    (``delta-file-size-mismatch``), naming the Delta commits and streaming batches that added them and the way back:
+    restore the table to the last table version before the first of them, then write again what the restore undoes.
+    """
+    newest = facts.snapshot.table_version
+    origins = trace_origins(facts.log, newest, (d.key for d in damaged))
+    commits = {c.table_version: c for c in origins.commits}
+    unknown = [d for d in damaged if d.key not in origins.introduced_at]
+    first = min(origins.introduced_at.values(), default=None)
+    restore_to = first - 1 if first is not None and first > 0 and not unknown else None
+    undone = [c for c in origins.commits if first is not None and c.table_version >= first]
+    fix = _damage_fix(state, table, restore_to, newest, unknown, undone)
+    findings = []
+    for code, group in (
+        ("delta-missing-files", [d for d in damaged if d.missing]),
+        ("delta-file-size-mismatch", [d for d in damaged if not d.missing]),
+    ):
+        if not group:
+            continue
+        versions = sorted({origins.introduced_at[d.key] for d in group if d.key in origins.introduced_at})
+        batches = sorted(
+            {
+                (c.query_id, c.batch_id, c.table_version)
+                for v in versions
+                if (c := commits[v]).query_id is not None and c.batch_id is not None
+            },
+            key=lambda b: (str(b[0]), b[1] or 0),
         )
-    else:
-        fix = "the table's first version is damaged: write the table again from its source (sparkonce replay)"
-    return Finding(
-        "delta-missing-files",
-        "error",
-        message,
-        fix,
-        path=str(table),
-        details={
-            "files": [{"path": m.path, "size": m.size, "found_size": m.found_size} for m in missing[:100]],
-            "count": len(missing),
-            "table_versions": versions,
-            "batches": [{"query_id": q, "batch_id": b} for q, b in batches],
-        },
+        lost = sum(1 for d in group if d.key not in origins.introduced_at)
+        if code == "delta-missing-files":
+            what = "are missing"
+            examples = ", ".join(d.path for d in group[:3])
+            harm = "readers of the table fail"
+        else:
+            what = "are of another size than the log records"
+            examples = ", ".join(
+                f"{d.path} ({d.found_size} bytes; the log records {d.size})"
+                if d.kind == "data"
+                else f"{d.path} ({d.found_size} bytes; its deletion vectors need {d.size})"
+                for d in group[:3]
+            )
+            harm = "readers of the table fail or return wrong rows"
+        kinds = _kinds_text(group)
+        message = (
+            f"{table}: {kinds} that table version {newest} references {what}, e.g. {examples}"
+            + (f" (and {len(group) - 3} more)" if len(group) > 3 else "")
+            + f": {harm}"
+        )
+        if versions:
+            message += f". Table version(s) {range_text(versions)} added them"
+            if batches:
+                message += f" ({_batches_text([(q, b) for q, b, _ in batches])})"
+        if lost:
+            message += (
+                f". The Delta commits that added {lost} of them are no longer in _delta_log (log clean-up) or cannot "
+                "be read"
+            )
+        findings.append(
+            Finding(
+                code,
+                "error",
+                message,
+                fix,
+                path=str(table),
+                details={
+                    "count": len(group),
+                    "files": [
+                        {
+                            "path": d.path,
+                            "kind": d.kind,
+                            "size": d.size,
+                            "found_size": d.found_size,
+                            "table_version": origins.introduced_at.get(d.key),
+                        }
+                        for d in group[:100]
+                    ],
+                    "table_versions": versions,
+                    "batches": [{"query_id": q, "batch_id": b, "table_version": v} for q, b, v in batches],
+                    "unknown_origin": lost,
+                    "restore_table_version": restore_to,
+                    "undone_batches": _batch_ranges(undone),
+                    "undone_other_commits": [
+                        {"table_version": c.table_version, "operation": c.operation}
+                        for c in undone
+                        if c.batch_id is None
+                    ][:100],
+                },
+            )
+        )
+    return findings
+
+
+def _kinds_text(files: list[DamagedFile]) -> str:
+    data = sum(1 for d in files if d.kind == "data")
+    vectors = len(files) - data
+    parts = [f"{data} data file(s)"] if data else []
+    if vectors:
+        parts.append(f"{vectors} deletion vector file(s)")
+    return " and ".join(parts)
+
+
+def _batches_text(batches: list[tuple[str | None, int | None]]) -> str:
+    """``query Q batch(es) 0-2; query R batch(es) 7``."""
+    by_query: dict[str, list[int]] = defaultdict(list)
+    for query_id, batch_id in batches:
+        if query_id is not None and batch_id is not None:
+            by_query[query_id].append(batch_id)
+    return "; ".join(f"query {q} batch(es) {range_text(sorted(set(b)))}" for q, b in sorted(by_query.items()))
+
+
+def _batch_ranges(commits: list[CommitEntry]) -> list[dict[str, object]]:
+    """The streaming batches of ``commits`` per query: ``{query_id, first_batch_id, last_batch_id, count}``."""
+    by_query: dict[str, set[int]] = defaultdict(set)
+    for c in commits:
+        if c.query_id is not None and c.batch_id is not None:
+            by_query[c.query_id].add(c.batch_id)
+    return [
+        {"query_id": q, "first_batch_id": min(b), "last_batch_id": max(b), "count": len(b)}
+        for q, b in sorted(by_query.items())
+    ]
+
+
+def _damage_fix(
+    state: CheckpointState,
+    table: str,
+    restore_to: int | None,
+    newest: int,
+    unknown: list[DamagedFile],
+    undone: list[CommitEntry],
+) -> str:
+    """The way back from damaged data files: restore the table to before them and write again what that undoes."""
+    rebuild = (
+        f"rebuild the table from the source: `sparkonce reset {state.checkpoint_dir} --table {table} --yes` clears it "
+        "in one Delta commit and moves the checkpoint aside, and the query's next start reads again from its starting "
+        "offsets (the source must still hold them); a pipeline stage that reads a Delta table is rebuilt with "
+        "`sparkonce replay` instead"
     )
+    if unknown:
+        return (
+            f"the Delta commits that added {len(unknown)} of these files are no longer in the log, so the last good "
+            f"table version is unknown: restore a table version you know holds none of them, or {rebuild}"
+        )
+    if restore_to is None:
+        return f"table version 0 is damaged, so there is no earlier table version to restore: {rebuild}"
+    later = range_text(list(range(restore_to + 1, newest + 1)))
+    fix = (
+        f"restore the table to table version {restore_to}, the last before the damage (RESTORE TABLE delta.`{table}` "
+        f"TO VERSION AS OF {restore_to}, or DeltaTable.forPath(spark, path).restoreToVersion({restore_to})); "
+        f"that undoes table version(s) {later}"
+    )
+    ranges = _batch_ranges(undone)
+    if ranges:
+        parts = []
+        for r in ranges:
+            q, a, b = r["query_id"], r["first_batch_id"], r["last_batch_id"]
+            assert isinstance(a, int) and isinstance(b, int)
+            start = "the sources' starting offsets" if a == 0 else f"where batch {a - 1} ended"
+            files = f"offsets/{a - 1} and offsets/{b}" if a else f"offsets/{b}"
+            where = (
+                f" ({files} of this checkpoint)"
+                if q == state.query_id
+                else " (each Delta commit of sparkonce's sink records its offsets: sparkonce history --json)"
+            )
+            parts.append(f"of query {q}'s batches {a}-{b}, from {start} to where batch {b} ended{where}")
+        fix += (
+            ", so write their batches again from the source: a RESTORE keeps the txn, so the running query would "
+            "skip them; append the source's records "
+            + "; and those ".join(parts)
+            + ", in one batch write with a new txnAppId (a pipeline stage that reads a Delta table is rebuilt with "
+            "`sparkonce replay` instead of a restore)"
+        )
+    others = [c for c in undone if c.batch_id is None and c.operation != "OPTIMIZE"]
+    if others:
+        shown = ", ".join(f"{c.table_version} ({c.operation or 'unknown operation'})" for c in others[-5:])
+        fix += f"; repeat the other Delta commits it undoes: table version(s) {shown}" + (
+            f" and {len(others) - 5} more" if len(others) > 5 else ""
+        )
+    return fix
 
 
 def _retention_findings(table: str, snap: Snapshot, app: str | None, lp: int | None, now_ms: int) -> list[Finding]:

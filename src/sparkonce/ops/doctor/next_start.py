@@ -9,12 +9,14 @@ __all__ = ["next_start_text"]
 
 
 def next_start_text(state: CheckpointState, delta: dict[str, DeltaFacts]) -> str:
+    """What the next start will do, and whether it is safe: never while a table's committed data files are damaged."""
     text = _restart_text(state, delta)
-    damaged = [(table, facts.missing_files) for table, facts in delta.items() if facts.missing_files]
+    damaged = [(table, facts.damaged_files) for table, facts in delta.items() if facts.damaged_files]
     for table, count in damaged:
         text += (
-            f" But {table} references {count} data file(s) that are missing or changed: its committed data is "
-            "damaged whatever the restart does: unsafe (see delta-missing-files)."
+            f" But {table} references {count} file(s) that are missing or of another size than its log records: "
+            "its committed data is damaged, whatever the restart does: unsafe (see delta-missing-files, "
+            "delta-file-size-mismatch)."
         )
     return text.strip()
 
@@ -86,4 +88,4 @@ def _restart_text(state: CheckpointState, delta: dict[str, DeltaFacts]) -> str:
 
 def _safe(facts: DeltaFacts) -> str:
     """The end of a sentence about a restart: ``: safe.`` unless the table's data files are damaged."""
-    return "." if facts.missing_files else ": safe."
+    return "." if facts.damaged_files else ": safe."

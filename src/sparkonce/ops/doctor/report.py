@@ -42,6 +42,8 @@ class TableReport:
     """Every ``app_id`` with a txn in the table -> its ``txn_version``."""
     orphan_files: int
     orphan_bytes: int
+    damaged_files: int = 0
+    """Files the newest table version references that are missing or of another size than the log records."""
 
 
 @dataclass(frozen=True)
