@@ -1,0 +1,109 @@
+"""The fault proxy in front of the embedded SeaweedFS: the clients sparkonce uses (object_store through obstore,
+pyarrow's S3 file system, delta-rs) work through it unarmed; armed, a lost answer leaves the object applied on the
+store while the client saw its connection end, and an error answer leaves the store untouched. Rules fire exactly
+``count`` times."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import obstore
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from obstore.exceptions import BaseError
+from obstore.store import from_url
+
+from sparkonce.services.faultproxy import FaultProxy
+from sparkonce.storage import table_location
+from tests.fixtures_storage import EmbeddedStore
+
+pytestmark = pytest.mark.s3
+
+
+@pytest.fixture
+def proxy(object_store: EmbeddedStore) -> Iterator[FaultProxy]:
+    endpoint = urlsplit(object_store.endpoint)
+    assert endpoint.hostname is not None and endpoint.port is not None
+    with FaultProxy(endpoint.hostname, endpoint.port) as running:
+        yield running
+
+
+def _through(object_store: EmbeddedStore, proxy: FaultProxy) -> dict[str, str]:
+    return {**object_store.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
+
+
+def _obstore(uri: str, options: dict[str, str], *, retries: int | None = None) -> Any:
+    """An object_store client (what delta-rs and sparkonce's log writes use); ``retries=0``: no retry at all."""
+    delta_rs_only = {"aws_allow_http", "aws_ec2_metadata_disabled"}  # delta-rs's, not object_store's
+    config = {k.lower(): v for k, v in options.items() if k.lower() not in delta_rs_only}
+    extra: dict[str, Any] = {}
+    if retries is not None:
+        extra["retry_config"] = {"max_retries": retries, "retry_timeout": datetime.timedelta(seconds=30)}
+    return from_url(uri, config=config, client_options={"allow_http": True}, **extra)
+
+
+def test_clients_work_through_the_unarmed_proxy(object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str) -> None:
+    through = _through(object_store, proxy)
+    store = _obstore(s3_uri, through)
+    obstore.put(store, "o/a.bin", b"a" * 100_000)
+    obstore.put(store, "o/b.json", b"{}", mode="create")
+    assert bytes(obstore.get(store, "o/a.bin").bytes()) == b"a" * 100_000
+    assert obstore.head(store, "o/b.json")["size"] == 2
+    assert sorted(m["path"] for m in obstore.list(store, "o/").collect()) == ["o/a.bin", "o/b.json"]
+    obstore.delete(store, "o/a.bin")
+
+    fs = table_location(s3_uri, storage_options=through).filesystem()  # pyarrow's S3 file system, as sparkonce opens it
+    with fs.open_output_stream("p/c.parquet") as out, pq.ParquetWriter(out, pa.schema({"s": pa.string()})) as pw:
+        pw.write_table(pa.table({"s": ["pyarrow"]}))  # as sparkonce's executors write data files
+    assert pq.read_table("p/c.parquet", filesystem=fs).column("s").to_pylist() == ["pyarrow"]
+    assert [i.base_name for i in fs.get_file_info(pafs.FileSelector("p"))] == ["c.parquet"]
+
+    table_uri = f"{s3_uri}/table"
+    write_deltalake(table_uri, pa.table({"id": [1, 2]}), storage_options=through)
+    write_deltalake(table_uri, pa.table({"id": [3]}), mode="append", storage_options=through)
+    assert sorted(DeltaTable(table_uri, storage_options=through).to_pyarrow_table().column("id").to_pylist()) == [
+        1,
+        2,
+        3,
+    ]
+    assert proxy.rules() == []
+
+
+def test_lost_answers_are_applied_by_the_store_and_fire_exactly_count_times(
+    object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str
+) -> None:
+    no_retry = _obstore(s3_uri, _through(object_store, proxy), retries=0)
+    direct = _obstore(s3_uri, object_store.storage_options)
+    rule = proxy.lose_responses("PUT", r"/_delta_log/\d{20}\.json$", count=2)
+    obstore.put(no_retry, "t/part-0.parquet", b"data")  # not matched: answered
+    for version in range(2):
+        with pytest.raises(BaseError, match="error sending request"):  # the connection ended without an answer
+            obstore.put(no_retry, f"t/_delta_log/{version:020d}.json", f"commit {version}".encode(), mode="create")
+        assert bytes(obstore.get(direct, f"t/_delta_log/{version:020d}.json").bytes()) == f"commit {version}".encode()
+    obstore.put(no_retry, "t/_delta_log/00000000000000000002.json", b"commit 2", mode="create")  # spent: answered
+    status = rule.status()
+    assert (status.fired, status.remaining) == (2, 0)
+    assert [p.rsplit("/", 1)[1] for p in status.paths] == [f"{v:020d}.json" for v in range(2)]
+
+
+def test_an_error_answer_leaves_the_store_untouched(
+    object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str
+) -> None:
+    through = _through(object_store, proxy)
+    direct = _obstore(s3_uri, object_store.storage_options)
+    rule = proxy.answer_errors("PUT", r"/slow\.json$", status=503)
+    with pytest.raises(BaseError, match="503"):
+        obstore.put(_obstore(s3_uri, through, retries=0), "slow.json", b"x", mode="create")
+    with pytest.raises(FileNotFoundError):
+        obstore.head(direct, "slow.json")
+    assert rule.fired == 1
+    rule = proxy.answer_errors("PUT", r"/slow\.json$", status=503)
+    obstore.put(_obstore(s3_uri, through), "slow.json", b"y", mode="create")  # object_store retries a SlowDown
+    assert rule.fired == 1
+    assert bytes(obstore.get(direct, "slow.json").bytes()) == b"y"
