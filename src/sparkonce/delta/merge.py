@@ -452,7 +452,8 @@ def _check_clauses(clauses: Sequence[MergeClause]) -> None:
 def _new_columns(
     source: DataFrame, target_columns: Sequence[str], clauses: Sequence[MergeClause], evolve: bool, table_uri: str
 ) -> list[Any]:
-    """Source columns that ``*`` clauses add to the table (schema evolution), after checking the ``*`` clauses."""
+    """Source columns that ``*`` clauses add to the table (schema evolution only; without it they are ignored, as
+    in Delta), after checking that the source has every column of the table."""
     star = [c for c in clauses if c.assignments is None and c.kind != "delete"]
     if not star:
         return []
@@ -461,13 +462,9 @@ def _new_columns(
         raise SchemaMismatchError(
             f"MERGE into {table_uri}: UPDATE SET * / INSERT * need every target column in the source; missing {missing}"
         )
-    extra = [f for f in source.schema.fields if f.name not in target_columns and not f.name.startswith("_sparkonce_")]
-    if extra and not evolve:
-        raise SchemaMismatchError(
-            f"MERGE into {table_uri}: the source has column(s) {[f.name for f in extra]} that the table lacks; "
-            "use withSchemaEvolution() to add them"
-        )
-    return extra
+    if not evolve:
+        return []  # as Delta: ``*`` means the table's columns; the source's others are ignored
+    return [f for f in source.schema.fields if f.name not in target_columns and not f.name.startswith("_sparkonce_")]
 
 
 def _candidates(
