@@ -72,12 +72,18 @@ def test_healthy_stream_is_not_flagged(spark: SparkSession, source: Path, tmp_pa
     target = tmp_path / "target"
     query_id = _stream_once(spark, source, target, tmp_path / "ck")
     history = sparkonce.history(spark, target)
-    assert history.columns == [
+    assert history.columns == [  # Delta's DESCRIBE HISTORY columns, in Delta's order, then sparkonce's two
         "version",
         "timestamp",
+        "userId",
+        "userName",
         "operation",
         "operationParameters",
+        "job",
+        "notebook",
+        "clusterId",
         "readVersion",
+        "isolationLevel",
         "isBlindAppend",
         "operationMetrics",
         "userMetadata",

@@ -26,10 +26,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 HISTORY_SCHEMA = (
-    "version BIGINT, timestamp TIMESTAMP, operation STRING, operationParameters MAP<STRING, STRING>, "
-    "readVersion BIGINT, isBlindAppend BOOLEAN, operationMetrics MAP<STRING, STRING>, userMetadata STRING, "
-    "engineInfo STRING, txnAppId STRING, txnVersion BIGINT"
+    "version BIGINT, timestamp TIMESTAMP, userId STRING, userName STRING, operation STRING, "
+    "operationParameters MAP<STRING, STRING>, job STRUCT<jobId: STRING, jobName: STRING, jobRunId: STRING, "
+    "runId: STRING, jobOwnerId: STRING, triggerType: STRING>, notebook STRUCT<notebookId: STRING>, "
+    "clusterId STRING, readVersion BIGINT, isolationLevel STRING, isBlindAppend BOOLEAN, "
+    "operationMetrics MAP<STRING, STRING>, userMetadata STRING, engineInfo STRING, txnAppId STRING, txnVersion BIGINT"
 )
+"""Delta's ``DESCRIBE HISTORY`` columns in Delta's order, then sparkonce's ``txnAppId`` and ``txnVersion``."""
+_JOB_FIELDS = ("jobId", "jobName", "jobRunId", "runId", "jobOwnerId", "triggerType")
 STREAMING_UPDATE = "STREAMING UPDATE"
 
 
@@ -64,10 +68,11 @@ def history(
         limit: The number of newest commits to return (all when None), like ``DESCRIBE HISTORY t LIMIT n``.
 
     Returns:
-        One row per table version, newest first: ``version``, ``timestamp``, ``operation``,
-        ``operationParameters`` and ``operationMetrics`` (``map<string,string>``), ``readVersion``,
-        ``isBlindAppend``, ``userMetadata``, ``engineInfo``, ``txnAppId`` and ``txnVersion`` (the commit's first
-        ``txn`` action, null when it has none).
+        One row per table version, newest first, with Delta's columns (:data:`HISTORY_SCHEMA`: ``version``,
+        ``timestamp``, ``userId``, ``userName``, ``operation``, ``operationParameters``, ``job``, ``notebook``,
+        ``clusterId``, ``readVersion``, ``isolationLevel``, ``isBlindAppend``, ``operationMetrics``,
+        ``userMetadata``, ``engineInfo``; the maps ``map<string,string>``), then ``txnAppId`` and ``txnVersion``
+        (the commit's first ``txn`` action, null when it has none).
 
     Raises:
         TableNotFoundError: ``path`` is not a Delta table.
@@ -85,12 +90,21 @@ def _row(entry: CommitEntry) -> tuple[Any, ...]:
         params.setdefault("txnVersion", str(entry.batch_id))
     txn = entry.txns[0] if entry.txns else None
     timestamp = dt.datetime.fromtimestamp(entry.timestamp_ms / 1000, dt.UTC) if entry.timestamp_ms is not None else None
+    info = entry.commit_info
+    job = info.get("job") if isinstance(info.get("job"), dict) else None
+    notebook = info.get("notebook") if isinstance(info.get("notebook"), dict) else None
     return (
         entry.table_version,
         timestamp,
+        _text(info.get("userId")),
+        _text(info.get("userName")),
         entry.operation,
         params,
+        tuple(_text(job.get(f)) for f in _JOB_FIELDS) if job else None,
+        (_text(notebook.get("notebookId")),) if notebook else None,
+        _text(info.get("clusterId")),
         entry.read_version,
+        _text(info.get("isolationLevel")),
         entry.is_blind_append,
         {str(k): _text(v) for k, v in entry.operation_metrics.items()},
         entry.user_metadata,
