@@ -91,6 +91,9 @@ def register(spark: SparkSession) -> list[str]:
     them before calling it; call it again after changing them): the Delta sources get them for every read and
     write under the explicit ``storage.<NAME>`` options, and so do the table locations this process parses
     (:func:`sparkonce.table_location`); the environment comes last.
+    Without the Delta JVM connector it also makes ``spark.sql`` run Delta's statements (``DESCRIBE HISTORY``,
+    ``MERGE INTO``, ``CREATE TABLE ... USING delta``, ...) and read Delta tables by path (``delta.`/path```) and by
+    name (:mod:`sparkonce.sql`, docs/sql.md).
     It also turns on ``spark.sql.python.filterPushdown.enabled`` (the Delta reader prunes files by partition
     filters and needs Spark to pass them), except inside a Spark Declarative Pipeline's definitions, where session
     confs cannot be set: there it belongs in the pipeline spec's ``configuration`` (``docs/sdp.md``).
@@ -117,6 +120,10 @@ def register(spark: SparkSession) -> list[str]:
         from sparkonce.delta import _compat
 
         _compat.install(n for n in names if n in ("delta", "sparkonce.delta"))
+    if DeltaDataSource in deltas:  # with Delta's JVM connector, its SQL extension answers Delta's statements
+        from sparkonce.sql import install
+
+        install(spark)
     return names
 
 

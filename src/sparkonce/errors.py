@@ -19,6 +19,7 @@ __all__ = [
     "SinkError",
     "SourceOffsetError",
     "SparkonceError",
+    "SqlError",
     "StorageError",
     "TableNotFoundError",
     "UnsupportedFeatureError",
@@ -38,6 +39,11 @@ class OptionError(SparkonceError, ValueError):
         self.problem = problem
         shown = "<missing>" if value is None else repr(value)
         super().__init__(f"option {option!r} = {shown}: {problem}")
+
+
+class SqlError(SparkonceError, ValueError):
+    """A SQL statement that sparkonce runs is malformed, names an unknown table, or has a clause sparkonce cannot
+    honour; the message names the statement and the clause."""
 
 
 class TableNotFoundError(SparkonceError):

@@ -300,7 +300,7 @@ def commit_files(
                 f"at {table_uri}"
             )
         schema_string = snapshot.schema().to_json()
-        protocol = _protocol(snapshot)
+        protocol = protocol_action(snapshot)
         check_writable(
             protocol,
             dict(metadata.configuration),
@@ -313,7 +313,7 @@ def commit_files(
         removals = _removals(location, read_version, mode, removes, data_change, now)
         actions: list[dict[str, Any]] = []
         if new_schema is not None:
-            actions.append({"metaData": _changed_metadata(metadata, new_schema)})
+            actions.append({"metaData": metadata_action(metadata, new_schema)})
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
         actions += removals + adds
@@ -347,7 +347,7 @@ def commit_files(
             len(removals),
             txn,
         )
-        _checkpoint_if_due(location, table_version, dict(metadata.configuration), protocol)
+        checkpoint_if_due(location, table_version, dict(metadata.configuration), protocol)
         return CommitResult(table_version, False, attempt, len(files), rows, len(removals))
     raise CommitConflictError(
         f"gave up committing to {table_uri} after {max_attempts} attempts lost to concurrent writers (txn {txn})"
@@ -365,7 +365,7 @@ def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_ur
     location.check_commit_safety()
     metadata = table.metadata()
     check_writable(
-        _protocol(table),
+        protocol_action(table),
         dict(metadata.configuration),
         table.schema().to_json(),
         table=table_uri,
@@ -374,14 +374,18 @@ def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_ur
     )
 
 
-def _protocol(table: DeltaTable) -> dict[str, Any]:
+def protocol_action(table: DeltaTable) -> dict[str, Any]:
+    """The table's ``protocol`` action as the log holds it (feature lists only with reader 3 / writer 7)."""
     protocol = table.protocol()
-    return {
+    out: dict[str, Any] = {
         "minReaderVersion": protocol.min_reader_version,
         "minWriterVersion": protocol.min_writer_version,
-        "readerFeatures": list(protocol.reader_features or []),
-        "writerFeatures": list(protocol.writer_features or []),
     }
+    if protocol.min_reader_version >= 3:
+        out["readerFeatures"] = sorted(protocol.reader_features or [])
+    if protocol.min_writer_version >= 7:
+        out["writerFeatures"] = sorted(protocol.writer_features or [])
+    return out
 
 
 def _add_action(f: WrittenFile, data_change: bool) -> dict[str, Any]:
@@ -515,8 +519,11 @@ def _first_commit(
     return actions + adds
 
 
-def _changed_metadata(metadata: Any, schema_string: str) -> dict[str, Any]:
-    """The table's ``metaData`` action with a new schema (everything else as it was)."""
+def metadata_action(
+    metadata: Any, schema_string: str, configuration: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The table's ``metaData`` action with a new schema and, when given, a new ``configuration`` (everything else
+    as it was)."""
     action: dict[str, Any] = {"id": metadata.id}
     if metadata.name is not None:
         action["name"] = metadata.name
@@ -526,7 +533,7 @@ def _changed_metadata(metadata: Any, schema_string: str) -> dict[str, Any]:
         format={"provider": "parquet", "options": {}},
         schemaString=schema_string,
         partitionColumns=list(metadata.partition_columns),
-        configuration=dict(metadata.configuration),
+        configuration=dict(metadata.configuration if configuration is None else configuration),
         createdTime=metadata.created_time,
     )
     return action
@@ -576,7 +583,7 @@ DEFAULT_CHECKPOINT_INTERVAL = 10
 """Delta's default ``delta.checkpointInterval``: a checkpoint at every table version divisible by it."""
 
 
-def _checkpoint_if_due(
+def checkpoint_if_due(
     location: TableLocation, table_version: int, configuration: dict[str, str], protocol: dict[str, Any]
 ) -> None:
     """Write a Delta checkpoint (delta-rs's classic parquet checkpoint and ``_last_checkpoint``) at the table
@@ -603,9 +610,12 @@ __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL",
     "RemovedFile",
     "check_rewrite_supported",
+    "checkpoint_if_due",
     "commit_files",
     "committed_txn_version",
     "table_committed_txn_version",
     "load_table",
+    "metadata_action",
+    "protocol_action",
     "table_exists",
 ]

@@ -1,0 +1,137 @@
+"""Delta tables by name: sparkonce's catalog, kept in Spark's warehouse directory and shared by every session.
+
+Spark's own catalog cannot hold a Delta table served by a Python data source: it records such a table but hands
+its reads and writes no location (they reach the source without a ``path``). sparkonce therefore keeps its own
+entries, one small JSON file per table under ``<spark.sql.warehouse.dir>/_sparkonce_catalog/<database>/``, and
+resolves names itself wherever it takes one (``spark.sql`` statements once :func:`sparkonce.register` ran). A
+*managed* table lives at Spark's default place, ``<warehouse>/<table>`` in the ``default`` database and
+``<warehouse>/<database>.db/<table>`` in others; an *external* one wherever its ``LOCATION`` says. Names are
+case-insensitive, as in Spark's catalog.
+
+Runs on the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from sparkonce.errors import SqlError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+CATALOG_DIR = "_sparkonce_catalog"
+WAREHOUSE_CONF = "spark.sparkonce.warehouse.dir"
+"""A session setting that puts sparkonce's catalog and managed tables elsewhere than ``spark.sql.warehouse.dir``
+(which Spark fixes when the session starts; this one can change at any time)."""
+DEFAULT_DATABASE = "default"
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class CatalogTable:
+    """A Delta table registered by name."""
+
+    database: str
+    name: str
+    location: str
+    """The table root: a local path or an object-store URI."""
+    managed: bool
+    """True when sparkonce chose the location (``DROP TABLE`` then deletes the table's files)."""
+
+    @property
+    def qualified_name(self) -> str:
+        """``spark_catalog.<database>.<name>``, as Delta's ``DESCRIBE DETAIL`` names a table."""
+        return f"spark_catalog.{self.database}.{self.name}"
+
+
+class DeltaCatalog:
+    """The catalog in one warehouse directory (a local directory: an object-store warehouse is refused)."""
+
+    def __init__(self, warehouse: str) -> None:
+        self.warehouse = _local_path(warehouse)
+        self.root = os.path.join(self.warehouse, CATALOG_DIR)
+
+    @classmethod
+    def of(cls, spark: SparkSession) -> DeltaCatalog:
+        """The catalog of ``spark``'s warehouse directory (``spark.sparkonce.warehouse.dir``, else
+        ``spark.sql.warehouse.dir``)."""
+        warehouse = spark.conf.get(WAREHOUSE_CONF, None) or spark.conf.get("spark.sql.warehouse.dir")
+        return cls(str(warehouse))
+
+    def get(self, database: str, name: str) -> CatalogTable | None:
+        """The table ``database.name``, or None."""
+        path = self._entry_path(database, name)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            raise SqlError(f"catalog entry {path} of table {database}.{name} is unreadable: {err}") from err
+        return CatalogTable(database.lower(), name.lower(), str(data["location"]), bool(data["managed"]))
+
+    def managed_location(self, database: str, name: str) -> str:
+        """Where a managed table ``database.name`` lives (Spark's default place)."""
+        folder = self.warehouse if database.lower() == DEFAULT_DATABASE else f"{self.warehouse}/{database.lower()}.db"
+        return os.path.join(folder, name.lower())
+
+    def add(self, database: str, name: str, location: str, *, managed: bool) -> CatalogTable:
+        """Register ``database.name`` at ``location``.
+
+        Raises:
+            SqlError: the name is taken (``TABLE_OR_VIEW_ALREADY_EXISTS``) or not a plain identifier.
+        """
+        path = self._entry_path(database, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = json.dumps({"location": location, "managed": managed}).encode()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise SqlError(
+                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{database}`.`{name}` because it "
+                "already exists."
+            ) from None
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return CatalogTable(database.lower(), name.lower(), location, managed)
+
+    def remove(self, table: CatalogTable) -> None:
+        """Forget ``table`` (its files stay; see :func:`sparkonce.sql` ``DROP TABLE`` for managed tables)."""
+        os.remove(self._entry_path(table.database, table.name))
+
+    def tables(self, database: str) -> list[CatalogTable]:
+        """Every table of ``database``, by name."""
+        folder = os.path.join(self.root, database.lower())
+        names = (
+            sorted(f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json"))
+            if os.path.isdir(folder)
+            else []
+        )
+        return [t for t in (self.get(database, n) for n in names) if t is not None]
+
+    def _entry_path(self, database: str, name: str) -> str:
+        for part, what in ((database, "database"), (name, "table")):
+            if not _NAME.match(part):
+                raise SqlError(f"{what} name {part!r}: sparkonce's catalog takes letters, digits and _ only")
+        return os.path.join(self.root, database.lower(), f"{name.lower()}.json")
+
+
+def _local_path(warehouse: str) -> str:
+    if "://" not in warehouse and not warehouse.startswith("file:"):
+        return os.path.abspath(warehouse)
+    parts = urlsplit(warehouse)
+    if parts.scheme != "file":
+        raise SqlError(
+            f"spark.sql.warehouse.dir = {warehouse}: sparkonce keeps its catalog of Delta tables in a local "
+            "warehouse directory; name tables by path (delta.`s3://...`) or use a local warehouse"
+        )
+    return unquote(parts.path)
+
+
+__all__ = ["CATALOG_DIR", "WAREHOUSE_CONF", "CatalogTable", "DeltaCatalog"]

@@ -1,0 +1,316 @@
+"""Recognise a Delta statement in one SQL statement's tokens (:func:`parse_statement`).
+
+Returns None for anything that is not one of Delta's statements: the statement goes to Spark (with its Delta table
+references replaced, :mod:`sparkonce.sql.runner`). DML and DDL whose target is not a Delta table (e.g. ``INSERT
+INTO`` a Spark catalog table) are recognised here and handed back by the runner once it knows the target.
+
+Runs on the driver.
+"""
+
+from __future__ import annotations
+
+from sparkonce.sql.lexer import Token
+from sparkonce.sql.statements import (
+    AlterOther,
+    AlterProperties,
+    CreateTable,
+    Cursor,
+    Delete,
+    DescribeDetail,
+    DescribeHistory,
+    DropTable,
+    Insert,
+    Merge,
+    MergeAction,
+    MergeWhen,
+    Optimize,
+    Restore,
+    ShowTblProperties,
+    Span,
+    Statement,
+    Update,
+    Vacuum,
+    parse_alias,
+    parse_assignments,
+    parse_identifier_list,
+    parse_properties,
+    parse_table,
+)
+
+_MERGE_CLAUSE_END = ("WHEN",)
+
+
+def parse_statement(text: str, tokens: list[Token]) -> Statement | None:
+    """The Delta statement ``tokens`` hold, or None when they hold something else (Spark's to run).
+
+    Raises:
+        SqlError: a Delta statement that is malformed or has a clause sparkonce does not implement.
+    """
+    c = Cursor(text, tokens)
+    if c.take_word("DESCRIBE HISTORY", "DESC HISTORY"):
+        table = parse_table(c)
+        limit = None
+        if c.take_word("LIMIT"):
+            token = c.take()
+            if token.kind != "number" or not token.value.isdigit():
+                raise c.error("LIMIT takes a whole number")
+            limit = int(token.value)
+        c.expect_end()
+        return DescribeHistory(table, limit)
+    if c.take_word("DESCRIBE DETAIL", "DESC DETAIL"):
+        table = parse_table(c)
+        c.expect_end()
+        return DescribeDetail(table)
+    if c.take_word("VACUUM"):
+        return _vacuum(c)
+    if c.take_word("OPTIMIZE"):
+        return _optimize(c)
+    if c.take_word("RESTORE"):
+        return _restore(c)
+    if c.take_word("DELETE FROM"):
+        table = parse_table(c)
+        alias = parse_alias(c)
+        where = c.span_until() if c.take_word("WHERE") else None
+        c.expect_end()
+        return Delete(table, alias, where)
+    if c.at_word("UPDATE"):
+        c.take()
+        table = parse_table(c)
+        alias = parse_alias(c)
+        c.expect_word("SET")
+        assignments = parse_assignments(c, ("WHERE",))
+        where = c.span_until() if c.take_word("WHERE") else None
+        c.expect_end()
+        return Update(table, alias, assignments, where)
+    if c.take_word("MERGE"):
+        return _merge(c)
+    if c.take_word("INSERT"):
+        return _insert(c)
+    if c.at_word("CREATE", "REPLACE"):
+        return _create(c)
+    if c.take_word("DROP TABLE"):
+        if_exists = c.take_word("IF EXISTS")
+        table = parse_table(c)
+        c.take_word("PURGE")
+        c.expect_end()
+        return DropTable(table, if_exists)
+    if c.take_word("SHOW TBLPROPERTIES"):
+        table = parse_table(c)
+        key = None
+        if c.at_op("("):
+            key = next(iter(parse_properties(c, values=False)))
+        c.expect_end()
+        return ShowTblProperties(table, key)
+    if c.take_word("ALTER TABLE"):
+        return _alter(c)
+    if c.take_word("CONVERT TO DELTA"):
+        raise c.unsupported("CONVERT TO DELTA")
+    if c.take_word("GENERATE"):
+        raise c.unsupported("GENERATE (symlink manifests)")
+    return None
+
+
+def _vacuum(c: Cursor) -> Vacuum:
+    table = parse_table(c)
+    if c.take_word("USING INVENTORY"):
+        raise c.unsupported("VACUUM ... USING INVENTORY")
+    retain = None
+    if c.take_word("RETAIN"):
+        token = c.take()
+        if token.kind != "number":
+            raise c.error("RETAIN takes a number of hours")
+        retain = float(token.value.rstrip("DdFfLl"))
+        c.expect_word("HOURS")
+    dry_run = c.take_word("DRY RUN")
+    c.expect_end()
+    return Vacuum(table, retain, dry_run)
+
+
+def _optimize(c: Cursor) -> Optimize:
+    table = parse_table(c)
+    where = c.span_until("ZORDER") if c.take_word("WHERE") else None
+    if c.at_word("ZORDER"):
+        raise c.unsupported("OPTIMIZE ... ZORDER BY (Z-ordering)")
+    c.expect_end()
+    return Optimize(table, where)
+
+
+def _restore(c: Cursor) -> Restore:
+    c.take_word("TABLE")
+    table = parse_table(c)
+    if table.table_version is not None or table.timestamp is not None:  # RESTORE t VERSION AS OF 3 (no TO)
+        c.expect_end()
+        return Restore(
+            type(table)(table.path, table.name, table.start, table.end), table.table_version, table.timestamp
+        )
+    c.take_word("TO")
+    if c.take_word("VERSION AS OF"):
+        token = c.take()
+        if token.kind != "number" or not token.value.isdigit():
+            raise c.error("VERSION AS OF takes a table version (a whole number)")
+        c.expect_end()
+        return Restore(table, int(token.value), None)
+    c.expect_word("TIMESTAMP AS OF")
+    token = c.take()
+    if token.kind != "string":
+        raise c.unsupported("RESTORE ... TIMESTAMP AS OF with an expression (give a timestamp string)")
+    c.expect_end()
+    return Restore(table, None, token.value)
+
+
+def _merge(c: Cursor) -> Merge:
+    schema_evolution = c.take_word("WITH SCHEMA EVOLUTION")
+    c.expect_word("INTO")
+    table = parse_table(c)
+    alias = parse_alias(c)
+    c.expect_word("USING")
+    source_table = None
+    source_query = None
+    if c.at_op("("):
+        c.take()
+        source_query = c.span_until()
+        c.expect_op(")")
+    else:
+        source_table = parse_table(c)
+    source_alias = parse_alias(c)
+    c.expect_word("ON")
+    condition = c.span_until("WHEN")
+    actions: list[MergeAction] = []
+    while c.take_word("WHEN"):
+        when: MergeWhen
+        if c.take_word("MATCHED"):
+            when = "matched"
+        elif c.take_word("NOT MATCHED BY SOURCE"):
+            when = "notMatchedBySource"
+        else:
+            c.expect_word("NOT MATCHED")
+            c.take_word("BY TARGET")
+            when = "notMatched"
+        clause_condition = c.span_until("THEN") if c.take_word("AND") else None
+        c.expect_word("THEN")
+        actions.append(_merge_action(c, when, clause_condition))
+    c.expect_end()
+    if not actions:
+        raise c.error("MERGE needs at least one WHEN clause")
+    return Merge(table, alias, source_table, source_query, source_alias, condition, tuple(actions), schema_evolution)
+
+
+def _merge_action(c: Cursor, when: MergeWhen, condition: Span | None) -> MergeAction:
+    if when != "notMatched" and c.take_word("DELETE"):
+        return MergeAction(when, "delete", condition, None)
+    if when != "notMatched" and c.take_word("UPDATE SET"):
+        if c.at_op("*"):
+            if when == "notMatchedBySource":
+                raise c.error("WHEN NOT MATCHED BY SOURCE cannot UPDATE SET * (no source row)")
+            c.take()
+            return MergeAction(when, "update", condition, None)
+        return MergeAction(when, "update", condition, parse_assignments(c, _MERGE_CLAUSE_END))
+    if when == "notMatched" and c.take_word("INSERT"):
+        if c.at_op("*"):
+            c.take()
+            return MergeAction(when, "insert", condition, None)
+        columns = parse_identifier_list(c)
+        c.expect_word("VALUES")
+        c.expect_op("(")
+        values: list[Span] = []
+        while True:
+            values.append(c.span_until(","))
+            if c.at_op(","):
+                c.take()
+                continue
+            break
+        c.expect_op(")")
+        if len(values) != len(columns):
+            raise c.error(f"INSERT names {len(columns)} column(s) but gives {len(values)} value(s)")
+        from sparkonce.sql.statements import Assignment
+
+        return MergeAction(when, "insert", condition, tuple(Assignment(k, v) for k, v in zip(columns, values)))
+    expected = "INSERT" if when == "notMatched" else "UPDATE SET or DELETE"
+    raise c.error(f"expected {expected} after THEN")
+
+
+def _insert(c: Cursor) -> Insert:
+    overwrite = c.take_word("OVERWRITE")
+    if not overwrite:
+        c.expect_word("INTO")
+    c.take_word("TABLE")
+    table = parse_table(c)
+    if c.at_word("PARTITION"):
+        raise c.unsupported("INSERT ... PARTITION (...)")
+    if c.at_word("REPLACE"):
+        raise c.unsupported("INSERT ... REPLACE WHERE")
+    if c.take_word("BY NAME"):
+        raise c.unsupported("INSERT ... BY NAME")
+    columns = None
+    if c.at_op("(") and not c.at_word("SELECT", "VALUES", "WITH", "FROM", "TABLE", ahead=1):
+        columns = parse_identifier_list(c)
+    query = c.span_until()
+    c.expect_end()
+    return Insert(table, overwrite, columns, query)
+
+
+def _create(c: Cursor) -> CreateTable | None:
+    replace = False
+    if c.take_word("CREATE OR REPLACE TABLE") or c.take_word("REPLACE TABLE"):
+        replace = True
+    elif not c.take_word("CREATE TABLE"):
+        return None  # CREATE VIEW, CREATE EXTERNAL TABLE, ...: Spark's
+    if_not_exists = c.take_word("IF NOT EXISTS")
+    table = parse_table(c)
+    columns = None
+    if c.at_op("("):
+        c.take()
+        columns = c.span_until()
+        c.expect_op(")")
+    provider = None
+    partitioned: tuple[str, ...] = ()
+    location = None
+    properties: dict[str, str] = {}
+    query = None
+    while not c.done():
+        if c.take_word("USING"):
+            provider = c.take().value.lower()
+        elif c.take_word("PARTITIONED BY"):
+            partitioned = parse_identifier_list(c)
+        elif c.take_word("LOCATION"):
+            token = c.take()
+            if token.kind != "string":
+                raise c.error("LOCATION takes a string")
+            location = token.value
+        elif c.take_word("TBLPROPERTIES"):
+            properties = parse_properties(c)
+        elif c.take_word("AS") or c.at_word("SELECT", "WITH", "FROM", "VALUES"):
+            query = c.span_until()
+        elif c.at_word("CLUSTER", "COMMENT", "OPTIONS", "STORED", "ROW", "SKEWED", "CLUSTERED", "DEFAULT"):
+            if provider not in (None, "delta"):
+                return None
+            raise c.unsupported(f"CREATE TABLE ... {c.take().value.upper()}")
+        else:
+            raise c.error("unexpected clause in CREATE TABLE")
+    if provider != "delta" and table.path is None:
+        return None  # a table of another format: Spark's
+    if replace and if_not_exists:
+        raise c.error("OR REPLACE and IF NOT EXISTS cannot both be given")
+    if columns is None and query is None and location is None and table.path is None:
+        raise c.error("CREATE TABLE needs columns, AS SELECT or the LOCATION of an existing table")
+    if table.table_version is not None or table.timestamp is not None:
+        raise c.error("CREATE TABLE cannot take a table version")
+    return CreateTable(table, replace, if_not_exists, columns, partitioned, location, properties, query)
+
+
+def _alter(c: Cursor) -> AlterProperties | AlterOther:
+    table = parse_table(c)
+    if c.take_word("SET TBLPROPERTIES"):
+        properties = parse_properties(c)
+        c.expect_end()
+        return AlterProperties(table, properties, (), False)
+    if c.take_word("UNSET TBLPROPERTIES"):
+        if_exists = c.take_word("IF EXISTS")
+        keys = tuple(parse_properties(c, values=False))
+        c.expect_end()
+        return AlterProperties(table, {}, keys, if_exists)
+    clause = " ".join(t.value.upper() for t in c.tokens[c.pos : c.pos + 2]) or "(nothing)"
+    return AlterOther(table, f"ALTER TABLE ... {clause}")
+
+
+__all__ = ["parse_statement"]

@@ -1,0 +1,643 @@
+"""Run SQL text with Delta's statements: :class:`DeltaSql` is ``spark.sql`` once :func:`sparkonce.register` ran.
+
+Each statement of the text (split at top-level ``;``; comments and a trailing ``;`` are fine) is either
+
+* one of Delta's statements on a Delta table (:func:`sparkonce.sql.parser.parse_statement`): run here through
+  sparkonce's Delta operations, the same ones as :class:`sparkonce.DeltaTable`'s, and answered with Delta's
+  result columns; or
+* anything else: handed to Spark's own ``sql`` with its Delta table references replaced by temporary views of
+  sparkonce reads (``delta.`path```, a name in :mod:`sparkonce.delta.catalog`, ``VERSION AS OF`` / ``TIMESTAMP AS
+  OF`` / ``@v<n>``, and ``(DESCRIBE HISTORY t)`` as a subquery). The views are dropped once Spark has analysed the
+  statement, so a name is read afresh by every statement.
+
+Expressions, conditions and queries inside a statement are always Spark's to parse. When the text holds several
+statements they run in order and the last one's DataFrame is returned.
+
+Runs on the driver (the data work of every statement runs on executors).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sparkonce.delta.catalog import CatalogTable, DeltaCatalog
+from sparkonce.errors import SqlError
+from sparkonce.sql.lexer import Token, split_statements, tokenize
+from sparkonce.sql.parser import parse_statement
+from sparkonce.sql.statements import (
+    AlterOther,
+    AlterProperties,
+    CreateTable,
+    Cursor,
+    Delete,
+    DescribeDetail,
+    DescribeHistory,
+    DropTable,
+    Insert,
+    Merge,
+    Optimize,
+    Restore,
+    ShowTblProperties,
+    Span,
+    Statement,
+    TableRef,
+    Update,
+    Vacuum,
+    parse_alias,
+    parse_table,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+FORMAT = "sparkonce.delta"
+AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
+_VIEW_PREFIX = "__sparkonce_"
+_FROM_LIST_END = frozenset(
+    {"WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "WINDOW", "UNION", "EXCEPT", "INTERSECT", "MINUS", "SELECT",
+     "CLUSTER", "DISTRIBUTE", "SORT", "OFFSET", "QUALIFY"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved Delta table."""
+
+    location: str
+    catalog: CatalogTable | None
+    shown: str
+
+
+class DeltaSql:
+    """``spark.sql`` with Delta's statements and tables (see the module's documentation). Driver only.
+
+    Args:
+        spark: The session.
+        spark_sql: Spark's own ``sql`` method of that session, which receives everything that is not Delta's.
+    """
+
+    def __init__(self, spark: SparkSession, spark_sql: Callable[..., DataFrame]) -> None:
+        self.spark = spark
+        self.spark_sql = spark_sql
+
+    def __call__(self, sqlQuery: str, args: Any = None, **kwargs: Any) -> DataFrame:
+        """Run ``sqlQuery``; positional ``args`` and keyword arguments are Spark's (parameters, DataFrames) and send
+        the text to Spark untouched."""
+        if args is not None or kwargs:
+            return self.spark_sql(sqlQuery, args, **kwargs)
+        spans = split_statements(sqlQuery)
+        if not spans:
+            return self.spark_sql(sqlQuery)
+        result: DataFrame | None = None
+        for start, end in spans:
+            result = self.statement(sqlQuery[start:end])
+        assert result is not None
+        return result
+
+    # -- one statement -------------------------------------------------------------------------------------------
+
+    def statement(self, text: str) -> DataFrame:
+        """Run one statement (no ``;``)."""
+        tokens = tokenize(text)
+        parsed = parse_statement(text, tokens)
+        if parsed is not None:
+            done = self._run(text, parsed)
+            if done is not None:
+                return done
+        return self.query(text)
+
+    def query(self, text: str) -> DataFrame:
+        """Spark's ``sql`` on ``text`` with its Delta table references replaced by temporary views."""
+        rewritten, views = self._rewrite(text)
+        if not views:
+            return self.spark_sql(text)
+        try:
+            return self.spark_sql(rewritten)
+        finally:
+            if getattr(self.spark, "_jvm", None) is not None:  # classic: the plan is analysed; Connect re-resolves
+                for view in views:
+                    self.spark.catalog.dropTempView(view)
+
+    def _run(self, text: str, stmt: Statement) -> DataFrame | None:
+        """Run a Delta statement; None when its target is not a Delta table (Spark's statement then)."""
+        if isinstance(stmt, DescribeHistory):
+            from sparkonce.delta.history import history
+
+            return history(self.spark, self.require(stmt.table).location, limit=stmt.limit)
+        if isinstance(stmt, DescribeDetail):
+            return self._detail(self.require(stmt.table))
+        if isinstance(stmt, Vacuum):
+            return self._vacuum(self.require(stmt.table), stmt)
+        if isinstance(stmt, Optimize):
+            from sparkonce.delta.tables import DeltaOptimizeBuilder
+
+            target = self.require(stmt.table)
+            where = text[stmt.where.start : stmt.where.end] if stmt.where else None
+            return DeltaOptimizeBuilder(self.spark, target.location, where).executeCompaction()
+        if isinstance(stmt, Restore):
+            from sparkonce.delta.tables import DeltaTable
+
+            table = DeltaTable(self.spark, self.require(stmt.table).location)
+            if stmt.table_version is not None:
+                return table.restoreToVersion(stmt.table_version)
+            assert stmt.timestamp is not None
+            return table.restoreToTimestamp(stmt.timestamp)
+        if isinstance(stmt, CreateTable):
+            return self._create(text, stmt)
+        if isinstance(stmt, DropTable):
+            return self._drop(stmt)
+        resolved = self.resolve(stmt.table)
+        if resolved is None:
+            if stmt.table.path is not None:
+                raise SqlError(f"[DELTA_MISSING_DELTA_TABLE] {stmt.table.path} is not a Delta table.")
+            return None  # a table of Spark's catalog: Spark's statement
+        target = resolved
+        self._no_time_travel(stmt.table, type(stmt).__name__)
+        if isinstance(stmt, Delete):
+            return self._delete(text, target, stmt)
+        if isinstance(stmt, Update):
+            return self._update(text, target, stmt)
+        if isinstance(stmt, Merge):
+            return self._merge(text, target, stmt)
+        if isinstance(stmt, Insert):
+            return self._insert(text, target, stmt)
+        if isinstance(stmt, ShowTblProperties):
+            return self._show_properties(target, stmt.key)
+        if isinstance(stmt, AlterProperties):
+            from sparkonce.delta.alter import alter_properties
+
+            alter_properties(target.location, set=stmt.set, unset=stmt.unset, if_exists=stmt.if_exists)
+            return self._empty()
+        if isinstance(stmt, AlterOther):
+            raise SqlError(f"{stmt.clause} is not supported by sparkonce's Delta SQL on {target.shown}")
+        raise AssertionError(stmt)
+
+    # -- tables ----------------------------------------------------------------------------------------------
+
+    def resolve(self, ref: TableRef) -> Target | None:
+        """The Delta table ``ref`` names: a path (checked to hold a table only when used), or a name in sparkonce's
+        catalog; None for a name sparkonce's catalog does not hold."""
+        if ref.path is not None:
+            from sparkonce.delta.commit import table_exists
+
+            return Target(ref.path, None, ref.shown) if table_exists(ref.path) else None
+        assert ref.name is not None
+        parts = [p.lower() for p in ref.name]
+        if len(parts) == 3 and parts[0] == "spark_catalog":
+            parts = parts[1:]
+        if len(parts) == 1:
+            parts = [self.spark.catalog.currentDatabase().lower(), parts[0]]
+        if len(parts) != 2:
+            return None
+        entry = DeltaCatalog.of(self.spark).get(parts[0], parts[1])
+        return Target(entry.location, entry, ref.shown) if entry is not None else None
+
+    def require(self, ref: TableRef) -> Target:
+        """:meth:`resolve`, or an error in Delta's words.
+
+        Raises:
+            SqlError: not a Delta table, or no such table.
+        """
+        target = self.resolve(ref)
+        if target is not None:
+            return target
+        if ref.path is not None:
+            raise SqlError(f"[DELTA_MISSING_DELTA_TABLE] {ref.path} is not a Delta table.")
+        raise SqlError(
+            f"[TABLE_OR_VIEW_NOT_FOUND] The table or view `{'`.`'.join(ref.name or ())}` cannot be found "
+            "among sparkonce's Delta tables (create it with CREATE TABLE ... USING delta, or name it by path: "
+            "delta.`/path`)."
+        )
+
+    def _view(self, target: Target, ref: TableRef) -> str:
+        reader = self.spark.read.format(FORMAT)
+        if ref.table_version is not None:
+            reader = reader.option("versionAsOf", str(ref.table_version))
+        if ref.timestamp is not None:
+            reader = reader.option("timestampAsOf", ref.timestamp)
+        return self._temp_view(reader.load(target.location))
+
+    def _temp_view(self, frame: DataFrame) -> str:
+        name = f"{_VIEW_PREFIX}{uuid.uuid4().hex[:16]}"
+        frame.createOrReplaceTempView(name)
+        return name
+
+    def _rewrite(self, text: str) -> tuple[str, list[str]]:
+        """``text`` with each Delta table it reads replaced by a temporary view; the views made."""
+        tokens = tokenize(text)
+        pieces: list[str] = []
+        views: list[str] = []
+        last = 0
+        depth = 0
+        from_lists: set[int] = set()
+        expect_table = False
+        i = 0
+        while i < len(tokens):
+            token = tokens[i]
+            if expect_table:
+                expect_table = False
+                replaced = self._replace_at(text, tokens, i, views)
+                if replaced is not None:
+                    start, end, replacement, i = replaced
+                    pieces += [text[last:start], replacement]
+                    last = end
+                    continue
+            if token.is_op("("):
+                depth += 1
+            elif token.is_op(")"):
+                from_lists.discard(depth)
+                depth -= 1
+            elif token.is_word("FROM", "JOIN"):
+                expect_table = True
+                if token.is_word("FROM"):
+                    from_lists.add(depth)
+            elif token.is_op(",") and depth in from_lists:
+                expect_table = True
+            elif token.kind == "word" and token.value.upper() in _FROM_LIST_END:
+                from_lists.discard(depth)
+            i += 1
+        pieces.append(text[last:])
+        return "".join(pieces), views
+
+    def _replace_at(self, text: str, tokens: list[Token], i: int, views: list[str]) -> tuple[int, int, str, int] | None:
+        """A replacement for the table reference at ``tokens[i]``: (start, end, text, next token index)."""
+        token = tokens[i]
+        if (
+            token.is_op("(")
+            and i + 2 < len(tokens)
+            and tokens[i + 1].is_word("DESCRIBE", "DESC")
+            and tokens[i + 2].is_word("HISTORY")
+        ):
+            close = _matching(tokens, i)
+            inner = text[tokens[i + 1].start : tokens[close - 1].end]
+            stmt = parse_statement(inner, tokenize(inner))
+            assert isinstance(stmt, DescribeHistory)
+            from sparkonce.delta.history import history
+
+            view = self._temp_view(history(self.spark, self.require(stmt.table).location, limit=stmt.limit))
+            views.append(view)
+            return token.start, tokens[close].end, view, close + 1
+        if token.kind not in ("word", "quoted"):
+            return None
+        cursor = Cursor(text, tokens, i)
+        try:
+            ref = parse_table(cursor)
+        except SqlError:
+            return None
+        if ref.name is not None and ref.name[0].lower() == "delta" and ref.path is None and len(ref.name) == 2:
+            return None
+        target = self.resolve(ref)
+        if target is None:
+            if ref.path is not None:
+                raise SqlError(f"[DELTA_MISSING_DELTA_TABLE] {ref.path} is not a Delta table.")
+            return None
+        view = self._view(target, ref)
+        views.append(view)
+        after = Cursor(text, tokens, cursor.pos)
+        has_alias = parse_alias(after) is not None
+        replacement = view if has_alias or ref.name is None else f"{view} AS `{ref.name[-1]}`"
+        return ref.start, ref.end, replacement, cursor.pos
+
+    # -- statements ------------------------------------------------------------------------------------------
+
+    def _detail(self, target: Target) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        from sparkonce.delta.tables import DeltaTable
+
+        frame = DeltaTable(self.spark, target.location).detail()
+        if target.catalog is not None:
+            frame = frame.withColumn("name", F.lit(target.catalog.qualified_name))
+        return frame
+
+    def _vacuum(self, target: Target, stmt: Vacuum) -> DataFrame:
+        from sparkonce.delta.tables import RETENTION_CHECK_CONF
+        from sparkonce.delta.vacuum import vacuum
+
+        enforce = str(self.spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() != "false"
+        result = vacuum(
+            target.location, retention_hours=stmt.retain_hours, dry_run=stmt.dry_run, enforce_retention_duration=enforce
+        )
+        root = target.location.rstrip("/")
+        rows = [(f"{root}/{f}",) for f in result.files] if stmt.dry_run else [(root,)]
+        return self.spark.createDataFrame(rows, "path STRING")
+
+    def _delete(self, text: str, target: Target, stmt: Delete) -> DataFrame:
+        from sparkonce.delta.dml import delete_rows
+        from sparkonce.delta.tables import dml_txn
+
+        where = self._unqualified(text, stmt.where, stmt.table, stmt.alias)
+        result = delete_rows(self.spark, target.location, where, txn=dml_txn(self.spark))
+        return self.spark.createDataFrame([(result.rows_changed,)], "num_affected_rows BIGINT")
+
+    def _update(self, text: str, target: Target, stmt: Update) -> DataFrame:
+        from sparkonce.delta.dml import update_rows
+        from sparkonce.delta.tables import dml_txn
+
+        where = self._unqualified(text, stmt.where, stmt.table, stmt.alias)
+        assignments: dict[str, str] = {}
+        for a in stmt.assignments:
+            value = self._unqualified(text, a.value, stmt.table, stmt.alias)
+            assert value is not None
+            assignments[a.column] = value
+        result = update_rows(self.spark, target.location, where, assignments, txn=dml_txn(self.spark))
+        return self.spark.createDataFrame([(result.rows_changed,)], "num_affected_rows BIGINT")
+
+    def _merge(self, text: str, target: Target, stmt: Merge) -> DataFrame:
+        from sparkonce.delta.merge import MergeClause, merge_into
+        from sparkonce.delta.tables import MERGE_SCHEMA, dml_txn
+
+        if stmt.source_query is not None:
+            source = self.query(_text(text, stmt.source_query))
+            source_alias = stmt.source_alias
+        else:
+            assert stmt.source_table is not None
+            source = self._table_frame(stmt.source_table)
+            default = stmt.source_table.name[-1] if stmt.source_table.name else None
+            source_alias = stmt.source_alias or default
+        if source_alias:
+            source = source.alias(source_alias)
+        target_alias = stmt.alias or (stmt.table.name[-1] if stmt.table.name else None)
+        clauses = [
+            MergeClause(
+                a.when,
+                a.kind,
+                _text(text, a.condition) if a.condition else None,
+                {x.column: _text(text, x.value) for x in a.assignments} if a.assignments is not None else None,
+            )
+            for a in stmt.actions
+        ]
+        auto_merge = str(self.spark.conf.get(AUTO_MERGE_CONF, "false")).lower() == "true"
+        result = merge_into(
+            source,
+            target.location,
+            _text(text, stmt.condition),
+            clauses,
+            target_alias=target_alias,
+            txn=dml_txn(self.spark),
+            schema_evolution=stmt.schema_evolution or auto_merge,
+        )
+        counts = (result.rows_updated, result.rows_deleted, result.rows_inserted)
+        return self.spark.createDataFrame([(sum(counts), *counts)], MERGE_SCHEMA)
+
+    def _insert(self, text: str, target: Target, stmt: Insert) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        from sparkonce.delta.commit import load_table
+
+        frame = self.query(_text(text, stmt.query))
+        table_schema = _spark_schema(load_table(target.location))
+        names = [f.name for f in table_schema.fields]
+        given = list(stmt.columns) if stmt.columns is not None else names
+        unknown = [c for c in given if c.lower() not in {n.lower() for n in names}]
+        if unknown:
+            raise SqlError(f"INSERT INTO {target.shown}: column(s) {unknown} are not columns of the table {names}")
+        if len(frame.columns) != len(given):
+            more = "TOO_MANY_DATA_COLUMNS" if len(frame.columns) > len(given) else "NOT_ENOUGH_DATA_COLUMNS"
+            raise SqlError(
+                f"[INSERT_COLUMN_ARITY_MISMATCH.{more}] Cannot write to {target.shown}: the table's columns "
+                f"{given} vs the data's {frame.columns}."
+            )
+        by_name = {g.lower(): F.col(f"`{c}`") for g, c in zip(given, frame.columns)}
+        frame = frame.select(
+            *[by_name.get(f.name.lower(), F.lit(None)).cast(f.dataType).alias(f.name) for f in table_schema.fields]
+        )
+        writer = frame.write.format(FORMAT).mode("overwrite" if stmt.overwrite else "append")
+        for key, value in self._txn_options().items():
+            writer = writer.option(key, value)
+        writer.save(target.location)
+        return self._empty()
+
+    def _create(self, text: str, stmt: CreateTable) -> DataFrame:
+        from sparkonce.delta.commit import load_table, table_exists
+
+        catalog = DeltaCatalog.of(self.spark) if stmt.table.name is not None else None
+        database, name = self._create_name(stmt.table) if catalog is not None else ("", "")
+        existing = catalog.get(database, name) if catalog is not None else None
+        if existing is not None and stmt.if_not_exists:
+            return self._empty()
+        if existing is not None and not stmt.replace:
+            raise SqlError(
+                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{database}`.`{name}` because it "
+                "already exists."
+            )
+        if catalog is not None and existing is None and self._spark_has_table(database, name):
+            raise SqlError(
+                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{database}`.`{name}` because it "
+                "already exists in Spark's catalog (not a sparkonce Delta table)."
+            )
+        if existing is not None and stmt.location is not None and stmt.location != existing.location:
+            raise SqlError(
+                f"CREATE OR REPLACE TABLE {database}.{name}: LOCATION {stmt.location} differs from the table's "
+                f"{existing.location}"
+            )
+        managed = existing.managed if existing is not None else stmt.location is None and stmt.table.path is None
+        if stmt.table.path is not None:
+            location = stmt.table.path
+        elif existing is not None:
+            location = existing.location
+        elif stmt.location is not None:
+            location = stmt.location
+        else:
+            assert catalog is not None
+            location = catalog.managed_location(database, name)
+        exists = table_exists(location)
+        properties = _delta_properties(stmt.properties)
+        frame: DataFrame | None = None
+        if stmt.query is not None:
+            frame = self.query(_text(text, stmt.query))
+            if stmt.columns is not None:
+                raise SqlError("CREATE TABLE ... AS SELECT takes its columns from the query: drop the column list")
+        elif stmt.columns is not None:
+            frame = self.spark.createDataFrame([], _text(text, stmt.columns))
+        if exists and not stmt.replace:
+            if stmt.table.path is not None and stmt.if_not_exists:
+                return self._empty()
+            if frame is not None and stmt.query is not None:
+                raise SqlError(
+                    f"[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table {stmt.table.shown}: "
+                    f"{location} already holds a Delta table"
+                )
+            if stmt.table.path is not None:
+                raise SqlError(f"[DELTA_TABLE_ALREADY_EXISTS] Table {stmt.table.shown} already exists.")
+            if frame is not None:
+                have = _spark_schema(load_table(location)).simpleString()
+                want = frame.schema.simpleString()
+                if have.lower() != want.lower():
+                    raise SqlError(
+                        f"[DELTA_CREATE_TABLE_SCHEME_MISMATCH] The specified schema {want} does not match the "
+                        f"existing schema {have} at {location}"
+                    )
+            if properties or stmt.partitioned_by:
+                raise SqlError(
+                    f"CREATE TABLE {stmt.table.shown} LOCATION {location}: the table exists there; its properties and "
+                    "partitioning are the table's (change properties with ALTER TABLE ... SET TBLPROPERTIES)"
+                )
+        else:
+            if frame is None:
+                raise SqlError(f"CREATE TABLE {stmt.table.shown}: {location} holds no Delta table to register")
+            writer = frame.write.format(FORMAT).mode("overwrite" if exists else "append")
+            if exists:
+                writer = writer.option("overwriteSchema", "true")
+            if stmt.partitioned_by:
+                writer = writer.partitionBy(*stmt.partitioned_by)
+            for key, value in properties.items():
+                writer = writer.option(key, value)
+            writer.save(location)
+        if catalog is not None and existing is None:
+            catalog.add(database, name, location, managed=managed)
+        return self._empty()
+
+    def _drop(self, stmt: DropTable) -> DataFrame | None:
+        if stmt.table.path is not None:
+            raise SqlError(f"DROP TABLE takes a table name, not a path ({stmt.table.shown})")
+        target = self.resolve(stmt.table)
+        if target is None:
+            return None  # Spark's own table (or an error in Spark's words)
+        assert target.catalog is not None
+        DeltaCatalog.of(self.spark).remove(target.catalog)
+        if target.catalog.managed:
+            log.info("DROP TABLE %s: deleting the managed table's files at %s", target.shown, target.location)
+            shutil.rmtree(target.location, ignore_errors=True)
+        return self._empty()
+
+    def _show_properties(self, target: Target, key: str | None) -> DataFrame:
+        from sparkonce.delta.commit import load_table
+
+        table = load_table(target.location)
+        protocol = table.protocol()
+        rows = {str(k): str(v) for k, v in table.metadata().configuration.items() if v is not None}
+        rows["delta.minReaderVersion"] = str(protocol.min_reader_version)
+        rows["delta.minWriterVersion"] = str(protocol.min_writer_version)
+        for feature in sorted(set(protocol.reader_features or []) | set(protocol.writer_features or [])):
+            rows[f"delta.feature.{feature}"] = "supported"
+        if key is not None:
+            found = next((k for k in rows if k.lower() == key.lower()), None)
+            value = rows[found] if found else f"Table {target.shown} does not have property: {key}"
+            return self.spark.createDataFrame([(key, value)], "key STRING, value STRING")
+        return self.spark.createDataFrame(sorted(rows.items()), "key STRING, value STRING")
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+
+    def _table_frame(self, ref: TableRef) -> DataFrame:
+        target = self.resolve(ref)
+        if target is not None:
+            return self.spark.read.format(FORMAT).load(target.location)
+        if ref.path is not None:
+            raise SqlError(f"[DELTA_MISSING_DELTA_TABLE] {ref.path} is not a Delta table.")
+        assert ref.name is not None
+        return self.spark.table(".".join(f"`{p}`" for p in ref.name))
+
+    def _create_name(self, ref: TableRef) -> tuple[str, str]:
+        assert ref.name is not None
+        parts = list(ref.name)
+        if len(parts) == 3 and parts[0].lower() == "spark_catalog":
+            parts = parts[1:]
+        if len(parts) == 1:
+            return self.spark.catalog.currentDatabase(), parts[0]
+        if len(parts) == 2:
+            return parts[0], parts[1]
+        raise SqlError(f"CREATE TABLE {ref.shown}: sparkonce's catalog takes [spark_catalog.]database.table names")
+
+    def _spark_has_table(self, database: str, name: str) -> bool:
+        try:
+            return bool(self.spark.catalog.tableExists(name, database))
+        except Exception:  # the database does not exist in Spark's catalog
+            return False
+
+    def _unqualified(self, text: str, span: Span | None, table: TableRef, alias: str | None) -> str | None:
+        """The expression at ``span`` with ``alias.`` / ``table.`` qualifiers removed (DELETE and UPDATE evaluate
+        their expressions on the table's rows, which carry no qualifier)."""
+        if span is None:
+            return None
+        qualifiers = {q.lower() for q in (alias, table.name[-1] if table.name else None) if q}
+        piece = text[span.start : span.end]
+        tokens = tokenize(piece)
+        out: list[str] = []
+        last = 0
+        for i, token in enumerate(tokens[:-1]):
+            previous_dot = i > 0 and tokens[i - 1].is_op(".")
+            qualifier = token.kind in ("word", "quoted") and token.value.lower() in qualifiers
+            if qualifier and tokens[i + 1].is_op(".") and not previous_dot:
+                out.append(piece[last : token.start])
+                last = tokens[i + 1].end
+        out.append(piece[last:])
+        return "".join(out)
+
+    def _txn_options(self) -> dict[str, str]:
+        from sparkonce.delta.tables import dml_txn
+
+        txn = dml_txn(self.spark)
+        return {} if txn is None else {"txnAppId": txn.app_id, "txnVersion": str(txn.txn_version)}
+
+    def _no_time_travel(self, ref: TableRef, statement: str) -> None:
+        if ref.table_version is not None or ref.timestamp is not None:
+            raise SqlError(f"{statement} on {ref.shown}: a statement that writes cannot take a table version")
+
+    def _empty(self) -> DataFrame:
+        from pyspark.sql.types import StructType
+
+        return self.spark.createDataFrame([], StructType([]))
+
+
+def _text(text: str, span: Span) -> str:
+    return text[span.start : span.end]
+
+
+def _matching(tokens: list[Token], open_index: int) -> int:
+    depth = 0
+    for i in range(open_index, len(tokens)):
+        if tokens[i].is_op("("):
+            depth += 1
+        elif tokens[i].is_op(")"):
+            depth -= 1
+            if depth == 0:
+                return i
+    raise SqlError("unbalanced parentheses around DESCRIBE HISTORY")
+
+
+def _spark_schema(table: Any) -> Any:
+    from pyspark.sql.types import StructType
+
+    return StructType.fromJson(json.loads(table.schema().to_json()))
+
+
+def _delta_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """``TBLPROPERTIES`` of a new table: Delta's ``delta.*`` properties (checked as write options are).
+
+    Raises:
+        SqlError: a key outside ``delta.*`` (sparkonce sets only Delta's own properties at creation).
+    """
+    from sparkonce.delta.properties import table_properties
+
+    others = [k for k in properties if not k.lower().startswith("delta.")]
+    if others:
+        raise SqlError(
+            f"TBLPROPERTIES {others}: sparkonce sets Delta's own delta.* table properties when it creates a table; "
+            "add other properties with ALTER TABLE ... SET TBLPROPERTIES"
+        )
+    return table_properties(properties)
+
+
+def install(spark: SparkSession) -> None:
+    """Make ``spark.sql`` a :class:`DeltaSql` of ``spark`` (once; :func:`sparkonce.register` calls it)."""
+    if isinstance(getattr(spark, "sql", None), DeltaSql):
+        return
+    spark.sql = DeltaSql(spark, spark.sql)  # type: ignore[method-assign]
+
+
+def run_sql(spark: SparkSession, text: str) -> DataFrame:
+    """Run ``text`` as :class:`DeltaSql` would, without installing it on ``spark``."""
+    current = spark.sql
+    return (current if isinstance(current, DeltaSql) else DeltaSql(spark, current))(text)
+
+
+__all__ = ["DeltaSql", "Target", "install", "run_sql"]

@@ -1,0 +1,322 @@
+"""Delta's SQL through ``spark.sql`` on real tables: the articles' statements verbatim on a table written by
+sparkonce's streaming sink, every statement kind checked afterwards with delta-rs (rows, log actions, protocol),
+and bad input (unknown tables, unsupported clauses, name clashes) refused before anything is written."""
+
+# ruff: noqa: W291  (the articles' statements keep their trailing spaces: they are run verbatim)
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from sparkonce.delta.catalog import CATALOG_DIR, WAREHOUSE_CONF
+from sparkonce.errors import OptionError, SqlError, UnsupportedFeatureError
+from sparkonce.sql import DeltaSql
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark]
+
+# Seed 000, "Step 3" and "Step 4", verbatim but for the table name.
+STEP_3_HISTORY = """-- Check transaction details
+DESCRIBE HISTORY your_streaming_table;
+"""
+STEP_3_MARKERS = """-- Look for streaming write markers
+SELECT 
+  version,
+  operation,
+  operationParameters,
+  operationMetrics
+FROM (DESCRIBE HISTORY your_streaming_table)
+WHERE operation = 'STREAMING UPDATE'
+"""
+STEP_4_DUPLICATE_EPOCHS = """
+SELECT 
+  operationParameters.txnVersion as epoch_id,
+  operationParameters.txnAppId as query_id,
+  count(*) as occurrence_count
+FROM (DESCRIBE HISTORY your_streaming_table)
+WHERE operation = 'STREAMING UPDATE'
+GROUP BY operationParameters.txnVersion, operationParameters.txnAppId
+HAVING count(*) > 1
+"""
+LAST_EPOCH = """
+        SELECT max(operationParameters.txnVersion) as max_epoch
+        FROM (DESCRIBE HISTORY delta.`{table_path}`)
+        WHERE operation = 'STREAMING UPDATE'
+    """
+SAME_EPOCH_OTHER_QUERY = """
+SELECT 
+  operationParameters.txnVersion as epoch,
+  collect_set(operationParameters.txnAppId) as query_ids
+FROM (DESCRIBE HISTORY your_streaming_table)
+WHERE operation = 'STREAMING UPDATE'
+GROUP BY operationParameters.txnVersion
+HAVING size(collect_set(operationParameters.txnAppId)) > 1
+"""
+
+
+@pytest.fixture
+def sql(spark: SparkSession, tmp_path: Path) -> Iterator[DeltaSql]:
+    """``spark.sql`` as registered, with sparkonce's catalog and managed tables in this test's folder."""
+    assert isinstance(spark.sql, DeltaSql)
+    spark.conf.set(WAREHOUSE_CONF, str(tmp_path / "warehouse"))
+    yield spark.sql
+    spark.conf.unset(WAREHOUSE_CONF)
+
+
+def _stream(spark: SparkSession, source: Path, target: Path, checkpoint: Path) -> str:
+    query = (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", 1)
+        .load(str(source))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(target))
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    return str(query.id)
+
+
+def _ids(path: Path, *, version: int | None = None) -> list[int]:
+    return sorted(DeltaTable(str(path), version=version).to_pyarrow_table().column("id").to_pylist())
+
+
+def _operations(path: Path) -> list[str]:
+    """Operation names newest first, as delta-rs reads them (another engine's view of the history)."""
+    return [h["operation"] for h in DeltaTable(str(path)).history()]
+
+
+@pytest.fixture
+def streamed(spark: SparkSession, tmp_path: Path) -> tuple[Path, Path, str]:
+    """A source table of two versions streamed by sparkonce into ``events`` (two batches); the query id."""
+    source = tmp_path / "source"
+    for v in range(2):
+        write_deltalake(str(source), pa.table({"id": [v * 10 + i for i in range(10)]}), mode="append")
+    target = tmp_path / "events"
+    return source, target, _stream(spark, source, target, tmp_path / "ck")
+
+
+def test_the_articles_statements_run_verbatim(
+    spark: SparkSession, sql: DeltaSql, streamed: tuple[Path, Path, str], tmp_path: Path
+) -> None:
+    source, target, query_id = streamed
+    sql(f"CREATE TABLE your_streaming_table USING delta LOCATION '{target}'")
+
+    history = sql(STEP_3_HISTORY).collect()
+    assert [(r.version, r.operation) for r in history] == [(1, "STREAMING UPDATE"), (0, "STREAMING UPDATE")]
+    assert history[0].operationParameters["epochId"] == "1" and history[0].operationParameters["queryId"] == query_id
+    markers = sql(STEP_3_MARKERS).collect()
+    assert [r.version for r in markers] == [1, 0]
+    assert markers[0].operationMetrics["numOutputRows"] == "10"
+    assert sql(STEP_4_DUPLICATE_EPOCHS).collect() == []
+    assert sql(LAST_EPOCH.format(table_path=target)).collect()[0]["max_epoch"] == "1"
+    assert sql(SAME_EPOCH_OTHER_QUERY).collect() == []
+    # delta-rs, another engine, sees the same operations and parameters
+    assert _operations(target) == ["STREAMING UPDATE", "STREAMING UPDATE"]
+    assert [h["operationParameters"]["epochId"] for h in DeltaTable(str(target)).history()] == ["1", "0"]
+
+    # The articles' failure: the checkpoint is lost and a new query writes the same epochs again.
+    second = _stream(spark, source, target, tmp_path / "ck-recreated")
+    found = {r.epoch: sorted(r.query_ids) for r in sql(SAME_EPOCH_OTHER_QUERY).collect()}
+    assert found == {"0": sorted([query_id, second]), "1": sorted([query_id, second])}
+    assert sql(STEP_4_DUPLICATE_EPOCHS).collect() == []  # each query id wrote each epoch once
+    assert len(_ids(target)) == 40  # the duplicates the query found are real
+    assert sql("SELECT count(*) AS n, count(DISTINCT id) AS d FROM your_streaming_table").collect()[0] == (40, 20)
+
+
+def test_select_by_path_and_name_with_time_travel(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1, 2], "v": ["a", "b"]}))
+    write_deltalake(str(path), pa.table({"id": [3], "v": ["c"]}), mode="append")
+    write_deltalake(str(tmp_path / "other"), pa.table({"id": [2, 3], "w": ["x", "y"]}))
+    timestamp = DeltaTable(str(path)).history()[-1]["timestamp"]  # version 0, milliseconds since the epoch
+    sql(f"CREATE TABLE t USING delta LOCATION '{path}'")
+
+    def ids(query: str) -> list[int]:
+        return sorted(r[0] for r in sql(query).collect())
+
+    assert ids(f"SELECT id FROM delta.`{path}`") == [1, 2, 3]
+    assert ids(f"SELECT id FROM delta.`{path}` VERSION AS OF 0") == [1, 2]
+    assert ids(f"SELECT id FROM delta.`{path}@v0`") == [1, 2]
+    assert ids("SELECT id FROM t@v0") == [1, 2]
+    assert ids("SELECT id FROM t FOR SYSTEM_VERSION AS OF 1") == [1, 2, 3]
+    when = spark.createDataFrame([(timestamp,)], "ms BIGINT").selectExpr("CAST(timestamp_millis(ms) AS STRING)")
+    assert ids(f"SELECT id FROM t TIMESTAMP AS OF '{when.collect()[0][0]}'") == [1, 2]
+    assert ids("SELECT t.id FROM t WHERE t.v <> 'a'") == [2, 3]  # columns qualified by the table's name
+    joined = f"SELECT a.id FROM t a JOIN delta.`{tmp_path / 'other'}` AS o ON a.id = o.id, default.t c WHERE c.id = 1"
+    assert ids(joined) == [2, 3]
+    assert ids("WITH x AS (SELECT id FROM spark_catalog.default.t) SELECT id FROM x WHERE id IN (SELECT 3)") == [3]
+    assert ids("SELECT 1 AS one") == [1]  # Spark's own statements go through untouched
+    assert [v.name for v in spark.catalog.listTables() if v.name.startswith("__sparkonce")] == []
+
+
+def test_dml_statements(sql: DeltaSql, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1, 2, 3, 4], "v": [10, 20, 30, 40]}))
+    sql(f"CREATE TABLE t USING delta LOCATION '{path}'")
+    assert sql("DELETE FROM t AS x WHERE x.id = 4").collect()[0].num_affected_rows == 1
+    assert sql("UPDATE t SET v = v + 1, t.id = t.id WHERE id >= 2").collect()[0].num_affected_rows == 2
+    merged = sql(
+        """MERGE INTO t USING (SELECT * FROM VALUES (1, 100, 'u'), (2, 0, 'd'), (5, 500, 'i'), (6, -1, 'i')
+                              AS s(id, v, op)) s
+           ON t.id = s.id
+           WHEN MATCHED AND s.op = 'd' THEN DELETE
+           WHEN MATCHED THEN UPDATE SET *
+           WHEN NOT MATCHED AND s.v < 0 THEN INSERT (id, v) VALUES (s.id, 0)
+           WHEN NOT MATCHED THEN INSERT *
+           WHEN NOT MATCHED BY SOURCE THEN UPDATE SET v = -t.v;"""
+    ).collect()[0]
+    assert (merged.num_updated_rows, merged.num_deleted_rows, merged.num_inserted_rows) == (2, 1, 2)
+    rows = DeltaTable(str(path)).to_pyarrow_table().sort_by("id").to_pylist()
+    assert [(r["id"], r["v"]) for r in rows] == [(1, 100), (3, -31), (5, 500), (6, 0)]
+    sql(f"MERGE INTO delta.`{path}` AS t USING t AS s ON t.id = s.id WHEN NOT MATCHED BY SOURCE THEN DELETE")
+    assert _operations(path)[:4] == ["MERGE", "MERGE", "UPDATE", "DELETE"]
+    history = DeltaTable(str(path)).history()
+    assert history[2]["operationParameters"]["predicate"] == '["id >= 2"]'  # the UPDATE, as written
+
+
+def test_insert_create_and_drop(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    warehouse = tmp_path / "warehouse"
+    sql(
+        """CREATE TABLE events (id BIGINT, day STRING) USING delta PARTITIONED BY (day)
+           TBLPROPERTIES ('delta.checkpointInterval' = '3')"""
+    )
+    managed = warehouse / "events"
+    assert DeltaTable(str(managed)).metadata().partition_columns == ["day"]
+    assert DeltaTable(str(managed)).metadata().configuration == {"delta.checkpointInterval": "3"}
+    sql("INSERT INTO events VALUES (1, 'a'), (2, 'b')")
+    sql("INSERT INTO TABLE events (day, id) SELECT 'c', 3")
+    sql("INSERT INTO events (id) VALUES (4)")
+    assert sorted(map(tuple, sql("SELECT id, day FROM events").collect()), key=lambda r: r[0]) == [
+        (1, "a"),
+        (2, "b"),
+        (3, "c"),
+        (4, None),
+    ]
+    assert (managed / "_delta_log" / "00000000000000000003.checkpoint.parquet").is_file()
+    sql("INSERT OVERWRITE events SELECT id * 10, day FROM events WHERE id < 3")
+    assert _ids(managed) == [10, 20]
+    assert _operations(managed)[0] == "WRITE"
+    assert DeltaTable(str(managed)).history()[0]["operationParameters"]["mode"] == "Overwrite"
+
+    sql("CREATE TABLE copy USING delta AS SELECT id FROM events WHERE id = 10")
+    assert _ids(warehouse / "copy") == [10]
+    sql("CREATE TABLE IF NOT EXISTS copy USING delta AS SELECT 1 AS id")  # exists: nothing happens
+    sql("CREATE OR REPLACE TABLE copy USING delta AS SELECT id, 'x' AS s FROM events")
+    assert sorted(map(tuple, sql("SELECT id, s FROM copy").collect())) == [(10, "x"), (20, "x")]
+    external = tmp_path / "external"
+    sql(f"CREATE TABLE ext (id BIGINT) USING delta LOCATION '{external}'")
+    entries = sorted(p.name for p in (warehouse / CATALOG_DIR / "default").iterdir())
+    assert entries == ["copy.json", "events.json", "ext.json"]
+    assert json.loads((warehouse / CATALOG_DIR / "default" / "ext.json").read_text()) == {
+        "location": str(external),
+        "managed": False,
+    }
+    # The catalog is files: another session (here: a new DeltaSql of the same session's conf) sees the tables.
+    assert DeltaSql(spark, sql.spark_sql)("SELECT count(*) FROM copy").collect()[0][0] == 2
+
+    sql("DROP TABLE copy")
+    assert not (warehouse / "copy").exists()  # managed: its files go with it
+    sql("DROP TABLE ext")
+    assert (external / "_delta_log" / "00000000000000000000.json").is_file()  # external: only the name goes
+    sql("DROP TABLE IF EXISTS ext")
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+        sql("SELECT * FROM copy")
+
+
+def test_properties(sql: DeltaSql, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1]}))
+    sql(f"CREATE TABLE t USING delta LOCATION '{path}'")
+    sql("ALTER TABLE t SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 60 days', 'team' = 'data')")
+    assert DeltaTable(str(path)).metadata().configuration == {
+        "delta.logRetentionDuration": "interval 60 days",
+        "team": "data",
+    }
+    shown = dict(map(tuple, sql("SHOW TBLPROPERTIES t").collect()))
+    assert shown == {
+        "delta.logRetentionDuration": "interval 60 days",
+        "delta.minReaderVersion": "1",
+        "delta.minWriterVersion": "2",
+        "team": "data",
+    }
+    assert sql("SHOW TBLPROPERTIES t ('team')").collect()[0].value == "data"
+    assert "does not have property" in sql("SHOW TBLPROPERTIES t ('nope')").collect()[0].value
+    sql("ALTER TABLE t SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    protocol = DeltaTable(str(path)).protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 4)
+    sql("ALTER TABLE t UNSET TBLPROPERTIES ('team')")
+    sql("ALTER TABLE t UNSET TBLPROPERTIES IF EXISTS ('team')")
+    assert "team" not in DeltaTable(str(path)).metadata().configuration
+    assert _operations(path) == ["UNSET TBLPROPERTIES"] * 2 + ["SET TBLPROPERTIES"] * 2 + ["WRITE"]
+    with pytest.raises(OptionError, match="DELTA_UNSET_NON_EXISTENT_PROPERTY"):
+        sql("ALTER TABLE t UNSET TBLPROPERTIES ('team')")
+    with pytest.raises(OptionError, match=r"Unknown configuration was specified: delta\.nonsense"):
+        sql("ALTER TABLE t SET TBLPROPERTIES ('delta.nonsense' = '1')")
+    with pytest.raises(UnsupportedFeatureError, match="row tracking"):
+        sql("ALTER TABLE t SET TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+    assert len(DeltaTable(str(path)).history()) == 5  # the refused statements wrote nothing
+
+
+def test_maintenance_statements(sql: DeltaSql, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    for i in range(3):
+        write_deltalake(str(path), pa.table({"id": [i], "p": ["x" if i else "y"]}), mode="append", partition_by=["p"])
+    optimized = sql(f"OPTIMIZE delta.`{path}` WHERE p = 'x'").collect()[0]
+    assert (optimized.metrics.numFilesAdded, optimized.metrics.numFilesRemoved) == (1, 2)
+    assert sql(f"DESCRIBE DETAIL '{path}'").collect()[0].numFiles == 2
+    restored = sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF 1").collect()[0]
+    assert restored.num_of_files_after_restore == 2
+    assert _ids(path) == [0, 1]
+    assert _operations(path)[:2] == ["RESTORE", "OPTIMIZE"]
+    assert sql(f"VACUUM delta.`{path}` RETAIN 200 HOURS DRY RUN").collect() == []
+    assert [r.path for r in sql(f"VACUUM delta.`{path}`").collect()] == [str(path)]
+    assert [r.version for r in sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 2").collect()] == [4, 3]
+
+
+def test_bad_input_is_refused_before_anything_is_written(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1]}))
+    sql(f"CREATE TABLE t USING delta LOCATION '{path}'")
+    with pytest.raises(SqlError, match=r"TABLE_OR_VIEW_NOT_FOUND.*`nope`"):
+        sql("DESCRIBE HISTORY nope")
+    with pytest.raises(SqlError, match="DELTA_MISSING_DELTA_TABLE"):
+        sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'missing'}`")
+    with pytest.raises(SqlError, match="DELTA_MISSING_DELTA_TABLE"):
+        sql(f"SELECT * FROM delta.`{tmp_path / 'missing'}`")
+    with pytest.raises(SqlError, match="ZORDER BY"):
+        sql("OPTIMIZE t ZORDER BY (id)")
+    with pytest.raises(SqlError, match="CONVERT TO DELTA"):
+        sql(f"CONVERT TO DELTA parquet.`{tmp_path}`")
+    with pytest.raises(SqlError, match="RENAME TO"):
+        sql("ALTER TABLE t RENAME TO u")
+    with pytest.raises(SqlError, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
+        sql(f"CREATE TABLE t USING delta LOCATION '{path}'")
+    with pytest.raises(SqlError, match="INSERT_COLUMN_ARITY_MISMATCH"):
+        sql("INSERT INTO t VALUES (1, 2)")
+    with pytest.raises(SqlError, match="cannot take a table version"):
+        sql("DELETE FROM t@v0")
+    with pytest.raises(SqlError, match="TBLPROPERTIES"):
+        sql("CREATE TABLE u (id INT) USING delta TBLPROPERTIES ('team' = 'x')")
+    assert not (tmp_path / "warehouse" / "u").exists()
+    spark.sql("DROP TABLE IF EXISTS spark_owned")
+    spark.sql("CREATE TABLE spark_owned (id INT) USING parquet")  # Spark's own table and statements
+    try:
+        spark.sql("INSERT INTO spark_owned VALUES (7)")
+        assert spark.sql("SELECT id FROM spark_owned").collect()[0].id == 7
+        with pytest.raises(SqlError, match=r"TABLE_OR_VIEW_ALREADY_EXISTS.*Spark's catalog"):
+            sql("CREATE TABLE spark_owned (id INT) USING delta")
+    finally:
+        spark.sql("DROP TABLE spark_owned")
+    assert len(DeltaTable(str(path)).history()) == 1
+    assert os.listdir(tmp_path / "warehouse" / CATALOG_DIR / "default") == ["t.json"]
