@@ -320,3 +320,52 @@ def test_bad_input_is_refused_before_anything_is_written(spark: SparkSession, sq
         spark.sql("DROP TABLE spark_owned")
     assert len(DeltaTable(str(path)).history()) == 1
     assert os.listdir(tmp_path / "warehouse" / CATALOG_DIR / "default") == ["t.json"]
+
+
+def test_tables_by_name_in_the_python_apis(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    from sparkonce import DeltaTable as SparkonceDeltaTable
+    from sparkonce.errors import TableNotFoundError
+
+    warehouse = tmp_path / "warehouse"
+    spark.createDataFrame([(1, "a"), (2, "b")], "id BIGINT, p STRING").write.format("delta").partitionBy(
+        "p"
+    ).saveAsTable("people")
+    assert DeltaTable(str(warehouse / "people")).metadata().partition_columns == ["p"]
+    with pytest.raises(SqlError, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
+        spark.range(1).write.format("delta").saveAsTable("people")
+    spark.createDataFrame([(3, "c")], "id BIGINT, p STRING").write.format("delta").mode("append").saveAsTable(
+        "default.people"
+    )
+    spark.range(1).write.format("delta").mode("ignore").saveAsTable("people")  # exists: nothing written
+    assert sorted(r.id for r in spark.table("people").collect()) == [1, 2, 3]
+    assert sorted(r.id for r in spark.read.table("spark_catalog.default.people").collect()) == [1, 2, 3]
+    assert sorted(r.id for r in spark.read.option("versionAsOf", 0).table("people").collect()) == [1, 2]
+
+    external = tmp_path / "ext"
+    spark.range(2).write.format("delta").option("path", str(external)).saveAsTable("ext")
+    assert _ids(external) == [0, 1]
+
+    query = (
+        spark.readStream.table("people")
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .toTable("people_copy")
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert _ids(warehouse / "people_copy") == [1, 2, 3]
+    assert _operations(warehouse / "people_copy") == ["STREAMING UPDATE"]  # the snapshot, as one batch
+
+    table = SparkonceDeltaTable.forName(spark, "people_copy")
+    table.delete("id = 2")
+    assert sorted(r.id for r in table.toDF().collect()) == [1, 3]
+    with pytest.raises(TableNotFoundError, match="`nope` is not a Delta table"):
+        SparkonceDeltaTable.forName(spark, "nope")
+    with pytest.raises(TypeError, match="tableOrViewName"):
+        SparkonceDeltaTable.forName(spark, 1)  # type: ignore[arg-type]
+    spark.range(3).createOrReplaceTempView("plain_view")  # names sparkonce does not hold stay Spark's
+    try:
+        assert spark.table("plain_view").count() == 3
+    finally:
+        spark.catalog.dropTempView("plain_view")

@@ -47,10 +47,12 @@ def install(format_names: Iterable[str]) -> None:
         _record(cls, "format", lambda self, source: setattr(self, "_sparkonce_format", str(source).lower()))
         _record(cls, "partitionBy", lambda self, *cols: setattr(self, "_sparkonce_partition_by", _flatten(cols)))
     _record(DataFrameWriter, "mode", _remember_mode)
-    _record(DataStreamWriter, "option", _remember_option)
-    _record(DataStreamWriter, "options", _remember_options)
+    for cls in (DataFrameWriter, DataStreamWriter):
+        _record(cls, "option", _remember_option)
+        _record(cls, "options", _remember_options)
     _wrap_save(DataFrameWriter)
     _wrap_start(DataStreamWriter)
+    _wrap_table_names()
     _INSTALLED = True
 
 
@@ -62,6 +64,8 @@ def _remember_mode(writer: Any, mode: str | None) -> None:
 def _remember_option(writer: Any, key: str, value: Any) -> None:
     if str(key).lower() == "checkpointlocation":
         writer._sparkonce_checkpoint = str(value)
+    elif str(key).lower() == "path":
+        writer._sparkonce_path = str(value)
 
 
 def _remember_options(writer: Any, **options: Any) -> None:
@@ -178,6 +182,137 @@ def _wrap_start(cls: type) -> None:
         return original(self, path, outputMode=outputMode, queryName=queryName, **options)
 
     cls.start = start  # type: ignore[attr-defined]
+
+
+# -- Delta tables by name (sparkonce's catalog, :mod:`sparkonce.delta.catalog`) -----------------------------------
+
+
+def _catalog_on(spark: Any) -> bool:
+    """True when ``spark`` runs sparkonce's SQL (registered without Delta's JVM connector)."""
+    from sparkonce.sql import DeltaSql
+
+    return isinstance(getattr(spark, "sql", None), DeltaSql)
+
+
+def _find(spark: Any, name: str) -> Any:
+    """The catalog entry of ``name`` when sparkonce serves ``spark``'s Delta tables, else None."""
+    if not _catalog_on(spark):
+        return None
+    from sparkonce.delta.catalog import find_table
+    from sparkonce.sql.statements import parse_name
+
+    return find_table(spark, parse_name(name))
+
+
+def _wrap_table_names() -> None:
+    """``saveAsTable`` / ``toTable`` of sparkonce's Delta formats, and ``table`` reads of names in sparkonce's
+    catalog, go to the table's location; every other name and format is Spark's."""
+    from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter
+    from pyspark.sql.session import SparkSession
+    from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
+
+    def read_table(original: Any) -> Any:
+        @functools.wraps(original)
+        def table(self: Any, tableName: str) -> Any:
+            entry = _find(self._spark, tableName)
+            if entry is None:
+                return original(self, tableName)
+            return self.format("sparkonce.delta").load(entry.location)
+
+        return table
+
+    DataFrameReader.table = read_table(DataFrameReader.table)  # type: ignore[method-assign]
+    DataStreamReader.table = read_table(DataStreamReader.table)  # type: ignore[method-assign]
+    session_table = SparkSession.table
+
+    @functools.wraps(session_table)
+    def spark_table(self: Any, tableName: str) -> Any:
+        return self.read.table(tableName) if _find(self, tableName) is not None else session_table(self, tableName)
+
+    SparkSession.table = spark_table  # type: ignore[method-assign]
+    save_as_table = DataFrameWriter.saveAsTable
+
+    @functools.wraps(save_as_table)
+    def saveAsTable(
+        self: Any,
+        name: str,
+        format: str | None = None,
+        mode: str | None = None,
+        partitionBy: Any = None,
+        **options: Any,
+    ) -> None:
+        fmt = str(format).lower() if format is not None else getattr(self, "_sparkonce_format", None)
+        if fmt not in _FORMATS or not _catalog_on(self._spark):
+            return save_as_table(self, name, format, mode, partitionBy, **options)
+        if mode is not None:
+            self.mode(mode)
+        effective = getattr(self, "_sparkonce_mode", "errorifexists")
+        given_path = options.pop("path", None)
+        path_option = getattr(self, "_sparkonce_path", None)
+        entry, location, register = _table_target(self._spark, name, given_path or path_option)
+        if entry is not None and effective in ("error", "errorifexists", "default"):
+            from sparkonce.errors import SqlError
+
+            raise SqlError(
+                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view {name} because it already exists "
+                "(write with mode append or overwrite)."
+            )
+        if entry is not None and effective == "ignore":
+            return None
+        self.save(None if path_option else location, format=format, partitionBy=partitionBy, **options)
+        register()
+        return None
+
+    DataFrameWriter.saveAsTable = saveAsTable  # type: ignore[method-assign]
+    to_table = DataStreamWriter.toTable
+
+    @functools.wraps(to_table)
+    def toTable(
+        self: Any,
+        tableName: str,
+        format: str | None = None,
+        outputMode: str | None = None,
+        partitionBy: Any = None,
+        queryName: str | None = None,
+        **options: Any,
+    ) -> Any:
+        fmt = str(format).lower() if format is not None else getattr(self, "_sparkonce_format", None)
+        if fmt not in _FORMATS or not _catalog_on(self._spark):
+            return to_table(self, tableName, format, outputMode, partitionBy, queryName, **options)
+        path_option = getattr(self, "_sparkonce_path", None)
+        _, location, register = _table_target(self._spark, tableName, options.pop("path", None) or path_option)
+        query = self.start(
+            None if path_option else location,
+            format=format,
+            outputMode=outputMode,
+            partitionBy=partitionBy,
+            queryName=queryName,
+            **options,
+        )
+        register()
+        return query
+
+    DataStreamWriter.toTable = toTable  # type: ignore[method-assign]
+
+
+def _table_target(spark: Any, name: str, path: str | None) -> tuple[Any, str, Any]:
+    """(existing entry or None, the location to write, a function that registers a new name afterwards)."""
+    from sparkonce.delta.catalog import DeltaCatalog, find_table, table_key
+    from sparkonce.errors import SqlError
+    from sparkonce.sql.statements import parse_name
+
+    parts = parse_name(name)
+    entry = find_table(spark, parts)
+    if entry is not None:
+        if path is not None and path != entry.location:
+            raise SqlError(f"table {name} is at {entry.location}, not at the path {path} given")
+        return entry, entry.location, lambda: None
+    key = table_key(spark, parts)
+    if key is None:
+        raise SqlError(f"{name}: sparkonce's catalog takes [spark_catalog.]database.table names")
+    catalog = DeltaCatalog.of(spark)
+    location = path or catalog.managed_location(*key)
+    return None, location, lambda: catalog.add(*key, location, managed=path is None)
 
 
 __all__ = ["install"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -48,6 +49,25 @@ class CatalogTable:
     def qualified_name(self) -> str:
         """``spark_catalog.<database>.<name>``, as Delta's ``DESCRIBE DETAIL`` names a table."""
         return f"spark_catalog.{self.database}.{self.name}"
+
+
+def table_key(spark: SparkSession, parts: Sequence[str]) -> tuple[str, str] | None:
+    """``(database, table)`` of a name's parts (``t``, ``db.t``, ``spark_catalog.db.t``; the current database when
+    none is named), or None for a name sparkonce's catalog cannot hold (another catalog, more parts)."""
+    names = [p.lower() for p in parts]
+    if len(names) == 3 and names[0] == "spark_catalog":
+        names = names[1:]
+    if len(names) == 1:
+        return spark.catalog.currentDatabase().lower(), names[0]
+    if len(names) == 2:
+        return names[0], names[1]
+    return None
+
+
+def find_table(spark: SparkSession, parts: Sequence[str]) -> CatalogTable | None:
+    """The table sparkonce's catalog holds under the name ``parts``, or None."""
+    key = table_key(spark, parts)
+    return DeltaCatalog.of(spark).get(*key) if key is not None else None
 
 
 class DeltaCatalog:
@@ -134,4 +154,4 @@ def _local_path(warehouse: str) -> str:
     return unquote(parts.path)
 
 
-__all__ = ["CATALOG_DIR", "WAREHOUSE_CONF", "CatalogTable", "DeltaCatalog"]
+__all__ = ["CATALOG_DIR", "WAREHOUSE_CONF", "CatalogTable", "DeltaCatalog", "find_table", "table_key"]

@@ -110,6 +110,27 @@ class DeltaTable:
         return cls(sparkSession, text)
 
     @classmethod
+    def forName(cls, sparkSession: SparkSession, tableOrViewName: str) -> DeltaTable:
+        """The Delta table named ``tableOrViewName`` in sparkonce's catalog (``CREATE TABLE``, ``saveAsTable``,
+        ``toTable``; see :mod:`sparkonce.delta.catalog`).
+
+        Raises:
+            TableNotFoundError: no Delta table of that name (``... is not a Delta table``).
+            TypeError: the name is not a string.
+        """
+        if not isinstance(tableOrViewName, str):
+            raise TypeError(f"tableOrViewName must be a str, not {type(tableOrViewName).__name__}")
+        import sparkonce
+        from sparkonce.delta.catalog import find_table
+        from sparkonce.sql.statements import parse_name
+
+        sparkonce.register(sparkSession)
+        entry = find_table(sparkSession, parse_name(tableOrViewName))
+        if entry is None or not table_exists(entry.location):
+            raise TableNotFoundError(f"`{tableOrViewName}` is not a Delta table.")
+        return cls(sparkSession, entry.location)
+
+    @classmethod
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:
         """True when ``identifier`` (a path) holds a Delta table."""
         return table_exists(os.fspath(identifier))

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkonce.delta.catalog import CatalogTable, DeltaCatalog
+from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table, table_key
 from sparkonce.errors import SqlError
 from sparkonce.sql.lexer import Token, split_statements, tokenize
 from sparkonce.sql.parser import parse_statement
@@ -190,14 +190,7 @@ class DeltaSql:
 
             return Target(ref.path, None, ref.shown) if table_exists(ref.path) else None
         assert ref.name is not None
-        parts = [p.lower() for p in ref.name]
-        if len(parts) == 3 and parts[0] == "spark_catalog":
-            parts = parts[1:]
-        if len(parts) == 1:
-            parts = [self.spark.catalog.currentDatabase().lower(), parts[0]]
-        if len(parts) != 2:
-            return None
-        entry = DeltaCatalog.of(self.spark).get(parts[0], parts[1])
+        entry = find_table(self.spark, ref.name)
         return Target(entry.location, entry, ref.shown) if entry is not None else None
 
     def require(self, ref: TableRef) -> Target:
@@ -538,14 +531,10 @@ class DeltaSql:
 
     def _create_name(self, ref: TableRef) -> tuple[str, str]:
         assert ref.name is not None
-        parts = list(ref.name)
-        if len(parts) == 3 and parts[0].lower() == "spark_catalog":
-            parts = parts[1:]
-        if len(parts) == 1:
-            return self.spark.catalog.currentDatabase(), parts[0]
-        if len(parts) == 2:
-            return parts[0], parts[1]
-        raise SqlError(f"CREATE TABLE {ref.shown}: sparkonce's catalog takes [spark_catalog.]database.table names")
+        key = table_key(self.spark, ref.name)
+        if key is None:
+            raise SqlError(f"CREATE TABLE {ref.shown}: sparkonce's catalog takes [spark_catalog.]database.table names")
+        return key
 
     def _spark_has_table(self, database: str, name: str) -> bool:
         try:

@@ -337,6 +337,21 @@ def parse_table(cursor: Cursor) -> TableRef:
     return TableRef(path, name, start, end, table_version, timestamp)
 
 
+def parse_name(text: str) -> tuple[str, ...]:
+    """The parts of a table name given as text (``db.t``, ```my db`.t``), as the Python APIs take it.
+
+    Raises:
+        SqlError: not a plain (dotted) name.
+    """
+    from sparkonce.sql.lexer import tokenize
+
+    cursor = Cursor(text, tokenize(text))
+    ref = parse_table(cursor)
+    if ref.name is None or not cursor.done() or ref.table_version is not None or ref.timestamp is not None:
+        raise SqlError(f"{text!r} is not a table name")
+    return ref.name
+
+
 def _at_suffix(cursor: Cursor, text: str) -> tuple[str, int | None, str | None]:
     """Delta's ``t@v123`` (table version) and ``t@20190101000000000`` (``yyyyMMddHHmmssSSS``) suffixes."""
     base, _, suffix = text.rpartition("@")
@@ -443,6 +458,7 @@ __all__ = [
     "parse_alias",
     "parse_assignments",
     "parse_identifier_list",
+    "parse_name",
     "parse_properties",
     "parse_table",
 ]
