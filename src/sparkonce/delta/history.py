@@ -23,6 +23,7 @@ from sparkonce.delta.log import CommitEntry, DeltaLog
 from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 HISTORY_SCHEMA = (
@@ -40,7 +41,8 @@ STREAMING_UPDATE = "STREAMING UPDATE"
 def history_rows(path: str | os.PathLike[str] | TableLocation, *, limit: int | None = None) -> list[tuple[Any, ...]]:
     """Return the rows of :func:`history` as tuples in :data:`HISTORY_SCHEMA` order, newest first.
 
-    Runs on the driver; reads only the ``limit`` newest JSON commits.
+    Runs on the driver; reads only the ``limit`` newest JSON commits, and of each only its ``commitInfo`` and
+    ``txn`` lines.
 
     Raises:
         TableNotFoundError: ``path`` is not a Delta table.
@@ -54,7 +56,7 @@ def history_rows(path: str | os.PathLike[str] | TableLocation, *, limit: int | N
     versions = sorted(delta_log.commit_versions(), reverse=True)
     if limit is not None:
         versions = versions[:limit]
-    return [_row(delta_log.commit_entry(v)) for v in versions]
+    return [_row(entry) for entry in delta_log.commit_summaries(versions)]
 
 
 def history(
@@ -78,7 +80,28 @@ def history(
         TableNotFoundError: ``path`` is not a Delta table.
         DeltaLogError: a JSON commit in range is corrupt.
     """
-    return spark.createDataFrame(history_rows(path, limit=limit), HISTORY_SCHEMA)
+    return spark.createDataFrame(_arrow_table(history_rows(path, limit=limit)))
+
+
+def _arrow_table(rows: list[tuple[Any, ...]]) -> pa.Table:
+    """``rows`` as an Arrow table of :data:`HISTORY_SCHEMA` (Spark takes it without converting row by row)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    spark_schema = _parse_datatype_string(HISTORY_SCHEMA)
+    assert isinstance(spark_schema, StructType)
+    schema = to_arrow_schema(spark_schema, timezone="UTC")
+    columns: list[list[Any]] = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in schema]
+    arrays = []
+    for field, values in zip(schema, columns, strict=True):
+        if pa.types.is_map(field.type):
+            values = [list(v.items()) if v is not None else None for v in values]
+        elif pa.types.is_struct(field.type):
+            names = [f.name for f in field.type]
+            values = [dict(zip(names, v, strict=True)) if v is not None else None for v in values]
+        arrays.append(pa.array(values, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _row(entry: CommitEntry) -> tuple[Any, ...]:
