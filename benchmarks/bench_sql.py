@@ -32,10 +32,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_doctor import make_table  # noqa: E402  (a sibling script)
-
-from sparkonce.delta.tables import DeltaTable  # noqa: E402
-from sparkonce.spark import local_session  # noqa: E402
+from bench_doctor import make_table
+from sparkonce.delta.tables import DeltaTable
+from sparkonce.spark import local_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

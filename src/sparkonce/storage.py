@@ -179,6 +179,30 @@ class TableLocation:
             raise self.store_error(err) from err
         return True
 
+    def put(self, relative: str, data: bytes) -> None:
+        """Write the table's file ``relative`` holding ``data``, replacing it if it exists (driver; not for log
+        files, which :meth:`put_if_absent` writes). Readers see the old or the new content, never a part.
+
+        Raises:
+            StorageError: the store failed or refused the write.
+        """
+        if self.is_local:
+            import tempfile
+
+            path = os.path.join(self.uri, relative)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, staged = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".sparkonce-")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(staged, path)
+            return
+        import obstore
+
+        try:
+            obstore.put(_object_store(self), relative, data)
+        except (OSError, obstore.exceptions.BaseError) as err:
+            raise self.store_error(err) from err
+
     def check_reachable(self, *, for_write: bool) -> bool:
         """Ask the store about the table (driver, before any data moves); True when ``_delta_log`` exists.
 

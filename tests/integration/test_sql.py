@@ -296,8 +296,6 @@ def test_bad_input_is_refused_before_anything_is_written(spark: SparkSession, sq
         sql(f"SELECT * FROM delta.`{tmp_path / 'missing'}`")
     with pytest.raises(SqlError, match="ZORDER BY"):
         sql("OPTIMIZE t ZORDER BY (id)")
-    with pytest.raises(SqlError, match="CONVERT TO DELTA"):
-        sql(f"CONVERT TO DELTA parquet.`{tmp_path}`")
     with pytest.raises(SqlError, match="RENAME TO"):
         sql("ALTER TABLE t RENAME TO u")
     with pytest.raises(SqlError, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
@@ -369,3 +367,47 @@ def test_tables_by_name_in_the_python_apis(spark: SparkSession, sql: DeltaSql, t
         assert spark.table("plain_view").count() == 3
     finally:
         spark.catalog.dropTempView("plain_view")
+
+
+def test_add_columns_manifests_and_convert(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1, 2], "p": ["x", None]}), partition_by=["p"])
+    sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (note STRING COMMENT 'why', score DOUBLE)")
+    fields = json.loads(DeltaTable(str(path)).schema().to_json())["fields"]
+    assert [(f["name"], f["type"], f["nullable"]) for f in fields] == [
+        ("id", "long", True),
+        ("p", "string", True),
+        ("note", "string", True),
+        ("score", "double", True),
+    ]
+    assert fields[2]["metadata"] == {"comment": "why"}
+    assert _operations(path)[0] == "ADD COLUMNS"
+    sql(f"INSERT INTO delta.`{path}` VALUES (3, 'x', 'new', 1.5)")
+    rows = DeltaTable(str(path)).to_pyarrow_table().sort_by("id").to_pylist()
+    assert [(r["id"], r["note"], r["score"]) for r in rows] == [(1, None, None), (2, None, None), (3, "new", 1.5)]
+    with pytest.raises(OptionError, match="FIELD_ALREADY_EXISTS"):
+        sql(f"ALTER TABLE delta.`{path}` ADD COLUMN ID INT")
+    with pytest.raises(OptionError, match="must be nullable"):
+        sql(f"ALTER TABLE delta.`{path}` ADD COLUMN other INT NOT NULL")
+
+    sql(f"GENERATE symlink_format_manifest FOR TABLE delta.`{path}`")
+    manifests = sorted((path / "_symlink_format_manifest").rglob("manifest"))
+    assert [m.parent.name for m in manifests] == ["p=__HIVE_DEFAULT_PARTITION__", "p=x"]
+    listed = sorted(line for m in manifests for line in m.read_text().splitlines())
+    assert listed == sorted(DeltaTable(str(path)).file_uris())
+    sql(f"DELETE FROM delta.`{path}` WHERE p IS NULL")
+    sql(f"GENERATE symlink_format_manifest FOR TABLE delta.`{path}`")
+    assert [m.parent.name for m in (path / "_symlink_format_manifest").rglob("manifest")] == ["p=x"]
+
+    parquet = tmp_path / "plain"
+    for day in ("d1", "d2"):
+        (parquet / f"day={day}").mkdir(parents=True)
+        pq.write_table(pa.table({"id": [1 if day == "d1" else 2]}), parquet / f"day={day}" / "part-0.parquet")
+    sql(f"CONVERT TO DELTA parquet.`{parquet}` PARTITIONED BY (day STRING)")
+    converted = DeltaTable(str(parquet))
+    assert converted.metadata().partition_columns == ["day"]
+    assert sorted(map(tuple, sql(f"SELECT id, day FROM delta.`{parquet}`").collect())) == [(1, "d1"), (2, "d2")]
+    sql(f"CONVERT TO DELTA parquet.`{parquet}`")  # already a Delta table: nothing happens
+    assert len(converted.history()) == 1

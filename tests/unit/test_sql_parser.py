@@ -9,13 +9,16 @@ from sparkonce.errors import SqlError
 from sparkonce.sql.lexer import split_statements, tokenize
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
+    AddColumns,
     AlterOther,
     AlterProperties,
+    ConvertToDelta,
     CreateTable,
     Delete,
     DescribeDetail,
     DescribeHistory,
     DropTable,
+    GenerateManifest,
     Insert,
     Merge,
     Optimize,
@@ -233,8 +236,22 @@ def test_other_statements() -> None:
     assert isinstance(stmt, AlterProperties) and stmt.unset == ("team",) and stmt.if_exists
     stmt = parse("ALTER TABLE t RENAME TO u")
     assert isinstance(stmt, AlterOther) and stmt.clause == "ALTER TABLE ... RENAME TO"
-    with pytest.raises(SqlError, match="CONVERT TO DELTA"):
-        parse("CONVERT TO DELTA parquet.`/p`")
+    text = "ALTER TABLE t ADD COLUMNS (a INT COMMENT 'x, y', b ARRAY<STRING>)"
+    stmt = parse(text)
+    assert isinstance(stmt, AddColumns) and span(text, stmt.columns) == "a INT COMMENT 'x, y', b ARRAY<STRING>"
+    text = "ALTER TABLE t ADD COLUMN c DOUBLE"
+    stmt = parse(text)
+    assert isinstance(stmt, AddColumns) and span(text, stmt.columns) == "c DOUBLE"
+    text = "CONVERT TO DELTA parquet.`/p` NO STATISTICS PARTITIONED BY (day STRING, h INT)"
+    stmt = parse(text)
+    assert isinstance(stmt, ConvertToDelta) and stmt.path == "/p" and not stmt.collect_stats
+    assert stmt.partition_schema is not None and span(text, stmt.partition_schema) == "day STRING, h INT"
+    with pytest.raises(SqlError, match="CONVERT TO DELTA of anything but parquet"):
+        parse("CONVERT TO DELTA db.t")
+    stmt = parse("GENERATE symlink_format_manifest FOR TABLE delta.`/p`")
+    assert isinstance(stmt, GenerateManifest) and stmt.table.path == "/p"
+    with pytest.raises(SqlError, match="GENERATE other_mode"):
+        parse("GENERATE other_mode FOR TABLE t")
     for text in ["SELECT * FROM t", "SHOW TABLES", "CREATE TEMP VIEW v AS SELECT 1", "DESCRIBE TABLE t"]:
         assert parse(text) is None, text
 

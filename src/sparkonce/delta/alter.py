@@ -1,16 +1,17 @@
-"""``ALTER TABLE ... SET / UNSET TBLPROPERTIES``: a Delta commit that changes the table's ``metaData.configuration``
-(and upgrades its protocol when a property needs it), as Delta writes it (operation ``SET TBLPROPERTIES`` /
-``UNSET TBLPROPERTIES``).
+"""``ALTER TABLE``: one Delta commit of the table's new ``metaData`` as Delta writes it: ``SET TBLPROPERTIES`` /
+``UNSET TBLPROPERTIES`` change its ``configuration`` (and upgrade the protocol when a property needs it), ``ADD
+COLUMNS`` appends nullable columns to its schema.
 
 Runs on the driver.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sparkonce._types import TableVersion
@@ -23,7 +24,7 @@ from sparkonce.delta.commit import (
 )
 from sparkonce.delta.log_entry import Operation, check_writable, commit_info, encode_entry, writer_features
 from sparkonce.delta.properties import new_table_protocol, table_properties
-from sparkonce.errors import CommitConflictError, OptionError
+from sparkonce.errors import CommitConflictError, OptionError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,9 @@ def alter_properties(
         if given
         else Operation("UNSET TBLPROPERTIES", {"properties": list(unset), "ifExists": if_exists})
     )
-    commit_id = str(uuid.uuid4())
-    for attempt in range(1, max_attempts + 1):
-        snapshot = load_table(location)
-        read_version = int(snapshot.version())
-        metadata = snapshot.metadata()
-        configuration = {str(k): str(v) for k, v in metadata.configuration.items() if v is not None}
+
+    def change(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
         for key in unset:
             found = next((k for k in configuration if k.lower() == key.lower()), None)
             if found is None and not if_exists:
@@ -90,7 +88,69 @@ def alter_properties(
             for old in [k for k in configuration if k.lower() == key.lower()]:
                 del configuration[old]
             configuration[key] = value
-        schema_string = snapshot.schema().to_json()
+        return configuration, snapshot.schema().to_json(), protocol_request
+
+    return _commit_metadata(location, operation, change, max_attempts)
+
+
+def add_columns(
+    table: str | TableLocation, columns: Sequence[Mapping[str, Any]], *, max_attempts: int = 100
+) -> TableVersion:
+    """Add ``columns`` (Spark/Delta schema JSON fields: ``name``, ``type``, ``nullable``, ``metadata``) at the end
+    of the table's schema in one Delta commit (``ADD COLUMNS``); its table version.
+
+    Raises:
+        OptionError: a column the table has already (names compared case-insensitively), or a NOT NULL column
+            (existing rows would break it, as Delta says).
+        UnsupportedFeatureError: a column-mapped table (sparkonce does not assign physical names yet).
+    """
+    location = table_location(table)
+    location.check_commit_safety()
+    added = [dict(c) for c in columns]
+    for column in added:
+        if not column.get("nullable", True):
+            raise OptionError(
+                str(column["name"]),
+                "NOT NULL",
+                f"[DELTA_ADD_COLUMN_NOT_NULL] {location}: a column added to an existing table must be nullable",
+            )
+    operation = Operation("ADD COLUMNS", {"columns": [{"column": c} for c in added]})
+
+    def change(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+        mode = next((v for k, v in configuration.items() if k.lower() == "delta.columnmapping.mode"), "none")
+        if mode.lower() != "none":
+            raise UnsupportedFeatureError(
+                f"ADD COLUMNS on {location}: the table uses column mapping ({mode}); sparkonce does not assign "
+                "physical names to new columns yet; nothing was written"
+            )
+        schema = json.loads(snapshot.schema().to_json())
+        have = {str(f["name"]).lower() for f in schema["fields"]}
+        for column in added:
+            if str(column["name"]).lower() in have:
+                raise OptionError(
+                    str(column["name"]), None, f"[FIELD_ALREADY_EXISTS] {location} already has a column of that name"
+                )
+            have.add(str(column["name"]).lower())
+        schema["fields"] = [*schema["fields"], *added]
+        return configuration, json.dumps(schema, separators=(",", ":")), {}
+
+    return _commit_metadata(location, operation, change, max_attempts)
+
+
+def _commit_metadata(
+    location: TableLocation,
+    operation: Operation,
+    change: Callable[[Any], tuple[dict[str, str], str, Mapping[str, int]]],
+    max_attempts: int,
+) -> TableVersion:
+    """One Delta commit of a new ``metaData`` (and protocol, when the change needs a newer one), made on the newest
+    snapshot: ``change(snapshot)`` gives the new configuration, schema string and protocol versions asked for."""
+    commit_id = str(uuid.uuid4())
+    for attempt in range(1, max_attempts + 1):
+        snapshot = load_table(location)
+        read_version = int(snapshot.version())
+        configuration, schema_string, protocol_request = change(snapshot)
         current = protocol_action(snapshot)
         protocol = _upgraded(current, new_table_protocol(schema_string, configuration), protocol_request, location)
         check_writable(
@@ -103,7 +163,7 @@ def alter_properties(
         actions: list[dict[str, Any]] = [{"commitInfo": info}]
         if protocol != current:
             actions.append({"protocol": protocol})
-        actions.append({"metaData": metadata_action(metadata, schema_string, configuration)})
+        actions.append({"metaData": metadata_action(snapshot.metadata(), schema_string, configuration)})
         target = read_version + 1
         try:
             made = location.put_if_absent(f"_delta_log/{target:020d}.json", encode_entry(actions))
@@ -120,7 +180,7 @@ def alter_properties(
         if landed is not None:
             return TableVersion(landed)
         log.info("%s on %s lost a race at table_version %s (attempt %d)", operation.name, location, target, attempt)
-    raise CommitConflictError(f"gave up changing the properties of {location} after {max_attempts} attempts")
+    raise CommitConflictError(f"gave up committing {operation.name} to {location} after {max_attempts} attempts")
 
 
 def _version(key: str, value: str) -> int:
@@ -158,4 +218,4 @@ def _upgraded(
     return out
 
 
-__all__ = ["alter_properties"]
+__all__ = ["add_columns", "alter_properties"]

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from sparkonce.sql.lexer import Token
 from sparkonce.sql.statements import (
+    AddColumns,
     AlterOther,
     AlterProperties,
+    ConvertToDelta,
     CreateTable,
     Cursor,
     Delete,
     DescribeDetail,
     DescribeHistory,
     DropTable,
+    GenerateManifest,
     Insert,
     Merge,
     MergeAction,
@@ -104,10 +107,34 @@ def parse_statement(text: str, tokens: list[Token]) -> Statement | None:
     if c.take_word("ALTER TABLE"):
         return _alter(c)
     if c.take_word("CONVERT TO DELTA"):
-        raise c.unsupported("CONVERT TO DELTA")
+        return _convert(c)
     if c.take_word("GENERATE"):
-        raise c.unsupported("GENERATE (symlink manifests)")
+        mode = c.take()
+        if mode.value.lower() != "symlink_format_manifest":
+            raise c.unsupported(f"GENERATE {mode.value}")
+        c.expect_word("FOR TABLE")
+        table = parse_table(c)
+        c.expect_end()
+        return GenerateManifest(table)
     return None
+
+
+def _convert(c: Cursor) -> ConvertToDelta:
+    token = c.peek()
+    if not (token is not None and token.is_word("PARQUET") and c.at_op(".", ahead=1)):
+        raise c.unsupported("CONVERT TO DELTA of anything but parquet.`path`")
+    c.pos += 2
+    path = c.take()
+    if path.kind != "quoted":
+        raise c.error("expected parquet.`path`")
+    collect_stats = not c.take_word("NO STATISTICS")
+    partition_schema = None
+    if c.take_word("PARTITIONED BY"):
+        c.expect_op("(")
+        partition_schema = c.span_until()
+        c.expect_op(")")
+    c.expect_end()
+    return ConvertToDelta(path.value, partition_schema, collect_stats)
 
 
 def _vacuum(c: Cursor) -> Vacuum:
@@ -298,7 +325,7 @@ def _create(c: Cursor) -> CreateTable | None:
     return CreateTable(table, replace, if_not_exists, columns, partitioned, location, properties, query)
 
 
-def _alter(c: Cursor) -> AlterProperties | AlterOther:
+def _alter(c: Cursor) -> AlterProperties | AddColumns | AlterOther:
     table = parse_table(c)
     if c.take_word("SET TBLPROPERTIES"):
         properties = parse_properties(c)
@@ -309,6 +336,15 @@ def _alter(c: Cursor) -> AlterProperties | AlterOther:
         keys = tuple(parse_properties(c, values=False))
         c.expect_end()
         return AlterProperties(table, {}, keys, if_exists)
+    if c.take_word("ADD COLUMNS", "ADD COLUMN"):
+        if c.at_op("("):
+            c.take()
+            columns = c.span_until()
+            c.expect_op(")")
+        else:
+            columns = c.span_until()
+        c.expect_end()
+        return AddColumns(table, columns)
     clause = " ".join(t.value.upper() for t in c.tokens[c.pos : c.pos + 2]) or "(nothing)"
     return AlterOther(table, f"ALTER TABLE ... {clause}")
 

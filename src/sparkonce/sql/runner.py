@@ -31,14 +31,17 @@ from sparkonce.errors import SqlError
 from sparkonce.sql.lexer import Token, split_statements, tokenize
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
+    AddColumns,
     AlterOther,
     AlterProperties,
+    ConvertToDelta,
     CreateTable,
     Cursor,
     Delete,
     DescribeDetail,
     DescribeHistory,
     DropTable,
+    GenerateManifest,
     Insert,
     Merge,
     Optimize,
@@ -154,6 +157,8 @@ class DeltaSql:
             return self._create(text, stmt)
         if isinstance(stmt, DropTable):
             return self._drop(stmt)
+        if isinstance(stmt, ConvertToDelta):
+            return self._convert(text, stmt)
         resolved = self.resolve(stmt.table)
         if resolved is None:
             if stmt.table.path is not None:
@@ -175,6 +180,17 @@ class DeltaSql:
             from sparkonce.delta.alter import alter_properties
 
             alter_properties(target.location, set=stmt.set, unset=stmt.unset, if_exists=stmt.if_exists)
+            return self._empty()
+        if isinstance(stmt, AddColumns):
+            from sparkonce.delta.alter import add_columns
+
+            fields = self.spark.createDataFrame([], _text(text, stmt.columns)).schema.jsonValue()["fields"]
+            add_columns(target.location, fields)
+            return self._empty()
+        if isinstance(stmt, GenerateManifest):
+            from sparkonce.delta.manifest import generate_symlink_manifest
+
+            generate_symlink_manifest(target.location)
             return self._empty()
         if isinstance(stmt, AlterOther):
             raise SqlError(f"{stmt.clause} is not supported by sparkonce's Delta SQL on {target.shown}")
@@ -487,6 +503,34 @@ class DeltaSql:
             writer.save(location)
         if catalog is not None and existing is None:
             catalog.add(database, name, location, managed=managed)
+        return self._empty()
+
+    def _convert(self, text: str, stmt: ConvertToDelta) -> DataFrame:
+        """``CONVERT TO DELTA parquet.`path```: delta-rs's conversion (one ``CONVERT`` commit listing the Parquet
+        files in place; their statistics unless ``NO STATISTICS``)."""
+        from deltalake import Schema, convert_to_deltalake
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from sparkonce.delta.commit import table_exists
+        from sparkonce.storage import table_location
+
+        if table_exists(stmt.path):
+            return self._empty()  # already a Delta table: nothing to do, as in Delta
+        partitions = None
+        if stmt.partition_schema is not None:
+            spark_schema = self.spark.createDataFrame([], _text(text, stmt.partition_schema)).schema
+            partitions = Schema.from_arrow(to_arrow_schema(spark_schema, timezone="UTC"))
+        location = table_location(stmt.path)
+        try:
+            convert_to_deltalake(
+                location.uri,
+                partition_by=partitions,
+                partition_strategy="hive" if partitions is not None else None,
+                storage_options=location.options() or None,
+                collect_stats=stmt.collect_stats,
+            )
+        except Exception as err:
+            raise SqlError(f"CONVERT TO DELTA parquet.`{stmt.path}`: {err}") from err
         return self._empty()
 
     def _drop(self, stmt: DropTable) -> DataFrame | None:

@@ -176,6 +176,25 @@ class AlterProperties:
 
 
 @dataclass(frozen=True)
+class AddColumns:
+    table: TableRef
+    columns: Span
+    """The column definitions' text (Spark's DDL: ``name TYPE [COMMENT '...']``, ...)."""
+
+
+@dataclass(frozen=True)
+class GenerateManifest:
+    table: TableRef
+
+
+@dataclass(frozen=True)
+class ConvertToDelta:
+    path: str
+    partition_schema: Span | None
+    collect_stats: bool
+
+
+@dataclass(frozen=True)
 class AlterOther:
     """Another ``ALTER TABLE`` form: Spark's for its own tables, not supported on a Delta table."""
 
@@ -197,7 +216,10 @@ Statement = (
     | DropTable
     | ShowTblProperties
     | AlterProperties
+    | AddColumns
     | AlterOther
+    | GenerateManifest
+    | ConvertToDelta
 )
 
 
@@ -435,15 +457,18 @@ def _shorten(text: str) -> str:
 
 
 __all__ = [
+    "AddColumns",
     "AlterOther",
     "AlterProperties",
     "Assignment",
+    "ConvertToDelta",
     "CreateTable",
     "Cursor",
     "Delete",
     "DescribeDetail",
     "DescribeHistory",
     "DropTable",
+    "GenerateManifest",
     "Insert",
     "Merge",
     "MergeAction",

@@ -1,0 +1,90 @@
+"""``GENERATE symlink_format_manifest FOR TABLE t``: the manifests that let Presto, Trino, Athena and Hive read a
+Delta table's newest snapshot as plain Parquet, as Delta writes them: ``_symlink_format_manifest/manifest`` (one per
+partition directory, ``_symlink_format_manifest/<col>=<value>/.../manifest``, for a partitioned table), each listing
+the absolute URIs of the snapshot's data files, one per line; manifests of partitions no longer in the table are
+removed.
+
+Runs on the driver (the manifests hold file names only; no data is read).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from sparkonce.delta.commit import load_table
+from sparkonce.delta.files import NULL_PARTITION_DIR, escape_partition_value
+from sparkonce.errors import UnsupportedFeatureError
+from sparkonce.storage import TableLocation, table_location
+
+MANIFEST_DIR = "_symlink_format_manifest"
+
+
+@dataclass(frozen=True)
+class ManifestResult:
+    manifests: int
+    """Manifest files written."""
+    files: int
+    """Data files they list."""
+    removed: int
+    """Manifests of partitions no longer in the table, removed."""
+
+
+def generate_symlink_manifest(table: str | TableLocation) -> ManifestResult:
+    """Write the symlink manifests of the table's newest snapshot.
+
+    Raises:
+        UnsupportedFeatureError: the table has deletion vectors (a manifest cannot say which rows are deleted;
+            Delta refuses too).
+        TableNotFoundError: no Delta table there.
+    """
+    import pyarrow.fs as pafs
+
+    location = table_location(table)
+    snapshot = load_table(location)
+    actions = pa.table(snapshot.get_add_actions(flatten=True))
+    if (
+        "deletionVector.storageType" in actions.column_names
+        and actions.column("deletionVector.storageType").null_count < actions.num_rows
+    ):
+        raise UnsupportedFeatureError(
+            f"GENERATE symlink_format_manifest on {location}: the table has deletion vectors, which a manifest cannot "
+            "express (run OPTIMIZE or REORG to purge them first); nothing was written"
+        )
+    partitions = list(snapshot.metadata().partition_columns)
+    root = str(location).rstrip("/")
+    by_directory: dict[str, list[str]] = defaultdict(list)
+    paths = actions.column("path").to_pylist()
+    values = {c: actions.column(f"partition.{c}").to_pylist() for c in partitions}
+    for i, path in enumerate(paths):
+        directory = "/".join(
+            f"{escape_partition_value(c)}="
+            f"{NULL_PARTITION_DIR if values[c][i] is None else escape_partition_value(str(values[c][i]))}"
+            for c in partitions
+        )
+        uri = path if "://" in path or path.startswith("file:") else f"{root}/{path}"
+        by_directory[directory].append(uri)
+    if not partitions:
+        by_directory.setdefault("", [])
+    wanted = {
+        f"{MANIFEST_DIR}/{d}/manifest" if d else f"{MANIFEST_DIR}/manifest": files for d, files in by_directory.items()
+    }
+    for relative, files in wanted.items():
+        location.put(relative, "".join(f"{f}\n" for f in sorted(files)).encode())
+    filesystem = location.filesystem()
+    listed = filesystem.get_file_info(
+        pafs.FileSelector(location.fs_path(MANIFEST_DIR), recursive=True, allow_not_found=True)
+    )
+    base = location.fs_path("")
+    removed = 0
+    for info in listed:
+        relative = info.path[len(base) :].lstrip("/") if location.is_local else info.path
+        if info.type == pafs.FileType.File and info.base_name == "manifest" and relative not in wanted:
+            filesystem.delete_file(info.path)
+            removed += 1
+    return ManifestResult(len(wanted), len(paths), removed)
+
+
+__all__ = ["MANIFEST_DIR", "ManifestResult", "generate_symlink_manifest"]
