@@ -37,16 +37,34 @@ from sparkonce.storage import TableLocation, table_location
 
 
 class TableParam(click.ParamType[str, Any]):
-    """A Delta table argument: an existing local directory or an object-store URI (CLI process).
+    """A Delta table argument: an existing local directory, an object-store URI, or the name of a table in
+    sparkonce's catalog (``events``, ``db.events``; the warehouse is ``$SPARKONCE_WAREHOUSE``, else
+    ``./spark-warehouse``, Spark's default) (CLI process).
 
-    Converts to the text given (commands make the location with ``table_location(text, storage_options=...)``);
-    a bad URI or a missing local directory is a usage error naming it.
+    Converts to the table's location as text (commands make the location with ``table_location(text,
+    storage_options=...)``); a bad URI, a missing local directory or an unknown name is a usage error naming it.
     """
 
     name = "table"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
+        if "://" not in text and not text.startswith("file:") and not os.path.exists(text) and "/" not in text:
+            from sparkonce.delta.catalog import WAREHOUSE_ENV, find_named_table
+
+            try:
+                entry = find_named_table(text)
+            except SparkonceError as err:
+                self.fail(str(err), param, ctx)
+            if entry is None:
+                warehouse = os.environ.get(WAREHOUSE_ENV) or "spark-warehouse"
+                self.fail(
+                    f"{text!r} is neither a directory nor a Delta table in sparkonce's catalog at {warehouse} "
+                    f"(set {WAREHOUSE_ENV} to the warehouse directory)",
+                    param,
+                    ctx,
+                )
+            text = entry.location
         try:
             location = table_location(text)
         except StorageError as err:

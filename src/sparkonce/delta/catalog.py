@@ -70,6 +70,26 @@ def find_table(spark: SparkSession, parts: Sequence[str]) -> CatalogTable | None
     return DeltaCatalog.of(spark).get(*key) if key is not None else None
 
 
+WAREHOUSE_ENV = "SPARKONCE_WAREHOUSE"
+"""Where processes without a Spark session (the CLI) find the warehouse; default ``spark-warehouse`` in the working
+directory, Spark's own default for ``spark.sql.warehouse.dir``."""
+
+
+def find_named_table(name: str, *, warehouse: str | None = None) -> CatalogTable | None:
+    """The table named ``name`` (``t``, ``db.t``, ``spark_catalog.db.t``; database ``default`` when none is
+    named) in the catalog of ``warehouse`` (default: ``$SPARKONCE_WAREHOUSE``, else ``./spark-warehouse``), for
+    processes without a Spark session; None when the name is not there or is not a plain name."""
+    parts = name.split(".")
+    if len(parts) == 3 and parts[0].lower() == "spark_catalog":
+        parts = parts[1:]
+    if len(parts) == 1:
+        parts = [DEFAULT_DATABASE, parts[0]]
+    if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
+        return None
+    root = warehouse or os.environ.get(WAREHOUSE_ENV) or "spark-warehouse"
+    return DeltaCatalog(root).get(parts[0], parts[1])
+
+
 class DeltaCatalog:
     """The catalog in one warehouse directory (a local directory: an object-store warehouse is refused)."""
 
@@ -154,4 +174,13 @@ def _local_path(warehouse: str) -> str:
     return unquote(parts.path)
 
 
-__all__ = ["CATALOG_DIR", "WAREHOUSE_CONF", "CatalogTable", "DeltaCatalog", "find_table", "table_key"]
+__all__ = [
+    "CATALOG_DIR",
+    "WAREHOUSE_CONF",
+    "WAREHOUSE_ENV",
+    "CatalogTable",
+    "DeltaCatalog",
+    "find_named_table",
+    "find_table",
+    "table_key",
+]
