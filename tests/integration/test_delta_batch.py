@@ -233,6 +233,26 @@ def test_overwrite_schema_replaces_schema_atomically(spark: SparkSession, tmp_pa
         ).save(str(path))
 
 
+def test_overwrite_schema_replaces_the_partitioning_too(spark: SparkSession, tmp_path: Path) -> None:
+    """As Delta: with overwriteSchema the table's partitioning becomes the one given, none when none is."""
+    path = tmp_path / "t"
+    spark.createDataFrame([(1, "d1")], "id long, day string").write.format("delta").partitionBy("day").save(str(path))
+    spark.createDataFrame([(2, "x")], "id long, k string").write.format("delta").mode("overwrite").option(
+        "overwriteSchema", "true"
+    ).save(str(path))
+    assert DeltaTable(str(path)).metadata().partition_columns == []
+    assert DeltaTable(str(path)).to_pyarrow_table().to_pylist() == [{"id": 2, "k": "x"}]  # delta-rs reads it
+    spark.createDataFrame([(3, "y")], "id long, k string").write.format("delta").mode("overwrite").option(
+        "overwriteSchema", "true"
+    ).partitionBy("k").save(str(path))
+    assert DeltaTable(str(path)).metadata().partition_columns == ["k"]
+    assert DeltaTable(str(path)).to_pyarrow_table().to_pylist() == [{"id": 3, "k": "y"}]
+    with pytest.raises(Exception, match="do not match the table's"):  # without overwriteSchema: refused
+        spark.createDataFrame([(4, "z")], "id long, k string").write.format("delta").mode("overwrite").partitionBy(
+            "id"
+        ).save(str(path))
+
+
 def test_max_records_per_file_rolls_files(spark: SparkSession, tmp_path: Path) -> None:
     path = tmp_path / "t"
     spark.range(0, 100, numPartitions=1).write.format("delta").option("maxRecordsPerFile", 30).save(str(path))

@@ -45,7 +45,7 @@ from sparkonce.delta.log_entry import (
     new_table_metadata,
 )
 from sparkonce.delta.properties import new_table_protocol
-from sparkonce.delta.schema import delta_fields, reconcile, table_fields
+from sparkonce.delta.schema import delta_fields, delta_schema_string, reconcile, table_fields
 from sparkonce.errors import (
     CommitConflictError,
     DeltaLogError,
@@ -294,7 +294,8 @@ def commit_files(
                 return CommitResult(None, True, attempt, 0, 0)
         metadata = snapshot.metadata()
         table_partitions = tuple(metadata.partition_columns)
-        if partition_by and table_partitions != partition_by:
+        replacing = mode == "overwrite" and overwrite_schema  # Delta: the table's partitioning becomes the given one
+        if partition_by and table_partitions != partition_by and not replacing:
             raise SchemaMismatchError(
                 f"partition columns {list(partition_by)} do not match the table's {list(table_partitions)} "
                 f"at {table_uri}"
@@ -310,10 +311,13 @@ def commit_files(
             removes_rows=data_change and (mode == "overwrite" or bool(removes)),
         )
         new_schema = _schema_change(snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema)
+        if replacing and table_partitions != partition_by:
+            new_schema = new_schema or schema_string
         removals = _removals(location, read_version, mode, removes, data_change, now)
         actions: list[dict[str, Any]] = []
         if new_schema is not None:
-            actions.append({"metaData": metadata_action(metadata, new_schema)})
+            partitions = partition_by if replacing else None
+            actions.append({"metaData": metadata_action(metadata, new_schema, partition_columns=partitions)})
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
         actions += removals + adds
@@ -487,12 +491,11 @@ def _first_commit(
         SchemaMismatchError: a partition column is not a data column.
         UnsupportedFeatureError: a property asks every writer for what sparkonce does not do.
     """
-    from deltalake import Schema
 
     unknown = [c for c in partition_by if c not in data_schema.names]
     if unknown:
         raise SchemaMismatchError(f"partition column(s) {unknown} are not columns of the data {data_schema.names}")
-    schema_string = Schema.from_arrow(data_schema).to_json()
+    schema_string = delta_schema_string(data_schema)
     metrics = (
         operation.metrics
         if operation.metrics is not None
@@ -520,10 +523,14 @@ def _first_commit(
 
 
 def metadata_action(
-    metadata: Any, schema_string: str, configuration: Mapping[str, str] | None = None
+    metadata: Any,
+    schema_string: str,
+    configuration: Mapping[str, str] | None = None,
+    *,
+    partition_columns: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """The table's ``metaData`` action with a new schema and, when given, a new ``configuration`` (everything else
-    as it was)."""
+    """The table's ``metaData`` action with a new schema and, when given, a new ``configuration`` and partition
+    columns (everything else as it was)."""
     action: dict[str, Any] = {"id": metadata.id}
     if metadata.name is not None:
         action["name"] = metadata.name
@@ -532,7 +539,7 @@ def metadata_action(
     action.update(
         format={"provider": "parquet", "options": {}},
         schemaString=schema_string,
-        partitionColumns=list(metadata.partition_columns),
+        partitionColumns=list(metadata.partition_columns if partition_columns is None else partition_columns),
         configuration=dict(metadata.configuration if configuration is None else configuration),
         createdTime=metadata.created_time,
     )
@@ -554,10 +561,9 @@ def _schema_change(
         SchemaMismatchError: the data does not fit and no option allows the change.
         UnsupportedFeatureError: new columns for a column-mapped table.
     """
-    from deltalake import Schema
 
     if mode == "overwrite" and overwrite_schema:
-        return str(Schema.from_arrow(data_schema).to_json())
+        return delta_schema_string(data_schema)
     current = table_fields(table)
     new_fields = reconcile(
         current,
