@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -411,3 +412,66 @@ def test_add_columns_manifests_and_convert(spark: SparkSession, sql: DeltaSql, t
     assert sorted(map(tuple, sql(f"SELECT id, day FROM delta.`{parquet}`").collect())) == [(1, "d1"), (2, "d2")]
     sql(f"CONVERT TO DELTA parquet.`{parquet}`")  # already a Delta table: nothing happens
     assert len(converted.history()) == 1
+
+
+def test_table_builders(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    from sparkonce import DeltaTable as SparkonceDeltaTable
+
+    table = (
+        SparkonceDeltaTable.create(spark)
+        .tableName("built")
+        .addColumn("id", "BIGINT", nullable=False)
+        .addColumn("day", StringType(), comment="the day")
+        .partitionedBy("day")
+        .property("delta.checkpointInterval", "5")
+        .execute()
+    )
+    built = tmp_path / "warehouse" / "built"
+    metadata = DeltaTable(str(built)).metadata()
+    assert (metadata.partition_columns, metadata.configuration) == (["day"], {"delta.checkpointInterval": "5"})
+    fields = json.loads(DeltaTable(str(built)).schema().to_json())["fields"]
+    assert [(f["name"], f["type"], f["nullable"], f["metadata"]) for f in fields] == [
+        ("id", "long", False, {}),
+        ("day", "string", True, {"comment": "the day"}),
+    ]
+    assert table.toDF().count() == 0
+    SparkonceDeltaTable.createIfNotExists(spark).tableName("built").addColumn("x", "INT").execute()  # exists: kept
+    assert len(DeltaTable(str(built)).history()) == 1
+    with pytest.raises(SqlError, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
+        SparkonceDeltaTable.create(spark).tableName("built").addColumn("x", "INT").execute()
+    schema = StructType([StructField("k", StringType()), StructField("v", IntegerType())])
+    SparkonceDeltaTable.createOrReplace(spark).tableName("built").addColumns(schema).execute()
+    assert [f["name"] for f in json.loads(DeltaTable(str(built)).schema().to_json())["fields"]] == ["k", "v"]
+    assert DeltaTable(str(built)).history()[0]["operationParameters"]["mode"] == "Overwrite"
+    with pytest.raises(SqlError, match="DELTA_CANNOT_REPLACE_MISSING_TABLE"):
+        SparkonceDeltaTable.replace(spark).tableName("missing").addColumns(schema).execute()
+    path_only = tmp_path / "by-path"
+    SparkonceDeltaTable.create(spark).location(str(path_only)).addColumns(list(schema.fields)).execute()
+    assert DeltaTable(str(path_only)).version() == 0
+    assert not (tmp_path / "warehouse" / "_sparkonce_catalog" / "default" / "by-path.json").exists()
+
+    # Argument types are checked as delta-spark checks them, before anything is written.
+    builder = SparkonceDeltaTable.create(spark)
+    with pytest.raises(TypeError, match=re.escape("Identifier must be str. Found 1 with type <class 'int'>")):
+        builder.tableName(1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Column data type must be str or DataType"):
+        builder.addColumn("a", 5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Column nullable must be bool"):
+        builder.addColumn("a", "INT", nullable="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Partitioning column must be str"):
+        builder.partitionedBy("a", 2)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Key and value of property must be string"):
+        builder.property("delta.appendOnly", True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Schema must be StructType or a list of StructField"):
+        builder.addColumns("a INT")  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="Table name or location has to be specified"):
+        SparkonceDeltaTable.create(spark).addColumn("a", "INT").execute()
+    with pytest.raises(UnsupportedFeatureError, match="generated column g"):
+        SparkonceDeltaTable.create(spark).tableName("gen").addColumn("a", "INT").addColumn(
+            "g", "INT", generatedAlwaysAs="a + 1"
+        ).execute()
+    with pytest.raises(OptionError, match="Unknown configuration was specified"):
+        SparkonceDeltaTable.create(spark).tableName("bad").addColumn("a", "INT").property("delta.nope", "1").execute()
+    assert not (tmp_path / "warehouse" / "gen").exists() and not (tmp_path / "warehouse" / "bad").exists()

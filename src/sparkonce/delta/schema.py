@@ -17,11 +17,43 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
+SPARK_METADATA_KEY = "SPARK::metadata::json"
+"""The Arrow field metadata key under which PySpark hands a ``StructField``'s metadata (comments, ...) as JSON."""
+
+
 def delta_fields(arrow_schema: pa.Schema) -> list[dict[str, Any]]:
-    """Delta's JSON field list (name, type, nullable, metadata) of an Arrow schema."""
+    """Delta's JSON field list (name, type, nullable, metadata) of an Arrow schema; Spark's field metadata (a
+    column's comment, ...) becomes the Delta field's metadata, as Delta stores it."""
     from deltalake import Schema
 
-    return list(json.loads(Schema.from_arrow(arrow_schema).to_json())["fields"])
+    fields = list(json.loads(Schema.from_arrow(arrow_schema).to_json())["fields"])
+    for f in fields:
+        _spark_metadata(f)
+    return fields
+
+
+def delta_schema_string(arrow_schema: pa.Schema) -> str:
+    """Delta's ``schemaString`` of an Arrow schema (see :func:`delta_fields`)."""
+    return json.dumps({"type": "struct", "fields": delta_fields(arrow_schema)}, separators=(",", ":"))
+
+
+def _spark_metadata(field: dict[str, Any]) -> None:
+    metadata = field.get("metadata") or {}
+    if SPARK_METADATA_KEY in metadata:
+        try:
+            decoded = json.loads(metadata.pop(SPARK_METADATA_KEY))
+        except (TypeError, ValueError):
+            decoded = {}
+        if isinstance(decoded, dict):
+            metadata.update(decoded)
+        field["metadata"] = metadata
+    kind = field.get("type")
+    while isinstance(kind, dict):  # nested structs, arrays of structs, maps of structs
+        if kind.get("type") == "struct":
+            for nested in kind.get("fields", []):
+                _spark_metadata(nested)
+            return
+        kind = kind.get("elementType") if kind.get("type") == "array" else kind.get("valueType")
 
 
 def table_fields(table: DeltaTable) -> list[dict[str, Any]]:

@@ -33,6 +33,9 @@ from sparkonce.errors import OptionError, TableNotFoundError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from sparkonce.delta.builder import DeltaTableBuilder
+    from sparkonce.delta.create import CreateMode
+
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 MAX_FILE_SIZE_CONF = "spark.databricks.delta.optimize.maxFileSize"
@@ -108,6 +111,26 @@ class DeltaTable:
 
         sparkonce.register(sparkSession)
         return cls(sparkSession, text)
+
+    @classmethod
+    def create(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:
+        """A builder of a new table (fails at ``execute()`` when the table exists)."""
+        return _builder(sparkSession, "create")
+
+    @classmethod
+    def createIfNotExists(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:
+        """A builder of a table made only when it does not exist yet."""
+        return _builder(sparkSession, "createIfNotExists")
+
+    @classmethod
+    def replace(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:
+        """A builder replacing an existing table (fails at ``execute()`` when there is none)."""
+        return _builder(sparkSession, "replace")
+
+    @classmethod
+    def createOrReplace(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:
+        """A builder replacing the table, or creating it."""
+        return _builder(sparkSession, "createOrReplace")
 
     @classmethod
     def forName(cls, sparkSession: SparkSession, tableOrViewName: str) -> DeltaTable:
@@ -415,6 +438,20 @@ class DeltaOptimizeBuilder:
             OptionError: always.
         """
         raise OptionError("executeZOrderBy", ",".join(cols), "Z-ordering is not supported by sparkonce")
+
+
+def _builder(spark: SparkSession | None, mode: CreateMode) -> DeltaTableBuilder:
+    from pyspark.sql import SparkSession
+
+    from sparkonce.delta.builder import DeltaTableBuilder
+
+    if spark is None:
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise OptionError("sparkSession", None, "no active SparkSession: pass one")
+    elif not isinstance(spark, SparkSession):
+        raise TypeError(f"sparkSession must be a SparkSession, not {type(spark).__name__}")
+    return DeltaTableBuilder(spark, mode)
 
 
 def _file_sizes(table: Any) -> dict[str, int]:

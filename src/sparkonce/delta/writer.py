@@ -23,7 +23,7 @@ from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
-from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, reconcile, table_fields
+from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, delta_schema_string, reconcile, table_fields
 from sparkonce.errors import OptionError, SchemaMismatchError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
@@ -220,9 +220,8 @@ def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> None:
     Raises:
         UnsupportedFeatureError: a property asks every writer for what sparkonce does not do.
     """
-    from deltalake import Schema
 
-    new_table_protocol(Schema.from_arrow(arrow_schema).to_json(), options.new_table_properties())
+    new_table_protocol(delta_schema_string(arrow_schema), options.new_table_properties())
 
 
 def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:

@@ -277,9 +277,11 @@ def _insert(c: Cursor) -> Insert:
 
 
 def _create(c: Cursor) -> CreateTable | None:
-    replace = False
-    if c.take_word("CREATE OR REPLACE TABLE") or c.take_word("REPLACE TABLE"):
+    replace = must_exist = False
+    if c.take_word("CREATE OR REPLACE TABLE"):
         replace = True
+    elif c.take_word("REPLACE TABLE"):
+        replace = must_exist = True
     elif not c.take_word("CREATE TABLE"):
         return None  # CREATE VIEW, CREATE EXTERNAL TABLE, ...: Spark's
     if_not_exists = c.take_word("IF NOT EXISTS")
@@ -322,7 +324,7 @@ def _create(c: Cursor) -> CreateTable | None:
         raise c.error("CREATE TABLE needs columns, AS SELECT or the LOCATION of an existing table")
     if table.table_version is not None or table.timestamp is not None:
         raise c.error("CREATE TABLE cannot take a table version")
-    return CreateTable(table, replace, if_not_exists, columns, partitioned, location, properties, query)
+    return CreateTable(table, replace, if_not_exists, columns, partitioned, location, properties, query, must_exist)
 
 
 def _alter(c: Cursor) -> AlterProperties | AddColumns | AlterOther:

@@ -18,15 +18,14 @@ Runs on the driver (the data work of every statement runs on executors).
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table, table_key
+from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table
 from sparkonce.errors import SqlError
 from sparkonce.sql.lexer import Token, split_statements, tokenize
 from sparkonce.sql.parser import parse_statement
@@ -403,7 +402,9 @@ class DeltaSql:
         from sparkonce.delta.commit import load_table
 
         frame = self.query(_text(text, stmt.query))
-        table_schema = _spark_schema(load_table(target.location))
+        from sparkonce.delta.create import spark_schema
+
+        table_schema = spark_schema(load_table(target.location))
         names = [f.name for f in table_schema.fields]
         given = list(stmt.columns) if stmt.columns is not None else names
         unknown = [c for c in given if c.lower() not in {n.lower() for n in names}]
@@ -426,83 +427,31 @@ class DeltaSql:
         return self._empty()
 
     def _create(self, text: str, stmt: CreateTable) -> DataFrame:
-        from sparkonce.delta.commit import load_table, table_exists
+        from sparkonce.delta.create import CreateRequest, create_table
 
-        catalog = DeltaCatalog.of(self.spark) if stmt.table.name is not None else None
-        database, name = self._create_name(stmt.table) if catalog is not None else ("", "")
-        existing = catalog.get(database, name) if catalog is not None else None
-        if existing is not None and stmt.if_not_exists:
-            return self._empty()
-        if existing is not None and not stmt.replace:
-            raise SqlError(
-                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{database}`.`{name}` because it "
-                "already exists."
-            )
-        if catalog is not None and existing is None and self._spark_has_table(database, name):
-            raise SqlError(
-                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{database}`.`{name}` because it "
-                "already exists in Spark's catalog (not a sparkonce Delta table)."
-            )
-        if existing is not None and stmt.location is not None and stmt.location != existing.location:
-            raise SqlError(
-                f"CREATE OR REPLACE TABLE {database}.{name}: LOCATION {stmt.location} differs from the table's "
-                f"{existing.location}"
-            )
-        managed = existing.managed if existing is not None else stmt.location is None and stmt.table.path is None
-        if stmt.table.path is not None:
-            location = stmt.table.path
-        elif existing is not None:
-            location = existing.location
-        elif stmt.location is not None:
-            location = stmt.location
-        else:
-            assert catalog is not None
-            location = catalog.managed_location(database, name)
-        exists = table_exists(location)
-        properties = _delta_properties(stmt.properties)
-        frame: DataFrame | None = None
-        if stmt.query is not None:
-            frame = self.query(_text(text, stmt.query))
-            if stmt.columns is not None:
-                raise SqlError("CREATE TABLE ... AS SELECT takes its columns from the query: drop the column list")
-        elif stmt.columns is not None:
-            frame = self.spark.createDataFrame([], _text(text, stmt.columns))
-        if exists and not stmt.replace:
-            if stmt.table.path is not None and stmt.if_not_exists:
-                return self._empty()
-            if frame is not None and stmt.query is not None:
-                raise SqlError(
-                    f"[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table {stmt.table.shown}: "
-                    f"{location} already holds a Delta table"
-                )
-            if stmt.table.path is not None:
-                raise SqlError(f"[DELTA_TABLE_ALREADY_EXISTS] Table {stmt.table.shown} already exists.")
-            if frame is not None:
-                have = _spark_schema(load_table(location)).simpleString()
-                want = frame.schema.simpleString()
-                if have.lower() != want.lower():
-                    raise SqlError(
-                        f"[DELTA_CREATE_TABLE_SCHEME_MISMATCH] The specified schema {want} does not match the "
-                        f"existing schema {have} at {location}"
-                    )
-            if properties or stmt.partitioned_by:
-                raise SqlError(
-                    f"CREATE TABLE {stmt.table.shown} LOCATION {location}: the table exists there; its properties and "
-                    "partitioning are the table's (change properties with ALTER TABLE ... SET TBLPROPERTIES)"
-                )
-        else:
-            if frame is None:
-                raise SqlError(f"CREATE TABLE {stmt.table.shown}: {location} holds no Delta table to register")
-            writer = frame.write.format(FORMAT).mode("overwrite" if exists else "append")
-            if exists:
-                writer = writer.option("overwriteSchema", "true")
-            if stmt.partitioned_by:
-                writer = writer.partitionBy(*stmt.partitioned_by)
-            for key, value in properties.items():
-                writer = writer.option(key, value)
-            writer.save(location)
-        if catalog is not None and existing is None:
-            catalog.add(database, name, location, managed=managed)
+        if stmt.query is not None and stmt.columns is not None:
+            raise SqlError("CREATE TABLE ... AS SELECT takes its columns from the query: drop the column list")
+        if stmt.table.path is not None and stmt.location is not None:
+            raise SqlError(f"CREATE TABLE {stmt.table.shown}: a table named by its path takes no LOCATION")
+        create_table(
+            self.spark,
+            CreateRequest(
+                mode="replace"
+                if stmt.must_exist
+                else "createOrReplace"
+                if stmt.replace
+                else "createIfNotExists"
+                if stmt.if_not_exists
+                else "create",
+                name=stmt.table.name,
+                location=stmt.table.path if stmt.table.path is not None else stmt.location,
+                schema=self.spark.createDataFrame([], _text(text, stmt.columns)).schema if stmt.columns else None,
+                query=self.query(_text(text, stmt.query)) if stmt.query is not None else None,
+                partitioned_by=stmt.partitioned_by,
+                properties=stmt.properties,
+                shown=stmt.table.shown,
+            ),
+        )
         return self._empty()
 
     def _convert(self, text: str, stmt: ConvertToDelta) -> DataFrame:
@@ -573,19 +522,6 @@ class DeltaSql:
         assert ref.name is not None
         return self.spark.table(".".join(f"`{p}`" for p in ref.name))
 
-    def _create_name(self, ref: TableRef) -> tuple[str, str]:
-        assert ref.name is not None
-        key = table_key(self.spark, ref.name)
-        if key is None:
-            raise SqlError(f"CREATE TABLE {ref.shown}: sparkonce's catalog takes [spark_catalog.]database.table names")
-        return key
-
-    def _spark_has_table(self, database: str, name: str) -> bool:
-        try:
-            return bool(self.spark.catalog.tableExists(name, database))
-        except Exception:  # the database does not exist in Spark's catalog
-            return False
-
     def _unqualified(self, text: str, span: Span | None, table: TableRef, alias: str | None) -> str | None:
         """The expression at ``span`` with ``alias.`` / ``table.`` qualifiers removed (DELETE and UPDATE evaluate
         their expressions on the table's rows, which carry no qualifier)."""
@@ -635,29 +571,6 @@ def _matching(tokens: list[Token], open_index: int) -> int:
             if depth == 0:
                 return i
     raise SqlError("unbalanced parentheses around DESCRIBE HISTORY")
-
-
-def _spark_schema(table: Any) -> Any:
-    from pyspark.sql.types import StructType
-
-    return StructType.fromJson(json.loads(table.schema().to_json()))
-
-
-def _delta_properties(properties: Mapping[str, str]) -> dict[str, str]:
-    """``TBLPROPERTIES`` of a new table: Delta's ``delta.*`` properties (checked as write options are).
-
-    Raises:
-        SqlError: a key outside ``delta.*`` (sparkonce sets only Delta's own properties at creation).
-    """
-    from sparkonce.delta.properties import table_properties
-
-    others = [k for k in properties if not k.lower().startswith("delta.")]
-    if others:
-        raise SqlError(
-            f"TBLPROPERTIES {others}: sparkonce sets Delta's own delta.* table properties when it creates a table; "
-            "add other properties with ALTER TABLE ... SET TBLPROPERTIES"
-        )
-    return table_properties(properties)
 
 
 def install(spark: SparkSession) -> None:

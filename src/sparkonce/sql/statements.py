@@ -153,6 +153,8 @@ class CreateTable:
     location: str | None
     properties: dict[str, str] = field(default_factory=dict)
     query: Span | None = None
+    must_exist: bool = False
+    """``REPLACE TABLE`` (without ``CREATE OR``): the table must exist."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,168 @@
+"""delta-spark's table builders: ``DeltaTable.create / createIfNotExists / replace / createOrReplace(spark)``
+return a :class:`DeltaTableBuilder`; ``.tableName``, ``.location``, ``.addColumn(s)``, ``.partitionedBy``,
+``.property`` then ``.execute()`` make the table (:func:`sparkonce.delta.create.create_table`, the same as ``CREATE
+TABLE ... USING delta``) and return its :class:`~sparkonce.delta.tables.DeltaTable`.
+
+Arguments are checked as delta-spark checks them (a ``TypeError`` with delta-spark's message, before anything is
+written). What sparkonce cannot make is refused at ``execute()`` with ``UnsupportedFeatureError``: generated
+columns, a table comment, clustering.
+
+Runs on the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from sparkonce.delta.create import CreateMode, CreateRequest, create_table
+from sparkonce.errors import OptionError, UnsupportedFeatureError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType, StructField, StructType
+
+    from sparkonce.delta.tables import DeltaTable
+
+
+class DeltaTableBuilder:
+    """How to create or replace a Delta table (delta-spark's ``DeltaTableBuilder``). Driver only."""
+
+    def __init__(self, spark: SparkSession, mode: CreateMode) -> None:
+        self._spark = spark
+        self._mode = mode
+        self._name: str | None = None
+        self._location: str | None = None
+        self._fields: list[StructField] = []
+        self._partitioned_by: tuple[str, ...] = ()
+        self._properties: dict[str, str] = {}
+        self._unsupported: list[str] = []
+
+    @staticmethod
+    def _raise_type_error(message: str, objects: Iterable[Any]) -> NoReturn:
+        raise TypeError(message + "".join(f" Found {obj} with type {type(obj)}" for obj in objects))
+
+    def tableName(self, identifier: str) -> DeltaTableBuilder:
+        """The table's name, ``[database.]table``."""
+        if type(identifier) is not str:
+            self._raise_type_error("Identifier must be str.", [identifier])
+        self._name = identifier
+        return self
+
+    def location(self, location: str) -> DeltaTableBuilder:
+        """Where the table's files are (a path or an object-store URI)."""
+        if type(location) is not str:
+            self._raise_type_error("Location must be str.", [location])
+        self._location = location
+        return self
+
+    def comment(self, comment: str) -> DeltaTableBuilder:
+        """A table comment: not supported by sparkonce yet (refused at :meth:`execute`)."""
+        if type(comment) is not str:
+            self._raise_type_error("Table comment must be str.", [comment])
+        self._unsupported.append("a table comment")
+        return self
+
+    def addColumn(
+        self,
+        colName: str,
+        dataType: str | DataType,
+        nullable: bool = True,
+        generatedAlwaysAs: str | None = None,
+        comment: str | None = None,
+    ) -> DeltaTableBuilder:
+        """One column: its name, a type (DDL text such as ``"INT"`` or a ``DataType``), nullability, comment."""
+        from pyspark.sql.types import DataType, StructField, _parse_datatype_string
+
+        if type(colName) is not str:
+            self._raise_type_error("Column name must be str.", [colName])
+        if type(dataType) is not str and not isinstance(dataType, DataType):
+            self._raise_type_error("Column data type must be str or DataType.", [dataType])
+        if type(nullable) is not bool:
+            self._raise_type_error("Column nullable must be bool.", [nullable])
+        if generatedAlwaysAs is not None:
+            if type(generatedAlwaysAs) is not str:
+                self._raise_type_error("Column generation expression must be str.", [generatedAlwaysAs])
+            self._unsupported.append(f"generated column {colName} (sparkonce does not compute generated columns)")
+        if comment is not None and type(comment) is not str:
+            self._raise_type_error("Column comment must be str.", [comment])
+        parsed = _parse_datatype_string(dataType) if isinstance(dataType, str) else dataType
+        self._fields.append(StructField(colName, parsed, nullable, {"comment": comment} if comment else {}))
+        return self
+
+    def addColumns(self, cols: StructType | list[StructField]) -> DeltaTableBuilder:
+        """Columns from an existing schema (a ``StructType`` or a list of ``StructField``)."""
+        from pyspark.sql.types import StructField, StructType
+
+        if isinstance(cols, list):
+            for col in cols:
+                if type(col) is not StructField:
+                    self._raise_type_error("Column in existing schema must be StructField.", [col])
+            cols = StructType(cols)
+        if type(cols) is not StructType:
+            self._raise_type_error("Schema must be StructType or a list of StructField.", [cols])
+        self._fields.extend(cols.fields)
+        return self
+
+    def partitionedBy(self, *cols: str | list[str] | tuple[str, ...]) -> DeltaTableBuilder:
+        """The partition columns."""
+        names: Iterable[Any] = cols[0] if len(cols) == 1 and isinstance(cols[0], list | tuple) else cols
+        for c in names:
+            if type(c) is not str:
+                self._raise_type_error("Partitioning column must be str.", [c])
+        self._partitioned_by = tuple(names)
+        return self
+
+    def clusterBy(self, *cols: str | list[str] | tuple[str, ...]) -> DeltaTableBuilder:
+        """Clustering columns: not supported by sparkonce (refused at :meth:`execute`)."""
+        self._unsupported.append("liquid clustering (clusterBy)")
+        return self
+
+    def property(self, key: str, value: str) -> DeltaTableBuilder:
+        """A table property (``delta.*`` properties are checked at :meth:`execute`)."""
+        if type(key) is not str or type(value) is not str:
+            self._raise_type_error("Key and value of property must be string.", [key, value])
+        self._properties[key] = value
+        return self
+
+    def execute(self) -> DeltaTable:
+        """Create (or replace) the table; its :class:`~sparkonce.delta.tables.DeltaTable`.
+
+        Raises:
+            OptionError: neither a name nor a location was given; a bad ``delta.*`` property.
+            UnsupportedFeatureError: a generated column, a table comment or clustering.
+            SqlError: the name is taken, a table to replace is missing, or the location holds another table.
+        """
+        from pyspark.sql.types import StructType
+
+        from sparkonce.delta.tables import DeltaTable
+        from sparkonce.sql.statements import parse_name
+
+        if self._unsupported:
+            raise UnsupportedFeatureError(
+                f"DeltaTable.{self._mode}: {', '.join(self._unsupported)} is not supported by sparkonce; nothing was "
+                "written"
+            )
+        if self._name is None and self._location is None:
+            raise OptionError(
+                "tableName", None, "Table name or location has to be specified (tableName(...) or location(...))"
+            )
+        import sparkonce
+
+        sparkonce.register(self._spark)
+        created = create_table(
+            self._spark,
+            CreateRequest(
+                mode=self._mode,
+                name=parse_name(self._name) if self._name is not None else None,
+                location=self._location,
+                schema=StructType(self._fields) if self._fields else None,
+                partitioned_by=self._partitioned_by,
+                properties=self._properties,
+                shown=self._name or f"delta.`{self._location}`",
+            ),
+        )
+        return DeltaTable(self._spark, created.location)
+
+
+__all__ = ["DeltaTableBuilder"]

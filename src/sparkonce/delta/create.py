@@ -1,0 +1,175 @@
+"""Creating and replacing Delta tables by name or path: one place for ``CREATE [OR REPLACE] TABLE ... USING delta``
+(:mod:`sparkonce.sql`) and delta-spark's builders ``DeltaTable.create / createIfNotExists / replace /
+createOrReplace`` (:mod:`sparkonce.delta.builder`).
+
+Runs on the driver (an ``AS SELECT`` query's rows are written by executors).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from sparkonce.delta.catalog import DeltaCatalog, table_key
+from sparkonce.errors import SqlError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+CreateMode = Literal["create", "createIfNotExists", "replace", "createOrReplace"]
+FORMAT = "sparkonce.delta"
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """What to create: a named table (``name``, optionally at ``location``) or a table at ``location`` only."""
+
+    mode: CreateMode
+    name: tuple[str, ...] | None = None
+    location: str | None = None
+    schema: StructType | None = None
+    query: DataFrame | None = None
+    """The rows of ``CREATE TABLE ... AS SELECT`` (then ``schema`` is None)."""
+    partitioned_by: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    shown: str = ""
+    """The table as the user named it, for messages."""
+
+
+@dataclass(frozen=True)
+class Created:
+    location: str
+    """Where the table is."""
+    wrote: bool
+    """False when the table existed and nothing was written (``createIfNotExists``, or a name registered for an
+    existing table)."""
+
+
+def create_table(spark: SparkSession, request: CreateRequest) -> Created:
+    """Create, replace or register the table ``request`` describes, as Delta does for ``mode``.
+
+    Raises:
+        SqlError: the name is taken (``TABLE_OR_VIEW_ALREADY_EXISTS``, also by a table of Spark's own catalog), a
+            table to replace is missing, the location holds a table with another schema, or a property is not
+            Delta's.
+        OptionError: an unknown or malformed ``delta.*`` property.
+    """
+    from sparkonce.delta.commit import load_table, table_exists
+
+    shown = request.shown or ".".join(request.name or ()) or str(request.location)
+    replace = request.mode in ("replace", "createOrReplace")
+    catalog = DeltaCatalog.of(spark) if request.name is not None else None
+    key: tuple[str, str] | None = None
+    existing = None
+    if catalog is not None:
+        assert request.name is not None
+        key = table_key(spark, request.name)
+        if key is None:
+            raise SqlError(f"{shown}: sparkonce's catalog takes [spark_catalog.]database.table names")
+        existing = catalog.get(*key)
+        if existing is None and _spark_has_table(spark, *key):
+            raise SqlError(
+                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{key[0]}`.`{key[1]}` because it "
+                "already exists in Spark's catalog (not a sparkonce Delta table)."
+            )
+    if existing is not None:
+        if request.mode == "createIfNotExists":
+            return Created(existing.location, False)
+        if request.mode == "create":
+            assert key is not None
+            raise SqlError(
+                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{key[0]}`.`{key[1]}` because it "
+                "already exists."
+            )
+        if request.location is not None and request.location != existing.location:
+            raise SqlError(f"{shown}: the location {request.location} differs from the table's {existing.location}")
+        location = existing.location
+    elif request.location is not None:
+        location = request.location
+    else:
+        assert catalog is not None and key is not None
+        location = catalog.managed_location(*key)
+    exists = table_exists(location)
+    if request.mode == "replace" and not exists:
+        raise SqlError(f"[DELTA_CANNOT_REPLACE_MISSING_TABLE] Table {shown} cannot be replaced as it does not exist.")
+    properties = _delta_properties(request.properties)
+    frame = request.query
+    if frame is None and request.schema is not None:
+        frame = spark.createDataFrame([], request.schema)
+    wrote = True
+    if exists and not replace:
+        if request.name is None and request.mode == "createIfNotExists":
+            return Created(location, False)
+        if request.query is not None:
+            raise SqlError(
+                f"[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table {shown}: {location} already "
+                "holds a Delta table"
+            )
+        if request.name is None:
+            raise SqlError(f"[DELTA_TABLE_ALREADY_EXISTS] Table {shown} already exists.")
+        if frame is not None:
+            have = spark_schema(load_table(location)).simpleString()
+            want = frame.schema.simpleString()
+            if have.lower() != want.lower():
+                raise SqlError(
+                    f"[DELTA_CREATE_TABLE_SCHEME_MISMATCH] The specified schema {want} does not match the existing "
+                    f"schema {have} at {location}"
+                )
+        if properties or request.partitioned_by:
+            raise SqlError(
+                f"{shown} at {location}: the table exists there; its properties and partitioning are the table's "
+                "(change properties with ALTER TABLE ... SET TBLPROPERTIES)"
+            )
+        wrote = False
+    else:
+        if frame is None:
+            raise SqlError(f"{shown}: {location} holds no Delta table, and no columns or query were given")
+        writer = frame.write.format(FORMAT).mode("overwrite" if exists else "append")
+        if exists:
+            writer = writer.option("overwriteSchema", "true")
+        if request.partitioned_by:
+            writer = writer.partitionBy(*request.partitioned_by)
+        for name, value in properties.items():
+            writer = writer.option(name, value)
+        writer.save(location)
+    if catalog is not None and existing is None:
+        assert key is not None
+        catalog.add(*key, location, managed=request.location is None)
+    return Created(location, wrote)
+
+
+def _spark_has_table(spark: SparkSession, database: str, name: str) -> bool:
+    try:
+        return bool(spark.catalog.tableExists(name, database))
+    except Exception:  # the database does not exist in Spark's catalog
+        return False
+
+
+def spark_schema(table: object) -> StructType:
+    """A delta-rs table's schema as Spark's ``StructType``."""
+    from pyspark.sql.types import StructType
+
+    return StructType.fromJson(json.loads(table.schema().to_json()))  # type: ignore[attr-defined]
+
+
+def _delta_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """Properties of a new table: Delta's ``delta.*`` properties, checked as write options are.
+
+    Raises:
+        SqlError: a key outside ``delta.*`` (sparkonce sets only Delta's own properties at creation).
+    """
+    from sparkonce.delta.properties import table_properties
+
+    others = [k for k in properties if not k.lower().startswith("delta.")]
+    if others:
+        raise SqlError(
+            f"table properties {others}: sparkonce sets Delta's own delta.* table properties when it creates a "
+            "table; add other properties with ALTER TABLE ... SET TBLPROPERTIES"
+        )
+    return table_properties(properties)
+
+
+__all__ = ["CreateMode", "CreateRequest", "Created", "create_table", "spark_schema"]
