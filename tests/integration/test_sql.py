@@ -475,3 +475,46 @@ def test_table_builders(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> N
     with pytest.raises(OptionError, match="Unknown configuration was specified"):
         SparkonceDeltaTable.create(spark).tableName("bad").addColumn("a", "INT").property("delta.nope", "1").execute()
     assert not (tmp_path / "warehouse" / "gen").exists() and not (tmp_path / "warehouse" / "bad").exists()
+
+
+def test_delta_table_parity_methods(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from sparkonce import DeltaTable as SparkonceDeltaTable
+
+    plain = tmp_path / "plain"
+    (plain / "day=d1").mkdir(parents=True)
+    pq.write_table(pa.table({"id": [1, 2]}), plain / "day=d1" / "part-0.parquet")
+    table = SparkonceDeltaTable.convertToDelta(spark, f"parquet.`{plain}`", "day STRING")
+    assert DeltaTable(str(plain)).metadata().partition_columns == ["day"]
+    assert _operations(plain) == ["CONVERT"]
+    with pytest.raises(OptionError, match=re.escape("parquet.`/path`")):
+        SparkonceDeltaTable.convertToDelta(spark, str(plain))
+
+    table.generate("symlink_format_manifest")
+    manifest = plain / "_symlink_format_manifest" / "day=d1" / "manifest"
+    assert manifest.read_text().splitlines() == DeltaTable(str(plain)).file_uris()
+    with pytest.raises(OptionError, match="symlink_format_manifest"):
+        table.generate("other")
+
+    table.upgradeTableProtocol(1, 4)
+    protocol = DeltaTable(str(plain)).protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 4)
+    with pytest.raises(ValueError, match="The readerVersion needs to be an integer"):
+        table.upgradeTableProtocol("1", 4)  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="DELTA_INVALID_PROTOCOL_DOWNGRADE"):
+        table.upgradeTableProtocol(1, 2)
+
+    # merge: target-qualified set/values keys, and the session's autoMerge conf
+    updates = spark.createDataFrame([(1, "d1", "x"), (3, "d1", "y")], "id BIGINT, day STRING, extra STRING")
+    table.alias("t").merge(updates.alias("s"), "t.id = s.id").whenMatchedUpdate(
+        set={"t.id": "s.id + 100"}
+    ).whenNotMatchedInsert(values={"t.id": "s.id", "t.day": "s.day"}).execute()
+    assert _ids(plain) == [2, 3, 101]
+    spark.conf.set("spark.databricks.delta.schema.autoMerge.enabled", "true")
+    try:
+        table.alias("t").merge(updates.alias("s"), "t.id = s.id").whenNotMatchedInsertAll().execute()
+    finally:
+        spark.conf.unset("spark.databricks.delta.schema.autoMerge.enabled")
+    rows = DeltaTable(str(plain)).to_pyarrow_table().sort_by("id").to_pylist()
+    assert [(r["id"], r["extra"]) for r in rows] == [(1, "x"), (2, None), (3, None), (101, None)]

@@ -141,6 +141,39 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
     return Created(location, wrote)
 
 
+def convert_parquet(path: str, *, partition_schema: StructType | None = None, collect_stats: bool = True) -> bool:
+    """``CONVERT TO DELTA parquet.`path```: delta-rs's conversion, one ``CONVERT`` commit listing the Parquet files
+    in place (Hive-style partition folders when ``partition_schema`` names the partition columns; their statistics
+    unless ``collect_stats`` is False). False when ``path`` holds a Delta table already (nothing to do, as in Delta).
+
+    Raises:
+        SqlError: the conversion failed (no Parquet files, a partition folder that does not match, ...).
+    """
+    from deltalake import Schema, convert_to_deltalake
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from sparkonce.delta.commit import table_exists
+    from sparkonce.storage import table_location
+
+    if table_exists(path):
+        return False
+    partitions = None
+    if partition_schema is not None:
+        partitions = Schema.from_arrow(to_arrow_schema(partition_schema, timezone="UTC"))
+    location = table_location(path)
+    try:
+        convert_to_deltalake(
+            location.uri,
+            partition_by=partitions,
+            partition_strategy="hive" if partitions is not None else None,
+            storage_options=location.options() or None,
+            collect_stats=collect_stats,
+        )
+    except Exception as err:
+        raise SqlError(f"CONVERT TO DELTA parquet.`{path}`: {err}") from err
+    return True
+
+
 def _spark_has_table(spark: SparkSession, database: str, name: str) -> bool:
     try:
         return bool(spark.catalog.tableExists(name, database))
@@ -172,4 +205,4 @@ def _delta_properties(properties: Mapping[str, str]) -> dict[str, str]:
     return table_properties(properties)
 
 
-__all__ = ["CreateMode", "CreateRequest", "Created", "create_table", "spark_schema"]
+__all__ = ["CreateMode", "CreateRequest", "Created", "convert_parquet", "create_table", "spark_schema"]

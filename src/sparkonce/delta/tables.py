@@ -32,6 +32,7 @@ from sparkonce.errors import OptionError, TableNotFoundError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from sparkonce.delta.builder import DeltaTableBuilder
     from sparkonce.delta.create import CreateMode
@@ -40,6 +41,7 @@ TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 MAX_FILE_SIZE_CONF = "spark.databricks.delta.optimize.maxFileSize"
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 
 DETAIL_SCHEMA = (
     "format STRING, id STRING, name STRING, description STRING, location STRING, createdAt TIMESTAMP, "
@@ -154,6 +156,43 @@ class DeltaTable:
         return cls(sparkSession, entry.location)
 
     @classmethod
+    def convertToDelta(
+        cls, sparkSession: SparkSession, identifier: str, partitionSchema: str | StructType | None = None
+    ) -> DeltaTable:
+        """Make the Parquet files at ``identifier`` (``parquet.`/path```) a Delta table in place (one ``CONVERT``
+        commit); ``partitionSchema`` (DDL text or a ``StructType``) names Hive-style partition columns.
+
+        Raises:
+            TypeError: an argument of the wrong type.
+            OptionError: the identifier is not ``parquet.`path```.
+            SqlError: the conversion failed.
+        """
+        from pyspark.sql.types import StructType
+
+        from sparkonce.delta.create import convert_parquet
+        from sparkonce.sql.lexer import tokenize
+
+        if not isinstance(identifier, str):
+            raise TypeError(f"identifier must be a str such as parquet.`/path`, not {type(identifier).__name__}")
+        if partitionSchema is not None and not isinstance(partitionSchema, str | StructType):
+            raise TypeError(f"partitionSchema must be a str or a StructType, not {type(partitionSchema).__name__}")
+        tokens = tokenize(identifier)
+        if not (
+            len(tokens) == 3 and tokens[0].is_word("PARQUET") and tokens[1].is_op(".") and tokens[2].kind == "quoted"
+        ):
+            raise OptionError("identifier", identifier, "convertToDelta takes parquet.`/path` (a Parquet directory)")
+        schema = (
+            sparkSession.createDataFrame([], partitionSchema).schema
+            if isinstance(partitionSchema, str)
+            else partitionSchema
+        )
+        convert_parquet(tokens[2].value, partition_schema=schema)
+        import sparkonce
+
+        sparkonce.register(sparkSession)
+        return cls(sparkSession, tokens[2].value)
+
+    @classmethod
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:
         """True when ``identifier`` (a path) holds a Delta table."""
         return table_exists(os.fspath(identifier))
@@ -226,6 +265,36 @@ class DeltaTable:
         )
         root = _uri(self._path)
         return self._spark.createDataFrame([(f"{root}/{f}",) for f in result.files], "path STRING")
+
+    def generate(self, mode: str) -> None:
+        """Write the table's ``symlink_format_manifest`` (the only mode Delta has): manifests listing the newest
+        snapshot's data files, for Presto, Trino, Athena and Hive.
+
+        Raises:
+            OptionError: another mode.
+        """
+        from sparkonce.delta.manifest import generate_symlink_manifest
+
+        if mode != "symlink_format_manifest":
+            raise OptionError("mode", mode, "the only generate mode is symlink_format_manifest")
+        generate_symlink_manifest(self._path)
+
+    def upgradeTableProtocol(self, readerVersion: int, writerVersion: int) -> None:
+        """Raise the table's protocol to at least ``readerVersion`` / ``writerVersion`` (one commit; never down).
+
+        Raises:
+            ValueError: a version that is not an integer (delta-spark's message), or a downgrade.
+        """
+        from sparkonce.delta.alter import alter_properties
+
+        if type(readerVersion) is not int:
+            raise ValueError(f"The readerVersion needs to be an integer but got '{type(readerVersion)}'.")
+        if type(writerVersion) is not int:
+            raise ValueError(f"The writerVersion needs to be an integer but got '{type(writerVersion)}'.")
+        alter_properties(
+            self._path,
+            set={"delta.minReaderVersion": str(readerVersion), "delta.minWriterVersion": str(writerVersion)},
+        )
 
     def optimize(self) -> DeltaOptimizeBuilder:
         """A builder for ``OPTIMIZE``: ``.where(partition predicate)`` then ``.executeCompaction()``."""
@@ -325,6 +394,12 @@ class DeltaMergeBuilder:
     _schema_evolution: bool = False
 
     def _add(self, clause: MergeClause) -> DeltaMergeBuilder:
+        if clause.assignments is not None and self._alias:
+            prefix = f"{self._alias}.".lower()  # delta-spark takes set={"t.key": ...} for the target's column key
+            assignments = {
+                k[len(prefix) :] if k.lower().startswith(prefix) else k: v for k, v in clause.assignments.items()
+            }
+            clause = replace(clause, assignments=assignments)
         return replace(self, _clauses=(*self._clauses, clause))
 
     def whenMatchedUpdate(
@@ -388,7 +463,8 @@ class DeltaMergeBuilder:
             self._clauses,
             target_alias=self._alias,
             txn=dml_txn(self._spark),
-            schema_evolution=self._schema_evolution,
+            schema_evolution=self._schema_evolution
+            or str(self._spark.conf.get(AUTO_MERGE_CONF, "false")).lower() == "true",
         )
         counts = (result.rows_updated, result.rows_deleted, result.rows_inserted)
         return self._spark.createDataFrame([(sum(counts), *counts)], MERGE_SCHEMA)

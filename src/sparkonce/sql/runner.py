@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMAT = "sparkonce.delta"
-AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 _VIEW_PREFIX = "__sparkonce_"
 _FROM_LIST_END = frozenset(
     {"WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "WINDOW", "UNION", "EXCEPT", "INTERSECT", "MINUS", "SELECT",
@@ -361,7 +360,7 @@ class DeltaSql:
 
     def _merge(self, text: str, target: Target, stmt: Merge) -> DataFrame:
         from sparkonce.delta.merge import MergeClause, merge_into
-        from sparkonce.delta.tables import MERGE_SCHEMA, dml_txn
+        from sparkonce.delta.tables import AUTO_MERGE_CONF, MERGE_SCHEMA, dml_txn
 
         if stmt.source_query is not None:
             source = self.query(_text(text, stmt.source_query))
@@ -455,31 +454,12 @@ class DeltaSql:
         return self._empty()
 
     def _convert(self, text: str, stmt: ConvertToDelta) -> DataFrame:
-        """``CONVERT TO DELTA parquet.`path```: delta-rs's conversion (one ``CONVERT`` commit listing the Parquet
-        files in place; their statistics unless ``NO STATISTICS``)."""
-        from deltalake import Schema, convert_to_deltalake
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from sparkonce.delta.create import convert_parquet
 
-        from sparkonce.delta.commit import table_exists
-        from sparkonce.storage import table_location
-
-        if table_exists(stmt.path):
-            return self._empty()  # already a Delta table: nothing to do, as in Delta
-        partitions = None
+        schema = None
         if stmt.partition_schema is not None:
-            spark_schema = self.spark.createDataFrame([], _text(text, stmt.partition_schema)).schema
-            partitions = Schema.from_arrow(to_arrow_schema(spark_schema, timezone="UTC"))
-        location = table_location(stmt.path)
-        try:
-            convert_to_deltalake(
-                location.uri,
-                partition_by=partitions,
-                partition_strategy="hive" if partitions is not None else None,
-                storage_options=location.options() or None,
-                collect_stats=stmt.collect_stats,
-            )
-        except Exception as err:
-            raise SqlError(f"CONVERT TO DELTA parquet.`{stmt.path}`: {err}") from err
+            schema = self.spark.createDataFrame([], _text(text, stmt.partition_schema)).schema
+        convert_parquet(stmt.path, partition_schema=schema, collect_stats=stmt.collect_stats)
         return self._empty()
 
     def _drop(self, stmt: DropTable) -> DataFrame | None:
