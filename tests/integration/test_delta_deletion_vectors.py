@@ -152,3 +152,21 @@ def test_a_corrupt_deletion_vector_fails_naming_the_file(
     with pytest.raises(Exception) as info:
         spark.read.format("delta").load(str(table)).collect()
     assert Path(dv_file).name in str(info.value) and "checksum" in str(info.value)
+
+
+def test_metadata_row_index_is_the_row_position_in_its_file(spark: SparkSession, fixtures_dir: Path) -> None:
+    """``_metadata.row_index`` counts the rows a deletion vector deletes too, as Spark's does: each row read is the
+    Parquet file's row at that position."""
+    import pyarrow.parquet as pq
+
+    path = fixtures_dir / "delta-tables" / "dv-partitioned-with-checkpoint"
+    frame = spark.read.format("delta").option("metadataColumn", "true").load(str(path))
+    rows = frame.select("col1", "_metadata.file_path", "_metadata.row_index").collect()
+    assert len(rows) == 35
+    by_file: dict[str, list[int]] = {}
+    for r in rows:
+        by_file.setdefault(r.file_path, [])
+        column = by_file[r.file_path] or pq.read_table(r.file_path.removeprefix("file:")).column("col1").to_pylist()
+        by_file[r.file_path] = column
+        assert column[r.row_index] == r.col1
+    assert any(len(column) > sum(1 for r in rows if r.file_path == f) for f, column in by_file.items())

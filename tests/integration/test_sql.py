@@ -518,3 +518,40 @@ def test_delta_table_parity_methods(spark: SparkSession, sql: DeltaSql, tmp_path
         spark.conf.unset("spark.databricks.delta.schema.autoMerge.enabled")
     rows = DeltaTable(str(plain)).to_pyarrow_table().sort_by("id").to_pylist()
     assert [(r["id"], r["extra"]) for r in rows] == [(1, "x"), (2, None), (3, None), (101, None)]
+
+
+# Seed 000, "Step 1", verbatim but for the table name.
+FILES_WITH_DUPLICATES = """
+SELECT 
+  _metadata.file_path,
+  _metadata.file_name,
+  _metadata.file_modification_time,
+  count(*) as row_count
+FROM delta_table
+GROUP BY _metadata.file_path, _metadata.file_name, _metadata.file_modification_time
+HAVING count(*) > 1
+"""
+
+
+def test_metadata_column(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1, 2, 3]}))
+    write_deltalake(str(path), pa.table({"id": [4]}), mode="append")
+    sql(f"CREATE TABLE delta_table USING delta LOCATION '{path}'")
+    found = sql(FILES_WITH_DUPLICATES).collect()
+    adds = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
+    big = next(a for a in adds if a["num_records"] == 3)
+    assert [(r.file_path, r.file_name, r.row_count) for r in found] == [
+        (f"file:{path}/{big['path']}", big["path"], 3)
+    ]
+    assert int(found[0].file_modification_time.timestamp() * 1000) == big["modification_time"]
+    assert sql("SELECT * FROM delta_table").columns == ["id"]  # no _metadata unless a statement names it
+
+    frame = spark.read.format("delta").option("metadataColumn", "true").load(str(path))
+    assert frame.columns == ["id", "_metadata"]
+    rows = frame.select("id", "_metadata.row_index", "_metadata.file_size").orderBy("id").collect()
+    assert [(r.id, r.row_index) for r in rows] == [(1, 0), (2, 1), (3, 2), (4, 0)]
+    assert rows[0].file_size == big["size_bytes"]
+    sql("DELETE FROM delta_table WHERE id = 2")  # a rewrite: row indexes are those of the new file
+    rows = sql("SELECT id, _metadata.row_index AS i FROM delta_table ORDER BY id").collect()
+    assert [(r.id, r.i) for r in rows] == [(1, 0), (3, 1), (4, 0)]

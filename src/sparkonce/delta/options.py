@@ -18,6 +18,7 @@ SAVE_MODE_OPTION = "sparkonce.saveMode"
 TABLE_DEFAULTS_OPTION = "__sparkonce_table_defaults"
 """Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.properties.defaults.*`` as JSON."""
 PARTITION_BY_OPTION = "partitionBy"
+METADATA_COLUMN_OPTION = "metadataColumn"
 COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
 
 
@@ -135,6 +136,9 @@ class ReadOptions:
     location: TableLocation
     version_as_of: int | None
     timestamp_as_of: dt.datetime | None
+    metadata_column: bool = False
+    """``metadataColumn``: add Spark's file ``_metadata`` struct as a column (Python data sources cannot have
+    hidden columns; sparkonce's SQL sets it when a statement names ``_metadata``)."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -144,7 +148,8 @@ class ReadOptions:
             raise OptionError("timestampAsOf", raw_ts, "cannot be combined with versionAsOf; give one of the two")
         path = table_path(options)
         timestamp = parse_timestamp("timestampAsOf", raw_ts) if raw_ts else None
-        return cls(path, table_location(path, storage_options=storage_options_from(options)), version, timestamp)
+        location = table_location(path, storage_options=storage_options_from(options))
+        return cls(path, location, version, timestamp, get_bool(options, METADATA_COLUMN_OPTION, False))
 
 
 def parse_timestamp(option: str, raw: str) -> dt.datetime:
@@ -198,6 +203,7 @@ class StreamReadOptions:
 
 __all__ = [
     "COMPAT_PARTITION_OPTION",
+    "METADATA_COLUMN_OPTION",
     "PARTITION_BY_OPTION",
     "SAVE_MODE_OPTION",
     "ReadOptions",

@@ -63,6 +63,10 @@ class DataFile:
     table_version: int | None = None
     deletion_vector: DeletionVector | None = None
     """Rows of the file the table has deleted (dropped while reading), when the ``add`` carries one."""
+    modification_time: int | None = None
+    """The ``add``'s ``modificationTime`` (milliseconds), for ``_metadata.file_modification_time``."""
+    uri: str | None = None
+    """The file's URI as Spark's ``_metadata.file_path`` shows it (``file:/...``, ``s3://...``)."""
 
 
 @dataclass
@@ -86,6 +90,21 @@ class ScanSchema:
     """Logical top-level column name -> physical name in the Parquet files (column mapping), when different."""
     nested_renames: dict[str, Any]
     """Physical -> logical names of nested fields (column mapping), per top-level logical column."""
+    metadata_column: bool = False
+    """``output`` ends with Spark's ``_metadata`` struct (:data:`METADATA_FIELDS`)."""
+
+
+METADATA_COLUMN = "_metadata"
+METADATA_FIELDS = (
+    ("file_path", "string"),
+    ("file_name", "string"),
+    ("file_size", "long"),
+    ("file_block_start", "long"),
+    ("file_block_length", "long"),
+    ("file_modification_time", "timestamp"),
+    ("row_index", "long"),
+)
+"""The fields of Spark's file-source ``_metadata`` column (Parquet's, with ``row_index``): name, Spark type."""
 
 
 def check_reader_features(table: DeltaTable, table_uri: str) -> None:
@@ -142,11 +161,20 @@ def _version_as_of_timestamp(location: TableLocation, when: dt.datetime, path: s
     return found
 
 
-def scan_schema(table: DeltaTable) -> ScanSchema:
+def scan_schema(table: DeltaTable, *, metadata_column: bool = False) -> ScanSchema:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
     from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
 
     logical = table_arrow_schema(table)
-    output = arrow_schema_for_spark(spark_schema(_strip_field_metadata(logical)))
+    schema = spark_schema(_strip_field_metadata(logical))
+    if metadata_column:
+        if METADATA_COLUMN in schema.names:
+            raise OptionError("metadataColumn", "true", f"the table has a column named {METADATA_COLUMN} already")
+        kinds = {"string": StringType(), "long": LongType(), "timestamp": TimestampType()}
+        metadata = StructType([StructField(name, kinds[kind], False) for name, kind in METADATA_FIELDS])
+        schema = StructType([*schema.fields, StructField(METADATA_COLUMN, metadata, False)])
+    output = arrow_schema_for_spark(schema)
     fields = json.loads(table.schema().to_json())["fields"]
     physical: dict[str, str] = {}
     nested: dict[str, Any] = {}
@@ -157,7 +185,7 @@ def scan_schema(table: DeltaTable) -> ScanSchema:
         renames = rename_tree(f["type"], to_physical=False)
         if renames:
             nested[f["name"]] = renames
-    return ScanSchema(output, tuple(table.metadata().partition_columns), physical, nested)
+    return ScanSchema(output, tuple(table.metadata().partition_columns), physical, nested, metadata_column)
 
 
 def _strip_field_metadata(schema: pa.Schema) -> pa.Schema:
@@ -171,6 +199,7 @@ def snapshot_files(table: DeltaTable, location: TableLocation, scan: ScanSchema)
     dvs = _deletion_vectors(table, location)
     paths = adds.column("path").to_pylist()
     sizes = adds.column("size_bytes").to_pylist()
+    times = adds.column("modification_time").to_pylist()
     partition_cols: dict[str, list[Any]] = {}
     for name in scan.partition_columns:
         physical = scan.physical_names.get(name, name)
@@ -185,7 +214,8 @@ def snapshot_files(table: DeltaTable, location: TableLocation, scan: ScanSchema)
             relative = relative[len(prefix) :]
         fs_path = relative if os.path.isabs(relative) and location.is_local else location.fs_path(relative)
         values = {n: v[i] for n, v in partition_cols.items()}
-        files.append(DataFile(fs_path, int(sizes[i]), values, deletion_vector=dv))
+        uri = f"file:{fs_path}" if location.is_local else f"{location.uri.rstrip('/')}/{relative}"
+        files.append(DataFile(fs_path, int(sizes[i]), values, deletion_vector=dv, modification_time=times[i], uri=uri))
     return files
 
 
@@ -290,20 +320,31 @@ def read_files(
                 keep = keep_mask(data_file.deletion_vector, parquet.metadata.num_rows, data_file=data_file.path)
             first_row = 0
             for batch in parquet.iter_batches(batch_size=batch_size, use_threads=False):
+                rows = batch.num_rows
+                row_index = np.arange(first_row, first_row + rows, dtype=np.int64) if scan.metadata_column else None
                 if keep is not None:
-                    rows = batch.num_rows
                     selected = keep[first_row : first_row + rows]
-                    first_row += rows
                     if not selected.all():
                         batch = batch.filter(pa.array(selected))
-                yield _to_output(batch, data_file, scan, present)
+                        row_index = row_index[selected] if row_index is not None else None
+                first_row += rows
+                yield _to_output(batch, data_file, scan, present, row_index)
 
 
-def _to_output(batch: pa.RecordBatch, data_file: DataFile, scan: ScanSchema, present: set[str]) -> pa.RecordBatch:
+def _to_output(
+    batch: pa.RecordBatch,
+    data_file: DataFile,
+    scan: ScanSchema,
+    present: set[str],
+    row_index: np.ndarray[Any, Any] | None = None,
+) -> pa.RecordBatch:
     n = batch.num_rows
     arrays = []
     for out_field in scan.output:
         name = out_field.name
+        if scan.metadata_column and name == METADATA_COLUMN:
+            arrays.append(_metadata_array(data_file, out_field.type, n, row_index))
+            continue
         if name in data_file.partition_values:
             arrays.append(_constant(data_file.partition_values[name], out_field.type, n))
             continue
@@ -317,6 +358,32 @@ def _to_output(batch: pa.RecordBatch, data_file: DataFile, scan: ScanSchema, pre
             column = rename_nested(column, renames)
         arrays.append(column.cast(out_field.type) if column.type != out_field.type else column)
     return pa.RecordBatch.from_arrays(arrays, schema=scan.output)
+
+
+def _metadata_array(
+    data_file: DataFile, type_: pa.DataType, n: int, row_index: np.ndarray[Any, Any] | None
+) -> pa.Array:
+    """Spark's ``_metadata`` struct for ``n`` rows of one file (constants but ``row_index``)."""
+    uri = data_file.uri or data_file.path
+    values = {
+        "file_path": uri,
+        "file_name": uri.rsplit("/", 1)[-1],
+        "file_size": data_file.size,
+        "file_block_start": 0,
+        "file_block_length": data_file.size,
+    }
+    children = []
+    for child in type_:
+        if child.name == "row_index":
+            indices = row_index if row_index is not None else np.arange(n, dtype=np.int64)
+            children.append(pa.array(indices, type=child.type))
+        elif child.name == "file_modification_time":
+            millis = data_file.modification_time
+            when = None if millis is None else dt.datetime.fromtimestamp(millis / 1000, dt.UTC)
+            children.append(_constant(when, child.type, n))
+        else:
+            children.append(_constant(values[child.name], child.type, n))
+    return pa.StructArray.from_arrays(children, fields=list(type_))
 
 
 def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
@@ -333,7 +400,7 @@ class DeltaBatchReader(DataSourceReader):
         self.options = options
         table = open_snapshot(options)
         self.table_version = table.version()
-        self.scan = scan_schema(table)
+        self.scan = scan_schema(table, metadata_column=options.metadata_column)
         self.files = snapshot_files(table, options.location, self.scan)
         self.pushed: list[Filter] = []
 

@@ -61,7 +61,7 @@ class DeltaDataSource(DataSource):
 
             table = load_table(table_location(path, storage_options=storage_options_from(self.options)))
             check_reader_features(table, path)
-        return spark_schema(scan_schema(table).output)
+        return spark_schema(scan_schema(table, metadata_column=options is not None and options.metadata_column).output)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from sparkonce.delta.reader import DeltaBatchReader
@@ -79,7 +79,15 @@ class DeltaDataSource(DataSource):
         return DeltaStreamWriter(WriteOptions.parse(self.options), schema, overwrite)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from sparkonce.delta.options import METADATA_COLUMN_OPTION
         from sparkonce.delta.stream import DeltaStreamReader
+        from sparkonce.errors import OptionError
+        from sparkonce.options import lookup
+
+        if lookup(self.options, METADATA_COLUMN_OPTION) is not None:
+            raise OptionError(
+                METADATA_COLUMN_OPTION, lookup(self.options, METADATA_COLUMN_OPTION), "is for batch reads"
+            )
 
         return DeltaStreamReader(StreamReadOptions.parse(self.options), schema)
 
@@ -111,10 +119,11 @@ def with_session_storage(source: type[DeltaDataSource], options: Mapping[str, st
 
 
 def _is_batch_read(options: Mapping[str, str]) -> bool:
-    """True when the options ask for time travel (only batch reads take it)."""
+    """True when the options ask for what only batch reads take (time travel, the ``_metadata`` column)."""
+    from sparkonce.delta.options import METADATA_COLUMN_OPTION
     from sparkonce.options import lookup
 
-    return any(lookup(options, key) is not None for key in ("versionAsOf", "timestampAsOf"))
+    return any(lookup(options, key) is not None for key in ("versionAsOf", "timestampAsOf", METADATA_COLUMN_OPTION))
 
 
 __all__ = ["DeltaDataSource", "SparkonceDeltaDataSource"]

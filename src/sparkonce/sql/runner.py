@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table
+from sparkonce.delta.options import METADATA_COLUMN_OPTION
 from sparkonce.errors import SqlError
 from sparkonce.sql.lexer import Token, split_statements, tokenize
 from sparkonce.sql.parser import parse_statement
@@ -224,8 +225,10 @@ class DeltaSql:
             "delta.`/path`)."
         )
 
-    def _view(self, target: Target, ref: TableRef) -> str:
+    def _view(self, target: Target, ref: TableRef, *, metadata: bool = False) -> str:
         reader = self.spark.read.format(FORMAT)
+        if metadata:
+            reader = reader.option(METADATA_COLUMN_OPTION, "true")
         if ref.table_version is not None:
             reader = reader.option("versionAsOf", str(ref.table_version))
         if ref.timestamp is not None:
@@ -240,6 +243,7 @@ class DeltaSql:
     def _rewrite(self, text: str) -> tuple[str, list[str]]:
         """``text`` with each Delta table it reads replaced by a temporary view; the views made."""
         tokens = tokenize(text)
+        metadata = any(t.kind in ("word", "quoted") and t.value.lower() == "_metadata" for t in tokens)
         pieces: list[str] = []
         views: list[str] = []
         last = 0
@@ -251,7 +255,7 @@ class DeltaSql:
             token = tokens[i]
             if expect_table:
                 expect_table = False
-                replaced = self._replace_at(text, tokens, i, views)
+                replaced = self._replace_at(text, tokens, i, views, metadata)
                 if replaced is not None:
                     start, end, replacement, i = replaced
                     pieces += [text[last:start], replacement]
@@ -274,7 +278,9 @@ class DeltaSql:
         pieces.append(text[last:])
         return "".join(pieces), views
 
-    def _replace_at(self, text: str, tokens: list[Token], i: int, views: list[str]) -> tuple[int, int, str, int] | None:
+    def _replace_at(
+        self, text: str, tokens: list[Token], i: int, views: list[str], metadata: bool
+    ) -> tuple[int, int, str, int] | None:
         """A replacement for the table reference at ``tokens[i]``: (start, end, text, next token index)."""
         token = tokens[i]
         if (
@@ -306,7 +312,7 @@ class DeltaSql:
             if ref.path is not None:
                 raise SqlError(f"[DELTA_MISSING_DELTA_TABLE] {ref.path} is not a Delta table.")
             return None
-        view = self._view(target, ref)
+        view = self._view(target, ref, metadata=metadata)
         views.append(view)
         after = Cursor(text, tokens, cursor.pos)
         has_alias = parse_alias(after) is not None
