@@ -1,4 +1,4 @@
-"""``DESCRIBE HISTORY`` as a Spark DataFrame, read from ``_delta_log`` on the driver.
+"""``DESCRIBE HISTORY`` as a Spark DataFrame: the driver lists ``_delta_log``, executors read the commits.
 
 ``sparkonce.history(spark, path)`` returns one row per Delta commit, newest first, with Delta's column names
 (``version``, ``timestamp``, ``operation``, ``operationParameters``, ...) plus the ``txn`` of each commit
@@ -17,7 +17,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sparkonce.delta.log import CommitEntry, DeltaLog
 from sparkonce.storage import TableLocation, table_location
@@ -25,6 +29,7 @@ from sparkonce.storage import TableLocation, table_location
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 HISTORY_SCHEMA = (
     "version BIGINT, timestamp TIMESTAMP, userId STRING, userName STRING, operation STRING, "
@@ -64,6 +69,10 @@ def history(
 ) -> DataFrame:
     """Return the Delta commits of the table at ``path`` as a DataFrame shaped like ``DESCRIBE HISTORY``.
 
+    The driver lists ``_delta_log`` once; executors read the commits (:class:`DeltaHistoryDataSource`, in chunks of
+    table versions), so a history of 100,000 commits is read in parallel and never passes through the driver. The
+    DataFrame is pinned to the table versions listed now: every action on it shows the same commits.
+
     Args:
         spark: The session to build the DataFrame in.
         path: The table root: a path, a URI, or a location with storage options (:func:`sparkonce.table_location`).
@@ -78,20 +87,109 @@ def history(
 
     Raises:
         TableNotFoundError: ``path`` is not a Delta table.
-        DeltaLogError: a JSON commit in range is corrupt.
+        OptionError: ``limit`` is not positive.
     """
-    return spark.createDataFrame(_arrow_table(history_rows(path, limit=limit)))
+    if limit is not None and limit < 1:
+        from sparkonce.errors import OptionError
+
+        raise OptionError("limit", limit, "must be a positive number of commits, or None for all")
+    location = table_location(path)
+    versions = DeltaLog(location).commit_versions()
+    spark.dataSource.register(DeltaHistoryDataSource)
+    reader = spark.read.format(DeltaHistoryDataSource.name()).option("path", location.uri)
+    for name, value in location.storage_options:
+        reader = reader.option(f"storage.{name}", value)
+    reader = reader.option("upTo", str(versions[-1] if versions else -1))
+    if limit is not None:
+        reader = reader.option("limit", str(limit))
+    return reader.load()
+
+
+def history_schema() -> StructType:
+    """:data:`HISTORY_SCHEMA` as a ``StructType``, built without a JVM (Python workers have none)."""
+    from pyspark.sql.types import BooleanType, LongType, MapType, StringType, StructField, StructType, TimestampType
+
+    text, long_, strings = StringType(), LongType(), MapType(StringType(), StringType())
+    job = StructType([StructField(f, text) for f in _JOB_FIELDS])
+    kinds: list[tuple[str, Any]] = [
+        ("version", long_),
+        ("timestamp", TimestampType()),
+        ("userId", text),
+        ("userName", text),
+        ("operation", text),
+        ("operationParameters", strings),
+        ("job", job),
+        ("notebook", StructType([StructField("notebookId", text)])),
+        ("clusterId", text),
+        ("readVersion", long_),
+        ("isolationLevel", text),
+        ("isBlindAppend", BooleanType()),
+        ("operationMetrics", strings),
+        ("userMetadata", text),
+        ("engineInfo", text),
+        ("txnAppId", text),
+        ("txnVersion", long_),
+    ]
+    return StructType([StructField(name, kind) for name, kind in kinds])
+
+
+class DeltaHistoryDataSource(DataSource):
+    """``DESCRIBE HISTORY`` read by executors: options ``path`` (and ``storage.<NAME>``), ``upTo`` (the newest
+    table version to show) and ``limit``. The schema is :func:`history_schema`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sparkonce.delta.history"
+
+    def schema(self) -> StructType:  # driver
+        return history_schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:  # planner
+        return _HistoryReader(dict(self.options))
+
+
+@dataclass
+class _Versions(InputPartition):
+    """Table versions, newest first, read by one task."""
+
+    versions: list[int]
+
+    def __init__(self, versions: list[int]) -> None:
+        super().__init__(None)
+        self.versions = versions
+
+
+class _HistoryReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:  # planner
+        from sparkonce.options import get_int
+        from sparkonce.storage import storage_options_from
+
+        self.location = table_location(options.get("path") or "", storage_options=storage_options_from(options))
+        up_to = get_int(options, "upTo", None)
+        limit = get_int(options, "limit", None, minimum=1)
+        versions = sorted(
+            (v for v in DeltaLog(self.location).commit_versions() if up_to is None or v <= up_to), reverse=True
+        )
+        self.versions = versions[:limit] if limit is not None else versions
+
+    def partitions(self) -> list[InputPartition]:  # planner
+        chunk = max(2000, -(-len(self.versions) // 8))
+        parts = [_Versions(self.versions[i : i + chunk]) for i in range(0, len(self.versions), chunk)]
+        return list(parts) or [_Versions([])]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executor
+        assert isinstance(partition, _Versions)
+        if partition.versions:
+            rows = [_row(e) for e in DeltaLog(self.location).commit_summaries(partition.versions)]
+            yield from _arrow_table(rows).to_batches()
 
 
 def _arrow_table(rows: list[tuple[Any, ...]]) -> pa.Table:
-    """``rows`` as an Arrow table of :data:`HISTORY_SCHEMA` (Spark takes it without converting row by row)."""
+    """``rows`` as an Arrow table of :func:`history_schema` (no JVM needed)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType, _parse_datatype_string
 
-    spark_schema = _parse_datatype_string(HISTORY_SCHEMA)
-    assert isinstance(spark_schema, StructType)
-    schema = to_arrow_schema(spark_schema, timezone="UTC")
+    schema = to_arrow_schema(history_schema(), timezone="UTC", prefers_large_types=False)
     columns: list[list[Any]] = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in schema]
     arrays = []
     for field, values in zip(schema, columns, strict=True):
@@ -144,4 +242,4 @@ def _text(value: Any) -> str | None:
     return json.dumps(value)
 
 
-__all__ = ["HISTORY_SCHEMA", "history", "history_rows"]
+__all__ = ["HISTORY_SCHEMA", "DeltaHistoryDataSource", "history", "history_rows", "history_schema"]
