@@ -541,9 +541,7 @@ def test_metadata_column(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> 
     found = sql(FILES_WITH_DUPLICATES).collect()
     adds = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True)).to_pylist()
     big = next(a for a in adds if a["num_records"] == 3)
-    assert [(r.file_path, r.file_name, r.row_count) for r in found] == [
-        (f"file:{path}/{big['path']}", big["path"], 3)
-    ]
+    assert [(r.file_path, r.file_name, r.row_count) for r in found] == [(f"file:{path}/{big['path']}", big["path"], 3)]
     assert int(found[0].file_modification_time.timestamp() * 1000) == big["modification_time"]
     assert sql("SELECT * FROM delta_table").columns == ["id"]  # no _metadata unless a statement names it
 
@@ -555,3 +553,33 @@ def test_metadata_column(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> 
     sql("DELETE FROM delta_table WHERE id = 2")  # a rewrite: row indexes are those of the new file
     rows = sql("SELECT id, _metadata.row_index AS i FROM delta_table ORDER BY id").collect()
     assert [(r.id, r.i) for r in rows] == [(1, 0), (3, 1), (4, 0)]
+
+
+def test_delta_table_arguments_are_checked_as_delta_spark_checks_them(spark: SparkSession, tmp_path: Path) -> None:
+    from sparkonce import DeltaTable as SparkonceDeltaTable
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1]}))
+    table = SparkonceDeltaTable.forName(spark, f"delta.`{path}`")  # a path in delta-spark's name form
+    source = spark.createDataFrame([(1,)], "id BIGINT")
+    cases: list[tuple[type[Exception], str, object]] = [
+        (TypeError, "'condition' must be a Spark SQL Column or a string", lambda: table.delete(5)),
+        (ValueError, "'set' cannot be None", lambda: table.update("id = 1")),
+        (TypeError, "'set' must be a dict", lambda: table.update("id = 1", [("id", "2")])),
+        (TypeError, "Keys of dict in 'set' must contain only strings", lambda: table.update(set={1: "2"})),
+        (TypeError, "Values of dict in 'set' must contain only Spark SQL Columns", lambda: table.update(set={"id": 2})),
+        (ValueError, "'source' in merge cannot be None", lambda: table.merge(None, "id = id")),
+        (TypeError, "Type of 'source' in merge must be DataFrame", lambda: table.merge([1], "id = id")),
+        (ValueError, "'condition' in merge cannot be None", lambda: table.merge(source, None)),
+        (
+            ValueError,
+            "'values' cannot be None",
+            lambda: table.alias("t").merge(source.alias("s"), "t.id = s.id").whenNotMatchedInsert(),
+        ),
+        (ValueError, "version needs to be an int", lambda: table.restoreToVersion("0")),
+        (ValueError, "timestamp needs to be a string", lambda: table.restoreToTimestamp(0)),
+    ]
+    for error, message, call in cases:
+        with pytest.raises(error, match=re.escape(message)):
+            call()  # type: ignore[operator]
+    assert len(DeltaTable(str(path)).history()) == 1  # nothing was committed

@@ -150,6 +150,11 @@ class DeltaTable:
         from sparkonce.sql.statements import parse_name
 
         sparkonce.register(sparkSession)
+        from sparkonce.sql.lexer import tokenize
+
+        tokens = tokenize(tableOrViewName)
+        if len(tokens) == 3 and tokens[0].is_word("DELTA") and tokens[1].is_op(".") and tokens[2].kind == "quoted":
+            return cls.forPath(sparkSession, tokens[2].value)  # delta.`path`, as delta-spark takes it
         entry = find_table(sparkSession, parse_name(tableOrViewName))
         if entry is None or not table_exists(entry.location):
             raise TableNotFoundError(f"`{tableOrViewName}` is not a Delta table.")
@@ -302,12 +307,16 @@ class DeltaTable:
 
     def restoreToVersion(self, version: int) -> DataFrame:
         """Restore the table's content to table version ``version`` (one ``RESTORE`` commit); returns its metrics."""
-        return self._restore(int(version), {"version": str(version)})
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ValueError(f"version needs to be an int but got '{type(version)}'.")
+        return self._restore(version, {"version": str(version)})
 
     def restoreToTimestamp(self, timestamp: str) -> DataFrame:
         """Restore the table's content as of ``timestamp`` (the newest table version committed at or before it)."""
         from sparkonce.delta.options import parse_timestamp
 
+        if not isinstance(timestamp, str):
+            raise ValueError(f"timestamp needs to be a string but got '{type(timestamp)}'.")
         when = parse_timestamp("timestamp", timestamp)
         return self._restore(when, {"timestamp": timestamp})
 
@@ -352,29 +361,33 @@ class DeltaTable:
         """Delete the rows matching ``condition`` (all rows when None); rewrites only files holding such rows."""
         from sparkonce.delta.dml import delete_rows
 
-        delete_rows(self._spark, self._path, condition, txn=dml_txn(self._spark))
+        delete_rows(self._spark, self._path, _condition(condition), txn=dml_txn(self._spark))
 
     def update(self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None) -> None:
         """Set ``set`` (column -> SQL expression or Column) on the rows matching ``condition`` (all when None).
 
         Raises:
-            OptionError: ``set`` is missing (it is required; None exists only for delta-spark's argument order).
+            ValueError: ``set`` is None (it is required; None exists only for delta-spark's argument order).
+            TypeError: an argument of the wrong type (delta-spark's messages).
         """
         from sparkonce.delta.dml import update_rows
 
-        if not set:
-            raise OptionError("set", set, "is required: a dict of column -> SQL expression or Column")
-        update_rows(self._spark, self._path, condition, set, txn=dml_txn(self._spark))
+        assignments = _mapping(set, "'set'")
+        update_rows(self._spark, self._path, _condition(condition), assignments, txn=dml_txn(self._spark))
 
     def merge(self, source: DataFrame, condition: str | Column) -> DeltaMergeBuilder:
         """A builder merging ``source`` into this table on ``condition`` (see :class:`DeltaMergeBuilder`)."""
         from pyspark.sql import DataFrame as SparkDataFrame
 
+        if source is None:
+            raise ValueError("'source' in merge cannot be None")
         if not isinstance(source, SparkDataFrame):
-            raise OptionError("source", type(source).__name__, "must be a DataFrame")
+            raise TypeError("Type of 'source' in merge must be DataFrame.")
         if condition is None:
-            raise OptionError("condition", None, "is required")
-        return DeltaMergeBuilder(self._spark, self._path, self._alias, source, condition)
+            raise ValueError("'condition' in merge cannot be None")
+        checked = _condition(condition)
+        assert checked is not None
+        return DeltaMergeBuilder(self._spark, self._path, self._alias, source, checked)
 
 
 @dataclass(frozen=True)
@@ -406,41 +419,35 @@ class DeltaMergeBuilder:
         self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None
     ) -> DeltaMergeBuilder:
         """Update matched target rows (where ``condition`` holds) with ``set``: column -> expression."""
-        if not set:
-            raise OptionError("set", set, "is required by whenMatchedUpdate (use whenMatchedUpdateAll for all)")
-        return self._add(MergeClause("matched", "update", condition, dict(set)))
+        return self._add(MergeClause("matched", "update", _condition(condition), _mapping(set, "'set'")))
 
     def whenMatchedUpdateAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
         """Update every column of matched target rows from the source column of the same name."""
-        return self._add(MergeClause("matched", "update", condition, None))
+        return self._add(MergeClause("matched", "update", _condition(condition), None))
 
     def whenMatchedDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
         """Delete matched target rows (where ``condition`` holds)."""
-        return self._add(MergeClause("matched", "delete", condition, None))
+        return self._add(MergeClause("matched", "delete", _condition(condition), None))
 
     def whenNotMatchedInsert(
         self, condition: str | Column | None = None, values: Mapping[str, str | Column] | None = None
     ) -> DeltaMergeBuilder:
         """Insert source rows without a match: ``values`` column -> expression (other columns null)."""
-        if not values:
-            raise OptionError("values", values, "is required by whenNotMatchedInsert (or whenNotMatchedInsertAll)")
-        return self._add(MergeClause("notMatched", "insert", condition, dict(values)))
+        return self._add(MergeClause("notMatched", "insert", _condition(condition), _mapping(values, "'values'")))
 
     def whenNotMatchedInsertAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
         """Insert source rows without a match, every column from the source column of the same name."""
-        return self._add(MergeClause("notMatched", "insert", condition, None))
+        return self._add(MergeClause("notMatched", "insert", _condition(condition), None))
 
     def whenNotMatchedBySourceUpdate(
         self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None
     ) -> DeltaMergeBuilder:
         """Update target rows no source row matches (where ``condition`` holds) with ``set``."""
-        if not set:
-            raise OptionError("set", set, "is required by whenNotMatchedBySourceUpdate")
-        return self._add(MergeClause("notMatchedBySource", "update", condition, dict(set)))
+        return self._add(MergeClause("notMatchedBySource", "update", _condition(condition), _mapping(set, "'set'")))
 
     def whenNotMatchedBySourceDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
         """Delete target rows no source row matches (where ``condition`` holds)."""
-        return self._add(MergeClause("notMatchedBySource", "delete", condition, None))
+        return self._add(MergeClause("notMatchedBySource", "delete", _condition(condition), None))
 
     def withSchemaEvolution(self) -> DeltaMergeBuilder:
         """Let ``UpdateAll``/``InsertAll`` add the source's new columns to the table."""
@@ -514,6 +521,48 @@ class DeltaOptimizeBuilder:
             OptionError: always.
         """
         raise OptionError("executeZOrderBy", ",".join(cols), "Z-ordering is not supported by sparkonce")
+
+
+def _condition(condition: Any, argname: str = "'condition'") -> str | Column | None:
+    """A condition as delta-spark takes it: None, a SQL string or a Column.
+
+    Raises:
+        TypeError: anything else (delta-spark's message).
+    """
+    from pyspark.sql import Column
+
+    if condition is None or isinstance(condition, str | Column):
+        return condition
+    raise TypeError(
+        f"{argname} must be a Spark SQL Column or a string (expression in SQL syntax), found to be of type "
+        f"{type(condition)}"
+    )
+
+
+def _mapping(mapping: Any, argname: str) -> dict[str, str | Column]:
+    """``set`` / ``values`` as delta-spark takes them: a dict of column name -> SQL string or Column.
+
+    Raises:
+        ValueError: None. TypeError: not a dict, a key not a string, or a value neither a string nor a Column.
+    """
+    from pyspark.sql import Column
+
+    if mapping is None:
+        raise ValueError(f"{argname} cannot be None")
+    if type(mapping) is not dict:
+        raise TypeError(f"{argname} must be a dict, found to be {type(mapping)}")
+    for column, value in mapping.items():
+        if type(column) is not str:
+            raise TypeError(
+                f"Keys of dict in {argname} must contain only strings with column names, found '{column}' of type "
+                f"'{type(column)}"
+            )
+        if not isinstance(value, str | Column):
+            raise TypeError(
+                f"Values of dict in {argname} must contain only Spark SQL Columns or strings (expressions in SQL "
+                f"syntax) as values, found '{value}' of type '{type(value)}'"
+            )
+    return dict(mapping)
 
 
 def _builder(spark: SparkSession | None, mode: CreateMode) -> DeltaTableBuilder:
