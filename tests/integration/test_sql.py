@@ -583,3 +583,33 @@ def test_delta_table_arguments_are_checked_as_delta_spark_checks_them(spark: Spa
         with pytest.raises(error, match=re.escape(message)):
             call()  # type: ignore[operator]
     assert len(DeltaTable(str(path)).history()) == 1  # nothing was committed
+
+
+def test_table_features(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    from sparkonce import DeltaTable as SparkonceDeltaTable
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1]}))
+    table = SparkonceDeltaTable.forPath(spark, str(path))
+    table.addFeatureSupport("deletionVectors")
+    protocol = DeltaTable(str(path)).protocol()
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (3, 7)
+    assert protocol.reader_features == ["deletionVectors"]
+    assert sorted(protocol.writer_features or []) == ["appendOnly", "deletionVectors", "invariants"]
+    sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')")
+    protocol = DeltaTable(str(path)).protocol()
+    assert sorted(protocol.reader_features or []) == ["deletionVectors", "timestampNtz"]
+    assert dict(map(tuple, sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()))["delta.feature.timestampNtz"] == (
+        "supported"
+    )
+    sql(f"INSERT INTO delta.`{path}` VALUES (2)")  # still writable by sparkonce
+    assert sorted(r.id for r in sql(f"SELECT id FROM delta.`{path}`").collect()) == [1, 2]
+    with pytest.raises(UnsupportedFeatureError, match="rowTracking"):
+        table.addFeatureSupport("rowTracking")
+    with pytest.raises(OptionError, match="unknown table feature 'nope'"):
+        table.addFeatureSupport("nope")
+    with pytest.raises(UnsupportedFeatureError, match="dropFeatureSupport"):
+        table.dropFeatureSupport("deletionVectors")
+    with pytest.raises(OptionError, match="DROP FEATURE"):
+        sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('delta.feature.deletionVectors')")
+    assert len(DeltaTable(str(path)).history()) == 4  # the refused ones wrote nothing

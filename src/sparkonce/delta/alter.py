@@ -60,16 +60,20 @@ def alter_properties(
     protocol_request = {
         _PROTOCOL_KEYS[k.lower()]: _version(k, v) for k, v in given.items() if k.lower() in _PROTOCOL_KEYS
     }
-    features = [k for k in [*given, *unset] if k.lower().startswith("delta.feature.")]
-    if features:
-        raise OptionError(features[0], given.get(features[0]), "table features are not set by sparkonce's ALTER TABLE")
+    dropped = [k for k in unset if k.lower().startswith("delta.feature.")]
+    if dropped:
+        raise OptionError(dropped[0], None, "dropping a table feature (ALTER TABLE ... DROP FEATURE) is not supported")
+    features = [_feature(k, v) for k, v in given.items() if k.lower().startswith("delta.feature.")]
+    given = {k: v for k, v in given.items() if not k.lower().startswith("delta.feature.")}
     properties = table_properties({k: v for k, v in given.items() if k.lower() not in _PROTOCOL_KEYS})
     properties.update({k: str(v) for k, v in given.items() if not k.lower().startswith("delta.")})
     location = table_location(table)
     location.check_commit_safety()
     operation = (
-        Operation("SET TBLPROPERTIES", {"properties": given})
-        if given
+        Operation(
+            "SET TBLPROPERTIES", {"properties": {**given, **{f"delta.feature.{f}": "supported" for f in features}}}
+        )
+        if given or features
         else Operation("UNSET TBLPROPERTIES", {"properties": list(unset), "ifExists": if_exists})
     )
 
@@ -90,7 +94,34 @@ def alter_properties(
             configuration[key] = value
         return configuration, snapshot.schema().to_json(), protocol_request
 
-    return _commit_metadata(location, operation, change, max_attempts)
+    return _commit_metadata(location, operation, change, max_attempts, features=features)
+
+
+READER_WRITER_FEATURES = frozenset(
+    {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening",
+     "typeWidening-preview", "variantType", "variantType-preview"}
+)  # fmt: skip
+"""Table features that readers must understand too (``readerFeatures`` and ``writerFeatures``)."""
+WRITER_FEATURES = frozenset(
+    {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "identityColumns",
+     "rowTracking", "domainMetadata", "inCommitTimestamp", "clustering", "icebergCompatV1", "icebergCompatV2"}
+)  # fmt: skip
+"""Table features only writers must understand."""
+
+
+def _feature(key: str, value: str) -> str:
+    """The feature of a ``delta.feature.<name> = supported`` property.
+
+    Raises:
+        OptionError: another value, or a feature Delta does not have.
+    """
+    name = key[len("delta.feature.") :]
+    known = {f.lower(): f for f in READER_WRITER_FEATURES | WRITER_FEATURES}
+    if str(value).strip().lower() != "supported":
+        raise OptionError(key, value, "a table feature property takes the value 'supported'")
+    if name.lower() not in known:
+        raise OptionError(key, value, f"[DELTA_UNSUPPORTED_FEATURES_IN_CONFIG] unknown table feature {name!r}")
+    return known[name.lower()]
 
 
 def add_columns(
@@ -143,6 +174,8 @@ def _commit_metadata(
     operation: Operation,
     change: Callable[[Any], tuple[dict[str, str], str, Mapping[str, int]]],
     max_attempts: int,
+    *,
+    features: Sequence[str] = (),
 ) -> TableVersion:
     """One Delta commit of a new ``metaData`` (and protocol, when the change needs a newer one), made on the newest
     snapshot: ``change(snapshot)`` gives the new configuration, schema string and protocol versions asked for."""
@@ -152,7 +185,9 @@ def _commit_metadata(
         read_version = int(snapshot.version())
         configuration, schema_string, protocol_request = change(snapshot)
         current = protocol_action(snapshot)
-        protocol = _upgraded(current, new_table_protocol(schema_string, configuration), protocol_request, location)
+        protocol = _upgraded(
+            current, new_table_protocol(schema_string, configuration), protocol_request, location, features
+        )
         check_writable(
             protocol, configuration, schema_string, table=str(location), operation=operation.name, removes_rows=False
         )
@@ -191,9 +226,14 @@ def _version(key: str, value: str) -> int:
 
 
 def _upgraded(
-    current: dict[str, Any], needed: dict[str, Any], requested: Mapping[str, int], location: TableLocation
+    current: dict[str, Any],
+    needed: dict[str, Any],
+    requested: Mapping[str, int],
+    location: TableLocation,
+    features: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The protocol that supports both ``current`` and ``needed`` (and the versions asked for), never lower."""
+    """The protocol that supports ``current``, ``needed``, the versions asked for and the table ``features`` asked
+    for (which need table features: writer 7, and reader 3 for a reader-writer feature), never lower."""
     for name, value in requested.items():
         if value < int(current[name]):
             raise OptionError(
@@ -205,17 +245,24 @@ def _upgraded(
         max(int(current[name]), int(needed[name]), requested.get(name, 0))
         for name in ("minReaderVersion", "minWriterVersion")
     )
+    if features:
+        writer = 7
+        if any(f in READER_WRITER_FEATURES for f in features):
+            reader = 3
     if writer < 7:
         return {"minReaderVersion": reader, "minWriterVersion": writer}
-    features = set(writer_features(current)) | set(needed.get("writerFeatures") or ())
+    all_writer = set(writer_features(current)) | set(needed.get("writerFeatures") or ()) | set(features)
     if int(current["minWriterVersion"]) < 7 and int(needed["minWriterVersion"]) < 7:
-        features |= set(writer_features({"minWriterVersion": max(int(needed["minWriterVersion"]), 2)}))
+        all_writer |= set(writer_features({"minWriterVersion": max(int(needed["minWriterVersion"]), 2)}))
     out: dict[str, Any] = {"minReaderVersion": reader, "minWriterVersion": 7}
-    reader_features = set(current.get("readerFeatures") or ()) | set(needed.get("readerFeatures") or ())
     if reader >= 3:
+        reader_features = set(current.get("readerFeatures") or ()) | set(needed.get("readerFeatures") or ())
+        reader_features |= {f for f in all_writer if f in READER_WRITER_FEATURES}
+        if int(current["minReaderVersion"]) == 2:
+            reader_features.add("columnMapping")  # what reader version 2 implied
         out["readerFeatures"] = sorted(reader_features)
-    out["writerFeatures"] = sorted(features)
+    out["writerFeatures"] = sorted(all_writer)
     return out
 
 
-__all__ = ["add_columns", "alter_properties"]
+__all__ = ["READER_WRITER_FEATURES", "WRITER_FEATURES", "add_columns", "alter_properties"]

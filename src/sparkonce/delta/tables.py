@@ -301,6 +301,32 @@ class DeltaTable:
             set={"delta.minReaderVersion": str(readerVersion), "delta.minWriterVersion": str(writerVersion)},
         )
 
+    def addFeatureSupport(self, featureName: str) -> None:
+        """Add the table feature ``featureName`` to the table's protocol (one commit; table features protocol).
+
+        Raises:
+            TypeError: the name is not a string.
+            OptionError: a feature Delta does not have.
+            UnsupportedFeatureError: a feature whose writers must do what sparkonce does not.
+        """
+        from sparkonce.delta.alter import alter_properties
+
+        if not isinstance(featureName, str):
+            raise TypeError(f"featureName needs to be a string but got '{type(featureName)}'.")
+        alter_properties(self._path, set={f"delta.feature.{featureName}": "supported"})
+
+    def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:
+        """Not supported: dropping a table feature rewrites the table and truncates its history.
+
+        Raises:
+            UnsupportedFeatureError: always, before anything is written.
+        """
+        from sparkonce.errors import UnsupportedFeatureError
+
+        raise UnsupportedFeatureError(
+            f"dropFeatureSupport({featureName!r}) on {self._path} is not supported by sparkonce"
+        )
+
     def optimize(self) -> DeltaOptimizeBuilder:
         """A builder for ``OPTIMIZE``: ``.where(partition predicate)`` then ``.executeCompaction()``."""
         return DeltaOptimizeBuilder(self._spark, self._path)
