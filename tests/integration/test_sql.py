@@ -295,8 +295,8 @@ def test_bad_input_is_refused_before_anything_is_written(spark: SparkSession, sq
         sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'missing'}`")
     with pytest.raises(SqlError, match="DELTA_MISSING_DELTA_TABLE"):
         sql(f"SELECT * FROM delta.`{tmp_path / 'missing'}`")
-    with pytest.raises(SqlError, match="ZORDER BY"):
-        sql("OPTIMIZE t ZORDER BY (id)")
+    with pytest.raises(OptionError, match="is not a column"):
+        sql("OPTIMIZE t ZORDER BY (nope)")
     with pytest.raises(SqlError, match="RENAME TO"):
         sql("ALTER TABLE t RENAME TO u")
     with pytest.raises(SqlError, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
@@ -613,3 +613,56 @@ def test_table_features(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> N
     with pytest.raises(OptionError, match="DROP FEATURE"):
         sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('delta.feature.deletionVectors')")
     assert len(DeltaTable(str(path)).history()) == 4  # the refused ones wrote nothing
+
+
+def test_optimize_zorder_by(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    """Z-ordering puts rows close in every column close in the file: each quarter of the file's rows covers about
+    a quadrant of the (x, y) square, where the written order covered all of it."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    from sparkonce import DeltaTable as SparkonceDeltaTable
+
+    rng = random.Random(7)
+    path = tmp_path / "t"
+    points = [(i, rng.random(), rng.random()) for i in range(4000)]
+    for part in range(4):
+        chunk = points[part * 1000 : (part + 1) * 1000]
+        write_deltalake(
+            str(path),
+            pa.table({"id": [p[0] for p in chunk], "x": [p[1] for p in chunk], "y": [p[2] for p in chunk]}),
+            mode="append",
+        )
+
+    def quarter_areas(table: pa.Table) -> list[float]:
+        rows = table.to_pylist()
+        areas = []
+        for q in range(4):
+            part = rows[q * len(rows) // 4 : (q + 1) * len(rows) // 4]
+            xs, ys = [r["x"] for r in part], [r["y"] for r in part]
+            areas.append((max(xs) - min(xs)) * (max(ys) - min(ys)))
+        return areas
+
+    before = pa.concat_tables(
+        [pq.read_table(u.removeprefix("file://")) for u in sorted(DeltaTable(str(path)).file_uris())]
+    )
+    assert min(quarter_areas(before)) > 0.9  # written in random order: every quarter spans the square
+    result = sql(f"OPTIMIZE delta.`{path}` ZORDER BY (x, y)").collect()[0]
+    assert (result.metrics.numFilesRemoved, result.metrics.numFilesAdded) == (4, 1)
+    (uri,) = DeltaTable(str(path)).file_uris()
+    after = pq.read_table(uri.removeprefix("file://"))
+    assert sorted(after.column("id").to_pylist()) == list(range(4000))  # the same rows
+    assert max(quarter_areas(after)) < 0.35  # each quarter of the file is about one quadrant
+    history = DeltaTable(str(path)).history()[0]
+    assert (history["operation"], history["operationParameters"]["zOrderBy"]) == ("OPTIMIZE", '["x","y"]')
+    log = json.loads((path / "_delta_log" / "00000000000000000004.json").read_text().splitlines()[-1])
+    assert log["add"]["dataChange"] is False
+
+    table = SparkonceDeltaTable.forPath(spark, str(path))
+    with pytest.raises(TypeError, match="Z-order column must be str"):
+        table.optimize().executeZOrderBy("x", 1)  # type: ignore[arg-type]
+    partitioned = tmp_path / "p"
+    write_deltalake(str(partitioned), pa.table({"id": [1], "p": ["a"]}), partition_by=["p"])
+    with pytest.raises(OptionError, match="DELTA_ZORDERING_ON_PARTITION_COLUMN"):
+        SparkonceDeltaTable.forPath(spark, str(partitioned)).optimize().executeZOrderBy("p")

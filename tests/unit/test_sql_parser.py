@@ -113,8 +113,10 @@ def test_maintenance_statements() -> None:
     text = "OPTIMIZE t WHERE date >= '2026-01-01' AND p = (1)"
     stmt = parse(text)
     assert isinstance(stmt, Optimize) and span(text, stmt.where) == "date >= '2026-01-01' AND p = (1)"
-    with pytest.raises(SqlError, match="ZORDER BY"):
-        parse("OPTIMIZE t ZORDER BY (a)")
+    stmt = parse("OPTIMIZE t WHERE p = 1 ZORDER BY (a, b)")
+    assert isinstance(stmt, Optimize) and stmt.zorder_by == ("a", "b") and stmt.where is not None
+    stmt = parse("OPTIMIZE t ZORDER BY a, `b c`")
+    assert isinstance(stmt, Optimize) and stmt.zorder_by == ("a", "b c")
     for text, version, timestamp in [
         ("RESTORE TABLE t TO VERSION AS OF 2", 2, None),
         ("RESTORE t VERSION AS OF 2", 2, None),

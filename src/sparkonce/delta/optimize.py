@@ -101,6 +101,37 @@ def bin_pack(
     return [b for b in bins if len(b) > 1 or _mostly_deleted(b[0])]
 
 
+def zorder_bins(files: Sequence[TableFile], partition_columns: Sequence[str]) -> list[list[TableFile]]:
+    """Bins for ``ZORDER BY``: every file of each partition in one bin (the partition's rows are ordered together)."""
+    groups: dict[tuple[Any, ...], list[TableFile]] = {}
+    for f in files:
+        groups.setdefault(tuple(repr(f.partition_values.get(c)) for c in partition_columns), []).append(f)
+    return [sorted(groups[key], key=lambda f: f.path) for key in sorted(groups)]
+
+
+def zorder(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``table``'s rows along a Z-order curve of ``columns`` (executor side): each column's dense rank (nulls
+    last) scaled to the same number of bits, the bits interleaved into one key, the rows sorted by it. Rows close
+    in every column end up close in the file, so min/max statistics skip more files and row groups."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if table.num_rows < 2 or not columns:
+        return table
+    bits = min(16, 63 // len(columns))
+    scaled = []
+    for name in columns:
+        rank = pc.rank(table.column(name).combine_chunks(), sort_keys="ascending", null_placement="at_end",
+                       tiebreaker="dense").to_numpy().astype(np.uint64) - np.uint64(1)  # fmt: skip
+        top = int(rank.max()) or 1
+        scaled.append((rank * np.uint64((1 << bits) - 1)) // np.uint64(top))
+    key = np.zeros(table.num_rows, dtype=np.uint64)
+    for bit in range(bits - 1, -1, -1):
+        for values in scaled:
+            key = (key << np.uint64(1)) | ((values >> np.uint64(bit)) & np.uint64(1))
+    return table.take(pa.array(np.argsort(key, kind="stable")))
+
+
 def _mostly_deleted(f: TableFile) -> bool:
     return f.deleted_rows > MAX_DELETED_ROWS_RATIO * int(f.num_records or 0)
 
@@ -111,17 +142,22 @@ def compact(
     *,
     where: str | Column | None = None,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    zorder_by: Sequence[str] = (),
 ) -> OptimizeResult:
-    """Compact the small files of ``table`` (``OPTIMIZE table [WHERE ...]``).
+    """Compact the small files of ``table`` (``OPTIMIZE table [WHERE ...]``), or with ``zorder_by`` rewrite every
+    file of each selected partition into one file whose rows follow a Z-order curve of those columns
+    (``OPTIMIZE ... ZORDER BY``; a partition's rows are ordered in one task, so its size bounds the memory used).
 
     Args:
         spark: The session whose executors rewrite the files.
         table: The table: a path, a URI or a parsed location (with its storage options).
         where: A predicate on partition columns only: compact the matching partitions.
         target_file_size: Bytes; files below it are compacted into files of about this size.
+        zorder_by: Data columns (not partition columns) to Z-order by.
 
     Raises:
-        OptionError: ``where`` references a column that is not a partition column, or the size is not positive.
+        OptionError: ``where`` references a column that is not a partition column, or the size is not positive;
+            a Z-order column that is unknown or a partition column.
         TableNotFoundError: not a Delta table.
         CommitConflictError: a concurrent writer removed one of the compacted files.
     """
@@ -140,13 +176,26 @@ def compact(
                 f"must reference partition columns only (the table's are {list(snapshot.partition_columns)})",
             )
         files = chosen
-    bins = bin_pack(files, snapshot.partition_columns, target_file_size)
+    zorder_by = tuple(zorder_by)
+    columns = [f.name for f in snapshot.spark_schema().fields]
+    for name in zorder_by:
+        if name in snapshot.partition_columns:
+            raise OptionError(
+                "zOrderBy", name, f"[DELTA_ZORDERING_ON_PARTITION_COLUMN] {name} is a partition column of {table_uri}"
+            )
+        if name not in columns:
+            raise OptionError("zOrderBy", name, f"is not a column of {table_uri} ({columns})")
+    bins = (
+        zorder_bins(files, snapshot.partition_columns)
+        if zorder_by
+        else bin_pack(files, snapshot.partition_columns, target_file_size)
+    )
     removed = [f for b in bins for f in b]
     if not bins:
         log.info("optimize %s at table_version %s: nothing to compact", table_uri, snapshot.table_version)
         return OptimizeResult(table_uri, None, 0, 0, 0, 0, 0, len(files), 0, snapshot.table_version)
     written = _rewrite_bins(
-        spark, snapshot.location, snapshot.scan, snapshot.partition_columns, bins, snapshot.column_mapping
+        spark, snapshot.location, snapshot.scan, snapshot.partition_columns, bins, snapshot.column_mapping, zorder_by
     )
     sizes = sorted(f.size for f in written)
     removed_sizes = sorted(f.size for f in removed)
@@ -170,7 +219,7 @@ def compact(
     }
     params = {
         "predicate": json.dumps([] if where is None else [sql_text(where)]),
-        "zOrderBy": "[]",
+        "zOrderBy": list(zorder_by),  # written as compact JSON, as Delta writes it
         "clusterBy": "[]",
         "auto": False,
         "targetFileSize": target_file_size,
@@ -234,8 +283,10 @@ def _rewrite_bins(
     partition_columns: Sequence[str],
     bins: list[list[TableFile]],
     column_mapping: ColumnMapping | None = None,
+    zorder_by: Sequence[str] = (),
 ) -> list[WrittenFile]:
-    """Executors: each bin (one task each) read and written into one new file."""
+    """Executors: each bin (one task each) read and written into one new file (its rows Z-ordered by
+    ``zorder_by`` when given)."""
     plan = [[f.data_file(location) for f in b] for b in bins]
     options = FileWriterOptions(
         location=location,
@@ -245,21 +296,29 @@ def _rewrite_bins(
     )
 
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _bin_task(batches, plan, scan, options)
+        yield from _bin_task(batches, plan, scan, options, tuple(zorder_by))
 
     rows = spark.range(0, len(bins), 1, len(bins)).mapInArrow(rewrite, WRITTEN_FILES_DDL).collect()
     return written_files(rows)
 
 
 def _bin_task(
-    batches: Iterator[pa.RecordBatch], plan: list[list[DataFile]], scan: ScanSchema, options: FileWriterOptions
+    batches: Iterator[pa.RecordBatch],
+    plan: list[list[DataFile]],
+    scan: ScanSchema,
+    options: FileWriterOptions,
+    zorder_by: tuple[str, ...] = (),
 ) -> Iterator[pa.RecordBatch]:
     """Executor side: read this task's bins and write each into one file; yields the files' descriptions."""
     for listing in batches:
         for index in listing.column(0).to_pylist():
             writer = TableFileWriter(options, task_id=int(index))
             try:
-                writer.write_batches(read_files(plan[index], scan, options.location))
+                rows: Iterator[pa.RecordBatch] = read_files(plan[index], scan, options.location)
+                if zorder_by:
+                    table = pa.Table.from_batches(list(rows), schema=scan.output)
+                    rows = iter(zorder(table, zorder_by).to_batches(max_chunksize=65536))
+                writer.write_batches(rows)
                 files = writer.close()
             except BaseException:
                 writer.abort()
@@ -268,4 +327,12 @@ def _bin_task(
                 yield written_batch(files)
 
 
-__all__ = ["DEFAULT_TARGET_FILE_SIZE", "OptimizeResult", "bin_pack", "compact", "optimize_table"]
+__all__ = [
+    "DEFAULT_TARGET_FILE_SIZE",
+    "OptimizeResult",
+    "bin_pack",
+    "compact",
+    "optimize_table",
+    "zorder",
+    "zorder_bins",
+]

@@ -518,13 +518,30 @@ class DeltaOptimizeBuilder:
     def executeCompaction(self) -> DataFrame:
         """Bin-pack small files into larger ones (one ``OPTIMIZE`` commit, ``dataChange=false``); returns the
         table path and the metrics. Target size: ``spark.databricks.delta.optimize.maxFileSize`` (default 1 GiB)."""
+        return self._execute(())
+
+    def executeZOrderBy(self, *cols: str | list[str] | tuple[str, ...]) -> DataFrame:
+        """Rewrite every file of the selected partitions into one file per partition whose rows follow a Z-order
+        curve of ``cols`` (one ``OPTIMIZE`` commit, ``dataChange=false``); returns the path and the metrics.
+
+        Raises:
+            TypeError: a column that is not a string (delta-spark's message).
+            OptionError: an unknown column or a partition column.
+        """
+        names: Any = cols[0] if len(cols) == 1 and isinstance(cols[0], list | tuple) else cols
+        for c in names:
+            if type(c) is not str:
+                raise TypeError(f"Z-order column must be str. Found {c} with type {type(c)}")
+        return self._execute(tuple(names))
+
+    def _execute(self, zorder_by: tuple[str, ...]) -> DataFrame:
         from sparkonce.delta.optimize import DEFAULT_TARGET_FILE_SIZE, compact
         from sparkonce.options import get_bytes
 
         raw = self._spark.conf.get(MAX_FILE_SIZE_CONF, None)
         size = get_bytes({MAX_FILE_SIZE_CONF: raw} if raw else {}, MAX_FILE_SIZE_CONF, DEFAULT_TARGET_FILE_SIZE)
         assert size is not None
-        result = compact(self._spark, self._path, where=self._where, target_file_size=size)
+        result = compact(self._spark, self._path, where=self._where, target_file_size=size, zorder_by=zorder_by)
         m = result.metrics
         added = (m.get("minFileSize"), m.get("maxFileSize"), _avg(result.bytes_added, result.files_added))
         removed_avg = _avg(result.bytes_removed, result.files_removed)
@@ -539,14 +556,6 @@ class DeltaOptimizeBuilder:
             result.considered_files - result.files_removed,
         )
         return self._spark.createDataFrame([(_uri(self._path), metrics)], COMPACTION_SCHEMA)
-
-    def executeZOrderBy(self, *cols: str) -> DataFrame:
-        """Not supported (no Z-ordering in sparkonce).
-
-        Raises:
-            OptionError: always.
-        """
-        raise OptionError("executeZOrderBy", ",".join(cols), "Z-ordering is not supported by sparkonce")
 
 
 def _condition(condition: Any, argname: str = "'condition'") -> str | Column | None:

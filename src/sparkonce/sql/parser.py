@@ -156,10 +156,18 @@ def _vacuum(c: Cursor) -> Vacuum:
 def _optimize(c: Cursor) -> Optimize:
     table = parse_table(c)
     where = c.span_until("ZORDER") if c.take_word("WHERE") else None
-    if c.at_word("ZORDER"):
-        raise c.unsupported("OPTIMIZE ... ZORDER BY (Z-ordering)")
+    zorder: tuple[str, ...] = ()
+    if c.take_word("ZORDER BY"):
+        if c.at_op("("):
+            zorder = parse_identifier_list(c)
+        else:
+            names = [c.take().value]
+            while c.at_op(","):
+                c.take()
+                names.append(c.take().value)
+            zorder = tuple(names)
     c.expect_end()
-    return Optimize(table, where)
+    return Optimize(table, where, zorder)
 
 
 def _restore(c: Cursor) -> Restore:

@@ -143,7 +143,8 @@ class DeltaSql:
 
             target = self.require(stmt.table)
             where = text[stmt.where.start : stmt.where.end] if stmt.where else None
-            return DeltaOptimizeBuilder(self.spark, target.location, where).executeCompaction()
+            builder = DeltaOptimizeBuilder(self.spark, target.location, where)
+            return builder.executeZOrderBy(*stmt.zorder_by) if stmt.zorder_by else builder.executeCompaction()
         if isinstance(stmt, Restore):
             from sparkonce.delta.tables import DeltaTable
 

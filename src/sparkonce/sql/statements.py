@@ -80,6 +80,7 @@ class Vacuum:
 class Optimize:
     table: TableRef
     where: Span | None
+    zorder_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
