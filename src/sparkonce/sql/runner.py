@@ -433,22 +433,23 @@ class DeltaSql:
         return self._empty()
 
     def _create(self, text: str, stmt: CreateTable) -> DataFrame:
-        from sparkonce.delta.create import CreateRequest, create_table
+        from sparkonce.delta.create import CreateMode, CreateRequest, create_table
 
         if stmt.query is not None and stmt.columns is not None:
             raise SqlError("CREATE TABLE ... AS SELECT takes its columns from the query: drop the column list")
         if stmt.table.path is not None and stmt.location is not None:
             raise SqlError(f"CREATE TABLE {stmt.table.shown}: a table named by its path takes no LOCATION")
+        mode: CreateMode = "create"
+        if stmt.must_exist:
+            mode = "replace"
+        elif stmt.replace:
+            mode = "createOrReplace"
+        elif stmt.if_not_exists:
+            mode = "createIfNotExists"
         create_table(
             self.spark,
             CreateRequest(
-                mode="replace"
-                if stmt.must_exist
-                else "createOrReplace"
-                if stmt.replace
-                else "createIfNotExists"
-                if stmt.if_not_exists
-                else "create",
+                mode=mode,
                 name=stmt.table.name,
                 location=stmt.table.path if stmt.table.path is not None else stmt.location,
                 schema=self.spark.createDataFrame([], _text(text, stmt.columns)).schema if stmt.columns else None,
