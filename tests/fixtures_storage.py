@@ -14,9 +14,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
+from sparkonce.services.faultproxy import FaultProxy
 from sparkonce.services.storage import StorageInfo, restart_storage, start_storage, stop_storage
 from sparkonce.storage import TableLocation
 
@@ -69,6 +71,20 @@ def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS
 def s3_uri(object_store: EmbeddedStore, request: pytest.FixtureRequest) -> str:
     """A fresh ``s3://sparkonce-tests/<test>-<random>`` prefix for this test."""
     return object_store.unique_uri(request.node.name)
+
+
+@pytest.fixture
+def proxy(object_store: EmbeddedStore) -> Iterator[FaultProxy]:
+    """A fault proxy in front of the embedded store's S3 port (stopped after the test)."""
+    endpoint = urlsplit(object_store.endpoint)
+    assert endpoint.hostname is not None and endpoint.port is not None
+    with FaultProxy(endpoint.hostname, endpoint.port) as running:
+        yield running
+
+
+def through_proxy(object_store: EmbeddedStore, proxy: FaultProxy) -> dict[str, str]:
+    """The store's storage options with the S3 endpoint replaced by the proxy's."""
+    return {**object_store.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
 
 
 def copy_table_to_store(source: Path, location: TableLocation) -> None:

@@ -116,6 +116,9 @@ def register(spark: SparkSession) -> list[str]:
     for source in sources:
         spark.dataSource.register(source)
         names.append(source.name())
+    from sparkonce.delta.history import DeltaHistoryDataSource
+
+    spark.dataSource.register(DeltaHistoryDataSource)  # DESCRIBE HISTORY, read by executors
     if getattr(spark, "_jvm", None) is not None:
         from sparkonce.delta import _compat
 

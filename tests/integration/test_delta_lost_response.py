@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -25,24 +24,12 @@ from sparkonce.delta.commit import BatchTxn, commit_files
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.services.faultproxy import FaultProxy
 from sparkonce.storage import table_location
-from tests.fixtures_storage import EmbeddedStore
+from tests.fixtures_storage import EmbeddedStore, through_proxy
 
 pytestmark = pytest.mark.s3
 
 LOG_PUT = r"_delta_log/\d{20}\.json$"
 SCHEMA = pa.schema([("id", pa.int64())])
-
-
-@pytest.fixture
-def proxy(object_store: EmbeddedStore) -> Iterator[FaultProxy]:
-    endpoint = urlsplit(object_store.endpoint)
-    assert endpoint.hostname is not None and endpoint.port is not None
-    with FaultProxy(endpoint.hostname, endpoint.port) as running:
-        yield running
-
-
-def _through(object_store: EmbeddedStore, proxy: FaultProxy) -> dict[str, str]:
-    return {**object_store.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
 
 
 def _commits(object_store: EmbeddedStore, uri: str) -> list[list[dict]]:
@@ -71,7 +58,7 @@ def _check_table(object_store: EmbeddedStore, uri: str, expected: list[int]) -> 
 def test_the_proxy_lets_the_store_apply_a_put_and_loses_its_answer(
     object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str
 ) -> None:
-    through = table_location(s3_uri, storage_options=_through(object_store, proxy))
+    through = table_location(s3_uri, storage_options=through_proxy(object_store, proxy))
     direct = table_location(s3_uri, storage_options=object_store.storage_options)
     assert through.put_if_absent("_delta_log/a.json", b"first\n")  # unarmed: forwarded both ways
     rule = proxy.lose_responses("PUT", r"_delta_log/b\.json$")
@@ -86,7 +73,7 @@ def test_the_proxy_lets_the_store_apply_a_put_and_loses_its_answer(
 def test_commit_files_takes_a_landed_commit_as_made(
     object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str
 ) -> None:
-    location = table_location(s3_uri, storage_options=_through(object_store, proxy))
+    location = table_location(s3_uri, storage_options=through_proxy(object_store, proxy))
 
     def write(ids: list[int]) -> list:
         writer = TableFileWriter(FileWriterOptions(location=location))
@@ -110,7 +97,7 @@ def test_stream_batch_and_fanout_writes_through_a_lost_answer(
 ) -> None:  # type: ignore[no-untyped-def]
     from sparkonce.sinks.fanout import FanOutTarget, FanOutWriter
 
-    options = {f"storage.{k}": v for k, v in _through(object_store, proxy).items()}  # Delta write options
+    options = {f"storage.{k}": v for k, v in through_proxy(object_store, proxy).items()}  # Delta write options
     # A stream of three batches; the answer to batch 1's Delta commit is lost.
     source = tmp_path / "source"
     for v in range(3):

@@ -6,9 +6,7 @@ store while the client saw its connection end, and an error answer leaves the st
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import obstore
 import pyarrow as pa
@@ -21,21 +19,9 @@ from obstore.store import from_url
 
 from sparkonce.services.faultproxy import FaultProxy
 from sparkonce.storage import table_location
-from tests.fixtures_storage import EmbeddedStore
+from tests.fixtures_storage import EmbeddedStore, through_proxy
 
 pytestmark = pytest.mark.s3
-
-
-@pytest.fixture
-def proxy(object_store: EmbeddedStore) -> Iterator[FaultProxy]:
-    endpoint = urlsplit(object_store.endpoint)
-    assert endpoint.hostname is not None and endpoint.port is not None
-    with FaultProxy(endpoint.hostname, endpoint.port) as running:
-        yield running
-
-
-def _through(object_store: EmbeddedStore, proxy: FaultProxy) -> dict[str, str]:
-    return {**object_store.storage_options, "AWS_ENDPOINT_URL": proxy.endpoint}
 
 
 def _obstore(uri: str, options: dict[str, str], *, retries: int | None = None) -> Any:
@@ -49,7 +35,7 @@ def _obstore(uri: str, options: dict[str, str], *, retries: int | None = None) -
 
 
 def test_clients_work_through_the_unarmed_proxy(object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str) -> None:
-    through = _through(object_store, proxy)
+    through = through_proxy(object_store, proxy)
     store = _obstore(s3_uri, through)
     obstore.put(store, "o/a.bin", b"a" * 100_000)
     obstore.put(store, "o/b.json", b"{}", mode="create")
@@ -78,7 +64,7 @@ def test_clients_work_through_the_unarmed_proxy(object_store: EmbeddedStore, pro
 def test_lost_answers_are_applied_by_the_store_and_fire_exactly_count_times(
     object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str
 ) -> None:
-    no_retry = _obstore(s3_uri, _through(object_store, proxy), retries=0)
+    no_retry = _obstore(s3_uri, through_proxy(object_store, proxy), retries=0)
     direct = _obstore(s3_uri, object_store.storage_options)
     rule = proxy.lose_responses("PUT", r"/_delta_log/\d{20}\.json$", count=2)
     obstore.put(no_retry, "t/part-0.parquet", b"data")  # not matched: answered
@@ -95,7 +81,7 @@ def test_lost_answers_are_applied_by_the_store_and_fire_exactly_count_times(
 def test_an_error_answer_leaves_the_store_untouched(
     object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str
 ) -> None:
-    through = _through(object_store, proxy)
+    through = through_proxy(object_store, proxy)
     direct = _obstore(s3_uri, object_store.storage_options)
     rule = proxy.answer_errors("PUT", r"/slow\.json$", status=503)
     with pytest.raises(BaseError, match="503"):

@@ -51,14 +51,16 @@ class CatalogTable:
         return f"spark_catalog.{self.database}.{self.name}"
 
 
-def table_key(spark: SparkSession, parts: Sequence[str]) -> tuple[str, str] | None:
-    """``(database, table)`` of a name's parts (``t``, ``db.t``, ``spark_catalog.db.t``; the current database when
-    none is named), or None for a name sparkonce's catalog cannot hold (another catalog, more parts)."""
+def table_key(spark: SparkSession | None, parts: Sequence[str]) -> tuple[str, str] | None:
+    """``(database, table)`` of a name's parts (``t``, ``db.t``, ``spark_catalog.db.t``; the session's current
+    database when none is named, ``default`` without a session), or None for a name sparkonce's catalog cannot hold
+    (another catalog, more parts)."""
     names = [p.lower() for p in parts]
     if len(names) == 3 and names[0] == "spark_catalog":
         names = names[1:]
     if len(names) == 1:
-        return spark.catalog.currentDatabase().lower(), names[0]
+        current = spark.catalog.currentDatabase() if spark is not None else DEFAULT_DATABASE
+        return current.lower(), names[0]
     if len(names) == 2:
         return names[0], names[1]
     return None
@@ -79,15 +81,11 @@ def find_named_table(name: str, *, warehouse: str | None = None) -> CatalogTable
     """The table named ``name`` (``t``, ``db.t``, ``spark_catalog.db.t``; database ``default`` when none is
     named) in the catalog of ``warehouse`` (default: ``$SPARKONCE_WAREHOUSE``, else ``./spark-warehouse``), for
     processes without a Spark session; None when the name is not there or is not a plain name."""
-    parts = name.split(".")
-    if len(parts) == 3 and parts[0].lower() == "spark_catalog":
-        parts = parts[1:]
-    if len(parts) == 1:
-        parts = [DEFAULT_DATABASE, parts[0]]
-    if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
+    key = table_key(None, name.split("."))
+    if key is None or not all(_NAME.match(p) for p in key):
         return None
     root = warehouse or os.environ.get(WAREHOUSE_ENV) or "spark-warehouse"
-    return DeltaCatalog(root).get(parts[0], parts[1])
+    return DeltaCatalog(root).get(*key)
 
 
 class DeltaCatalog:

@@ -14,7 +14,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -66,6 +66,15 @@ class FileWriterOptions:
 
 def escape_partition_value(value: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in _ESCAPE else c for c in value)
+
+
+def partition_directory(values: Mapping[str, str | None]) -> str:
+    """The Hive-style folder of a partition (``day=2026-01-01/h=__HIVE_DEFAULT_PARTITION__``), from partition
+    column -> serialized value (None for null); "" without partition columns."""
+    return "/".join(
+        f"{escape_partition_value(n)}={NULL_PARTITION_DIR if v is None else escape_partition_value(v)}"
+        for n, v in values.items()
+    )
 
 
 def partition_value_string(value: Any) -> str | None:
@@ -279,10 +288,7 @@ class TableFileWriter:
 
     def _new_file(self, key: tuple[str | None, ...], values: dict[str, str | None], first: pa.Table) -> _OpenFile:
         schema = first.schema
-        directory = "/".join(
-            f"{escape_partition_value(n)}={NULL_PARTITION_DIR if v is None else escape_partition_value(v)}"
-            for n, v in values.items()
-        )
+        directory = partition_directory(values)
         suffix = f".{self.options.compression}" if self.options.compression != "none" else ""
         name = f"{self.options.file_prefix}-{self.task_id:05d}-{uuid.uuid4()}.c000{suffix}.parquet"
         relative = f"{directory}/{name}" if directory else name
@@ -328,5 +334,6 @@ __all__ = [
     "WrittenFile",
     "delta_stats",
     "escape_partition_value",
+    "partition_directory",
     "partition_value_string",
 ]

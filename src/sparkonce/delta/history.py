@@ -53,10 +53,7 @@ def history_rows(path: str | os.PathLike[str] | TableLocation, *, limit: int | N
         TableNotFoundError: ``path`` is not a Delta table.
         DeltaLogError: a JSON commit in range is corrupt (the message names the file and table version).
     """
-    if limit is not None and limit < 1:
-        from sparkonce.errors import OptionError
-
-        raise OptionError("limit", limit, "must be a positive number of commits, or None for all")
+    _check_limit(limit)
     delta_log = DeltaLog(table_location(path))
     versions = sorted(delta_log.commit_versions(), reverse=True)
     if limit is not None:
@@ -69,7 +66,8 @@ def history(
 ) -> DataFrame:
     """Return the Delta commits of the table at ``path`` as a DataFrame shaped like ``DESCRIBE HISTORY``.
 
-    The driver lists ``_delta_log`` once; executors read the commits (:class:`DeltaHistoryDataSource`, in chunks of
+    Needs :func:`sparkonce.register` (which registers :class:`DeltaHistoryDataSource`). The driver lists
+    ``_delta_log`` once; executors read the commits (:class:`DeltaHistoryDataSource`, in chunks of
     table versions), so a history of 100,000 commits is read in parallel and never passes through the driver. The
     DataFrame is pinned to the table versions listed now: every action on it shows the same commits.
 
@@ -89,13 +87,9 @@ def history(
         TableNotFoundError: ``path`` is not a Delta table.
         OptionError: ``limit`` is not positive.
     """
-    if limit is not None and limit < 1:
-        from sparkonce.errors import OptionError
-
-        raise OptionError("limit", limit, "must be a positive number of commits, or None for all")
+    _check_limit(limit)
     location = table_location(path)
     versions = DeltaLog(location).commit_versions()
-    spark.dataSource.register(DeltaHistoryDataSource)
     reader = spark.read.format(DeltaHistoryDataSource.name()).option("path", location.uri)
     for name, value in location.storage_options:
         reader = reader.option(f"storage.{name}", value)
@@ -103,6 +97,13 @@ def history(
     if limit is not None:
         reader = reader.option("limit", str(limit))
     return reader.load()
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and limit < 1:
+        from sparkonce.errors import OptionError
+
+        raise OptionError("limit", limit, "must be a positive number of commits, or None for all")
 
 
 def history_schema() -> StructType:

@@ -357,8 +357,9 @@ class DeltaLog:
         return data
 
     # ------------------------------------------------------------------ commits
-    def read_actions(self, table_version: int) -> list[dict[str, Any]]:
-        """Return the actions of the JSON commit of ``table_version``, in file order.
+    def read_actions(self, table_version: int, *, only: tuple[bytes, ...] = ()) -> list[dict[str, Any]]:
+        """Return the actions of the JSON commit of ``table_version``, in file order; with ``only`` (action names
+        such as ``b"commitInfo"``) just those, the other lines left unparsed.
 
         Raises:
             DeltaLogError: The file is missing (e.g. removed by log clean-up) or a line is not a JSON object.
@@ -371,8 +372,11 @@ class DeltaLog:
         except OSError as err:
             raise DeltaLogError(f"{path}: cannot read table version {table_version}: {err}") from err
         actions: list[dict[str, Any]] = []
+        keys = tuple(b'"' + name + b'"' for name in only)
         for lineno, line in enumerate(raw.split(b"\n"), start=1):
             if not line.strip():
+                continue
+            if keys and not line[:40].lstrip(b" \t{").lstrip().startswith(keys):
                 continue
             try:
                 action = json.loads(line)
@@ -421,34 +425,12 @@ class DeltaLog:
         history of 100,000 table versions is 100,000 small requests.
 
         Raises:
-            DeltaLogError: a commit is missing, unreadable, or its ``commitInfo``/``txn`` line is not valid JSON.
+            DeltaLogError: a commit is missing, unreadable, or its ``commitInfo``/``txn`` line is malformed.
         """
         from concurrent.futures import ThreadPoolExecutor
 
         def summary(table_version: int) -> CommitEntry:
-            path = self.commit_path(table_version)
-            try:
-                raw = self.read_bytes(path)
-            except FileNotFoundError as err:
-                raise DeltaLogError(
-                    f"{self.where(path)}: the Delta commit of table version {table_version} is missing"
-                ) from err
-            except OSError as err:
-                raise DeltaLogError(f"{self.where(path)}: cannot read table version {table_version}: {err}") from err
-            actions: list[dict[str, Any]] = []
-            for lineno, line in enumerate(raw.split(b"\n"), start=1):
-                head = line[:40].lstrip(b" \t{").lstrip()
-                if not (head.startswith(b'"commitInfo"') or head.startswith(b'"txn"')):
-                    continue
-                try:
-                    action = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                    raise DeltaLogError(
-                        f"{self.where(path)}: line {lineno} of table version {table_version} is not valid JSON ({err})"
-                    ) from err
-                if isinstance(action, dict) and _action_problem(action) is None:
-                    actions.append(action)
-            return _entry_from_actions(table_version, actions, lambda: self._mtime_ms(path))
+            return self.commit_entry(table_version, self.read_actions(table_version, only=(b"commitInfo", b"txn")))
 
         if self.location.is_local or len(table_versions) < 8:  # local reads are CPU-bound: threads only contend
             return [summary(v) for v in table_versions]

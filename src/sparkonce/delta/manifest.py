@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sparkonce.delta.commit import load_table
-from sparkonce.delta.files import NULL_PARTITION_DIR, escape_partition_value
+from sparkonce.delta.files import partition_directory
 from sparkonce.errors import UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
@@ -59,11 +59,7 @@ def generate_symlink_manifest(table: str | TableLocation) -> ManifestResult:
     paths = actions.column("path").to_pylist()
     values = {c: actions.column(f"partition.{c}").to_pylist() for c in partitions}
     for i, path in enumerate(paths):
-        directory = "/".join(
-            f"{escape_partition_value(c)}="
-            f"{NULL_PARTITION_DIR if values[c][i] is None else escape_partition_value(str(values[c][i]))}"
-            for c in partitions
-        )
+        directory = partition_directory({c: None if values[c][i] is None else str(values[c][i]) for c in partitions})
         uri = path if "://" in path or path.startswith("file:") else f"{root}/{path}"
         by_directory[directory].append(uri)
     if not partitions:

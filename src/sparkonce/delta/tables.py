@@ -147,14 +147,12 @@ class DeltaTable:
             raise TypeError(f"tableOrViewName must be a str, not {type(tableOrViewName).__name__}")
         import sparkonce
         from sparkonce.delta.catalog import find_table
-        from sparkonce.sql.statements import parse_name
+        from sparkonce.sql.statements import parse_format_path, parse_name
 
         sparkonce.register(sparkSession)
-        from sparkonce.sql.lexer import tokenize
-
-        tokens = tokenize(tableOrViewName)
-        if len(tokens) == 3 and tokens[0].is_word("DELTA") and tokens[1].is_op(".") and tokens[2].kind == "quoted":
-            return cls.forPath(sparkSession, tokens[2].value)  # delta.`path`, as delta-spark takes it
+        path = parse_format_path(tableOrViewName, "delta")
+        if path is not None:
+            return cls.forPath(sparkSession, path)  # delta.`path`, as delta-spark takes it
         entry = find_table(sparkSession, parse_name(tableOrViewName))
         if entry is None or not table_exists(entry.location):
             raise TableNotFoundError(f"`{tableOrViewName}` is not a Delta table.")
@@ -175,27 +173,25 @@ class DeltaTable:
         from pyspark.sql.types import StructType
 
         from sparkonce.delta.create import convert_parquet
-        from sparkonce.sql.lexer import tokenize
+        from sparkonce.sql.statements import parse_format_path
 
         if not isinstance(identifier, str):
             raise TypeError(f"identifier must be a str such as parquet.`/path`, not {type(identifier).__name__}")
         if partitionSchema is not None and not isinstance(partitionSchema, str | StructType):
             raise TypeError(f"partitionSchema must be a str or a StructType, not {type(partitionSchema).__name__}")
-        tokens = tokenize(identifier)
-        if not (
-            len(tokens) == 3 and tokens[0].is_word("PARQUET") and tokens[1].is_op(".") and tokens[2].kind == "quoted"
-        ):
+        path = parse_format_path(identifier, "parquet")
+        if path is None:
             raise OptionError("identifier", identifier, "convertToDelta takes parquet.`/path` (a Parquet directory)")
         schema = (
             sparkSession.createDataFrame([], partitionSchema).schema
             if isinstance(partitionSchema, str)
             else partitionSchema
         )
-        convert_parquet(tokens[2].value, partition_schema=schema)
+        convert_parquet(path, partition_schema=schema)
         import sparkonce
 
         sparkonce.register(sparkSession)
-        return cls(sparkSession, tokens[2].value)
+        return cls(sparkSession, path)
 
     @classmethod
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:

@@ -377,6 +377,21 @@ def parse_name(text: str) -> tuple[str, ...]:
     return ref.name
 
 
+def parse_format_path(text: str, format_name: str) -> str | None:
+    """The path of ``format_name.`path``` (``delta.`/data/t```, ``parquet.`/p```) given as text, else None."""
+    from sparkonce.sql.lexer import tokenize
+
+    tokens = tokenize(text)
+    if (
+        len(tokens) == 3
+        and tokens[0].is_word(format_name.upper())
+        and tokens[1].is_op(".")
+        and tokens[2].kind == "quoted"
+    ):
+        return tokens[2].value
+    return None
+
+
 def _at_suffix(cursor: Cursor, text: str) -> tuple[str, int | None, str | None]:
     """Delta's ``t@v123`` (table version) and ``t@20190101000000000`` (``yyyyMMddHHmmssSSS``) suffixes."""
     base, _, suffix = text.rpartition("@")
@@ -486,6 +501,7 @@ __all__ = [
     "parse_alias",
     "parse_assignments",
     "parse_identifier_list",
+    "parse_format_path",
     "parse_name",
     "parse_properties",
     "parse_table",
