@@ -249,3 +249,46 @@ def test_data_file_paths_are_url_decoded(fixtures_dir: Path) -> None:
     for raw in log.snapshot().files:
         local = log.data_file_path(raw)
         assert local is not None and local.is_file(), raw
+
+
+def _write_commits(log_dir: Path, commits: list[str]) -> None:
+    log_dir.mkdir(parents=True)
+    for table_version, text in enumerate(commits):
+        (log_dir / f"{table_version:020d}.json").write_text(text)
+
+
+def test_commit_summaries_read_what_the_full_parse_reads(tmp_path: Path) -> None:
+    """The byte search for ``{"commitInfo"``/``{"txn"`` lines and the line-by-line parse agree on every shape:
+    commitInfo first or last, spaces inside the braces, several txns, none, a "txn" text inside a string."""
+    info = '{"commitInfo":{"timestamp":5,"operation":"WRITE","userMetadata":"{\\"txn\\":1}"}}'
+    add = '{"add":{"path":"a.parquet","partitionValues":{},"size":1,"modificationTime":1,"dataChange":true}}'
+    commits = [
+        '{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}\n' + info + "\n",
+        add + '\n{"txn":{"appId":"q","version":3}}\n' + info,  # commitInfo last, no trailing newline
+        '{ "commitInfo" : {"timestamp":6,"operation":"DELETE"}}\n{ "txn": {"appId":"q","version":4}}\n',
+        info + '\n{"txn":{"appId":"a","version":1}}\n{"txn":{"appId":"b","version":2}}\n' + add + "\n",
+        add + "\n",  # no commitInfo at all
+    ]
+    _write_commits(tmp_path / "_delta_log", commits)
+    log = DeltaLog(tmp_path)
+    summaries = log.commit_summaries(list(range(len(commits))))
+    expected = []
+    for table_version in range(len(commits)):
+        actions = log.read_actions(table_version)
+        expected.append(
+            (
+                table_version,
+                next((a["commitInfo"] for a in actions if "commitInfo" in a), {}),
+                tuple(Txn(a["txn"]["appId"], a["txn"]["version"], None) for a in actions if "txn" in a),
+            )
+        )
+    assert [tuple(s) for s in summaries] == expected
+    assert [len(s.txns) for s in summaries] == [0, 1, 1, 2, 0]
+    assert summaries[2].commit_info["operation"] == "DELETE"
+
+
+def test_commit_summaries_name_the_malformed_line(tmp_path: Path) -> None:
+    info = '{"commitInfo":{"timestamp":5,"operation":"WRITE"}}'
+    _write_commits(tmp_path / "_delta_log", [info + '\n{"txn":{"appId":"q","version":"three"}}\n'])
+    with pytest.raises(DeltaLogError, match=r"00000000000000000000\.json: line 2 of table version 0: 'txn' action"):
+        DeltaLog(tmp_path).commit_summaries([0])

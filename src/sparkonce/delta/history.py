@@ -15,6 +15,7 @@ duplicate-epoch checks use).
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import os
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from sparkonce.delta.log import CommitEntry, DeltaLog
+from sparkonce.delta.log import DeltaLog, commit_facts
 from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
@@ -58,7 +59,13 @@ def history_rows(path: str | os.PathLike[str] | TableLocation, *, limit: int | N
     versions = sorted(delta_log.commit_versions(), reverse=True)
     if limit is not None:
         versions = versions[:limit]
-    return [_row(entry) for entry in delta_log.commit_summaries(versions)]
+    columns = _history_columns(delta_log, versions)
+    columns[1] = [dt.datetime.fromtimestamp(us / 1e6, dt.UTC) if us is not None else None for us in columns[1]]
+    for at in (5, 12):  # the maps as dicts
+        columns[at] = [dict(pairs) for pairs in columns[at]]
+    for at in (6, 7):  # the structs as tuples
+        columns[at] = [tuple(v.values()) if v is not None else None for v in columns[at]]
+    return list(zip(*columns, strict=True))
 
 
 def history(
@@ -181,59 +188,93 @@ class _HistoryReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executor
         assert isinstance(partition, _Versions)
         if partition.versions:
-            rows = [_row(e) for e in DeltaLog(self.location).commit_summaries(partition.versions)]
-            yield from _arrow_table(rows).to_batches()
+            yield _arrow_batch(_history_columns(DeltaLog(self.location, check=False), partition.versions))
 
 
-def _arrow_table(rows: list[tuple[Any, ...]]) -> pa.Table:
-    """``rows`` as an Arrow table of :func:`history_schema` (no JVM needed)."""
+def _history_columns(log: DeltaLog, table_versions: list[int]) -> list[list[Any]]:
+    """The columns of :data:`HISTORY_SCHEMA` for ``table_versions``, in that order, as Python lists shaped for
+    ``pyarrow.array`` (maps as lists of pairs, structs as dicts, timestamps in microseconds).
+
+    Python's cyclic garbage collector is paused meanwhile: about 20 objects are kept per commit and none is in a
+    cycle, so each collection would only scan them again (a third of the time otherwise).
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _columns(log, table_versions)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _columns(log: DeltaLog, table_versions: list[int]) -> list[list[Any]]:
+    columns: list[list[Any]] = [[] for _ in range(17)]
+    (
+        version,
+        timestamp,
+        user_id,
+        user_name,
+        operation,
+        parameters,
+        job,
+        notebook,
+        cluster_id,
+        read_version,
+        isolation,
+        blind,
+        metrics,
+        user_metadata,
+        engine,
+        app_id,
+        txn_version,
+    ) = (c.append for c in columns)
+    for summary in log.commit_summaries(table_versions):
+        info, txns = summary.commit_info, summary.txns
+        facts = commit_facts(info, txns)
+        params = [(str(k), _text(v)) for k, v in facts.parameters.items()]
+        if facts.operation == STREAMING_UPDATE and facts.query_id is not None and facts.batch_id is not None:
+            names = {k for k, _ in params}
+            for name, value in (
+                ("queryId", facts.query_id),
+                ("epochId", str(facts.batch_id)),
+                ("txnAppId", facts.query_id),
+                ("txnVersion", str(facts.batch_id)),
+            ):
+                if name not in names:
+                    params.append((name, value))
+        ms = facts.timestamp_ms
+        if ms is None:
+            ms = log._mtime_ms(log.commit_path(summary.table_version))
+        job_info, notebook_info = info.get("job"), info.get("notebook")
+        version(summary.table_version)
+        timestamp(ms * 1000 if ms is not None else None)
+        user_id(_text(info.get("userId")))
+        user_name(_text(info.get("userName")))
+        operation(facts.operation)
+        parameters(params)
+        job({f: _text(job_info.get(f)) for f in _JOB_FIELDS} if isinstance(job_info, dict) else None)
+        notebook({"notebookId": _text(notebook_info.get("notebookId"))} if isinstance(notebook_info, dict) else None)
+        cluster_id(_text(info.get("clusterId")))
+        read = info.get("readVersion")
+        read_version(read if isinstance(read, int) and not isinstance(read, bool) else None)
+        isolation(_text(info.get("isolationLevel")))
+        blind(info.get("isBlindAppend") if isinstance(info.get("isBlindAppend"), bool) else None)
+        metrics([(str(k), _text(v)) for k, v in facts.metrics.items()])
+        user_metadata(_text(info.get("userMetadata")))
+        engine(_text(info.get("engineInfo")))
+        app_id(txns[0].app_id if txns else None)
+        txn_version(txns[0].txn_version if txns else None)
+    return columns
+
+
+def _arrow_batch(columns: list[list[Any]]) -> pa.RecordBatch:
+    """``columns`` (:func:`_history_columns`) as an Arrow batch of :func:`history_schema` (no JVM needed)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(history_schema(), timezone="UTC", prefers_large_types=False)
-    columns: list[list[Any]] = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in schema]
-    arrays = []
-    for field, values in zip(schema, columns, strict=True):
-        if pa.types.is_map(field.type):
-            values = [list(v.items()) if v is not None else None for v in values]
-        elif pa.types.is_struct(field.type):
-            names = [f.name for f in field.type]
-            values = [dict(zip(names, v, strict=True)) if v is not None else None for v in values]
-        arrays.append(pa.array(values, type=field.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _row(entry: CommitEntry) -> tuple[Any, ...]:
-    params = {str(k): _text(v) for k, v in entry.operation_parameters.items()}
-    if entry.operation == STREAMING_UPDATE and entry.query_id is not None and entry.batch_id is not None:
-        params.setdefault("queryId", entry.query_id)
-        params.setdefault("epochId", str(entry.batch_id))
-        params.setdefault("txnAppId", entry.query_id)
-        params.setdefault("txnVersion", str(entry.batch_id))
-    txn = entry.txns[0] if entry.txns else None
-    timestamp = dt.datetime.fromtimestamp(entry.timestamp_ms / 1000, dt.UTC) if entry.timestamp_ms is not None else None
-    info = entry.commit_info
-    job = info.get("job") if isinstance(info.get("job"), dict) else None
-    notebook = info.get("notebook") if isinstance(info.get("notebook"), dict) else None
-    return (
-        entry.table_version,
-        timestamp,
-        _text(info.get("userId")),
-        _text(info.get("userName")),
-        entry.operation,
-        params,
-        tuple(_text(job.get(f)) for f in _JOB_FIELDS) if job else None,
-        (_text(notebook.get("notebookId")),) if notebook else None,
-        _text(info.get("clusterId")),
-        entry.read_version,
-        _text(info.get("isolationLevel")),
-        entry.is_blind_append,
-        {str(k): _text(v) for k, v in entry.operation_metrics.items()},
-        entry.user_metadata,
-        entry.engine_info,
-        txn.app_id if txn else None,
-        txn.txn_version if txn else None,
-    )
+    arrays = [pa.array(values, type=field.type) for field, values in zip(schema, columns, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _text(value: Any) -> str | None:

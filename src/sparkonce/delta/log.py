@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 from sparkonce.errors import DeltaLogError, TableNotFoundError
@@ -34,9 +34,12 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "CheckpointRef",
     "CommitEntry",
+    "CommitFacts",
+    "CommitSummary",
     "DeltaLog",
     "Snapshot",
     "Txn",
+    "commit_facts",
     "dv_relative_path",
     "streaming_info",
 ]
@@ -45,6 +48,7 @@ _CLASSIC_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _MULTI_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 _V2_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
 
+_DECODER = json.JSONDecoder()
 _CHECKPOINT_COLUMNS = ("add", "remove", "txn", "metaData", "protocol")
 
 
@@ -163,6 +167,8 @@ def streaming_info(commit_info: dict[str, Any], txns: Iterable[Txn] = ()) -> tup
 
 
 def _as_int(value: Any) -> int | None:
+    if type(value) is int:
+        return value
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -181,18 +187,22 @@ class DeltaLog:
     Args:
         table: The table root (the folder or prefix that holds ``_delta_log``): a path, a URI, or a parsed
             :class:`~sparkonce.storage.TableLocation` (with its storage options).
+        check: False to skip the listing that makes sure ``_delta_log`` exists (for a task reading files the
+            driver listed).
 
     Raises:
         TableNotFoundError: ``_delta_log`` is missing or holds neither a commit nor a checkpoint.
         StorageError: the object store is unreachable, the bucket is missing or the credentials are refused.
     """
 
-    def __init__(self, table: str | os.PathLike[str] | TableLocation) -> None:
+    def __init__(self, table: str | os.PathLike[str] | TableLocation, *, check: bool = True) -> None:
         self.location = table_location(table)
         self.table_path = Path(self.location.uri) if self.location.is_local else Path("/")
         """The table root on the local file system (meaningful for local tables only)."""
         self.fs = self.location.filesystem()
         self.log_dir = self.location.fs_path("_delta_log")
+        if not check:  # the caller found the table a moment ago (a task of a read the driver planned)
+            return
         names = self._names()
         if names is None:
             raise TableNotFoundError(f"{self.location} is not a Delta table: no _delta_log folder")
@@ -229,8 +239,14 @@ class DeltaLog:
             OSError: it cannot be read.
         """
         if self.location.is_local:
-            with open(path, "rb") as handle:
-                return handle.read()
+            handle = os.open(path, os.O_RDONLY)  # unbuffered: half the cost of open() for a small commit
+            try:
+                chunks = []
+                while chunk := os.read(handle, 1 << 20):
+                    chunks.append(chunk)
+            finally:
+                os.close(handle)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
         import pyarrow.fs as pafs
 
         try:
@@ -364,13 +380,21 @@ class DeltaLog:
         Raises:
             DeltaLogError: The file is missing (e.g. removed by log clean-up) or a line is not a JSON object.
         """
-        path = self.where(self.commit_path(table_version))
+        return self._parse_actions(table_version, self._read_commit(table_version), only)
+
+    def _read_commit(self, table_version: int) -> bytes:
+        path = self.commit_path(table_version)
         try:
-            raw = self.read_bytes(self.commit_path(table_version))
+            return self.read_bytes(path)
         except FileNotFoundError as err:
-            raise DeltaLogError(f"{path}: the Delta commit of table version {table_version} is missing") from err
+            raise DeltaLogError(
+                f"{self.where(path)}: the Delta commit of table version {table_version} is missing"
+            ) from err
         except OSError as err:
-            raise DeltaLogError(f"{path}: cannot read table version {table_version}: {err}") from err
+            raise DeltaLogError(f"{self.where(path)}: cannot read table version {table_version}: {err}") from err
+
+    def _parse_actions(self, table_version: int, raw: bytes, only: tuple[bytes, ...] = ()) -> list[dict[str, Any]]:
+        path = self.where(self.commit_path(table_version))
         actions: list[dict[str, Any]] = []
         keys = tuple(b'"' + name + b'"' for name in only)
         for lineno, line in enumerate(raw.split(b"\n"), start=1):
@@ -418,24 +442,45 @@ class DeltaLog:
         ]
         return [self.commit_entry(v) for v in versions]
 
-    def commit_summaries(self, table_versions: Sequence[int]) -> list[CommitEntry]:
-        """The :class:`CommitEntry` of each of ``table_versions`` (in that order) from its ``commitInfo`` and
-        ``txn`` actions only: what ``DESCRIBE HISTORY`` shows. File actions are neither parsed nor counted
-        (``num_added_files`` and the like are 0). On an object store the files are read by a pool of threads: a
+    def commit_summaries(self, table_versions: Sequence[int]) -> list[CommitSummary]:
+        """The :class:`CommitSummary` (``commitInfo`` and ``txn`` actions) of each of ``table_versions``, in
+        that order: what ``DESCRIBE HISTORY`` shows. Other actions are not parsed: the lines that start with
+        ``{"commitInfo"`` or ``{"txn"`` (how Delta writers write them) are found by a byte search; a commit
+        written otherwise is parsed line by line. On an object store the files are read by a pool of threads: a
         history of 100,000 table versions is 100,000 small requests.
 
         Raises:
             DeltaLogError: a commit is missing, unreadable, or its ``commitInfo``/``txn`` line is malformed.
         """
+        if self.location.is_local or len(table_versions) < 8:  # local reads are CPU-bound: threads only contend
+            return [self._summary(v, self._read_commit(v)) for v in table_versions]
         from concurrent.futures import ThreadPoolExecutor
 
-        def summary(table_version: int) -> CommitEntry:
-            return self.commit_entry(table_version, self.read_actions(table_version, only=(b"commitInfo", b"txn")))
-
-        if self.location.is_local or len(table_versions) < 8:  # local reads are CPU-bound: threads only contend
-            return [summary(v) for v in table_versions]
         with ThreadPoolExecutor(max_workers=32) as pool:  # an object store's latency dominates: overlap requests
-            return list(pool.map(summary, table_versions, chunksize=16))
+            raws = list(pool.map(self._read_commit, table_versions, chunksize=16))
+        return [self._summary(v, raw) for v, raw in zip(table_versions, raws, strict=True)]
+
+    def _summary(self, table_version: int, raw: bytes) -> CommitSummary:
+        info_lines, txn_lines = _lines_starting(raw, b'{"commitInfo"'), _lines_starting(raw, b'{"txn"')
+        actions: list[dict[str, Any]] = []
+        if len(info_lines) == 1 and (txn_lines or b'"txn"' not in raw):
+            try:
+                actions = [_DECODER.decode(line.decode()) for line in info_lines + txn_lines]
+            except ValueError:  # malformed: the line-by-line parse below names the line
+                actions = []
+            if any(not isinstance(a, dict) or _action_problem(a) is not None for a in actions):
+                actions = []
+        if not actions:  # written otherwise than Delta writers do, or malformed
+            actions = self._parse_actions(table_version, raw, (b"commitInfo", b"txn"))
+        commit_info: dict[str, Any] = {}
+        txns: list[Txn] = []
+        for action in actions:
+            if "commitInfo" in action:
+                commit_info = action["commitInfo"]
+            elif "txn" in action:
+                t = action["txn"]
+                txns.append(Txn(t["appId"], t["version"], _as_int(t.get("lastUpdated"))))
+        return CommitSummary(table_version, commit_info, tuple(txns))
 
     def iter_history(self) -> Iterator[CommitEntry]:
         """Yield commit entries newest first, reading each JSON commit only when asked for."""
@@ -629,25 +674,15 @@ def _entry_from_actions(
         elif "txn" in action:
             t = action["txn"]
             txns.append(Txn(str(t["appId"]), int(t["version"]), _as_int(t.get("lastUpdated"))))
-    ours = commit_info.get("sparkonce") if isinstance(commit_info.get("sparkonce"), dict) else None
-    operation = commit_info.get("operation")
-    params = dict(commit_info.get("operationParameters") or {})
-    if ours is not None:
-        operation = ours.get("operation", operation)
-        params = dict(ours.get("operationParameters") or params)
-    metrics = dict(commit_info.get("operationMetrics") or {})
-    if ours is not None and isinstance(ours.get("operationMetrics"), dict):
-        metrics = dict(ours["operationMetrics"])  # Delta's metric names for MERGE, DELETE, UPDATE, OPTIMIZE, ...
-    timestamp = _as_int(commit_info.get("inCommitTimestamp", commit_info.get("timestamp")))
-    if timestamp is None:
-        timestamp = file_mtime_ms()
-    query_id, batch_id = streaming_info(commit_info, txns)
+    facts = commit_facts(commit_info, txns)
+    timestamp = facts.timestamp_ms if facts.timestamp_ms is not None else file_mtime_ms()
+    query_id, batch_id = facts.query_id, facts.batch_id
     return CommitEntry(
         table_version=table_version,
         timestamp_ms=timestamp,
-        operation=operation,
-        operation_parameters=params,
-        operation_metrics=metrics,
+        operation=facts.operation,
+        operation_parameters=dict(facts.parameters),
+        operation_metrics=dict(facts.metrics),
         read_version=_as_int(commit_info.get("readVersion")),
         is_blind_append=commit_info.get("isBlindAppend"),
         user_metadata=commit_info.get("userMetadata"),
@@ -656,12 +691,65 @@ def _entry_from_actions(
         num_added_files=len(added),
         num_removed_files=removed,
         added_bytes=sum(int(a.get("size") or 0) for a in added),
-        added_rows=_added_rows(added, metrics),
+        added_rows=_added_rows(added, facts.metrics),
         commit_info=commit_info,
         query_id=query_id,
         batch_id=batch_id,
         added_paths=tuple(str(a.get("path")) for a in added),
     )
+
+
+class CommitFacts(NamedTuple):
+    """What a ``commitInfo`` says, read the same way by every reader of history."""
+
+    operation: str | None
+    parameters: dict[str, Any]
+    metrics: dict[str, Any]
+    timestamp_ms: int | None
+    """``inCommitTimestamp`` or ``timestamp``; None when the commit has neither (then the file's time counts)."""
+    query_id: str | None
+    batch_id: int | None
+
+
+def commit_facts(commit_info: dict[str, Any], txns: Sequence[Txn]) -> CommitFacts:
+    """The operation, parameters and metrics of a Delta commit, and its streaming query and batch (see
+    :func:`streaming_info`). Tables written before sparkonce wrote Delta's ``commitInfo`` at the top level keep the
+    real operation in a nested ``sparkonce`` object, which wins. The dicts returned are the commit's own: do not
+    change them."""
+    ours = commit_info.get("sparkonce")
+    operation = commit_info.get("operation")
+    params = commit_info.get("operationParameters") or {}
+    metrics = commit_info.get("operationMetrics") or {}
+    if isinstance(ours, dict):
+        operation = ours.get("operation", operation)
+        params = ours.get("operationParameters") or params
+        if isinstance(ours.get("operationMetrics"), dict):
+            metrics = ours["operationMetrics"]  # Delta's metric names for MERGE, DELETE, UPDATE, OPTIMIZE, ...
+    timestamp = _as_int(commit_info.get("inCommitTimestamp", commit_info.get("timestamp")))
+    query_id, batch_id = streaming_info(commit_info, txns)
+    return CommitFacts(operation, params, metrics, timestamp, query_id, batch_id)
+
+
+class CommitSummary(NamedTuple):
+    """The ``commitInfo`` (``{}`` when there is none) and ``txn`` actions of one Delta commit."""
+
+    table_version: int
+    commit_info: dict[str, Any]
+    txns: tuple[Txn, ...]
+
+
+def _lines_starting(raw: bytes, prefix: bytes) -> list[bytes]:
+    """The lines of ``raw`` that start with ``prefix`` (a byte search: the other lines are never split out)."""
+    found = []
+    at = raw.find(prefix)
+    while at >= 0:
+        end = raw.find(b"\n", at)
+        if at == 0 or raw[at - 1] == 0x0A:  # 0x0A: a newline
+            found.append(raw[at:] if end < 0 else raw[at:end])
+        if end < 0:
+            break
+        at = raw.find(prefix, end)
+    return found
 
 
 def _action_problem(action: dict[str, Any]) -> str | None:
