@@ -401,6 +401,13 @@ def test_add_columns_manifests_and_convert(spark: SparkSession, sql: DeltaSql, t
     sql(f"DELETE FROM delta.`{path}` WHERE p IS NULL")
     sql(f"GENERATE symlink_format_manifest FOR TABLE delta.`{path}`")
     assert [m.parent.name for m in (path / "_symlink_format_manifest").rglob("manifest")] == ["p=x"]
+    typed = tmp_path / "typed"  # partition folders named by the log's strings, as Delta names them
+    write_deltalake(str(typed), pa.table({"id": [1], "flag": [True], "name": ["a b"]}), partition_by=["flag", "name"])
+    sql(f"GENERATE symlink_format_manifest FOR TABLE delta.`{typed}`")
+    (manifest,) = (typed / "_symlink_format_manifest").rglob("manifest")
+    assert manifest.parent.relative_to(typed / "_symlink_format_manifest").as_posix() == "flag=true/name=a b"
+    (listed_file,) = manifest.read_text().splitlines()
+    assert [listed_file] == DeltaTable(str(typed)).file_uris() and Path(listed_file).is_file()
 
     parquet = tmp_path / "plain"
     for day in ("d1", "d2"):

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from urllib.parse import unquote
 
-import pyarrow as pa
-
-from sparkonce.delta.commit import load_table
 from sparkonce.delta.files import partition_directory
+from sparkonce.delta.log import DeltaLog
 from sparkonce.errors import UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
@@ -43,24 +42,26 @@ def generate_symlink_manifest(table: str | TableLocation) -> ManifestResult:
     import pyarrow.fs as pafs
 
     location = table_location(table)
-    snapshot = load_table(location)
-    actions = pa.table(snapshot.get_add_actions(flatten=True))
-    if (
-        "deletionVector.storageType" in actions.column_names
-        and actions.column("deletionVector.storageType").null_count < actions.num_rows
-    ):
+    snapshot = DeltaLog(location).snapshot()
+    files = list(snapshot.files.values())
+    if any(add.get("deletionVector") for add in files):
         raise UnsupportedFeatureError(
             f"GENERATE symlink_format_manifest on {location}: the table has deletion vectors, which a manifest cannot "
             "express (run OPTIMIZE or REORG to purge them first); nothing was written"
         )
-    partitions = list(snapshot.metadata().partition_columns)
+    if snapshot.configuration.get("delta.columnMapping.mode", "none") != "none":
+        raise UnsupportedFeatureError(
+            f"GENERATE symlink_format_manifest on {location}: the table uses column mapping, whose Parquet files "
+            "external readers cannot read through a manifest (Delta refuses too); nothing was written"
+        )
+    partitions = list(snapshot.metadata.get("partitionColumns") or [])
     root = str(location).rstrip("/")
     by_directory: dict[str, list[str]] = defaultdict(list)
-    paths = actions.column("path").to_pylist()
-    values = {c: actions.column(f"partition.{c}").to_pylist() for c in partitions}
-    for i, path in enumerate(paths):
-        directory = partition_directory({c: None if values[c][i] is None else str(values[c][i]) for c in partitions})
-        uri = path if "://" in path or path.startswith("file:") else f"{root}/{path}"
+    for add in files:
+        raw = add.get("partitionValues") or {}  # the log's own strings, as Delta names the partition folders
+        directory = partition_directory({c: raw.get(c) for c in partitions})
+        path = add["path"]
+        uri = path if "://" in path or path.startswith("file:") else f"{root}/{unquote(path)}"  # as Hadoop prints it
         by_directory[directory].append(uri)
     if not partitions:
         by_directory.setdefault("", [])
@@ -80,7 +81,7 @@ def generate_symlink_manifest(table: str | TableLocation) -> ManifestResult:
         if info.type == pafs.FileType.File and info.base_name == "manifest" and relative not in wanted:
             filesystem.delete_file(info.path)
             removed += 1
-    return ManifestResult(len(wanted), len(paths), removed)
+    return ManifestResult(len(wanted), len(files), removed)
 
 
 __all__ = ["MANIFEST_DIR", "ManifestResult", "generate_symlink_manifest"]
