@@ -93,3 +93,48 @@ def test_unreachable_broker_and_non_delta_table_refused_before_data_moves(broker
     assert result.exit_code != 0, result.output
     assert "not a Delta table" in result.output
     assert not (bad.parent / "tables" / "raw" / "_delta_log").exists()
+
+
+def test_tables_named_in_the_pipeline_file_are_catalog_tables(spark, broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``table_name`` keys: the first run registers managed tables in the warehouse; a second run finds them and
+    writes nothing twice; Spark reads them by name."""
+    from deltalake import DeltaTable
+
+    from sparkonce.delta.catalog import WAREHOUSE_CONF, DeltaCatalog
+
+    topic = broker.unique_topic("named")
+    produced = produce_sensor_readings(broker.bootstrap, topic=topic, count=120, partitions=2, seed=11)
+    text = quickstart_pipeline(broker.bootstrap, topic=topic)
+    for table, name in (("raw", "lake.raw"), ("bronze", "lake.bronze"), ("quarantine", "lake.bad"), ("gold", "gold")):
+        key = "quarantine" if table == "quarantine" else "table"
+        text = text.replace(f'{key} = "tables/{table}"', f'{key}_name = "{name}"')
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(text)
+    warehouse = tmp_path / "spark-warehouse"
+    try:
+        first = CliRunner().invoke(cli, ["run", str(pipeline), "--plain"])
+        assert first.exit_code == 0, first.output
+        catalog = DeltaCatalog(str(warehouse))
+        raw = catalog.get("lake", "raw")
+        assert raw is not None and raw.managed and raw.location == str(warehouse / "lake.db" / "raw")
+        assert {(t.database, t.name) for t in catalog.tables("lake") + catalog.tables("default")} == {
+            ("lake", "raw"),
+            ("lake", "bronze"),
+            ("lake", "bad"),
+            ("default", "gold"),
+        }
+        assert not (tmp_path / "tables").exists()
+        raw_version = DeltaTable(raw.location).version()
+        rows = DeltaTable(raw.location).to_pyarrow_table(columns=["partition", "offset"]).to_pylist()
+        assert len({(r["partition"], r["offset"]) for r in rows}) == len(rows) == produced.records
+
+        second = CliRunner().invoke(cli, ["run", str(pipeline), "--plain"])  # nothing new on the topic
+        assert second.exit_code == 0, second.output
+        assert DeltaTable(raw.location).version() == raw_version
+
+        spark.conf.set(WAREHOUSE_CONF, str(warehouse))
+        assert spark.sql("SELECT count(*) FROM lake.raw").collect()[0][0] == produced.records
+        counted = spark.sql("SELECT (SELECT count(*) FROM lake.bronze) + (SELECT count(*) FROM lake.bad)")
+        assert counted.collect()[0][0] == produced.records
+    finally:
+        spark.conf.unset(WAREHOUSE_CONF)

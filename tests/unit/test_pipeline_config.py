@@ -382,3 +382,55 @@ def test_bad_storage_entries_name_the_key_and_the_file(tmp_path: Path, storage: 
     with pytest.raises(PipelineConfigError, match=message + r".*\(in .*p\.toml\)"):
         text = VALID + storage if storage.startswith("[") else storage + VALID  # TOML: a table runs to the next
         parse_pipeline(text, tmp_path / "p.toml")
+
+
+def test_tables_named_as_in_the_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkonce.delta.catalog import WAREHOUSE_ENV, CatalogTable, DeltaCatalog
+
+    monkeypatch.delenv(WAREHOUSE_ENV, raising=False)
+    warehouse = tmp_path / "spark-warehouse"
+    external = tmp_path / "elsewhere" / "bronze"
+    DeltaCatalog(str(warehouse)).add("lake", "bronze", str(external), managed=False)
+    text = (
+        VALID.replace('table = "tables/raw"', 'table_name = "lake.raw"')
+        .replace('table = "tables/bronze"', 'table_name = "LAKE.Bronze"')
+        .replace('quarantine = "tables/quarantine"', 'quarantine_name = "bad_rows"')
+    )
+    config = parse_pipeline(text, tmp_path / "p.toml")
+    assert config.raw.table == str(warehouse / "lake.db" / "raw")  # not registered yet: managed, to be registered
+    assert config.bronze is not None and config.bronze.table == str(external)  # registered: its location
+    assert config.bronze.quarantine == str(warehouse / "bad_rows")  # database "default": the warehouse itself
+    assert config.gold is not None and config.gold.table == str(tmp_path / "tables" / "gold")  # a path, as before
+    assert config.warehouse == str(warehouse)
+    assert sorted(config.named_tables, key=lambda t: t.name) == [
+        CatalogTable("default", "bad_rows", str(warehouse / "bad_rows"), managed=True),
+        CatalogTable("lake", "bronze", str(external), managed=False),
+        CatalogTable("lake", "raw", str(warehouse / "lake.db" / "raw"), managed=True),
+    ]
+    assert parse_pipeline(VALID, tmp_path / "p.toml").warehouse is None  # no name: no catalog
+
+    other = parse_pipeline('warehouse = "wh"\n' + text, tmp_path / "p.toml")
+    assert other.raw.table == str(tmp_path / "wh" / "lake.db" / "raw")
+    monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path / "env-wh"))
+    assert parse_pipeline(text, tmp_path / "p.toml").raw.table == str(tmp_path / "env-wh" / "lake.db" / "raw")
+
+
+@pytest.mark.parametrize(
+    ("table", "gold", "message"),
+    [
+        ('table = "tables/raw"\ntable_name = "raw"', None, "stages.raw.table_name: give one of table (a path) and"),
+        ('table_name = "a.b.c"', None, "stages.raw.table_name: 'a.b.c' is not a table name"),
+        ('table_name = "bad-name"', None, "stages.raw.table_name: 'bad-name' is not a table name"),
+        ("table_name = 3", None, "stages.raw.table_name: must be"),
+        ('table_name = "raw"', 'table_name = "default.RAW"', "stages.gold.table: same path as stages.raw.table"),
+    ],
+    ids=["both", "three-parts", "bad-character", "not-text", "same-table"],
+)
+def test_bad_table_names_are_refused_naming_the_key(
+    tmp_path: Path, table: str, gold: str | None, message: str
+) -> None:
+    text = VALID.replace('table = "tables/raw"', table, 1)
+    if gold is not None:
+        text = text.replace('table = "tables/gold"', gold, 1)
+    with pytest.raises(PipelineConfigError, match=re.escape(message)):
+        parse_pipeline(text, tmp_path / "p.toml")

@@ -30,7 +30,12 @@ A definition names a Kafka source and up to three stages, each with its own tabl
     order_by = "reading_time"
     merge = "latest"
 
-Relative paths are resolved against the directory of the file. Every problem raises a
+Relative paths are resolved against the directory of the file. A table can also be named as in Spark's catalog:
+``table_name = "db.events"`` instead of ``table = "path"`` (also ``quarantine_name``, and ``table_name`` instead
+of ``path`` in a fan-out's ``tables``), found in sparkonce's catalog in the warehouse directory (top-level
+``warehouse = "path"``; default ``$SPARKONCE_WAREHOUSE``, else ``spark-warehouse`` beside the file). A name not
+registered yet is a managed table (``<warehouse>/<db>.db/<table>``), registered when the pipeline first runs.
+Every problem raises a
 :class:`~sparkonce.errors.PipelineConfigError` naming the key path (``stages.bronze.checkpoint: shared with
 stages.raw``); unknown keys are errors too, so a typo never falls back to a default silently.
 """
@@ -45,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
+from sparkonce.delta.catalog import WAREHOUSE_ENV, CatalogTable
 from sparkonce.errors import PipelineConfigError, StorageError
 from sparkonce.pipeline.transforms import Transform, read_sql
 from sparkonce.storage import checkpoint_path, table_location
@@ -313,6 +319,10 @@ class PipelineConfig:
     storage_env: tuple[tuple[str, str], ...] = ()
     """The ``[storage_env]`` table: storage option -> the environment variable holding its value (read when the
     pipeline's tables are first used)."""
+    warehouse: str | None = None
+    """The warehouse directory of the catalog that ``table_name`` keys name tables in (None: no table is named)."""
+    named_tables: tuple[CatalogTable, ...] = ()
+    """The tables given by name, with their locations (``managed`` for a name not registered yet)."""
 
     def storage_options(self) -> dict[str, str]:
         """The storage options of the pipeline's tables: ``[storage]``, plus ``[storage_env]`` read now.
@@ -403,6 +413,34 @@ def use_storage(config: PipelineConfig, spark: SparkSession | None = None) -> No
     sparkonce.register(spark)
 
 
+def use_catalog(config: PipelineConfig, spark: SparkSession) -> None:
+    """Register the tables the pipeline names (``table_name`` keys) that the catalog does not hold yet, as managed
+    tables where the parse placed them, and point the session's catalog at the pipeline's warehouse (so
+    ``spark.table("db.t")`` in a transform finds them). Runs on the driver, before any stage starts.
+
+    Raises:
+        PipelineConfigError: a name was registered meanwhile at another location.
+    """
+    if config.warehouse is None:
+        return
+    from sparkonce.delta.catalog import WAREHOUSE_CONF, DeltaCatalog
+    from sparkonce.errors import SqlError
+
+    spark.conf.set(WAREHOUSE_CONF, config.warehouse)
+    catalog = DeltaCatalog(config.warehouse)
+    for table in config.named_tables:
+        try:
+            catalog.add(table.database, table.name, table.location, managed=table.managed)
+        except SqlError:  # registered already (by an earlier run, or meanwhile)
+            found = catalog.get(table.database, table.name)
+            if found is None or found.location.rstrip("/") != table.location.rstrip("/"):
+                where = found.location if found is not None else "nowhere"
+                raise PipelineConfigError(
+                    f"{config.path}: table {table.database}.{table.name} is registered at {where}, not at "
+                    f"{table.location} where the pipeline file resolved it; load the file again"
+                ) from None
+
+
 def load_pipeline(path: str | os.PathLike[str]) -> PipelineConfig:
     """Read and validate a pipeline definition file.
 
@@ -439,14 +477,19 @@ class _Parser:
     def __init__(self, file: Path) -> None:
         self.file = file
         self.base = file.parent
+        self.warehouse: str | None = None
+        self.named: dict[tuple[str, str], CatalogTable] = {}
 
     def fail(self, key: str, problem: str) -> PipelineConfigError:
         return PipelineConfigError(f"{key}: {problem} (in {self.file})")
 
     def pipeline(self, data: Mapping[str, Any]) -> PipelineConfig:
-        self.known(data, "", {"name", "source", "stages", "storage", "storage_env"})
+        self.known(data, "", {"name", "source", "stages", "storage", "storage_env", "warehouse"})
         name = self.string(data, "name", "", default=self.file.stem)
         assert name is not None
+        warehouse = self.string(data, "warehouse", "", default=os.environ.get(WAREHOUSE_ENV) or "spark-warehouse")
+        assert warehouse is not None
+        self.warehouse = os.path.join(self.base, os.path.expanduser(warehouse))
         source = self.source(self.table(data, "source", ""))
         stages = self.table(data, "stages", "")
         if not stages:
@@ -463,6 +506,8 @@ class _Parser:
             self.upstream_first(parsed),
             storage=self.storage_table(data, "storage"),
             storage_env=self.storage_table(data, "storage_env"),
+            warehouse=self.warehouse if self.named else None,
+            named_tables=tuple(self.named.values()),
         )
         both = sorted({n.lower() for n, _ in config.storage} & {n.lower() for n, _ in config.storage_env})
         if both:
@@ -541,7 +586,7 @@ class _Parser:
 
     def raw(self, name: str, data: Mapping[str, Any]) -> RawStage:
         key = f"stages.{name}"
-        self.known(data, key, {"table", "checkpoint", "trigger", "input"})
+        self.known(data, key, {"table", "table_name", "checkpoint", "trigger", "input"})
         if data.get("input", SOURCE) != SOURCE:
             raise self.fail(f"{key}.input", "a raw stage reads the Kafka source: input = 'source'")
         return RawStage(
@@ -555,9 +600,11 @@ class _Parser:
             key,
             {
                 "table",
+                "table_name",
                 "checkpoint",
                 "trigger",
                 "quarantine",
+                "quarantine_name",
                 "schema",
                 "required",
                 "drift",
@@ -669,6 +716,7 @@ class _Parser:
             {
                 "input",
                 "table",
+                "table_name",
                 "tables",
                 "checkpoint",
                 "trigger",
@@ -694,10 +742,11 @@ class _Parser:
         )
 
     def outputs(self, data: Mapping[str, Any], key: str) -> tuple[OutputTable, ...]:
-        """``table = "path"``, or ``tables = ["path", { path = "...", name = "...", where = "SQL" }, ...]``."""
-        if ("table" in data) == ("tables" in data):
+        """``table = "path"`` (or ``table_name``), or ``tables = ["path", { path = "...", name = "...", where = "SQL"
+        }, ...]`` (``table_name`` instead of ``path`` for a table name)."""
+        if ("table" in data or "table_name" in data) == ("tables" in data):
             raise self.fail(key, 'give exactly one of table = "path" and tables = [...] (a fan-out)')
-        if "table" in data:
+        if "table" in data or "table_name" in data:
             path = self.path(data, "table", key)
             return (OutputTable(path, os.path.basename(path)),)
         items = data["tables"]
@@ -709,8 +758,8 @@ class _Parser:
             entry = {"path": item} if isinstance(item, str) else item
             if not isinstance(entry, dict):
                 raise self.fail(item_key, f"must be a path or a table {{ path, name, where }}, not {item!r}")
-            self.known(entry, item_key, {"path", "name", "where"})
-            path = self.path(entry, "path", item_key)
+            self.known(entry, item_key, {"path", "table_name", "name", "where"})
+            path = self.path(entry, "path", item_key, name_key="table_name")
             table_name = self.string(entry, "name", item_key, default=os.path.basename(path))
             assert table_name is not None
             where = entry.get("where")
@@ -728,6 +777,7 @@ class _Parser:
             key,
             {
                 "table",
+                "table_name",
                 "checkpoint",
                 "trigger",
                 "keys",
@@ -886,7 +936,13 @@ class _Parser:
             raise self.fail(key, f"lists a column twice: {value}")
         return tuple(value)
 
-    def path(self, data: Mapping[str, Any], name: str, parent: str) -> str:
+    def path(self, data: Mapping[str, Any], name: str, parent: str, *, name_key: str | None = None) -> str:
+        """The location given by ``name`` (a path or URI), or by ``<name>_name`` (``name_key``: a table name)."""
+        name_key = name_key or f"{name}_name"
+        if name != "checkpoint" and name_key in data:
+            if name in data:
+                raise self.fail(f"{parent}.{name_key}", f"give one of {name} (a path) and {name_key} (a table name)")
+            return self.named_table(data, name_key, parent)
         value = self.string(data, name, parent)
         assert value is not None
         is_uri = value.lower().startswith("file:") or "://" in value
@@ -895,6 +951,29 @@ class _Parser:
             return checkpoint_path(where) if name == "checkpoint" else str(table_location(where))
         except StorageError as err:
             raise self.fail(f"{parent}.{name}", str(err)) from err
+
+    def named_table(self, data: Mapping[str, Any], key: str, parent: str) -> str:
+        """The location of the catalog table named by ``key`` (its registered one, or the managed one to be)."""
+        from sparkonce.delta.catalog import DeltaCatalog, table_key
+        from sparkonce.errors import SqlError
+
+        text = self.string(data, key, parent)
+        assert text is not None and self.warehouse is not None
+        parts = text.strip().split(".")
+        table = table_key(None, parts)
+        if table is None or not all(_NAME.match(p) for p in table):
+            raise self.fail(f"{parent}.{key}", f"{text!r} is not a table name (name, or database.name)")
+        catalog = DeltaCatalog(self.warehouse)
+        try:
+            found = catalog.get(*table)
+        except SqlError as err:
+            raise self.fail(f"{parent}.{key}", str(err)) from err
+        entry = found or CatalogTable(*table, catalog.managed_location(*table), managed=True)
+        self.named[table] = entry
+        try:
+            return str(table_location(entry.location))
+        except StorageError as err:
+            raise self.fail(f"{parent}.{key}", f"table {text}: {err}") from err
 
     def storage_table(self, data: Mapping[str, Any], name: str) -> tuple[tuple[str, str], ...]:
         """``[storage]`` (option -> value) or ``[storage_env]`` (option -> environment variable), validated."""
@@ -1015,5 +1094,6 @@ __all__ = [
     "Trigger",
     "load_pipeline",
     "parse_pipeline",
+    "use_catalog",
     "use_storage",
 ]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import sparkonce.errors as errors
 from sparkonce.errors import BrokerError, SparkonceError
-from sparkonce.pipeline.config import SOURCE, PipelineConfig, Stage, use_storage
+from sparkonce.pipeline.config import SOURCE, PipelineConfig, Stage, use_catalog, use_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -148,6 +148,7 @@ def run_pipeline(
 
         spark = local_session(app_name=f"sparkonce-{config.name}", master=master or "local[2]")
     use_storage(config, spark)
+    use_catalog(config, spark)
     check_stages(spark, config, selected)
     stop = stop or threading.Event()
     started = time.monotonic()
