@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyspark.errors import AnalysisException
 
 from sparkonce.delta.catalog import CATALOG_DIR, WAREHOUSE_CONF
 from sparkonce.errors import OptionError, SqlError, UnsupportedFeatureError
@@ -225,6 +226,20 @@ def test_insert_create_and_drop(spark: SparkSession, sql: DeltaSql, tmp_path: Pa
     }
     # The catalog is files: another session (here: a new DeltaSql of the same session's conf) sees the tables.
     assert DeltaSql(spark, sql.spark_sql)("SELECT count(*) FROM copy").collect()[0][0] == 2
+
+    def shown(statement: str) -> list[tuple[str, str, bool]]:
+        return [tuple(r) for r in sql(statement).collect() if not r.isTemporary]  # type: ignore[misc]
+
+    assert shown("SHOW TABLES") == [("default", "copy", False), ("default", "events", False), ("default", "ext", False)]
+    assert shown("SHOW TABLES FROM default LIKE 'E*|nothing'") == [
+        ("default", "events", False),
+        ("default", "ext", False),
+    ]
+    sql("CREATE TABLE lake.t (id BIGINT) USING delta")  # a database Spark's own catalog does not have
+    assert shown("SHOW TABLES IN lake") == [("lake", "t", False)]
+    assert shown("SHOW TABLES IN spark_catalog.lake 't'") == [("lake", "t", False)]
+    with pytest.raises(AnalysisException, match="SCHEMA_NOT_FOUND"):
+        sql("SHOW TABLES IN nowhere")
 
     sql("DROP TABLE copy")
     assert not (warehouse / "copy").exists()  # managed: its files go with it

@@ -23,6 +23,7 @@ from sparkonce.sql.statements import (
     Merge,
     Optimize,
     Restore,
+    ShowTables,
     ShowTblProperties,
     Statement,
     Update,
@@ -254,8 +255,13 @@ def test_other_statements() -> None:
     assert isinstance(stmt, GenerateManifest) and stmt.table.path == "/p"
     with pytest.raises(SqlError, match="GENERATE other_mode"):
         parse("GENERATE other_mode FOR TABLE t")
-    for text in ["SELECT * FROM t", "SHOW TABLES", "CREATE TEMP VIEW v AS SELECT 1", "DESCRIBE TABLE t"]:
+    for text in ["SELECT * FROM t", "SHOW DATABASES", "CREATE TEMP VIEW v AS SELECT 1", "DESCRIBE TABLE t"]:
         assert parse(text) is None, text
+    assert parse("SHOW TABLES") == ShowTables(None, None)
+    assert parse("show tables in spark_catalog.`my db` like 'a*|b'") == ShowTables(("spark_catalog", "my db"), "a*|b")
+    assert parse("SHOW TABLES FROM lake 'x*'") == ShowTables(("lake",), "x*")
+    with pytest.raises(SqlError, match="unexpected text"):
+        parse("SHOW TABLES IN lake LIKE 'x' extra")
 
 
 def test_errors_quote_the_statement() -> None:

@@ -28,6 +28,7 @@ from sparkonce.sql.statements import (
     MergeWhen,
     Optimize,
     Restore,
+    ShowTables,
     ShowTblProperties,
     Span,
     Statement,
@@ -104,6 +105,8 @@ def parse_statement(text: str, tokens: list[Token]) -> Statement | None:
             key = next(iter(parse_properties(c, values=False)))
         c.expect_end()
         return ShowTblProperties(table, key)
+    if c.take_word("SHOW TABLES"):
+        return _show_tables(c)
     if c.take_word("ALTER TABLE"):
         return _alter(c)
     if c.take_word("CONVERT TO DELTA"):
@@ -117,6 +120,24 @@ def parse_statement(text: str, tokens: list[Token]) -> Statement | None:
         c.expect_end()
         return GenerateManifest(table)
     return None
+
+
+def _show_tables(c: Cursor) -> ShowTables:
+    """``SHOW TABLES [{FROM | IN} db] [[LIKE] 'pattern']``."""
+    database = None
+    if c.take_word("FROM", "IN"):
+        parts = [c.take().value]
+        while c.at_op("."):
+            c.take()
+            parts.append(c.take().value)
+        database = tuple(parts)
+    c.take_word("LIKE")
+    pattern = None
+    token = c.peek()
+    if token is not None and token.kind == "string":
+        pattern = c.take().value
+    c.expect_end()
+    return ShowTables(database, pattern)
 
 
 def _convert(c: Cursor) -> ConvertToDelta:

@@ -19,6 +19,7 @@ Runs on the driver (the data work of every statement runs on executors).
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -46,6 +47,7 @@ from sparkonce.sql.statements import (
     Merge,
     Optimize,
     Restore,
+    ShowTables,
     ShowTblProperties,
     Span,
     Statement,
@@ -159,6 +161,8 @@ class DeltaSql:
             return self._drop(stmt)
         if isinstance(stmt, ConvertToDelta):
             return self._convert(text, stmt)
+        if isinstance(stmt, ShowTables):
+            return self._show_tables(text, stmt)
         resolved = self.resolve(stmt.table)
         if resolved is None:
             if stmt.table.path is not None:
@@ -483,6 +487,28 @@ class DeltaSql:
             shutil.rmtree(target.location, ignore_errors=True)
         return self._empty()
 
+    def _show_tables(self, text: str, stmt: ShowTables) -> DataFrame:
+        """Spark's ``SHOW TABLES`` (its tables and temporary views) with the Delta tables of sparkonce's catalog in
+        that database added, in Spark's columns and order (by name, temporary views last)."""
+        from pyspark.errors import AnalysisException
+
+        from sparkonce.delta.catalog import DeltaCatalog, table_key
+
+        key = table_key(self.spark, [*(stmt.database or ()), "_"])
+        ours = DeltaCatalog.of(self.spark).tables(key[0]) if key is not None else []
+        ours = [t for t in ours if _show_pattern_matches(stmt.pattern, t.name)]
+        try:
+            spark_rows = [tuple(r) for r in self.spark_sql(text).collect()]  # names only: a few rows
+        except AnalysisException as err:
+            if not ours or "SCHEMA_NOT_FOUND" not in str(err):
+                raise
+            spark_rows = []  # a database only sparkonce's catalog has
+        spark_rows = [r for r in spark_rows if not str(r[1]).startswith(_VIEW_PREFIX)]
+        known = {(str(r[0]).lower(), str(r[1]).lower()) for r in spark_rows}
+        rows = spark_rows + [(t.database, t.name, False) for t in ours if (t.database, t.name) not in known]
+        rows.sort(key=lambda r: (bool(r[2]), str(r[1]).lower()))
+        return self.spark.createDataFrame(rows, "namespace STRING, tableName STRING, isTemporary BOOLEAN")
+
     def _show_properties(self, target: Target, key: str | None) -> DataFrame:
         from sparkonce.delta.commit import load_table
 
@@ -572,6 +598,20 @@ def run_sql(spark: SparkSession, text: str) -> DataFrame:
     """Run ``text`` as :class:`DeltaSql` would, without installing it on ``spark``."""
     current = spark.sql
     return (current if isinstance(current, DeltaSql) else DeltaSql(spark, current))(text)
+
+
+def _show_pattern_matches(pattern: str | None, name: str) -> bool:
+    """``SHOW TABLES LIKE`` as Spark matches it: alternatives split by ``|``, ``*`` any characters, the rest a
+    regular expression, case-insensitive; an alternative that is not a valid expression matches nothing."""
+    if pattern is None:
+        return True
+    for alternative in pattern.strip().split("|"):
+        try:
+            if re.fullmatch(alternative.strip().replace("*", ".*"), name, flags=re.IGNORECASE):
+                return True
+        except re.error:
+            continue
+    return False
 
 
 __all__ = ["DeltaSql", "Target", "install", "run_sql"]

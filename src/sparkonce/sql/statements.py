@@ -171,6 +171,14 @@ class ShowTblProperties:
 
 
 @dataclass(frozen=True)
+class ShowTables:
+    database: tuple[str, ...] | None
+    """``FROM``/``IN`` name parts (None: the session's current database)."""
+    pattern: str | None
+    """The ``LIKE`` pattern: ``*`` any characters, ``|`` between alternatives, case-insensitive."""
+
+
+@dataclass(frozen=True)
 class AlterProperties:
     table: TableRef
     set: dict[str, str]
@@ -217,6 +225,7 @@ Statement = (
     | Insert
     | CreateTable
     | DropTable
+    | ShowTables
     | ShowTblProperties
     | AlterProperties
     | AddColumns
@@ -492,6 +501,7 @@ __all__ = [
     "MergeAction",
     "Optimize",
     "Restore",
+    "ShowTables",
     "ShowTblProperties",
     "Span",
     "Statement",
