@@ -191,10 +191,11 @@ def test_insert_create_and_drop(spark: SparkSession, sql: DeltaSql, tmp_path: Pa
     warehouse = tmp_path / "warehouse"
     sql(
         """CREATE TABLE events (id BIGINT, day STRING) USING delta PARTITIONED BY (day)
-           TBLPROPERTIES ('delta.checkpointInterval' = '3')"""
+           COMMENT 'one row per event' TBLPROPERTIES ('delta.checkpointInterval' = '3')"""
     )
     managed = warehouse / "events"
     assert DeltaTable(str(managed)).metadata().partition_columns == ["day"]
+    assert DeltaTable(str(managed)).metadata().description == "one row per event"
     assert DeltaTable(str(managed)).metadata().configuration == {"delta.checkpointInterval": "3"}
     sql("INSERT INTO events VALUES (1, 'a'), (2, 'b')")
     sql("INSERT INTO TABLE events (day, id) SELECT 'c', 3")
@@ -448,11 +449,14 @@ def test_table_builders(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> N
         .addColumn("day", StringType(), comment="the day")
         .partitionedBy("day")
         .property("delta.checkpointInterval", "5")
+        .comment("days and ids")
         .execute()
     )
     built = tmp_path / "warehouse" / "built"
     metadata = DeltaTable(str(built)).metadata()
     assert (metadata.partition_columns, metadata.configuration) == (["day"], {"delta.checkpointInterval": "5"})
+    assert metadata.description == "days and ids"
+    assert table.detail().select("description").collect()[0][0] == "days and ids"
     fields = json.loads(DeltaTable(str(built)).schema().to_json())["fields"]
     assert [(f["name"], f["type"], f["nullable"], f["metadata"]) for f in fields] == [
         ("id", "long", False, {}),
@@ -464,8 +468,9 @@ def test_table_builders(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> N
     with pytest.raises(SqlError, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
         SparkonceDeltaTable.create(spark).tableName("built").addColumn("x", "INT").execute()
     schema = StructType([StructField("k", StringType()), StructField("v", IntegerType())])
-    SparkonceDeltaTable.createOrReplace(spark).tableName("built").addColumns(schema).execute()
+    SparkonceDeltaTable.createOrReplace(spark).tableName("built").addColumns(schema).comment("k and v").execute()
     assert [f["name"] for f in json.loads(DeltaTable(str(built)).schema().to_json())["fields"]] == ["k", "v"]
+    assert DeltaTable(str(built)).metadata().description == "k and v"
     assert DeltaTable(str(built)).history()[0]["operationParameters"]["mode"] == "Overwrite"
     with pytest.raises(SqlError, match="DELTA_CANNOT_REPLACE_MISSING_TABLE"):
         SparkonceDeltaTable.replace(spark).tableName("missing").addColumns(schema).execute()
@@ -488,6 +493,8 @@ def test_table_builders(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> N
         builder.property("delta.appendOnly", True)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="Schema must be StructType or a list of StructField"):
         builder.addColumns("a INT")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Table comment must be str"):
+        builder.comment(3)  # type: ignore[arg-type]
     with pytest.raises(OptionError, match="Table name or location has to be specified"):
         SparkonceDeltaTable.create(spark).addColumn("a", "INT").execute()
     with pytest.raises(UnsupportedFeatureError, match="generated column g"):

@@ -222,8 +222,13 @@ def test_create_table_forms() -> None:
     assert parse("CREATE TABLE t (a INT) USING parquet") is None  # Spark's
     assert parse("CREATE TABLE t (a INT)") is None  # no provider: Spark's default source
     assert parse("CREATE VIEW v AS SELECT 1") is None
-    with pytest.raises(SqlError, match="COMMENT"):
-        parse("CREATE TABLE t (a INT) USING delta COMMENT 'x'")
+    stmt = parse("CREATE TABLE t (a INT) USING delta COMMENT 'it\\'s a table'")
+    assert isinstance(stmt, CreateTable) and stmt.comment == "it's a table"
+    assert parse("CREATE TABLE t (a INT) COMMENT 'x' USING parquet") is None  # Spark's
+    with pytest.raises(SqlError, match=r"CREATE TABLE \.\.\. CLUSTER is not supported"):
+        parse("CREATE TABLE t (a INT) USING delta CLUSTER BY (a)")
+    with pytest.raises(SqlError, match="COMMENT takes a string"):
+        parse("CREATE TABLE t (a INT) USING delta COMMENT x")
     with pytest.raises(SqlError, match="needs columns"):
         parse("CREATE TABLE t USING delta")
 

@@ -1,11 +1,11 @@
 """delta-spark's table builders: ``DeltaTable.create / createIfNotExists / replace / createOrReplace(spark)``
 return a :class:`DeltaTableBuilder`; ``.tableName``, ``.location``, ``.addColumn(s)``, ``.partitionedBy``,
-``.property`` then ``.execute()`` make the table (:func:`sparkonce.delta.create.create_table`, the same as ``CREATE
-TABLE ... USING delta``) and return its :class:`~sparkonce.delta.tables.DeltaTable`.
+``.property``, ``.comment`` then ``.execute()`` make the table (:func:`sparkonce.delta.create.create_table`, the
+same as ``CREATE TABLE ... USING delta``) and return its :class:`~sparkonce.delta.tables.DeltaTable`.
 
 Arguments are checked as delta-spark checks them (a ``TypeError`` with delta-spark's message, before anything is
 written). What sparkonce cannot make is refused at ``execute()`` with ``UnsupportedFeatureError``: generated
-columns, a table comment, clustering.
+columns and clustering.
 
 Runs on the driver.
 """
@@ -37,6 +37,7 @@ class DeltaTableBuilder:
         self._partitioned_by: tuple[str, ...] = ()
         self._properties: dict[str, str] = {}
         self._unsupported: list[str] = []
+        self._comment: str | None = None
 
     @staticmethod
     def _raise_type_error(message: str, objects: Iterable[Any]) -> NoReturn:
@@ -57,10 +58,10 @@ class DeltaTableBuilder:
         return self
 
     def comment(self, comment: str) -> DeltaTableBuilder:
-        """A table comment: not supported by sparkonce yet (refused at :meth:`execute`)."""
+        """The table's comment (``metaData.description``, ``DESCRIBE DETAIL``'s ``description``)."""
         if type(comment) is not str:
             self._raise_type_error("Table comment must be str.", [comment])
-        self._unsupported.append("a table comment")
+        self._comment = comment
         return self
 
     def addColumn(
@@ -130,7 +131,7 @@ class DeltaTableBuilder:
 
         Raises:
             OptionError: neither a name nor a location was given; a bad ``delta.*`` property.
-            UnsupportedFeatureError: a generated column, a table comment or clustering.
+            UnsupportedFeatureError: a generated column or clustering.
             SqlError: the name is taken, a table to replace is missing, or the location holds another table.
         """
         from pyspark.sql.types import StructType
@@ -159,6 +160,7 @@ class DeltaTableBuilder:
                 schema=StructType(self._fields) if self._fields else None,
                 partitioned_by=self._partitioned_by,
                 properties=self._properties,
+                comment=self._comment,
                 shown=self._name or f"delta.`{self._location}`",
             ),
         )

@@ -189,6 +189,7 @@ def commit_files(
     snapshot: DeltaTable | None = None,
     written_after: int | None = None,
     new_table_properties: Mapping[str, str] | None = None,
+    table_description: str | None = None,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -205,6 +206,8 @@ def commit_files(
     (txn check included). ``written_after``: the table version read before ``files`` were written (default: the
     version this call reads first); only later commits can name them. ``new_table_properties``: the
     ``metaData.configuration`` of the table when this commit creates it (:mod:`sparkonce.delta.properties`).
+    ``table_description``: the table's comment (``metaData.description``) when this commit creates the table or
+    replaces its schema (``overwriteSchema``); None keeps the comment the table has.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -255,6 +258,7 @@ def commit_files(
                     commit_id,
                     now,
                     new_table_properties or {},
+                    table_description,
                 )
                 if _put_entry(location, 0, entry, attempt, txn):
                     log.info(
@@ -311,13 +315,15 @@ def commit_files(
             removes_rows=data_change and (mode == "overwrite" or bool(removes)),
         )
         new_schema = _schema_change(snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema)
-        if replacing and table_partitions != partition_by:
+        if replacing and (table_partitions != partition_by or table_description not in (None, metadata.description)):
             new_schema = new_schema or schema_string
         removals = _removals(location, read_version, mode, removes, data_change, now)
         actions: list[dict[str, Any]] = []
         if new_schema is not None:
             partitions = partition_by if replacing else None
-            actions.append({"metaData": metadata_action(metadata, new_schema, partition_columns=partitions)})
+            comment = table_description if replacing else None
+            action = metadata_action(metadata, new_schema, partition_columns=partitions, description=comment)
+            actions.append({"metaData": action})
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
         actions += removals + adds
@@ -484,6 +490,7 @@ def _first_commit(
     commit_id: str,
     now: int,
     properties: Mapping[str, str],
+    description: str | None = None,
 ) -> list[dict[str, Any]]:
     """The actions of table version 0: the caller's operation, with the protocol and metadata of the new table.
 
@@ -515,7 +522,7 @@ def _first_commit(
     actions: list[dict[str, Any]] = [
         {"commitInfo": info},
         {"protocol": new_table_protocol(schema_string, properties)},
-        {"metaData": new_table_metadata(schema_string, partition_by, properties)},
+        {"metaData": new_table_metadata(schema_string, partition_by, properties, description=description)},
     ]
     if txn is not None:
         actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
@@ -528,14 +535,15 @@ def metadata_action(
     configuration: Mapping[str, str] | None = None,
     *,
     partition_columns: tuple[str, ...] | None = None,
+    description: str | None = None,
 ) -> dict[str, Any]:
-    """The table's ``metaData`` action with a new schema and, when given, a new ``configuration`` and partition
-    columns (everything else as it was)."""
+    """The table's ``metaData`` action with a new schema and, when given, a new ``configuration``, partition
+    columns and comment (``description``; everything else as it was)."""
     action: dict[str, Any] = {"id": metadata.id}
     if metadata.name is not None:
         action["name"] = metadata.name
-    if metadata.description is not None:
-        action["description"] = metadata.description
+    if (description if description is not None else metadata.description) is not None:
+        action["description"] = description if description is not None else metadata.description
     action.update(
         format={"provider": "parquet", "options": {}},
         schemaString=schema_string,

@@ -35,6 +35,8 @@ class CreateRequest:
     """The rows of ``CREATE TABLE ... AS SELECT`` (then ``schema`` is None)."""
     partitioned_by: tuple[str, ...] = ()
     properties: Mapping[str, str] = field(default_factory=dict)
+    comment: str | None = None
+    """The table's comment (``metaData.description``)."""
     shown: str = ""
     """The table as the user named it, for messages."""
 
@@ -118,10 +120,10 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
                     f"[DELTA_CREATE_TABLE_SCHEME_MISMATCH] The specified schema {want} does not match the existing "
                     f"schema {have} at {location}"
                 )
-        if properties or request.partitioned_by:
+        if properties or request.partitioned_by or request.comment is not None:
             raise SqlError(
-                f"{shown} at {location}: the table exists there; its properties and partitioning are the table's "
-                "(change properties with ALTER TABLE ... SET TBLPROPERTIES)"
+                f"{shown} at {location}: the table exists there; its properties, partitioning and comment are the "
+                "table's (change properties with ALTER TABLE ... SET TBLPROPERTIES)"
             )
         wrote = False
     else:
@@ -134,6 +136,8 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
             writer = writer.partitionBy(*request.partitioned_by)
         for name, value in properties.items():
             writer = writer.option(name, value)
+        if request.comment is not None:
+            writer = writer.option("description", request.comment)
         writer.save(location)
     if catalog is not None and existing is None:
         assert key is not None

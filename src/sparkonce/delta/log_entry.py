@@ -174,11 +174,16 @@ def _num_records(add: Mapping[str, Any]) -> int:
 
 
 def new_table_metadata(
-    schema_string: str, partition_by: Sequence[str], configuration: Mapping[str, str]
+    schema_string: str,
+    partition_by: Sequence[str],
+    configuration: Mapping[str, str],
+    *,
+    description: str | None = None,
 ) -> dict[str, Any]:
-    """The ``metaData`` action of a table sparkonce creates."""
+    """The ``metaData`` action of a table sparkonce creates (``description``: the table's comment)."""
     return {
         "id": str(uuid.uuid4()),
+        **({"description": description} if description is not None else {}),
         "format": {"provider": "parquet", "options": {}},
         "schemaString": schema_string,
         "partitionColumns": list(partition_by),

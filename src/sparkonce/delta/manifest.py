@@ -68,8 +68,8 @@ def generate_symlink_manifest(table: str | TableLocation) -> ManifestResult:
     wanted = {
         f"{MANIFEST_DIR}/{d}/manifest" if d else f"{MANIFEST_DIR}/manifest": files for d, files in by_directory.items()
     }
-    for relative, files in wanted.items():
-        location.put(relative, "".join(f"{f}\n" for f in sorted(files)).encode())
+    for relative, uris in wanted.items():
+        location.put(relative, "".join(f"{u}\n" for u in sorted(uris)).encode())
     filesystem = location.filesystem()
     listed = filesystem.get_file_info(
         pafs.FileSelector(location.fs_path(MANIFEST_DIR), recursive=True, allow_not_found=True)

@@ -73,6 +73,9 @@ class WriteOptions:
     table must already have them."""
     session_table_defaults: tuple[tuple[str, str], ...] = ()
     """The session's ``spark.databricks.delta.properties.defaults.*`` as ``delta.*`` keys: for new tables only."""
+    description: str | None = None
+    """The ``description`` option (delta-rs's name): the comment of a table this write creates or replaces
+    (``overwriteSchema``)."""
 
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
@@ -112,6 +115,7 @@ class WriteOptions:
             max_records_per_file=get_int(options, "maxRecordsPerFile", None, minimum=1),
             compression=compression,
             user_metadata=get_str(options, "userMetadata"),
+            description=get_str(options, "description"),
             save_mode=save_mode_raw or None,  # type: ignore[arg-type]
             checkpoint_location=get_str(options, "checkpointLocation"),
             full_refresh=get_choice(options, "fullRefresh", ("fail", "truncate"), "fail"),

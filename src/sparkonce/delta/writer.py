@@ -194,6 +194,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             custom_metadata=commit_metadata("WRITE", params, self.options.user_metadata),
             written_after=written_after(messages),
             new_table_properties=self.options.new_table_properties(),
+            table_description=self.options.description,
         )
         from sparkonce.crash import crash_point
 

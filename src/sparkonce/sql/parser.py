@@ -325,6 +325,7 @@ def _create(c: Cursor) -> CreateTable | None:
     location = None
     properties: dict[str, str] = {}
     query = None
+    comment = None
     while not c.done():
         if c.take_word("USING"):
             provider = c.take().value.lower()
@@ -337,6 +338,12 @@ def _create(c: Cursor) -> CreateTable | None:
             location = token.value
         elif c.take_word("TBLPROPERTIES"):
             properties = parse_properties(c)
+        elif c.at_word("COMMENT") and provider in (None, "delta"):
+            c.take()
+            token = c.take()
+            if token.kind != "string":
+                raise c.error("COMMENT takes a string")
+            comment = token.value
         elif c.take_word("AS") or c.at_word("SELECT", "WITH", "FROM", "VALUES"):
             query = c.span_until()
         elif c.at_word("CLUSTER", "COMMENT", "OPTIONS", "STORED", "ROW", "SKEWED", "CLUSTERED", "DEFAULT"):
@@ -353,7 +360,9 @@ def _create(c: Cursor) -> CreateTable | None:
         raise c.error("CREATE TABLE needs columns, AS SELECT or the LOCATION of an existing table")
     if table.table_version is not None or table.timestamp is not None:
         raise c.error("CREATE TABLE cannot take a table version")
-    return CreateTable(table, replace, if_not_exists, columns, partitioned, location, properties, query, must_exist)
+    return CreateTable(
+        table, replace, if_not_exists, columns, partitioned, location, properties, query, must_exist, comment
+    )
 
 
 def _alter(c: Cursor) -> AlterProperties | AddColumns | AlterOther:

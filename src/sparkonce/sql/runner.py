@@ -460,6 +460,7 @@ class DeltaSql:
                 query=self.query(_text(text, stmt.query)) if stmt.query is not None else None,
                 partitioned_by=stmt.partitioned_by,
                 properties=stmt.properties,
+                comment=stmt.comment,
                 shown=stmt.table.shown,
             ),
         )

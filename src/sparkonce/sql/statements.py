@@ -156,6 +156,8 @@ class CreateTable:
     query: Span | None = None
     must_exist: bool = False
     """``REPLACE TABLE`` (without ``CREATE OR``): the table must exist."""
+    comment: str | None = None
+    """``COMMENT 'text'``: the table's comment."""
 
 
 @dataclass(frozen=True)
