@@ -637,11 +637,36 @@ def test_table_features(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> N
         table.addFeatureSupport("rowTracking")
     with pytest.raises(OptionError, match="unknown table feature 'nope'"):
         table.addFeatureSupport("nope")
-    with pytest.raises(UnsupportedFeatureError, match="dropFeatureSupport"):
+    with pytest.raises(UnsupportedFeatureError, match=r"DROP FEATURE deletionVectors .* a reader-writer feature"):
         table.dropFeatureSupport("deletionVectors")
+    with pytest.raises(UnsupportedFeatureError, match="DELTA_FEATURE_DROP_NONREMOVABLE_FEATURE"):
+        table.dropFeatureSupport("appendOnly")
+    with pytest.raises(OptionError, match="DELTA_FEATURE_DROP_FEATURE_NOT_PRESENT"):
+        sql(f"ALTER TABLE delta.`{path}` DROP FEATURE inCommitTimestamp")
+    with pytest.raises(TypeError, match="featureName needs to be a string"):
+        table.dropFeatureSupport(7)  # type: ignore[arg-type]
     with pytest.raises(OptionError, match="DROP FEATURE"):
         sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('delta.feature.deletionVectors')")
     assert len(DeltaTable(str(path)).history()) == 4  # the refused ones wrote nothing
+
+    checked = tmp_path / "checked"  # a writer feature Delta can drop, once nothing uses it
+    write_deltalake(str(checked), pa.table({"id": [1]}))
+    DeltaTable(str(checked)).alter.add_constraint({"positive": "id > 0"})
+    assert DeltaTable(str(checked)).protocol().min_writer_version == 3
+    with pytest.raises(UnsupportedFeatureError, match=r"dropped first: delta\.constraints\.positive"):
+        SparkonceDeltaTable.forPath(spark, str(checked)).dropFeatureSupport("checkConstraints")
+    DeltaTable(str(checked)).alter.drop_constraint("positive")
+    sql(f"ALTER TABLE delta.`{checked}` DROP FEATURE checkConstraints")
+    protocol = DeltaTable(str(checked)).protocol()  # appendOnly + invariants remain: legacy writer 2
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 2)
+    assert (protocol.reader_features, protocol.writer_features) == (None, None)
+    newest = DeltaTable(str(checked)).history(1)[0]
+    assert (newest["operation"], newest["operationParameters"]) == (
+        "DROP FEATURE",
+        {"featureName": "checkConstraints", "truncateHistory": "false"},
+    )
+    sql(f"INSERT INTO delta.`{checked}` VALUES (-1)")  # no constraint any more
+    assert sorted(r.id for r in sql(f"SELECT id FROM delta.`{checked}`").collect()) == [-1, 1]
 
 
 def test_optimize_zorder_by(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:

@@ -22,7 +22,14 @@ from sparkonce.delta.commit import (
     metadata_action,
     protocol_action,
 )
-from sparkonce.delta.log_entry import Operation, check_writable, commit_info, encode_entry, writer_features
+from sparkonce.delta.log_entry import (
+    LEGACY_WRITER_FEATURES,
+    Operation,
+    check_writable,
+    commit_info,
+    encode_entry,
+    writer_features,
+)
 from sparkonce.delta.properties import new_table_protocol, table_properties
 from sparkonce.errors import CommitConflictError, OptionError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
@@ -109,6 +116,84 @@ WRITER_FEATURES = frozenset(
 """Table features only writers must understand."""
 
 
+_ICT_PROPERTIES = (
+    "delta.enableInCommitTimestamps",
+    "delta.inCommitTimestampEnablementVersion",
+    "delta.inCommitTimestampEnablementTimestamp",
+)
+_DROPPABLE_WITH_HISTORY = frozenset(
+    {"deletionVectors", "v2Checkpoint", "columnMapping", "vacuumProtocolCheck", "typeWidening", "typeWidening-preview"}
+)
+"""Reader-writer features Delta can drop: their traces must first leave the history readers may still read."""
+
+
+def drop_feature(table: str | TableLocation, feature: str, *, truncate_history: bool = False) -> TableVersion:
+    """``ALTER TABLE t DROP FEATURE f``: remove a writer feature Delta can drop (``checkConstraints`` once the
+    table has no constraint, ``inCommitTimestamp`` with its properties) from the protocol in one Delta commit,
+    downgraded to the lowest protocol that holds the remaining features, as Delta does.
+
+    Raises:
+        OptionError: a feature Delta does not have, or one the table's protocol does not hold.
+        UnsupportedFeatureError: a feature Delta cannot drop; a reader-writer feature (sparkonce truncates no
+            history and writes no checkpoint protection); constraints still on the table.
+    """
+    location = table_location(table)
+    known = {f.lower(): f for f in READER_WRITER_FEATURES | WRITER_FEATURES}
+    name = known.get(feature.lower())
+    if name is None:
+        raise OptionError("featureName", feature, "[DELTA_FEATURE_DROP_UNSUPPORTED_CLIENT_FEATURE] unknown feature")
+    if name in _DROPPABLE_WITH_HISTORY:
+        raise UnsupportedFeatureError(
+            f"DROP FEATURE {name} on {location}: dropping a reader-writer feature removes its traces from the files "
+            "and truncates the history older readers could read; sparkonce does neither (nothing was written)"
+        )
+    if name not in ("checkConstraints", "inCommitTimestamp"):
+        raise UnsupportedFeatureError(
+            f"[DELTA_FEATURE_DROP_NONREMOVABLE_FEATURE] Cannot drop {name}: Delta cannot remove this feature from "
+            f"a table's protocol ({location}; nothing was written)"
+        )
+    operation = Operation("DROP FEATURE", {"featureName": name, "truncateHistory": str(truncate_history).lower()})
+
+    def change(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        configuration = dict(snapshot.metadata().configuration)
+        if name not in writer_features(protocol_action(snapshot)):
+            raise OptionError(
+                "featureName",
+                name,
+                f"[DELTA_FEATURE_DROP_FEATURE_NOT_PRESENT] Cannot drop {name} from {location} because it is not "
+                "currently present in the table's protocol",
+            )
+        if name == "checkConstraints":
+            constraints = sorted(k for k in configuration if k.lower().startswith("delta.constraints."))
+            if constraints:
+                raise UnsupportedFeatureError(
+                    "[DELTA_CANNOT_DROP_CHECK_CONSTRAINT_FEATURE] Cannot drop the CHECK constraints table feature. "
+                    f"The following constraints must be dropped first: {', '.join(constraints)}."
+                )
+        else:
+            configuration = {k: v for k, v in configuration.items() if k not in _ICT_PROPERTIES}
+        return configuration, snapshot.schema().to_json(), {}
+
+    return _commit_metadata(location, operation, change, 100, downgrade=lambda p: _without(p, name))
+
+
+def _without(protocol: Mapping[str, Any], feature: str) -> dict[str, Any]:
+    """``protocol`` without ``feature``: the lowest legacy protocol that holds the remaining features, else table
+    features at writer 7 (reader 3 only while a reader-writer feature remains)."""
+    remaining = set(writer_features(protocol)) - {feature}
+    reader_features = set(protocol.get("readerFeatures") or ()) - {feature}
+    if int(protocol["minReaderVersion"]) == 2:
+        reader_features.add("columnMapping")
+    for version, implied in sorted(LEGACY_WRITER_FEATURES.items()):
+        if remaining == implied and reader_features <= {"columnMapping"}:
+            return {"minReaderVersion": 2 if reader_features else 1, "minWriterVersion": version}
+    out: dict[str, Any] = {"minReaderVersion": 3 if reader_features else 1, "minWriterVersion": 7}
+    if reader_features:
+        out["readerFeatures"] = sorted(reader_features)
+    out["writerFeatures"] = sorted(remaining)
+    return out
+
+
 def _feature(key: str, value: str) -> str:
     """The feature of a ``delta.feature.<name> = supported`` property.
 
@@ -176,18 +261,24 @@ def _commit_metadata(
     max_attempts: int,
     *,
     features: Sequence[str] = (),
+    downgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> TableVersion:
     """One Delta commit of a new ``metaData`` (and protocol, when the change needs a newer one), made on the newest
-    snapshot: ``change(snapshot)`` gives the new configuration, schema string and protocol versions asked for."""
+    snapshot: ``change(snapshot)`` gives the new configuration, schema string and protocol versions asked for.
+    ``downgrade(protocol)``: the new protocol instead (``DROP FEATURE``). The ``metaData`` action is written only
+    when the configuration or schema changes."""
     commit_id = str(uuid.uuid4())
     for attempt in range(1, max_attempts + 1):
         snapshot = load_table(location)
         read_version = int(snapshot.version())
         configuration, schema_string, protocol_request = change(snapshot)
         current = protocol_action(snapshot)
-        protocol = _upgraded(
-            current, new_table_protocol(schema_string, configuration), protocol_request, location, features
-        )
+        if downgrade is not None:
+            protocol = downgrade(current)
+        else:
+            protocol = _upgraded(
+                current, new_table_protocol(schema_string, configuration), protocol_request, location, features
+            )
         check_writable(
             protocol, configuration, schema_string, table=str(location), operation=operation.name, removes_rows=False
         )
@@ -198,7 +289,9 @@ def _commit_metadata(
         actions: list[dict[str, Any]] = [{"commitInfo": info}]
         if protocol != current:
             actions.append({"protocol": protocol})
-        actions.append({"metaData": metadata_action(snapshot.metadata(), schema_string, configuration)})
+        metadata = snapshot.metadata()
+        if configuration != dict(metadata.configuration) or schema_string != snapshot.schema().to_json():
+            actions.append({"metaData": metadata_action(metadata, schema_string, configuration)})
         target = read_version + 1
         try:
             made = location.put_if_absent(f"_delta_log/{target:020d}.json", encode_entry(actions))
@@ -265,4 +358,4 @@ def _upgraded(
     return out
 
 
-__all__ = ["READER_WRITER_FEATURES", "WRITER_FEATURES", "add_columns", "alter_properties"]
+__all__ = ["READER_WRITER_FEATURES", "WRITER_FEATURES", "add_columns", "alter_properties", "drop_feature"]

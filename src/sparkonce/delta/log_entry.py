@@ -55,7 +55,7 @@ SUPPORTED_WRITER_FEATURES = frozenset(
 )
 """Writer features sparkonce may commit to; some only while the table does not use them (:func:`check_writable`)."""
 
-_LEGACY_WRITER_FEATURES: dict[int, frozenset[str]] = {
+LEGACY_WRITER_FEATURES: dict[int, frozenset[str]] = {  # the features each legacy minWriterVersion implies
     1: frozenset(),
     2: frozenset({"appendOnly", "invariants"}),
     3: frozenset({"appendOnly", "invariants", "checkConstraints"}),
@@ -197,7 +197,7 @@ def writer_features(protocol: Mapping[str, Any]) -> frozenset[str]:
     version = int(protocol.get("minWriterVersion") or 1)
     if version >= 7:
         return frozenset(str(f) for f in protocol.get("writerFeatures") or ())
-    return _LEGACY_WRITER_FEATURES.get(version, _LEGACY_WRITER_FEATURES[6])
+    return LEGACY_WRITER_FEATURES.get(version, LEGACY_WRITER_FEATURES[6])
 
 
 def check_writable(
@@ -258,6 +258,7 @@ def encode_entry(actions: Iterable[Mapping[str, Any]]) -> bytes:
 
 __all__ = [
     "BLIND_APPENDS",
+    "LEGACY_WRITER_FEATURES",
     "ENGINE_INFO",
     "SUPPORTED_WRITER_FEATURES",
     "Operation",

@@ -312,16 +312,23 @@ class DeltaTable:
         alter_properties(self._path, set={f"delta.feature.{featureName}": "supported"})
 
     def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:
-        """Not supported: dropping a table feature rewrites the table and truncates its history.
+        """Drop a writer feature Delta can drop (``checkConstraints``, ``inCommitTimestamp``) from the table's
+        protocol, downgraded as Delta downgrades it (one ``DROP FEATURE`` commit; :func:`sparkonce.delta.alter.
+        drop_feature`).
 
         Raises:
-            UnsupportedFeatureError: always, before anything is written.
+            TypeError: ``featureName`` is not a string, ``truncateHistory`` not a bool.
+            OptionError: an unknown feature, or one the table does not have.
+            UnsupportedFeatureError: a feature Delta cannot drop, a reader-writer feature (its history truncation
+                is not done by sparkonce), or constraints still on the table; nothing is written.
         """
-        from sparkonce.errors import UnsupportedFeatureError
+        from sparkonce.delta.alter import drop_feature
 
-        raise UnsupportedFeatureError(
-            f"dropFeatureSupport({featureName!r}) on {self._path} is not supported by sparkonce"
-        )
+        if not isinstance(featureName, str):
+            raise TypeError(f"featureName needs to be a string but got '{type(featureName)}'.")
+        if truncateHistory is not None and not isinstance(truncateHistory, bool):
+            raise TypeError(f"truncateHistory needs to be a boolean but got '{type(truncateHistory)}'.")
+        drop_feature(self._path, featureName, truncate_history=bool(truncateHistory))
 
     def optimize(self) -> DeltaOptimizeBuilder:
         """A builder for ``OPTIMIZE``: ``.where(partition predicate)`` then ``.executeCompaction()``."""

@@ -20,6 +20,7 @@ from sparkonce.sql.statements import (
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DropFeature,
     DropTable,
     GenerateManifest,
     Insert,
@@ -365,7 +366,7 @@ def _create(c: Cursor) -> CreateTable | None:
     )
 
 
-def _alter(c: Cursor) -> AlterProperties | AddColumns | AlterOther:
+def _alter(c: Cursor) -> AlterProperties | AddColumns | DropFeature | AlterOther:
     table = parse_table(c)
     if c.take_word("SET TBLPROPERTIES"):
         properties = parse_properties(c)
@@ -385,6 +386,13 @@ def _alter(c: Cursor) -> AlterProperties | AddColumns | AlterOther:
             columns = c.span_until()
         c.expect_end()
         return AddColumns(table, columns)
+    if c.take_word("DROP FEATURE"):
+        feature = c.take()
+        if feature.kind not in ("word", "quoted", "string"):
+            raise c.error("DROP FEATURE takes a feature name")
+        truncate = c.take_word("TRUNCATE HISTORY")
+        c.expect_end()
+        return DropFeature(table, feature.value, truncate)
     clause = " ".join(t.value.upper() for t in c.tokens[c.pos : c.pos + 2]) or "(nothing)"
     return AlterOther(table, f"ALTER TABLE ... {clause}")
 

@@ -41,6 +41,7 @@ from sparkonce.sql.statements import (
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DropFeature,
     DropTable,
     GenerateManifest,
     Insert,
@@ -195,6 +196,11 @@ class DeltaSql:
             from sparkonce.delta.manifest import generate_symlink_manifest
 
             generate_symlink_manifest(target.location)
+            return self._empty()
+        if isinstance(stmt, DropFeature):
+            from sparkonce.delta.alter import drop_feature
+
+            drop_feature(target.location, stmt.feature, truncate_history=stmt.truncate_history)
             return self._empty()
         if isinstance(stmt, AlterOther):
             raise SqlError(f"{stmt.clause} is not supported by sparkonce's Delta SQL on {target.shown}")

@@ -208,6 +208,13 @@ class ConvertToDelta:
 
 
 @dataclass(frozen=True)
+class DropFeature:
+    table: TableRef
+    feature: str
+    truncate_history: bool
+
+
+@dataclass(frozen=True)
 class AlterOther:
     """Another ``ALTER TABLE`` form: Spark's for its own tables, not supported on a Delta table."""
 
@@ -231,6 +238,7 @@ Statement = (
     | ShowTblProperties
     | AlterProperties
     | AddColumns
+    | DropFeature
     | AlterOther
     | GenerateManifest
     | ConvertToDelta
@@ -496,6 +504,7 @@ __all__ = [
     "Delete",
     "DescribeDetail",
     "DescribeHistory",
+    "DropFeature",
     "DropTable",
     "GenerateManifest",
     "Insert",
