@@ -176,7 +176,8 @@ class _HistoryReader(DataSourceReader):
         up_to = get_int(options, "upTo", None)
         limit = get_int(options, "limit", None, minimum=1)
         versions = sorted(
-            (v for v in DeltaLog(self.location).commit_versions() if up_to is None or v <= up_to), reverse=True
+            (v for v in DeltaLog(self.location, check=False).commit_versions() if up_to is None or v <= up_to),
+            reverse=True,
         )
         self.versions = versions[:limit] if limit is not None else versions
 
