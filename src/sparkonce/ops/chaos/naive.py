@@ -1,4 +1,4 @@
-"""The naive sinks the seed articles warn about, kept here to show the chaos harness catches their duplicates.
+"""The naive sinks common guides warn about, kept here to show the chaos harness catches their duplicates.
 
 Never use these: each one writes a batch and lets Spark write ``commits/N`` afterwards, with nothing that
 recognises a batch written before a crash, so a crash in between writes the batch twice on restart.
