@@ -1,6 +1,7 @@
 """The pipeline definition: a TOML file parsed once, on load, into frozen dataclasses (driver side, no Spark).
 
-A definition names a Kafka source and up to three stages, each with its own table and checkpoint::
+A definition names a Kafka source and any number of stages, each with its own table and checkpoint, each reading
+the source or another stage's table (any DAG without cycles); the built-in raw -> bronze -> gold chain::
 
     name = "sensors"
 
@@ -185,7 +186,7 @@ class BronzeStage:
 
 
 @dataclass(frozen=True)
-class GoldStage:
+class MergeStage:
     """A merge stage (``kind = "merge"``; the built-in gold): upsert the input's rows into a Delta table by keys,
     rewriting only the files that hold them. Rule ``latest``: the latest row per key (by ``order_by``) wins;
     rule ``clauses``: SQL conditions over ``source.<col>`` / ``target.<col>`` decide delete / update / insert."""
@@ -295,7 +296,7 @@ class PostgresStage:
         return value
 
 
-Stage = RawStage | BronzeStage | GoldStage | TransformStage | PostgresStage
+Stage = RawStage | BronzeStage | MergeStage | TransformStage | PostgresStage
 
 
 @dataclass(frozen=True)
@@ -348,8 +349,8 @@ class PipelineConfig:
         return next((s for s in self.stages if isinstance(s, BronzeStage)), None)
 
     @property
-    def gold(self) -> GoldStage | None:
-        return next((s for s in self.stages if isinstance(s, GoldStage)), None)
+    def gold(self) -> MergeStage | None:
+        return next((s for s in self.stages if isinstance(s, MergeStage)), None)
 
     def downstream(self, name: str) -> tuple[str, ...]:
         """The stages reading ``name``'s table, directly or through others, upstream first."""
@@ -481,7 +482,7 @@ class _Parser:
         if kind == "bronze":
             return self.bronze(name, fields)
         if kind == "merge":
-            return self.gold(name, fields, before)
+            return self.merge_stage(name, fields, before)
         if kind == "postgres":
             return self.postgres(name, fields)
         return self.transform_stage(name, fields)
@@ -721,7 +722,7 @@ class _Parser:
             outputs.append(OutputTable(path, table_name, where))
         return tuple(outputs)
 
-    def gold(self, name: str, data: Mapping[str, Any], before: Mapping[str, Stage]) -> GoldStage:
+    def merge_stage(self, name: str, data: Mapping[str, Any], before: Mapping[str, Stage]) -> MergeStage:
         key = f"stages.{name}"
         self.known(
             data,
@@ -787,7 +788,7 @@ class _Parser:
         if merge == "clauses" and not any(clauses.values()):
             raise self.fail(key, 'merge = "clauses" needs at least one of delete, update, insert')
         target = self.integer(data, "target_file_rows", key)
-        return GoldStage(
+        return MergeStage(
             table=self.path(data, "table", key),
             checkpoint=self.path(data, "checkpoint", key),
             trigger=self.trigger(data, key),
@@ -1000,7 +1001,7 @@ __all__ = [
     "STAGE_ORDER",
     "BronzeStage",
     "DriftPolicy",
-    "GoldStage",
+    "MergeStage",
     "OutputTable",
     "PipelineConfig",
     "PostgresStage",

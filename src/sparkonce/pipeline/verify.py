@@ -22,7 +22,7 @@ from typing import Any
 
 from sparkonce.pipeline.config import (
     BronzeStage,
-    GoldStage,
+    MergeStage,
     PipelineConfig,
     PostgresStage,
     RawStage,
@@ -108,7 +108,7 @@ def verify_pipeline(config: PipelineConfig, *, stages: tuple[str, ...] | None = 
 
 
 def _delta_targets(stage: Stage, query_id: str) -> list[tuple[str, str]]:
-    if isinstance(stage, RawStage | GoldStage):
+    if isinstance(stage, RawStage | MergeStage):
         return [(stage.table, query_id)]
     if isinstance(stage, BronzeStage):
         return [(stage.table, f"{query_id}:bronze"), (stage.quarantine, f"{query_id}:quarantine")]
