@@ -9,7 +9,8 @@ Reset: the safe reset sequence (stop the job, clear the output, remove the check
 earliest offsets), guarded so the output cannot be forgotten: the table is cleared in one Delta commit (time
 travel keeps the old rows), then the checkpoint is moved aside rather than deleted.
 
-Both are plans first (pure functions returning dataclasses); ``apply_*`` acts on a plan. Driver/CLI only.
+Both are plans first (pure functions returning dataclasses); ``apply_*`` acts on a plan.
+Runs on the driver (or in the CLI process).
 """
 
 from __future__ import annotations

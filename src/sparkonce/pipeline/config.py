@@ -1,4 +1,4 @@
-"""The pipeline definition: a TOML file parsed once, on load, into frozen dataclasses (driver side, no Spark).
+"""The pipeline definition: a TOML file parsed once, on load, into frozen dataclasses. Runs on the driver (no Spark).
 
 A definition names a Kafka source and any number of stages, each with its own table and checkpoint, each reading
 the source or another stage's table (any DAG without cycles); the built-in raw -> bronze -> gold chain::
@@ -380,7 +380,7 @@ class PipelineConfig:
 
 
 def use_storage(config: PipelineConfig, spark: SparkSession | None = None) -> None:
-    """Give the pipeline's storage options (``[storage]``, ``[storage_env]``) to its tables (driver).
+    """Give the pipeline's storage options (``[storage]``, ``[storage_env]``) to its tables. Runs on the driver.
 
     With ``spark``: as the session's ``spark.sparkonce.storage.*`` conf, registered again so the Delta sources
     and this process's table locations get them (``docs/storage.md``). Without: to this process's table locations
@@ -435,7 +435,7 @@ def parse_pipeline(text: str, path: str | os.PathLike[str]) -> PipelineConfig:
 
 
 class _Parser:
-    """Walks the TOML document once; every error names the key path (runs on the driver)."""
+    """Walks the TOML document once; every error names the key path. Runs on the driver."""
 
     def __init__(self, file: Path) -> None:
         self.file = file

@@ -1,4 +1,4 @@
-"""Who owns a checkpoint: ``<checkpoint_dir>/_sparkonce_owner.json`` (driver side, no Spark).
+"""Who owns a checkpoint: ``<checkpoint_dir>/_sparkonce_owner.json``. Runs on the driver (no Spark).
 
 Two jobs sharing a checkpoint corrupt each other's offsets, and a moved checkpoint may silently restart
 from the wrong place. So the first run of a stage records in its checkpoint::

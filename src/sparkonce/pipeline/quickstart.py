@@ -142,7 +142,7 @@ def run_quickstart(
 
 
 def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, Any]:
-    """Row counts and the exactly-once checks of every table of a pipeline (driver side, no Spark)."""
+    """Row counts and the exactly-once checks of every table of a pipeline. Runs on the driver (no Spark)."""
     from sparkonce.kafka import broker_offsets
     from sparkonce.kafka.offsets import OffsetRange, TopicPartition
     from sparkonce.ops.verify import verify_table

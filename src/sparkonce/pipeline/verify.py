@@ -1,4 +1,4 @@
-"""Verify a pipeline's exactly-once bookkeeping, stage by stage (driver only, no Spark).
+"""Verify a pipeline's exactly-once bookkeeping, stage by stage. Runs on the driver (no Spark).
 
 For every stage with a checkpoint, each batch the checkpoint committed (``commits/N``) must be recorded once in
 every place the stage writes:
