@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from sparkonce.ops.chaos import run_driver
 from tests.conftest import REPO
@@ -52,7 +53,7 @@ def test_full_refresh_fails_by_default_and_truncates_when_asked(spark: SparkSess
     assert delta_ids(table) == expected
     before = sorted((table / "_delta_log").glob("*.json"))
 
-    with pytest.raises(Exception, match=r"new checkpoint generation .* fullRefresh"):
+    with pytest.raises(StreamingQueryException, match=r"(?s)SinkError: .*new checkpoint generation .* fullRefresh"):
         _run(spark, inputs, table, flow / "1")  # a full refresh: a new query id reads the input again
     assert delta_ids(table) == expected
     assert sorted((table / "_delta_log").glob("*.json")) == before

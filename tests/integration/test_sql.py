@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyspark.errors import AnalysisException
 
 from sparkonce.delta.catalog import CATALOG_DIR, WAREHOUSE_CONF
 from sparkonce.errors import OptionError, SqlError, UnsupportedFeatureError
@@ -231,7 +232,9 @@ def test_insert_create_and_drop(spark: SparkSession, sql: DeltaSql, tmp_path: Pa
     sql("DROP TABLE ext")
     assert (external / "_delta_log" / "00000000000000000000.json").is_file()  # external: only the name goes
     sql("DROP TABLE IF EXISTS ext")
-    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+    with pytest.raises(
+        AnalysisException, match=r"\[TABLE_OR_VIEW_NOT_FOUND\] The table or view `copy` cannot be found"
+    ):
         sql("SELECT * FROM copy")
 
 
