@@ -108,7 +108,8 @@ class TableLocation:
         return _filesystem(self)
 
     def check_commit_safety(self) -> None:
-        """Refuse a store where two writers could both create the same log file (driver, before any data moves).
+        """Refuse a store where two writers could both create the same log file, before any data moves.
+        Runs on the driver.
 
         Local file systems and the Google and Azure stores create files atomically. On S3, delta-rs 1.x creates
         log files with a conditional PUT (``If-None-Match: *``), which the store must honour (AWS S3, MinIO,
@@ -143,7 +144,7 @@ class TableLocation:
         return bool(value) and str(value).lower() != "disabled"
 
     def put_if_absent(self, relative: str, data: bytes) -> bool:
-        """Create the table's file ``relative`` holding ``data`` only if it does not exist yet (driver).
+        """Create the table's file ``relative`` holding ``data`` only if it does not exist yet. Runs on the driver.
 
         The one atomic put-if-absent of a log file written by sparkonce itself (every Delta commit): a hard link of
         a staged file on local disks, a conditional create (``If-None-Match: *`` on S3) through object_store
@@ -180,8 +181,8 @@ class TableLocation:
         return True
 
     def put(self, relative: str, data: bytes) -> None:
-        """Write the table's file ``relative`` holding ``data``, replacing it if it exists (driver; not for log
-        files, which :meth:`put_if_absent` writes). Readers see the old or the new content, never a part.
+        """Write the table's file ``relative`` holding ``data``, replacing it if it exists (not for log files,
+        which :meth:`put_if_absent` writes). Readers see the old or the new content, never a part. Runs on the driver.
 
         Raises:
             StorageError: the store failed or refused the write.
@@ -204,7 +205,7 @@ class TableLocation:
             raise self.store_error(err) from err
 
     def check_reachable(self, *, for_write: bool) -> bool:
-        """Ask the store about the table (driver, before any data moves); True when ``_delta_log`` exists.
+        """Ask the store about the table, before any data moves; True when ``_delta_log`` exists. Runs on the driver.
 
         For a write to an object store, a prefix that holds objects but no ``_delta_log`` is refused: it is not
         a Delta table, and writing a table over it would mix its files with the table's. Data files of a first

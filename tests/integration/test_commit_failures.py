@@ -8,7 +8,6 @@ skip the batch by its txn and leave every row exactly once, in a table delta-rs 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from sparkonce.ops.chaos import DriverRun, run_driver
 from tests.conftest import REPO
+from tests.delta_helpers import checkpoint_query_id, delta_txns
 from tests.integration.conftest import delta_ids, missing_referenced_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.crash]
@@ -30,19 +30,10 @@ def _source_table(table: Path, versions: int, rows: int) -> list[int]:
     return list(range(versions * rows))
 
 
-def _txns(table: Path) -> list[tuple[str, int]]:
-    found = []
-    for commit in sorted((table / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            txn = json.loads(line).get("txn") if line.strip() else None
-            if txn is not None:
-                found.append((txn["appId"], txn["version"]))
-    return found
-
-
 def _assert_commit_process_killed(run: DriverRun, batch_id: int) -> None:
-    """The driver lived (the query failed and it exited with an error); the commit process died at the point."""
-    assert run.returncode not in (0, -9), run.stderr[-3000:]
+    """The driver lived (the query failed, so ``awaitTermination`` raised and Python exited with status 1); the
+    commit process died at the point."""
+    assert run.returncode == 1, run.stderr[-3000:]
     (record,) = run.killed_processes("process")
     assert (record.point, record.batch_id) == ("after_delta_commit", batch_id)
     assert record.pid != run.pgid  # not the Python driver: a process Spark started for the commit
@@ -65,8 +56,8 @@ def test_stream_commit_process_killed_after_delta_commit_keeps_its_files(
 
     crashed = run_driver(args, crash_at="after_delta_commit:0", crash_target="process", cwd=str(REPO), timeout=300)
     _assert_commit_process_killed(crashed, 0)
-    query_id = json.loads((ck / "metadata").read_text())["id"]
-    assert _txns(target) == [(query_id, 0)]
+    query_id = checkpoint_query_id(ck)
+    assert delta_txns(target) == [(query_id, 0)]
     assert not (ck / "commits" / "0").exists()
     assert missing_referenced_files(target) == []  # Spark's abort kept the files the Delta commit references
     assert delta_ids(target) == expected[:20]
@@ -77,7 +68,7 @@ def test_stream_commit_process_killed_after_delta_commit_keeps_its_files(
     ids = delta_ids(target)  # read by delta-rs
     assert [i for i, n in Counter(ids).items() if n > 1] == []
     assert ids == expected
-    assert _txns(target) == [(query_id, b) for b in range(3)]  # batch 0 replayed by Spark, skipped by its txn
+    assert delta_txns(target) == [(query_id, b) for b in range(3)]  # batch 0 replayed by Spark, skipped by its txn
 
 
 def test_batch_write_commit_process_killed_after_delta_commit_keeps_its_files(tmp_path: Path) -> None:
@@ -93,13 +84,13 @@ def test_batch_write_commit_process_killed_after_delta_commit_keeps_its_files(tm
         timeout=300,
     )
     _assert_commit_process_killed(crashed, 1)
-    assert _txns(table) == [("loader", 0), ("loader", 1)]
+    assert delta_txns(table) == [("loader", 0), ("loader", 1)]
     assert missing_referenced_files(table) == []
     assert delta_ids(table) == list(range(70))
 
     again = run_driver([*args, "--rows", "40", "--start", "30", "--txn-version", "1"], cwd=str(REPO), timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert _txns(table) == [("loader", 0), ("loader", 1)]  # the re-run found its txn: skipped
+    assert delta_txns(table) == [("loader", 0), ("loader", 1)]  # the re-run found its txn: skipped
     assert missing_referenced_files(table) == []
     assert delta_ids(table) == list(range(70))
     assert DeltaTable(str(table)).version() == 1

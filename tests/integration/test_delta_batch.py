@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 from pyspark.sql.utils import AnalysisException
 
@@ -73,7 +74,9 @@ def test_save_modes_error_and_ignore(spark: SparkSession, tmp_path: Path) -> Non
     path = tmp_path / "t"
     df = spark.createDataFrame([(1,)], "id long")
     df.write.format("delta").mode("error").save(str(path))  # creates: fine
-    with pytest.raises(Exception, match="already exists"):
+    with pytest.raises(
+        AnalysisException, match=r"OptionError: option 'mode' = 'error': the Delta table .* already exists"
+    ):
         df.write.format("delta").save(str(path))  # default mode is errorifexists, as in Delta
     spark.createDataFrame([(2,)], "id long").write.format("delta").mode("ignore").save(str(path))
     assert rows(spark, path) == [(1,)]
@@ -101,7 +104,7 @@ def test_partition_by_writes_partition_dirs_and_prunes(spark: SparkSession, tmp_
     assert sorted(r.id for r in spark.read.format("delta").load(str(path)).where("p = 'p1'").collect()) == [
         i for i in range(30) if i % 3 == 1
     ]
-    with pytest.raises(Exception, match="p=p0"):
+    with pytest.raises(PythonException, match=r"FileNotFoundError: .*/t/p=p0/"):
         spark.read.format("delta").load(str(path)).collect()
     shutil.rmtree(path)
     df.write.format("delta").partitionBy("p", "q").mode("overwrite").save(str(path))
@@ -153,7 +156,7 @@ def test_bad_write_options_name_the_option(spark: SparkSession, tmp_path: Path, 
     writer = spark.createDataFrame([(1,)], "id long").write.format("delta").mode("append")
     for key, value in options.items():
         writer = writer.option(key, value)
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(AnalysisException, match=f"OptionError: option .*{message}"):
         writer.save(str(tmp_path / "t"))
     assert not (tmp_path / "t" / "_delta_log").exists()  # nothing written
 
@@ -173,7 +176,7 @@ def test_bad_read_options_name_the_option(spark: SparkSession, tmp_path: Path, o
     reader = spark.read.format("delta")
     for key, value in options.items():
         reader = reader.option(key, value)
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(AnalysisException, match=f"OptionError: option .*{message}"):
         reader.load(str(tmp_path / "t")).collect()
 
 
@@ -189,7 +192,10 @@ def test_corrupted_log_json_names_the_file_and_writes_nothing(spark: SparkSessio
     spark.createDataFrame([(2,)], "id long").write.format("delta").mode("append").save(str(path))
     bad = path / "_delta_log" / f"{1:020d}.json"
     bad.write_text(bad.read_text()[:40])
-    with pytest.raises(Exception, match=r"00000000000000000001\.json|table version 1"):
+    with pytest.raises(
+        AnalysisException,
+        match=r"DeltaLogError: \S*/_delta_log/00000000000000000001\.json: line 1 of table version 1 is not valid JSON",
+    ):
         spark.createDataFrame([(3,)], "id long").write.format("delta").mode("append").save(str(path))
     assert sorted(p.name for p in (path / "_delta_log").glob("*.json")) == [f"{0:020d}.json", f"{1:020d}.json"]
 
@@ -197,13 +203,14 @@ def test_corrupted_log_json_names_the_file_and_writes_nothing(spark: SparkSessio
 def test_schema_enforcement_lists_both_schemas(spark: SparkSession, tmp_path: Path) -> None:
     path = tmp_path / "t"
     spark.createDataFrame([(1, "a")], "value long, old_column string").write.format("delta").save(str(path))
-    with pytest.raises(
-        Exception, match=r"(?s)schema mismatch.*mergeSchema.*Table schema.*old_column.*Data schema.*new_column"
-    ):
+    mismatch = (
+        r"(?s)SchemaMismatchError: A schema mismatch.*mergeSchema.*Table schema.*old_column.*Data schema.*new_column"
+    )
+    with pytest.raises(AnalysisException, match=mismatch):
         spark.createDataFrame([(2, "b")], "value long, new_column string").write.format("delta").mode("append").save(
             str(path)
         )
-    with pytest.raises(Exception, match="column 'value'"):
+    with pytest.raises(AnalysisException, match=r"(?s)SchemaMismatchError: .*column 'value'"):
         spark.createDataFrame([("x",)], "value string").write.format("delta").mode("append").save(str(path))
     assert rows(spark, path) == [(1, "a")]
 
@@ -227,7 +234,9 @@ def test_overwrite_schema_replaces_schema_atomically(spark: SparkSession, tmp_pa
     assert rows(spark, path) == [("a",)]
     actions = table_log(path, 1)
     assert any("metaData" in a for a in actions) and any("add" in a for a in actions)  # one Delta commit
-    with pytest.raises(Exception, match="overwriteSchema"):
+    with pytest.raises(
+        AnalysisException, match=r"OptionError: option 'overwriteSchema' = 'true': needs mode overwrite"
+    ):
         spark.createDataFrame([(1,)], "id long").write.format("delta").mode("append").option(
             "overwriteSchema", "true"
         ).save(str(path))
@@ -247,7 +256,9 @@ def test_overwrite_schema_replaces_the_partitioning_too(spark: SparkSession, tmp
     ).partitionBy("k").save(str(path))
     assert DeltaTable(str(path)).metadata().partition_columns == ["k"]
     assert DeltaTable(str(path)).to_pyarrow_table().to_pylist() == [{"id": 3, "k": "y"}]
-    with pytest.raises(Exception, match="do not match the table's"):  # without overwriteSchema: refused
+    with pytest.raises(
+        AnalysisException, match=r"SchemaMismatchError: partition columns \['id'\] do not match the table's \['k'\]"
+    ):  # without overwriteSchema: refused
         spark.createDataFrame([(4, "z")], "id long, k string").write.format("delta").mode("overwrite").partitionBy(
             "id"
         ).save(str(path))

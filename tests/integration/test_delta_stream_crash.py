@@ -14,6 +14,7 @@ import pytest
 
 from sparkonce.ops.chaos import DriverRun, run_driver
 from tests.conftest import REPO
+from tests.delta_helpers import checkpoint_query_id, delta_txns
 from tests.integration.conftest import delta_ids, write_input_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.crash]
@@ -34,10 +35,6 @@ def _delta_commits(table: Path) -> list[dict]:
     return commits
 
 
-def _txns(table: Path) -> list[tuple[str, int]]:
-    return [(a["txn"]["appId"], a["txn"]["version"]) for c in _delta_commits(table) for a in c["actions"] if "txn" in a]
-
-
 @pytest.mark.parametrize("partition_by", [None, "device"], ids=["unpartitioned", "partitioned"])
 def test_crash_after_delta_commit_before_checkpoint_commit(tmp_path: Path, partition_by: str | None) -> None:
     expected = write_input_files(tmp_path / "input", files=4, rows_per_file=50)
@@ -48,8 +45,8 @@ def test_crash_after_delta_commit_before_checkpoint_commit(tmp_path: Path, parti
     ck = tmp_path / "ck"
     # The crash left batch 1 planned but not committed in the checkpoint, and committed in the table.
     assert (ck / "offsets" / "1").exists() and not (ck / "commits" / "1").exists()
-    query_id = json.loads((ck / "metadata").read_text())["id"]
-    assert _txns(tmp_path / "table")[-1] == (query_id, 1)
+    query_id = checkpoint_query_id(ck)
+    assert delta_txns(tmp_path / "table")[-1] == (query_id, 1)
     assert delta_ids(tmp_path / "table") == expected[:100]
 
     finished = _run(tmp_path, *extra)
@@ -59,7 +56,7 @@ def test_crash_after_delta_commit_before_checkpoint_commit(tmp_path: Path, parti
     assert [i for i, n in Counter(ids).items() if n > 1] == []  # no duplicate
     assert ids == expected  # no loss
     # Batch 1 was replayed by Spark but skipped by the sink: one txn per batch id, all with the same app id.
-    assert _txns(tmp_path / "table") == [(query_id, b) for b in range(4)]
+    assert delta_txns(tmp_path / "table") == [(query_id, b) for b in range(4)]
     assert (ck / "commits" / "3").exists()
 
 
@@ -70,13 +67,13 @@ def test_crash_mid_write_in_executors(tmp_path: Path) -> None:
     assert crashed.killed, crashed.stderr[-3000:]
     ck = tmp_path / "ck"
     assert (ck / "offsets" / "2").exists() and not (ck / "commits" / "2").exists()
-    assert [v for _, v in _txns(tmp_path / "table")] == [0, 1]
+    assert [v for _, v in delta_txns(tmp_path / "table")] == [0, 1]
     assert delta_ids(tmp_path / "table") == expected[:80]
 
     finished = _run(tmp_path)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert delta_ids(tmp_path / "table") == expected
-    assert [v for _, v in _txns(tmp_path / "table")] == [0, 1, 2]
+    assert [v for _, v in delta_txns(tmp_path / "table")] == [0, 1, 2]
 
 
 def test_restart_after_clean_finish_writes_nothing(tmp_path: Path) -> None:
@@ -98,5 +95,5 @@ def test_deleted_checkpoint_duplicates_and_history_shows_two_app_ids(tmp_path: P
     shutil.rmtree(tmp_path / "ck")
     assert _run(tmp_path).returncode == 0
     assert delta_ids(tmp_path / "table") == sorted(expected * 2)
-    app_ids = {app for app, _ in _txns(tmp_path / "table")}
+    app_ids = {app for app, _ in delta_txns(tmp_path / "table")}
     assert len(app_ids) == 2

@@ -10,7 +10,6 @@ stream inside batch 0 and inside a later batch, for every way a stream can start
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from sparkonce.delta.options import StreamReadOptions
 from sparkonce.delta.stream import DeltaStreamReader, StreamPartition
 from sparkonce.ops.chaos import run_driver
 from tests.conftest import REPO
+from tests.delta_helpers import delta_txns
 from tests.integration.conftest import delta_ids
 
 if TYPE_CHECKING:
@@ -136,16 +136,6 @@ def test_a_rerun_batch_plans_the_files_of_the_first_attempt(
 # -- real crashes ---------------------------------------------------------------------------------------------------
 
 
-def _txn_versions(table: Path) -> list[int]:
-    found = []
-    for commit in sorted((table / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if "txn" in action:
-                found.append(int(action["txn"]["version"]))
-    return found
-
-
 @pytest.mark.crash
 @pytest.mark.parametrize(
     ("mode", "crash_at"),
@@ -188,4 +178,4 @@ def test_killed_stream_restarts_after_its_input_grew_with_exact_contents(
     }[mode]
     assert ids == sorted(expected)
     batches = sorted(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
-    assert _txn_versions(target) == batches == list(range(len(batches)))
+    assert [v for _, v in delta_txns(target)] == batches == list(range(len(batches)))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import SparkSession
 
 from sparkonce.delta.log import DeltaLog
@@ -88,17 +89,17 @@ def test_update_mode_is_refused_as_delta_does(spark: SparkSession, tmp_path: Pat
         .trigger(availableNow=True)
         .start(str(tmp_path / "agg"))
     )
-    with pytest.raises(Exception, match="does not support Update mode"):
+    with pytest.raises(StreamingQueryException, match="does not support Update mode"):
         query.awaitTermination()
 
 
 def test_missing_checkpoint_location_and_stream_txn_options_are_refused(spark: SparkSession, tmp_path: Path) -> None:
     write_input_files(tmp_path / "in", files=1, rows_per_file=2)
     spark.conf.unset("spark.sql.streaming.checkpointLocation")
-    with pytest.raises(Exception, match="checkpointLocation"):
+    with pytest.raises(AnalysisException, match="checkpointLocation must be specified"):
         query = _stream(spark, tmp_path / "in").writeStream.format("delta").start(str(tmp_path / "t"))
         query.awaitTermination()
-    with pytest.raises(Exception, match="txnAppId"):
+    with pytest.raises(StreamingQueryException, match=r"OptionError: option 'txnAppId' = 'x': is for batch writes"):
         query = (
             _stream(spark, tmp_path / "in")
             .writeStream.format("delta")

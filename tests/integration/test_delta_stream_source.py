@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
 
 from sparkonce.delta.options import StreamReadOptions
@@ -176,7 +177,7 @@ def test_change_commits(
         assert query.exception() is None
         assert _ids(spark, "changes") == [*range(20), 100, 101, 102]
         return
-    with pytest.raises(Exception) as failure:
+    with pytest.raises(StreamingQueryException, match="SourceOffsetError: ") as failure:
         query.awaitTermination(120)
     message = str(failure.value)
     assert "table version 2" in message and outcome in message, message

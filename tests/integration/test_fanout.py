@@ -4,7 +4,6 @@ between two tables leaves no duplicate after the restart.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +14,7 @@ from sparkonce.errors import OptionError
 from sparkonce.ops.chaos import run_driver
 from sparkonce.sinks.fanout import FanOutTarget, FanOutWriter
 from tests.conftest import REPO
+from tests.delta_helpers import checkpoint_query_id, delta_txns
 from tests.integration.conftest import delta_ids, write_input_files
 
 if TYPE_CHECKING:
@@ -27,15 +27,6 @@ def _ordered_input(directory: Path) -> list[int]:
     for index, path in enumerate(sorted(directory.iterdir())):
         os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))
     return ids
-
-
-def _txns(table: Path) -> list[tuple[str, int]]:
-    txns = []
-    for path in sorted((table / "_delta_log").glob("*.json")):
-        for line in path.read_text().splitlines():
-            if line.strip() and "txn" in (action := json.loads(line)):
-                txns.append((action["txn"]["appId"], action["txn"]["version"]))
-    return txns
 
 
 @pytest.mark.spark
@@ -56,8 +47,8 @@ def test_replayed_batch_is_skipped_per_table(spark: SparkSession, tmp_path: Path
     assert (again.written, again.skipped) == ((), ("all", "even"))
     assert delta_ids(tmp_path / "all") == list(range(8))
     assert delta_ids(tmp_path / "even") == [0, 2, 4, 6]
-    assert _txns(tmp_path / "all") == [("app-f:all", 0)]
-    assert _txns(tmp_path / "even") == [("app-f:even", 0)]
+    assert delta_txns(tmp_path / "all") == [("app-f:all", 0)]
+    assert delta_txns(tmp_path / "even") == [("app-f:even", 0)]
 
 
 @pytest.mark.parametrize(
@@ -88,7 +79,7 @@ def test_crash_between_tables_then_restart_gives_exact_tables(tmp_path: Path) ->
     assert crashed.killed, crashed.stderr[-3000:]
     ck = tmp_path / "ck"
     assert (ck / "offsets" / "1").exists() and not (ck / "commits" / "1").exists()
-    query_id = json.loads((ck / "metadata").read_text())["id"]
+    query_id = checkpoint_query_id(ck)
     # Batch 1 reached the first table only.
     assert delta_ids(tmp_path / "all") == expected[:40]
     assert delta_ids(tmp_path / "even") == [i for i in expected[:20] if i % 2 == 0]
@@ -97,5 +88,5 @@ def test_crash_between_tables_then_restart_gives_exact_tables(tmp_path: Path) ->
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert delta_ids(tmp_path / "all") == expected  # batch 1 skipped in "all": no duplicate
     assert delta_ids(tmp_path / "even") == [i for i in expected if i % 2 == 0]  # and written to "even"
-    assert _txns(tmp_path / "all") == [(f"{query_id}:all", b) for b in range(3)]
-    assert _txns(tmp_path / "even") == [(f"{query_id}:even", b) for b in range(3)]
+    assert delta_txns(tmp_path / "all") == [(f"{query_id}:all", b) for b in range(3)]
+    assert delta_txns(tmp_path / "even") == [(f"{query_id}:even", b) for b in range(3)]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadMaxRows, ReadMinRows
 
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
@@ -121,13 +122,13 @@ def test_a_timestamp_start_without_a_match_fails_naming_the_option(
     topic = broker.create_topic()
     produce_timed(broker, topic, 0, 5)
     if mode == "batch":
-        with pytest.raises(Exception) as info:
+        with pytest.raises(AnalysisException, match="OptionError: option 'startingTimestamp'") as info:
             read_batch(spark, broker, subscribe=topic, startingTimestamp=str(T0 + 60_000)).collect()
     else:
         df = read_stream(spark, broker, subscribe=topic, startingTimestamp=str(T0 + 60_000))
         query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck")).start()
         try:
-            with pytest.raises(Exception) as info:
+            with pytest.raises(StreamingQueryException, match="OptionError: option 'startingTimestamp'") as info:
                 query.awaitTermination(120)
         finally:
             query.stop()

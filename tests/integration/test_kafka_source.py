@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pyspark.errors import AnalysisException, StreamingQueryException
 
 from sparkonce.errors import SourceOffsetError
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
@@ -144,7 +145,8 @@ def test_batch_ending_offsets_out_of_range_fail_naming_the_option(
 ) -> None:
     topic = broker.create_topic()
     broker.produce(topic, numbered(10), partition=0)
-    with pytest.raises(Exception) as info:  # an end before its start fails at load(), as in Spark
+    # An end before its start fails at load(), as in Spark; an end beyond the last offset when planning the read.
+    with pytest.raises(AnalysisException, match="OptionError: option 'endingOffsets'") as info:
         read_batch(
             spark,
             broker,
@@ -376,7 +378,7 @@ def test_data_loss_when_the_topic_changes_under_the_checkpoint(
     second = _to_parquet(read_stream(spark, broker, **options), out, ck)
     old = sorted(f"v{i}".encode() for i in range(20))
     if fail_on_data_loss:
-        with pytest.raises(Exception) as info:
+        with pytest.raises(StreamingQueryException, match="SourceOffsetError: data loss") as info:
             second.awaitTermination(120)
         missing = "offsets [5, 20) are gone" if change == "recreated" else "offsets from 20 are gone"
         assert f"data loss in topic '{topic}' partition 0: {missing}" in str(info.value)
@@ -439,7 +441,7 @@ def test_bad_input_fails_at_load(
     reader = (spark.read if mode == "batch" else spark.readStream).format(FORMAT)
     for key, value in options.items():
         reader = reader.option(key, value.replace(BOOT, broker.bootstrap))
-    with pytest.raises(Exception) as info:
+    with pytest.raises(AnalysisException, match="OptionError: option ") as info:
         reader.load()
     for text in expected:
         assert text in str(info.value)
@@ -455,6 +457,6 @@ def test_broker_down_fails_at_load_naming_the_address(spark: SparkSession, mode:
         .option("subscribe", "x")
         .option("metadataTimeoutMs", "1500")
     )
-    with pytest.raises(Exception) as info:
+    with pytest.raises(AnalysisException, match="BrokerError: ") as info:
         reader.load()
     assert f"Kafka broker at {address} is unreachable" in str(info.value)

@@ -29,6 +29,7 @@ from sparkonce.pipeline.config import PipelineConfig, load_pipeline
 from sparkonce.pipeline.defaults import quickstart_pipeline
 from sparkonce.services.producer import produce_sensor_readings
 from tests.conftest import REPO
+from tests.delta_helpers import checkpoint_commits, checkpoint_query_id, delta_rows, delta_txns
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.crash]
 
@@ -49,34 +50,9 @@ def _run(pipeline: Path, crash_at: str | None = None, *, stages: tuple[str, ...]
     return run_driver(args, crash_at=crash_at, cwd=str(REPO), timeout=600)
 
 
-def _query_id(checkpoint: str) -> str:
-    return str(json.loads((Path(checkpoint) / "metadata").read_text())["id"])
-
-
-def _committed_batches(checkpoint: str) -> set[int]:
-    return {int(p.name) for p in (Path(checkpoint) / "commits").iterdir() if p.name.isdigit()}
-
-
 def _planned_not_committed(checkpoint: str, batch_id: int) -> bool:
     ck = Path(checkpoint)
     return (ck / "offsets" / str(batch_id)).exists() and not (ck / "commits" / str(batch_id)).exists()
-
-
-def _txns(table: str) -> list[tuple[str, int]]:
-    """Every ``txn`` action of the table's Delta log, in log order (read straight from the JSON commits)."""
-    found = []
-    for commit in sorted((Path(table) / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if "txn" in action:
-                found.append((action["txn"]["appId"], int(action["txn"]["version"])))
-    return found
-
-
-def _rows(table: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    return list(DeltaTable(table).to_pyarrow_table(columns=columns).to_pylist())
 
 
 def _valid(value: str | None) -> dict[str, Any] | None:
@@ -94,15 +70,15 @@ def _valid(value: str | None) -> dict[str, Any] | None:
 
 def _check_exact_contents(config: PipelineConfig, topic: str, produced: int) -> None:
     assert config.bronze is not None and config.gold is not None
-    raw = _rows(config.raw.table, ["value", "topic", "partition", "offset"])
+    raw = delta_rows(config.raw.table, ["value", "topic", "partition", "offset"])
     raw_records = [(r["topic"], r["partition"], r["offset"]) for r in raw]
     assert len(raw_records) == len(set(raw_records)) == produced
     ends = Counter(p for _, p, _ in raw_records)
     assert set(raw_records) == {(topic, p, o) for p, n in ends.items() for o in range(n)}, "gap in raw offsets"
 
     parsed = {(r["topic"], r["partition"], r["offset"]): _valid(r["value"]) for r in raw}
-    bronze = _rows(config.bronze.table)
-    quarantine = _rows(config.bronze.quarantine)
+    bronze = delta_rows(config.bronze.table)
+    quarantine = delta_rows(config.bronze.quarantine)
     bronze_records = [(r["_topic"], r["_partition"], r["_offset"]) for r in bronze]
     quarantine_records = [(r["topic"], r["partition"], r["offset"]) for r in quarantine]
     assert len(bronze_records) == len(set(bronze_records)), "duplicate in bronze"
@@ -116,7 +92,7 @@ def _check_exact_contents(config: PipelineConfig, topic: str, produced: int) -> 
         candidate = (row["reading_time"], row["_offset"], (row["_topic"], row["_partition"], row["_offset"]))
         if row["device_id"] not in latest or candidate[:2] > latest[row["device_id"]][:2]:
             latest[row["device_id"]] = candidate
-    gold = _rows(config.gold.table)
+    gold = delta_rows(config.gold.table)
     assert sorted(r["device_id"] for r in gold) == sorted(latest)
     for row in gold:
         assert (row["_topic"], row["_partition"], row["_offset"]) == latest[row["device_id"]][2], row["device_id"]
@@ -134,11 +110,11 @@ def _check_one_txn_per_batch(config: PipelineConfig) -> None:
         (config.gold.table, config.gold.checkpoint, ""),
     ]
     for table, checkpoint, suffix in owners:
-        txns = _txns(table)
+        txns = delta_txns(table)
         assert len(txns) == len(set(txns)), f"{table}: a (app id, batch id) committed twice: {Counter(txns)}"
-        app_id = _query_id(checkpoint) + suffix
+        app_id = checkpoint_query_id(checkpoint) + suffix
         assert {a for a, _ in txns} == {app_id}, table
-        assert {v for _, v in txns} == _committed_batches(checkpoint), table
+        assert {v for _, v in txns} == checkpoint_commits(checkpoint), table
 
 
 def test_crash_between_fanout_tables_then_after_gold_merge(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -155,23 +131,23 @@ def test_crash_between_fanout_tables_then_after_gold_merge(broker, tmp_path: Pat
     crashed = _run(pipeline, "between_fanout_tables:1")
     assert crashed.killed, crashed.stderr[-3000:]
     assert _planned_not_committed(config.bronze.checkpoint, 1)
-    bronze_app = _query_id(config.bronze.checkpoint)
-    assert max(v for a, v in _txns(config.bronze.table) if a == f"{bronze_app}:bronze") == 1
-    assert max(v for a, v in _txns(config.bronze.quarantine) if a == f"{bronze_app}:quarantine") == 0
+    bronze_app = checkpoint_query_id(config.bronze.checkpoint)
+    assert max(v for a, v in delta_txns(config.bronze.table) if a == f"{bronze_app}:bronze") == 1
+    assert max(v for a, v in delta_txns(config.bronze.quarantine) if a == f"{bronze_app}:quarantine") == 0
     assert not Path(config.gold.checkpoint, "commits").exists(), "gold ran before bronze finished"
 
     # 2. Bronze batch 1 re-run, then gold batch 1 merged (txn version 1) and killed before commits/1.
     crashed = _run(pipeline, "after_gold_merge:1")
     assert crashed.killed, crashed.stderr[-3000:]
-    assert 1 in _committed_batches(config.bronze.checkpoint)
+    assert 1 in checkpoint_commits(config.bronze.checkpoint)
     assert _planned_not_committed(config.gold.checkpoint, 1)
-    gold_app = _query_id(config.gold.checkpoint)
-    assert max(v for a, v in _txns(config.gold.table) if a == gold_app) == 1
+    gold_app = checkpoint_query_id(config.gold.checkpoint)
+    assert max(v for a, v in delta_txns(config.gold.table) if a == gold_app) == 1
 
     # 3. To the end: gold batch 1 is skipped by its txn, the rest runs.
     restarted = _run(pipeline)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
-    assert len(_committed_batches(config.gold.checkpoint)) > 2
+    assert len(checkpoint_commits(config.gold.checkpoint)) > 2
     _check_exact_contents(config, topic, produced.records)
     _check_one_txn_per_batch(config)
 
@@ -206,7 +182,7 @@ def test_bronze_and_gold_killed_in_batch_zero_restart_after_their_input_grew(bro
     # 2. Bronze re-runs batch 0 and goes on; gold batch 0 merges and is killed before commits/0.
     crashed = _run(pipeline, "after_gold_merge:0")
     assert crashed.killed, crashed.stderr[-3000:]
-    assert 0 in _committed_batches(config.bronze.checkpoint)
+    assert 0 in checkpoint_commits(config.bronze.checkpoint)
     assert _planned_not_committed(config.gold.checkpoint, 0)
     produce(23)
     assert _run(pipeline, stages=("raw", "bronze")).returncode == 0  # bronze grows before gold restarts

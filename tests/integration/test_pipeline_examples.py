@@ -21,6 +21,7 @@ from sparkonce.pipeline.replay import plan_replay, replay_stage
 from sparkonce.pipeline.run import run_pipeline
 from sparkonce.pipeline.verify import verify_pipeline
 from tests.conftest import REPO
+from tests.delta_helpers import delta_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -46,12 +47,6 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     for index, value in enumerate(values):
         producer.produce(topic, value, partition=index % 2)
     assert producer.flush(30) == 0
-
-
-def _rows(table: Path) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    return list(DeltaTable(str(table)).to_pyarrow_table().to_pylist())
 
 
 def test_enrichment_example(spark, broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -96,7 +91,7 @@ def test_enrichment_example(spark, broker, tmp_path: Path) -> None:  # type: ign
         for i, e in enumerate(events)  # (partition, offset) of record i
         if e is not None
     }
-    rows = _rows(pipeline.parent / "tables" / "events")
+    rows = delta_rows(pipeline.parent / "tables" / "events")
     assert sorted((r["partition"], r["offset"]) for r in rows) == sorted(expected)
     for row in rows:
         event = expected[(row["partition"], row["offset"])]
@@ -105,7 +100,7 @@ def test_enrichment_example(spark, broker, tmp_path: Path) -> None:  # type: ign
         assert row["value"] == event["reading"]["value"]
         assert row["tag_count"] == len(event["tags"])
         assert (row["site"], row["model"]) == known.get(row["device_id"], (None, None))
-    unknown = _rows(pipeline.parent / "tables" / "unknown_devices")
+    unknown = delta_rows(pipeline.parent / "tables" / "unknown_devices")
     assert sorted((r["partition"], r["offset"]) for r in unknown) == sorted(
         k for k, e in expected.items() if e["device"]["id"] not in known
     )
@@ -120,7 +115,9 @@ def test_enrichment_example(spark, broker, tmp_path: Path) -> None:  # type: ign
     replayed = replay_stage(spark, config, plan)
     raw_v1 = DeltaTable(str(pipeline.parent / "tables" / "raw"), version=1).to_pyarrow_table().to_pylist()
     first = {(r["partition"], r["offset"]) for r in raw_v1 if (r["partition"], r["offset"]) in expected}
-    assert sorted((r["partition"], r["offset"]) for r in _rows(pipeline.parent / "tables" / "events")) == sorted(first)
+    assert sorted((r["partition"], r["offset"]) for r in delta_rows(pipeline.parent / "tables" / "events")) == sorted(
+        first
+    )
     assert replayed.rows[plan.targets[1]] == sum(1 for k in first if expected[k]["device"]["id"] not in known)
 
 
@@ -139,7 +136,7 @@ def test_device_minutes_example(spark, broker, postgres, tmp_path: Path, monkeyp
 
     assert config.bronze is not None
     oracle: dict[tuple[str, datetime], list[float]] = defaultdict(list)
-    for row in _rows(Path(config.bronze.table)):
+    for row in delta_rows(Path(config.bronze.table)):
         minute = row["reading_time"].replace(second=0, microsecond=0)
         oracle[(row["device_id"], minute)].append(row["value"])
     assert sum(len(v) for v in oracle.values()) > 500

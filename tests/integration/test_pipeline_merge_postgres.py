@@ -28,6 +28,7 @@ import pytest
 from sparkonce.ops.chaos import DriverRun, run_driver
 from sparkonce.sinks.postgres.two_phase import app_tag
 from tests.conftest import REPO
+from tests.delta_helpers import checkpoint_commits, checkpoint_query_id, delta_txns
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.crash]
 
@@ -117,20 +118,6 @@ def _run(pipeline: Path, env: dict[str, str], crash_at: str | None = None) -> Dr
     return run_driver(args, crash_at=crash_at, env=env, cwd=str(REPO), timeout=900)
 
 
-def _txns(table: Path) -> list[tuple[str, int]]:
-    found = []
-    for commit in sorted((table / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if "txn" in action:
-                found.append((action["txn"]["appId"], int(action["txn"]["version"])))
-    return found
-
-
-def _committed(checkpoint: Path) -> set[int]:
-    return {int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
-
-
 def test_merge_with_delete_and_postgres_stage_crash_restart_exact(
     broker, postgres, tmp_path: Path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -148,14 +135,14 @@ def test_merge_with_delete_and_postgres_stage_crash_restart_exact(
     crashed = _run(pipeline, env, "after_gold_merge:1")
     assert crashed.killed, crashed.stderr[-3000:]
     assert (ck / "accounts" / "offsets" / "1").exists() and not (ck / "accounts" / "commits" / "1").exists()
-    accounts_app = json.loads((ck / "accounts" / "metadata").read_text())["id"]
-    assert max(v for a, v in _txns(tables / "accounts") if a == accounts_app) == 1
+    accounts_app = checkpoint_query_id(ck / "accounts")
+    assert max(v for a, v in delta_txns(tables / "accounts") if a == accounts_app) == 1
 
     # per_site commits in two phases: killed after the ledger row naming batch 1's prepared transactions.
     crashed = _run(pipeline, env, "after_pg_ledger_commit:1")
     assert crashed.killed, crashed.stderr[-3000:]
     assert (ck / "per_site" / "offsets" / "1").exists() and not (ck / "per_site" / "commits" / "1").exists()
-    per_site_app = json.loads((ck / "per_site" / "metadata").read_text())["id"] + ":per_site_changes"
+    per_site_app = checkpoint_query_id(ck / "per_site") + ":per_site_changes"
     prepared = f"SELECT count(*) FROM pg_prepared_xacts WHERE starts_with(gid, 'sparkonce:{app_tag(per_site_app)}:')"
     assert postgres.fetch(prepared)[0][0] > 0  # decided, not yet committed
 
@@ -172,9 +159,9 @@ def test_merge_with_delete_and_postgres_stage_crash_restart_exact(
     assert {r["id"]: (r["site"], r["seq"], r["amount"]) for r in rows} == expected
     assert any(c["op"] == "D" and c["id"] not in expected for c in last.values()), "no delete reached the table"
     assert DeltaTable(str(tables / "accounts")).metadata().partition_columns == ["site"]
-    txns = _txns(tables / "accounts")
+    txns = delta_txns(tables / "accounts")
     assert len(txns) == len(set(txns)), f"accounts: a batch merged twice: {Counter(txns)}"
-    assert {v for a, v in txns if a == accounts_app} == _committed(ck / "accounts")
+    assert {v for a, v in txns if a == accounts_app} == checkpoint_commits(ck / "accounts")
 
     # per_site: the partial aggregates of every batch, each batch exactly once.
     sums = postgres.fetch("SELECT site, sum(changes), sum(amount) FROM per_site_changes GROUP BY site ORDER BY site")
@@ -186,7 +173,7 @@ def test_merge_with_delete_and_postgres_stage_crash_restart_exact(
     for site, _, total in sums:
         assert float(total) == pytest.approx(oracle[site][1])
     ledger = postgres.fetch("SELECT batch_id FROM sparkonce_ledger WHERE app_id = %s", (per_site_app,))
-    assert sorted(b for (b,) in ledger) == sorted(_committed(ck / "per_site"))
+    assert sorted(b for (b,) in ledger) == sorted(checkpoint_commits(ck / "per_site"))
     assert len(ledger) > 2
     assert postgres.fetch(prepared) == [(0,)]
 

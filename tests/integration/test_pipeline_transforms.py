@@ -26,6 +26,7 @@ from sparkonce.ops.chaos import DriverRun, run_driver
 from sparkonce.pipeline.config import parse_pipeline
 from sparkonce.services.producer import produce_sensor_readings
 from tests.conftest import REPO
+from tests.delta_helpers import checkpoint_commits, checkpoint_query_id, delta_rows, delta_txns
 
 RECORDS = 300
 
@@ -88,26 +89,6 @@ def _run(pipeline: Path, crash_at: str | None = None) -> DriverRun:
     return run_driver(args, crash_at=crash_at, cwd=str(REPO), timeout=600)
 
 
-def _rows(table: Path) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    return list(DeltaTable(str(table)).to_pyarrow_table().to_pylist())
-
-
-def _txns(table: Path) -> list[tuple[str, int]]:
-    found = []
-    for commit in sorted((table / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if "txn" in action:
-                found.append((action["txn"]["appId"], int(action["txn"]["version"])))
-    return found
-
-
-def _committed(checkpoint: Path) -> set[int]:
-    return {int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
-
-
 def _oracle_value(value: str | None) -> float | None:
     try:
         reading = json.loads(value or "")
@@ -140,19 +121,19 @@ def test_dag_with_python_fanout_and_sql_stage_crash_restart_exact(broker, tmp_pa
     crashed = _run(pipeline, "between_fanout_tables:1")
     assert crashed.killed, crashed.stderr[-3000:]
     assert (ck / "parsed" / "offsets" / "1").exists() and not (ck / "parsed" / "commits" / "1").exists()
-    parsed_app = json.loads((ck / "parsed" / "metadata").read_text())["id"]
-    assert max(v for a, v in _txns(tables / "readings") if a == f"{parsed_app}:readings") == 1
-    assert max(v for a, v in _txns(tables / "high") if a == f"{parsed_app}:high") == 0
-    assert not (tables / "low" / "_delta_log").exists() or not _rows(tables / "low"), "low ran before parsed"
+    parsed_app = checkpoint_query_id(ck / "parsed")
+    assert max(v for a, v in delta_txns(tables / "readings") if a == f"{parsed_app}:readings") == 1
+    assert max(v for a, v in delta_txns(tables / "high") if a == f"{parsed_app}:high") == 0
+    assert not (tables / "low").exists(), "low started before parsed finished (availableNow stages run in order)"
 
     finished = _run(pipeline)
     assert finished.returncode == 0, finished.stderr[-3000:]
 
-    raw = _rows(tables / "raw")
+    raw = delta_rows(tables / "raw")
     assert len(raw) == produced.records
     expected = {_key(r): _oracle_value(r["value"]) for r in raw}
     devices = {_key(r): json.loads(r["value"])["device_id"] for r in raw if expected[_key(r)] is not None}
-    readings = _rows(tables / "readings")
+    readings = delta_rows(tables / "readings")
     keys = [_key(r) for r in readings]
     assert len(keys) == len(set(keys)), f"duplicates in readings: {[k for k, n in Counter(keys).items() if n > 1]}"
     assert set(keys) == {k for k, v in expected.items() if v is not None}
@@ -160,9 +141,9 @@ def test_dag_with_python_fanout_and_sql_stage_crash_restart_exact(broker, tmp_pa
         assert math.isclose(row["value"], expected[_key(row)] or math.nan)
         assert row["device_id"] == devices[_key(row)]
         assert row["site"] == "site-" + row["device_id"][-1]
-    high = _rows(tables / "high")
+    high = delta_rows(tables / "high")
     assert sorted(_key(r) for r in high) == sorted(k for k, v in expected.items() if v is not None and v > 25)
-    low = _rows(tables / "low")
+    low = delta_rows(tables / "low")
     assert sorted(_key(r) for r in low) == sorted(k for k, v in expected.items() if v is not None and v < 15)
     assert high and low, "the data should exercise both filtered tables"
 
@@ -171,12 +152,12 @@ def test_dag_with_python_fanout_and_sql_stage_crash_restart_exact(broker, tmp_pa
         ("high", "parsed", ":high"),
         ("low", "low", ":low"),
     ):
-        txns = _txns(tables / table)
+        txns = delta_txns(tables / table)
         assert len(txns) == len(set(txns)), f"{table}: a batch committed twice: {Counter(txns)}"
-        app_id = json.loads((ck / stage / "metadata").read_text())["id"] + name
+        app_id = checkpoint_query_id(ck / stage) + name
         assert {a for a, _ in txns} == {app_id}
-        assert {v for _, v in txns} == _committed(ck / stage)
-    assert len(_committed(ck / "parsed")) > 2
+        assert {v for _, v in txns} == checkpoint_commits(ck / stage)
+    assert len(checkpoint_commits(ck / "parsed")) > 2
 
 
 SCHEMA_SOURCE = '[source]\nbootstrap_servers = "127.0.0.1:1"\ntopic = "t"\n'

@@ -8,14 +8,15 @@ Real Spark queries write with the checkpoint folders ``spark-pipelines`` would g
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from sparkonce.ops.chaos import run_driver
 from tests.conftest import REPO
+from tests.delta_helpers import checkpoint_query_id, delta_txns
 from tests.integration.conftest import delta_ids, write_input_files
 
 if TYPE_CHECKING:
@@ -33,16 +34,6 @@ def _run(spark: SparkSession, inputs: Path, table: Path, checkpoint: Path, **opt
     query.awaitTermination()
 
 
-def _txn_apps(table: Path) -> list[str]:
-    found = []
-    for commit in sorted((table / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if "txn" in action:
-                found.append(action["txn"]["appId"])
-    return found
-
-
 def test_full_refresh_fails_by_default_and_truncates_when_asked(spark: SparkSession, tmp_path: Path) -> None:
     inputs, table = tmp_path / "input", tmp_path / "table"
     flow = tmp_path / "storage" / "_checkpoints" / "events" / "load_events"
@@ -52,15 +43,15 @@ def test_full_refresh_fails_by_default_and_truncates_when_asked(spark: SparkSess
     assert delta_ids(table) == expected
     before = sorted((table / "_delta_log").glob("*.json"))
 
-    with pytest.raises(Exception, match=r"new checkpoint generation .* fullRefresh"):
+    with pytest.raises(StreamingQueryException, match=r"(?s)SinkError: .*new checkpoint generation .* fullRefresh"):
         _run(spark, inputs, table, flow / "1")  # a full refresh: a new query id reads the input again
     assert delta_ids(table) == expected
     assert sorted((table / "_delta_log").glob("*.json")) == before
 
     _run(spark, inputs, table, flow / "1", fullRefresh="truncate")
     assert delta_ids(table) == expected  # replaced, not doubled
-    refreshed = json.loads((flow / "1" / "metadata").read_text())["id"]
-    assert _txn_apps(table)[-1] == refreshed
+    refreshed = checkpoint_query_id(flow / "1")
+    assert delta_txns(table)[-1][0] == refreshed
 
     more = write_input_files(inputs, files=1, rows_per_file=20, start=1000)
     _run(spark, inputs, table, flow / "1", fullRefresh="truncate")  # later batches append

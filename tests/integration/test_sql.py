@@ -247,7 +247,9 @@ def test_insert_create_and_drop(spark: SparkSession, sql: DeltaSql, tmp_path: Pa
     sql("DROP TABLE ext")
     assert (external / "_delta_log" / "00000000000000000000.json").is_file()  # external: only the name goes
     sql("DROP TABLE IF EXISTS ext")
-    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+    with pytest.raises(
+        AnalysisException, match=r"\[TABLE_OR_VIEW_NOT_FOUND\] The table or view `copy` cannot be found"
+    ):
         sql("SELECT * FROM copy")
 
 

@@ -17,6 +17,7 @@ from sparkonce.delta.commit import BatchTxn, commit_files
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import SchemaMismatchError
 from sparkonce.storage import table_location
+from tests.delta_helpers import delta_txns
 
 SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.string())])
 
@@ -41,16 +42,6 @@ def _racer(table: str, app_id: str, batches: int, barrier: mp.synchronize.Barrie
         written = _write(table, [batch_id], app_id)
         result = commit_files(table, written, data_schema=SCHEMA, txn=BatchTxn(app_id, batch_id))
         out.put((app_id, batch_id, result.skipped, result.table_version))
-
-
-def _log_txns(table: Path) -> list[tuple[int, str, int]]:
-    found = []
-    for path in sorted((table / "_delta_log").glob("*.json")):
-        for line in path.read_text().splitlines():
-            action = json.loads(line)
-            if "txn" in action:
-                found.append((int(path.stem), action["txn"]["appId"], action["txn"]["version"]))
-    return found
 
 
 def test_replayed_batch_is_skipped_and_its_files_removed(tmp_path: Path) -> None:
@@ -86,7 +77,7 @@ def test_a_stale_snapshot_costs_a_retry_never_a_second_commit(tmp_path: Path) ->
     again = commit_files(table, _write(table, [4], "a"), data_schema=SCHEMA, txn=BatchTxn("q", 3), snapshot=fresh)
     assert again.attempts == 1 and again.table_version == 4
     assert sorted(pa.table(DeltaTable(table).to_pyarrow_table()).column("id").to_pylist()) == [0, 1, 2, 3, 4]
-    assert [(app, v) for _, app, v in _log_txns(tmp_path / "t")] == [
+    assert delta_txns(tmp_path / "t") == [
         ("q", 0),
         ("q", 1),
         ("other", 0),
@@ -104,7 +95,7 @@ def test_same_batch_racing_from_four_processes_commits_once(tmp_path: Path) -> N
         with ctx.Pool(4) as pool:
             results = pool.map(_commit_one, [(table, "query-1", 5, f"w{i}", barrier) for i in range(4)])
     assert sorted(skipped for skipped, _ in results) == [False, True, True, True]
-    assert [(app, v) for _, app, v in _log_txns(tmp_path / "t")] == [("query-1", 5)]
+    assert delta_txns(tmp_path / "t") == [("query-1", 5)]
     data = pa.table(DeltaTable(table).to_pyarrow_table())
     assert data.num_rows == 3 and len(set(data.column("writer").to_pylist())) == 1
     assert len(list((tmp_path / "t").glob("*.parquet"))) == 1  # losers deleted their files
@@ -125,8 +116,7 @@ def test_two_queries_appending_concurrently_lose_no_commit(tmp_path: Path) -> No
     assert all(not skipped for _, _, skipped, _ in results)
     versions = sorted(v for _, _, _, v in results)
     assert versions == list(range(1, 17))  # contiguous: every commit landed on its own table version
-    txns = _log_txns(tmp_path / "t")
-    assert sorted((app, v) for _, app, v in txns) == sorted((app, b) for app in ("a", "b") for b in range(8))
+    assert sorted(delta_txns(tmp_path / "t")) == sorted((app, b) for app in ("a", "b") for b in range(8))
     data = pa.table(DeltaTable(table).to_pyarrow_table())
     assert data.num_rows == 16
 

@@ -6,7 +6,7 @@ batches,
 are ``SinkFileStatus`` (``path``, ``size``, ``isDir``, ``modificationTime``, ``blockReplication``,
 ``blockSize``, ``action`` = ``add``/``delete``); file-source entries are ``FileEntry`` (``path``,
 ``timestamp``,
-``batchId``). Driver/CLI only.
+``batchId``). Runs on the driver (or in the CLI process).
 """
 
 from __future__ import annotations

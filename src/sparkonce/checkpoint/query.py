@@ -1,6 +1,6 @@
 """What a running query's driver reads from its own checkpoint: the query id and the text of ``offsets/N``.
 
-Driver only. The Delta streaming sink, the fan-out and PostgreSQL sinks and the pipeline's stages take the query
+Runs on the driver. The Delta streaming sink, the fan-out and PostgreSQL sinks and the pipeline's stages take the query
 id (``metadata``) as the app id of their per-batch transactions, and the Delta sink records ``offsets/N`` in its
 commit so a lost checkpoint can be rebuilt from the table.
 """

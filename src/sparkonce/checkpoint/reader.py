@@ -4,7 +4,7 @@ Bad files never raise: each becomes a :class:`FileProblem` naming the file and w
 doctor can
 report them. Hadoop's ``.crc`` dotfiles are ignored; ``.tmp`` files (left by a writer that crashed, or that is
 writing right now) are collected. Batches purged by Spark's log retention simply start the logs above 0.
-Driver/CLI only.
+Runs on the driver (or in the CLI process).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Spark Declarative Pipelines' checkpoint generations: ``<storage>/_checkpoints/<target>/<flow>/<generation>``.
 
-Driver only. SDP keeps one checkpoint folder per flow under the pipeline spec's ``storage``, named by an integer
+Runs on the driver. SDP keeps one checkpoint folder per flow under the pipeline spec's ``storage``, named by an integer
 *generation*. A full refresh (``spark-pipelines run --full-refresh-all`` / ``--full-refresh NAME``) starts the
 flow again from its sources' beginning in the next generation's folder, under a new query id, and leaves the older
 folders in place; it does not truncate a sink. :func:`earlier_generations` finds those older folders so a sink can

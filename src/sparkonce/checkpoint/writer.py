@@ -5,7 +5,7 @@ Used to rebuild a lost checkpoint from a table. Formats follow Spark's ``StreamM
 ``CommitLog`` serializers (json4s compact JSON: no spaces, UTF-8, fields in declaration order, no trailing
 newline) and are tested against files written by pyspark 4.3. Files are written like Hadoop's
 ``CheckpointFileManager``: to ``.<name>.<uuid>.tmp`` first, then renamed, never over an existing file.
-Driver/CLI only.
+Runs on the driver (or in the CLI process).
 """
 
 from __future__ import annotations

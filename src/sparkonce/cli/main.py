@@ -35,7 +35,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class _LazyGroup(click.Group):
-    """The top-level group: imports a subcommand's module when the subcommand is looked up. Driver only."""
+    """The top-level group: imports a subcommand's module when the subcommand is looked up. Runs on the driver."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class DeltaTableBuilder:
-    """How to create or replace a Delta table (delta-spark's ``DeltaTableBuilder``). Driver only."""
+    """How to create or replace a Delta table (delta-spark's ``DeltaTableBuilder``). Runs on the driver."""
 
     def __init__(self, spark: SparkSession, mode: CreateMode) -> None:
         self._spark = spark

@@ -118,7 +118,7 @@ def z85_decode(text: str, length: int) -> bytes:
 
 
 def serialized_bitmap(dv: DeletionVector) -> bytes:
-    """The serialized ``RoaringBitmapArray`` of ``dv``, its file framing and checksum checked (executor).
+    """The serialized ``RoaringBitmapArray`` of ``dv``, its file framing and checksum checked. Runs on executors.
 
     Raises:
         DeltaLogError: the DV file is missing, or its size or checksum does not match the descriptor.
@@ -186,7 +186,7 @@ def parse_bitmap_array(data: bytes, *, what: str = "deletion vector") -> np.ndar
 
 
 def deleted_rows(dv: DeletionVector) -> np.ndarray[Any, np.dtype[np.uint64]]:
-    """Load the deleted row indexes of ``dv`` (executor), checked against its cardinality.
+    """Load the deleted row indexes of ``dv``, checked against its cardinality. Runs on executors.
 
     Raises:
         DeltaLogError: the DV cannot be read or does not match its descriptor.
@@ -198,7 +198,7 @@ def deleted_rows(dv: DeletionVector) -> np.ndarray[Any, np.dtype[np.uint64]]:
 
 
 def keep_mask(dv: DeletionVector, num_rows: int, *, data_file: str) -> np.ndarray[Any, np.dtype[np.bool_]]:
-    """A boolean mask over the ``num_rows`` rows of a data file: False where ``dv`` deletes the row (executor).
+    """A boolean mask over the ``num_rows`` rows of a data file: False where ``dv`` deletes the row. Runs on executors.
 
     Raises:
         DeltaLogError: the DV deletes rows beyond the end of the file.

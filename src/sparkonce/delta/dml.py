@@ -1,6 +1,6 @@
 """DELETE and UPDATE on a Delta table, rewriting only the files that hold matching rows.
 
-Driver only; reading and writing data runs on executors. For one operation:
+Runs on the driver; reading and writing data runs on executors. For one operation:
 
 1. driver: skip it when ``txn`` is given and the table's ``txn_version(app_id) >= txn_version``;
 2. driver: when the condition names partition columns only, it is evaluated over the files' partition values

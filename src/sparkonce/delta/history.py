@@ -8,7 +8,7 @@
     spark.sql("SELECT operationParameters.txnVersion AS epoch FROM table_history WHERE operation = 'STREAMING UPDATE'")
 
 Streaming commits (Delta-JVM ``STREAMING UPDATE`` or sparkonce's sink) carry both key pairs in
-``operationParameters``: Delta's ``queryId``/``epochId`` and ``txnAppId``/``txnVersion`` (the names seed 000's
+``operationParameters``: Delta's ``queryId``/``epochId`` and ``txnAppId``/``txnVersion`` (the names the usual
 duplicate-epoch checks use).
 """
 

@@ -66,7 +66,7 @@ _CLAUSE = "_sparkonce_clause"
 
 @dataclass(frozen=True)
 class MergeClause:
-    """One ``WHEN [NOT] MATCHED [BY SOURCE] [AND condition] THEN ...`` clause of a merge. Driver only."""
+    """One ``WHEN [NOT] MATCHED [BY SOURCE] [AND condition] THEN ...`` clause of a merge. Runs on the driver."""
 
     when: ClauseWhen
     kind: ClauseKind

@@ -1,6 +1,6 @@
 """OPTIMIZE (compaction): bin-pack a Delta table's small files into larger ones, in one Delta commit.
 
-Driver only; reading and writing data runs on executors. As in Delta:
+Runs on the driver; reading and writing data runs on executors. As in Delta:
 
 1. the driver groups the active files by partition (optionally only the partitions a ``where`` predicate on
    partition columns selects) and packs the files smaller than ``target_file_size`` into bins of at most that
@@ -110,7 +110,7 @@ def zorder_bins(files: Sequence[TableFile], partition_columns: Sequence[str]) ->
 
 
 def zorder(table: pa.Table, columns: Sequence[str]) -> pa.Table:
-    """``table``'s rows along a Z-order curve of ``columns`` (executor side): each column's dense rank (nulls
+    """``table``'s rows along a Z-order curve of ``columns``. Runs on executors. Each column's dense rank (nulls
     last) scaled to the same number of bits, the bits interleaved into one key, the rows sorted by it. Rows close
     in every column end up close in the file, so min/max statistics skip more files and row groups."""
     import numpy as np

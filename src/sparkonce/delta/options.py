@@ -1,4 +1,4 @@
-"""Options of the Delta data source, parsed once into frozen dataclasses (driver side)."""
+"""Options of the Delta data source, parsed once into frozen dataclasses. Runs on the driver."""
 
 from __future__ import annotations
 

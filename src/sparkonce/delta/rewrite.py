@@ -111,7 +111,7 @@ class TableFile:
 
 @dataclass(frozen=True)
 class TableSnapshot:
-    """A table version loaded for a rewrite. Driver only."""
+    """A table version loaded for a rewrite. Runs on the driver."""
 
     table_uri: str
     location: TableLocation

@@ -101,7 +101,7 @@ class SparkonceDeltaDataSource(DeltaDataSource):
 
 
 def with_session_storage(source: type[DeltaDataSource], options: Mapping[str, str]) -> type[DeltaDataSource]:
-    """``source``, or a subclass of it carrying ``options`` as its session storage options (driver).
+    """``source``, or a subclass of it carrying ``options`` as its session storage options. Runs on the driver.
 
     The subclass is made here, not importable by name, so cloudpickle ships it by value, with the options,
     to the Python workers where Spark plans reads and writes (classic PySpark and Spark Connect alike).

@@ -145,7 +145,7 @@ class DeltaSourceOffset:
 
 @dataclass(frozen=True)
 class VersionChanges:
-    """What one Delta commit contributes to the stream (driver side, cached per table version)."""
+    """What one Delta commit contributes to the stream. Runs on the driver (cached per table version)."""
 
     table_version: int
     files: tuple[DataFile, ...]

@@ -87,7 +87,7 @@ def dml_txn(spark: SparkSession) -> BatchTxn | None:
 
 
 class DeltaTable:
-    """A Delta table at a path, with delta-spark's operations. Driver only (the data work runs on executors)."""
+    """A Delta table at a path, with delta-spark's operations. Runs on the driver (the data work runs on executors)."""
 
     def __init__(self, spark: SparkSession, path: str, alias: str | None = None) -> None:
         self._spark = spark
@@ -421,7 +421,7 @@ class DeltaTable:
 
 @dataclass(frozen=True)
 class DeltaMergeBuilder:
-    """``MERGE INTO`` as delta-spark builds it; each ``when...`` returns a new builder. Driver only.
+    """``MERGE INTO`` as delta-spark builds it; each ``when...`` returns a new builder. Runs on the driver.
 
     Within matched, not-matched and not-matched-by-source rows, the first clause (in the order given) whose
     condition holds applies; every clause but the last of each kind needs a condition.
@@ -508,7 +508,7 @@ class DeltaMergeBuilder:
 
 @dataclass(frozen=True)
 class DeltaOptimizeBuilder:
-    """``OPTIMIZE`` as delta-spark builds it. Driver only."""
+    """``OPTIMIZE`` as delta-spark builds it. Runs on the driver."""
 
     _spark: SparkSession
     _path: str

@@ -226,7 +226,9 @@ def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> None:
 
 
 def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:
-    """Check data against an existing table (driver, before any file is written); return the partition columns.
+    """Check data against an existing table, before any file is written; return the partition columns.
+
+    Runs on the driver.
 
     Raises:
         SchemaMismatchError: the schema does not fit (unless ``mergeSchema`` allows it) or ``partitionBy``

@@ -1,6 +1,6 @@
-"""Driver-side planning of the Kafka source: partition discovery, earliest/latest offsets, batch ranges.
+"""Planning of the Kafka source: partition discovery, earliest/latest offsets, batch ranges.
 
-Everything here runs on the driver side (the Python planner worker Spark keeps for a stream, or the worker
+Runs on the driver (the Python planner worker Spark keeps for a stream, or the worker
 that plans a batch read); nothing here runs on executors.
 
 **End offsets are confirmed with a fetch.** Some Kafka-compatible brokers (the embedded ``tansu`` among them)
@@ -130,7 +130,7 @@ def _list_topics(admin: AdminClient, options: KafkaOptions) -> dict[str, int]:
 
 
 class OffsetPlanner:
-    """Asks the brokers for partitions and offsets; runs on the driver side only.
+    """Asks the brokers for partitions and offsets; runs on the driver only.
 
     Holds one AdminClient and one Consumer, created on first use and closed by :meth:`close`. Never pickled.
     """

@@ -125,7 +125,7 @@ def _read_settings(options: KafkaOptions) -> ReadSettings:
 def _input_partitions(
     options: KafkaOptions, start: PartitionOffsets, end: PartitionOffsets, earliest: Any
 ) -> list[KafkaInputPartition]:
-    """One Spark input partition per planned ``[start, end)`` range (driver; batch and streaming reads)."""
+    """One Spark input partition per planned ``[start, end)`` range (batch and streaming reads). Runs on the driver."""
     ranges = plan_ranges(
         start, end, earliest, fail_on_data_loss=options.fail_on_data_loss, min_partitions=options.min_partitions
     )
@@ -133,7 +133,7 @@ def _input_partitions(
 
 
 def _read_partition(settings: ReadSettings, partition: InputPartition, schema: Any) -> Iterator[pa.RecordBatch]:
-    """Read one planned range (executor)."""
+    """Read one planned range. Runs on executors."""
     assert isinstance(partition, KafkaInputPartition)
     return read_range(settings, partition.range, schema)
 
@@ -141,7 +141,7 @@ def _read_partition(settings: ReadSettings, partition: InputPartition, schema: A
 class KafkaBatchReader(DataSourceReader):
     """Batch read between ``startingOffsets`` and ``endingOffsets``.
 
-    ``partitions()`` runs on the driver side (it asks the brokers for offsets); ``read()`` runs on executors.
+    ``partitions()`` runs on the driver (it asks the brokers for offsets); ``read()`` runs on executors.
     """
 
     def __init__(self, options: KafkaOptions, schema: StructType) -> None:
@@ -150,7 +150,7 @@ class KafkaBatchReader(DataSourceReader):
         self.settings = _read_settings(options)
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Resolve start and end offsets and plan the ranges (driver side).
+        """Resolve start and end offsets and plan the ranges. Runs on the driver.
 
         Spark's Python data sources plan a DataFrame's partitions once and reuse them for every execution;
         ends that mean "latest" (``latest``, -1, an ending timestamp without a match) are therefore planned
@@ -187,7 +187,7 @@ class KafkaBatchReader(DataSourceReader):
         return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Read one range (executor); an open range first looks up the partition's end."""
+        """Read one range; an open range first looks up the partition's end. Runs on executors."""
         assert isinstance(partition, KafkaInputPartition)
         if partition.open_end:
             rng = partition.range
@@ -203,7 +203,7 @@ class KafkaBatchReader(DataSourceReader):
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reading with admission control (``maxOffsetsPerTrigger``) and ``Trigger.AvailableNow``.
 
-    ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and ``stop`` run on the driver side, in
+    ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and ``stop`` run on the driver, in
     the long-lived Python worker Spark keeps for this stream (which holds one :class:`OffsetPlanner`);
     ``read`` runs on executors, where the planner is never shipped.
     """
@@ -232,7 +232,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets ---------------------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        """Offsets the first batch starts from (driver).
+        """Offsets the first batch starts from. Runs on the driver.
 
         ``earliest`` / ``latest`` (and -2 / -1 in JSON) stay *unresolved* here: Spark does not checkpoint the
         initial offsets and calls this again when it re-runs batch 0 after a crash, when "latest" would mean
@@ -263,11 +263,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Pin the end of an ``availableNow`` run at the first ``latestOffset`` call (driver)."""
+        """Pin the end of an ``availableNow`` run at the first ``latestOffset`` call. Runs on the driver."""
         self._available_now = True
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """End offsets of the next batch: the partitions' ends, capped by ``limit`` (driver).
+        """End offsets of the next batch: the partitions' ends, capped by ``limit``. Runs on the driver.
 
         ``minOffsetsPerTrigger`` (Spark's ``delayBatch``): while fewer new records than the minimum are
         available and ``maxTriggerDelay`` has not passed since the last batch, the answer is ``start`` (no
@@ -328,7 +328,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest.to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """Plan the ranges of one batch, checking for data loss (driver)."""
+        """Plan the ranges of one batch, checking for data loss. Runs on the driver."""
         crash_point("after_offsets")
         start_offsets = _parse_start(start)
         end_offsets = PartitionOffsets.from_json(end, what="end offsets")
@@ -341,7 +341,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _input_partitions(self.options, begin, end_offsets, earliest)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Read one range (executor)."""
+        """Read one range. Runs on executors."""
         return _read_partition(self.settings, partition, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:

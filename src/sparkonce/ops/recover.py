@@ -5,11 +5,12 @@ text of the checkpoint's ``offsets/N``. From the newest such commit a checkpoint
 **same query id** (so the sink's txn keeps making replays idempotent), ``offsets/N`` and ``commits/N``: Spark then
 resumes at batch N+1 from the recorded end offsets, with nothing duplicated or skipped.
 
-Reset: the safe sequence of seed 004 (stop the job, clear the output, remove the checkpoint, restart from the
+Reset: the safe reset sequence (stop the job, clear the output, remove the checkpoint, restart from the
 earliest offsets), guarded so the output cannot be forgotten: the table is cleared in one Delta commit (time
 travel keeps the old rows), then the checkpoint is moved aside rather than deleted.
 
-Both are plans first (pure functions returning dataclasses); ``apply_*`` acts on a plan. Driver/CLI only.
+Both are plans first (pure functions returning dataclasses); ``apply_*`` acts on a plan.
+Runs on the driver (or in the CLI process).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A work directory gets a marker file when sparkonce creates it. Wiping is allowed only for a folder that holds
 that marker, is empty, or does not exist, so ``--work-dir .`` (or any folder of the user's) is refused instead of
-deleted. CLI/driver only.
+deleted. Runs on the driver (or in the CLI process).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The pipeline definition: a TOML file parsed once, on load, into frozen dataclasses (driver side, no Spark).
+"""The pipeline definition: a TOML file parsed once, on load, into frozen dataclasses. Runs on the driver (no Spark).
 
-A definition names a Kafka source and up to three stages, each with its own table and checkpoint::
+A definition names a Kafka source and any number of stages, each with its own table and checkpoint, each reading
+the source or another stage's table (any DAG without cycles); the built-in raw -> bronze -> gold chain::
 
     name = "sensors"
 
@@ -191,7 +192,7 @@ class BronzeStage:
 
 
 @dataclass(frozen=True)
-class GoldStage:
+class MergeStage:
     """A merge stage (``kind = "merge"``; the built-in gold): upsert the input's rows into a Delta table by keys,
     rewriting only the files that hold them. Rule ``latest``: the latest row per key (by ``order_by``) wins;
     rule ``clauses``: SQL conditions over ``source.<col>`` / ``target.<col>`` decide delete / update / insert."""
@@ -301,7 +302,7 @@ class PostgresStage:
         return value
 
 
-Stage = RawStage | BronzeStage | GoldStage | TransformStage | PostgresStage
+Stage = RawStage | BronzeStage | MergeStage | TransformStage | PostgresStage
 
 
 @dataclass(frozen=True)
@@ -358,8 +359,8 @@ class PipelineConfig:
         return next((s for s in self.stages if isinstance(s, BronzeStage)), None)
 
     @property
-    def gold(self) -> GoldStage | None:
-        return next((s for s in self.stages if isinstance(s, GoldStage)), None)
+    def gold(self) -> MergeStage | None:
+        return next((s for s in self.stages if isinstance(s, MergeStage)), None)
 
     def downstream(self, name: str) -> tuple[str, ...]:
         """The stages reading ``name``'s table, directly or through others, upstream first."""
@@ -389,7 +390,7 @@ class PipelineConfig:
 
 
 def use_storage(config: PipelineConfig, spark: SparkSession | None = None) -> None:
-    """Give the pipeline's storage options (``[storage]``, ``[storage_env]``) to its tables (driver).
+    """Give the pipeline's storage options (``[storage]``, ``[storage_env]``) to its tables. Runs on the driver.
 
     With ``spark``: as the session's ``spark.sparkonce.storage.*`` conf, registered again so the Delta sources
     and this process's table locations get them (``docs/storage.md``). Without: to this process's table locations
@@ -472,7 +473,7 @@ def parse_pipeline(text: str, path: str | os.PathLike[str]) -> PipelineConfig:
 
 
 class _Parser:
-    """Walks the TOML document once; every error names the key path (runs on the driver)."""
+    """Walks the TOML document once; every error names the key path. Runs on the driver."""
 
     def __init__(self, file: Path) -> None:
         self.file = file
@@ -526,7 +527,7 @@ class _Parser:
         if kind == "bronze":
             return self.bronze(name, fields)
         if kind == "merge":
-            return self.gold(name, fields, before)
+            return self.merge_stage(name, fields, before)
         if kind == "postgres":
             return self.postgres(name, fields)
         return self.transform_stage(name, fields)
@@ -770,7 +771,7 @@ class _Parser:
             outputs.append(OutputTable(path, table_name, where))
         return tuple(outputs)
 
-    def gold(self, name: str, data: Mapping[str, Any], before: Mapping[str, Stage]) -> GoldStage:
+    def merge_stage(self, name: str, data: Mapping[str, Any], before: Mapping[str, Stage]) -> MergeStage:
         key = f"stages.{name}"
         self.known(
             data,
@@ -837,7 +838,7 @@ class _Parser:
         if merge == "clauses" and not any(clauses.values()):
             raise self.fail(key, 'merge = "clauses" needs at least one of delete, update, insert')
         target = self.integer(data, "target_file_rows", key)
-        return GoldStage(
+        return MergeStage(
             table=self.path(data, "table", key),
             checkpoint=self.path(data, "checkpoint", key),
             trigger=self.trigger(data, key),
@@ -1079,7 +1080,7 @@ __all__ = [
     "STAGE_ORDER",
     "BronzeStage",
     "DriftPolicy",
-    "GoldStage",
+    "MergeStage",
     "OutputTable",
     "PipelineConfig",
     "PostgresStage",

@@ -1,6 +1,6 @@
-"""Who owns a checkpoint: ``<checkpoint_dir>/_sparkonce_owner.json`` (driver side, no Spark).
+"""Who owns a checkpoint: ``<checkpoint_dir>/_sparkonce_owner.json``. Runs on the driver (no Spark).
 
-Seed 004: two jobs sharing a checkpoint corrupt each other's offsets, and a moved checkpoint may silently restart
+Two jobs sharing a checkpoint corrupt each other's offsets, and a moved checkpoint may silently restart
 from the wrong place. So the first run of a stage records in its checkpoint::
 
     {"pipeline": "/abs/pipeline.toml", "stage": "bronze", "checkpoint_dir": "/abs/checkpoints/bronze",
@@ -103,7 +103,7 @@ def claim_checkpoint(pipeline: str, stage: str, checkpoint_dir: str) -> Checkpoi
     if os.path.abspath(owner.checkpoint_dir) != current:
         raise CheckpointError(
             f"checkpoint_dir {current} was created at {owner.checkpoint_dir} and has been moved or copied: its "
-            "offsets may no longer match the tables it wrote (seed 004: always use the path a job was started "
+            "offsets may no longer match the tables it wrote (a job must always restart with the path it was started "
             f"with). Move it back, or if this is intended, delete {os.path.join(current, OWNER_FILE)} to adopt it"
         )
     if owner.pipeline != pipeline or owner.stage != stage:

@@ -21,7 +21,7 @@ import pyarrow as pa
 from sparkonce.delta.commit import load_table
 from sparkonce.ops.chaos import DriverRun, run_driver
 from sparkonce.ops.workdir import fresh_work_dir
-from sparkonce.pipeline.config import GoldStage, load_pipeline, use_storage
+from sparkonce.pipeline.config import MergeStage, load_pipeline, use_storage
 from sparkonce.pipeline.defaults import write_quickstart_pipeline
 from sparkonce.spark import JVM_ENV
 
@@ -142,7 +142,7 @@ def run_quickstart(
 
 
 def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, Any]:
-    """Row counts and the exactly-once checks of every table of a pipeline (driver side, no Spark)."""
+    """Row counts and the exactly-once checks of every table of a pipeline. Runs on the driver (no Spark)."""
     from sparkonce.kafka import broker_offsets
     from sparkonce.kafka.offsets import OffsetRange, TopicPartition
     from sparkonce.ops.verify import verify_table
@@ -203,7 +203,7 @@ def _keys(table: pa.Table) -> list[tuple[str, int, int]]:
     )
 
 
-def _gold_mismatches(bronze: pa.Table, gold: pa.Table, stage: GoldStage) -> int:
+def _gold_mismatches(bronze: pa.Table, gold: pa.Table, stage: MergeStage) -> int:
     """Keys whose gold row differs from the latest bronze row by ``order_by`` (then ``_offset``)."""
     keys = list(stage.keys)
     order = [*stage.order_by, "_offset"]

@@ -1,4 +1,4 @@
-"""``replay``: rebuild a stage's table from its input table as of a table version or time (seed 002's recovery).
+"""``replay``: rebuild a stage's table from its input table as of a table version or time (recovery by replay).
 
 The input table (raw for bronze, bronze for gold, the ``input`` stage's table for a transform stage) is read as of
 the resolved ``table_version`` and run through the stage's *current* logic; the result replaces the target table in
@@ -23,7 +23,7 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.commit import load_table, table_exists
 from sparkonce.delta.options import parse_timestamp
 from sparkonce.errors import OptionError, PipelineConfigError
-from sparkonce.pipeline.config import SOURCE, BronzeStage, GoldStage, PipelineConfig, TransformStage, use_storage
+from sparkonce.pipeline.config import SOURCE, BronzeStage, MergeStage, PipelineConfig, TransformStage, use_storage
 from sparkonce.pipeline.owner import claim_checkpoint, new_owner, read_owner, write_owner
 
 if TYPE_CHECKING:
@@ -73,10 +73,10 @@ def plan_replay(config: PipelineConfig, stage_name: str, as_of: str) -> ReplayPl
     """
     use_storage(config)
     stage = config.stage(stage_name)
-    if not isinstance(stage, BronzeStage | GoldStage | TransformStage) or stage.input == SOURCE:
+    if not isinstance(stage, BronzeStage | MergeStage | TransformStage) or stage.input == SOURCE:
         raise PipelineConfigError(
             f"stages.{stage_name}: replay rebuilds a stage from its input table; this stage reads Kafka (reset its "
-            "checkpoint and table instead, seed 004)"
+            "checkpoint and table instead: stop the job, clear the output, remove the checkpoint, restart)"
         )
     input_table = config.input_table(stage)
     assert input_table is not None
@@ -140,7 +140,7 @@ def replay_stage(spark: SparkSession, config: PipelineConfig, plan: ReplayPlan) 
         frame = bound.apply(source, 0)
         outputs = [(o.path, frame.where(o.where) if o.where is not None else frame) for o in stage.outputs]
     else:
-        assert isinstance(stage, GoldStage)
+        assert isinstance(stage, MergeStage)
         latest = latest_per_key(source, stage.keys, stage.order_by)
         if stage.merge == "clauses":
             # The whole input merged into an empty table: only the insert clause can apply.

@@ -248,7 +248,7 @@ def _stage_error(stage: str, text: str) -> SparkonceError:
 
 
 class _Monitor:
-    """Collects progress of the queries and the lag behind their inputs (runs on the driver)."""
+    """Collects progress of the queries and the lag behind their inputs. Runs on the driver."""
 
     def __init__(self, config: PipelineConfig, stages: Sequence[Stage]) -> None:
         self.config = config

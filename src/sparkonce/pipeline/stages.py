@@ -1,4 +1,4 @@
-"""The three stages as streaming queries, and the per-batch logic they share with ``replay`` (driver side).
+"""Each stage kind as a streaming query, and the per-batch logic they share with ``replay``. Runs on the driver.
 
 * **raw**: ``sparkonce.kafka`` -> Delta streaming sink (``mergeSchema`` on). The sink's Delta commit carries
   ``txn(query id, batch id)``, so a batch re-run after a crash is skipped.
@@ -7,8 +7,11 @@
   and writes both tables' files (a one-pass fan-out, :mod:`sparkonce.sinks.fanout`); each table then gets its own
   Delta commit with txn app id ``f"{bronze query id}:{bronze|quarantine}"`` and txn version = the batch id, so
   each is written exactly once even when a crash falls between the two.
-* **gold**: Delta stream of bronze (``skipChangeCommits``: a replayed bronze does not stop it) -> ``foreachBatch``
-  :func:`sparkonce.delta.merge.merge_latest` with ``txn(gold query id, batch id)``.
+* **merge** (the built-in gold): Delta stream of its input (``skipChangeCommits``: a replayed input does not stop
+  it) -> ``foreachBatch`` :func:`sparkonce.delta.merge.merge_latest` with ``txn(merge query id, batch id)``.
+* **transform**: Delta stream of its input -> ``foreachBatch``: the stage's transform, each output table written
+  once per batch with txn app id ``f"{query id}:{table name}"`` and txn version = the batch id.
+* **postgres**: Delta stream of its input -> ``foreachBatch``: the optional transform, then the PostgreSQL sink.
 
 Every query's checkpoint is claimed first (:mod:`sparkonce.pipeline.owner`); every table is created empty with its
 schema before any query starts, so a downstream stage can start before upstream data arrives, and a path holding
@@ -36,7 +39,7 @@ from sparkonce.pipeline.config import (
     LINEAGE_COLUMNS,
     SOURCE,
     BronzeStage,
-    GoldStage,
+    MergeStage,
     PipelineConfig,
     PostgresStage,
     RawStage,
@@ -109,7 +112,7 @@ def start_stage(spark: SparkSession, config: PipelineConfig, stage: Stage) -> St
         return _start_transform(spark, config, stage, options)
     if isinstance(stage, PostgresStage):
         return _start_postgres(spark, config, stage, options)
-    return _start_gold(spark, config, stage, options)
+    return _start_merge(spark, config, stage, options)
 
 
 def waiting_for(config: PipelineConfig, stage: Stage) -> int | None:
@@ -142,9 +145,9 @@ def prepare_tables(spark: SparkSession, config: PipelineConfig, stage: Stage) ->
         ensure_table(
             upstream.tables[0],
             output_schemas(spark, config, upstream, downstream=True)[upstream.tables[0]],
-            partition_by=upstream.partition_by if isinstance(upstream, GoldStage) else (),
+            partition_by=upstream.partition_by if isinstance(upstream, MergeStage) else (),
         )
-    partition_by = stage.partition_by if isinstance(stage, GoldStage) else ()
+    partition_by = stage.partition_by if isinstance(stage, MergeStage) else ()
     for table, schema in output_schemas(spark, config, stage).items():
         ensure_table(table, schema, partition_by=partition_by)
 
@@ -164,7 +167,7 @@ def output_schemas(
     if isinstance(stage, TransformStage):
         _, schema = plan_transform(spark, config, stage)
         return dict.fromkeys(stage.tables, schema)
-    if isinstance(stage, GoldStage) and (downstream or stage.partition_by):
+    if isinstance(stage, MergeStage) and (downstream or stage.partition_by):
         return {stage.table: input_schema(spark, config, stage)}
     return {}
 
@@ -215,13 +218,13 @@ def check_stages(spark: SparkSession, config: PipelineConfig, stages: Sequence[S
     for stage in stages:
         if isinstance(stage, TransformStage):
             plan_transform(spark, config, stage)
-        elif isinstance(stage, GoldStage):
+        elif isinstance(stage, MergeStage):
             check_merge(spark, config, stage)
         elif isinstance(stage, PostgresStage):
             postgres_sink(spark, config, stage).check()
 
 
-def check_merge(spark: SparkSession, config: PipelineConfig, stage: GoldStage) -> None:
+def check_merge(spark: SparkSession, config: PipelineConfig, stage: MergeStage) -> None:
     """Analyse a merge stage's keys, order and partition columns and its clauses on an empty input frame.
 
     Raises:
@@ -252,7 +255,7 @@ def check_merge(spark: SparkSession, config: PipelineConfig, stage: GoldStage) -
             ) from err
 
 
-def _clauses(stage: GoldStage) -> list[MergeClause]:
+def _clauses(stage: MergeStage) -> list[MergeClause]:
     """Delta MERGE's order: a matched key is deleted or updated (first clause that holds), a new key inserted."""
     clauses = []
     if stage.delete is not None:
@@ -605,8 +608,8 @@ def _classify(raw: DataFrame, stage: BronzeStage, fields: list[StructField]) -> 
 # -- gold --------------------------------------------------------------------------------------------------------
 
 
-def _start_gold(
-    spark: SparkSession, config: PipelineConfig, stage: GoldStage, options: dict[str, str]
+def _start_merge(
+    spark: SparkSession, config: PipelineConfig, stage: MergeStage, options: dict[str, str]
 ) -> StreamingQuery:
     options["skipChangeCommits"] = "true"
     if stage.max_files_per_trigger is not None:
@@ -614,12 +617,12 @@ def _start_gold(
     source = spark.readStream.format("delta").options(**options).load(config.input_table(stage))
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        write_gold_batch(batch, batch_id, stage)
+        write_merge_batch(batch, batch_id, stage)
 
     return _start_foreach_batch(source, process, config, stage)
 
 
-def write_gold_batch(batch: DataFrame, batch_id: int, stage: GoldStage, *, app_id: str | None = None) -> MergeResult:
+def write_merge_batch(batch: DataFrame, batch_id: int, stage: MergeStage, *, app_id: str | None = None) -> MergeResult:
     """Merge one bronze batch into gold, exactly once for ``(app_id, batch_id)`` (app id: the gold query id)."""
     app_id = app_id or read_query_id(stage.checkpoint)
     if stage.merge == "clauses":
@@ -785,6 +788,6 @@ __all__ = [
     "table_rows",
     "waiting_for",
     "write_bronze_batch",
-    "write_gold_batch",
+    "write_merge_batch",
     "write_transform_batch",
 ]

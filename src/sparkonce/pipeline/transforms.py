@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Transform:
-    """A stage's user transformation as written in the pipeline file (driver only).
+    """A stage's user transformation as written in the pipeline file. Runs on the driver.
 
     Exactly one of ``function`` (``"module:name"``) and ``sql`` (the query text, read from the ``.sql`` file when
     one was named) is set.

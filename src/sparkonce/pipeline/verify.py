@@ -1,4 +1,4 @@
-"""Verify a pipeline's exactly-once bookkeeping, stage by stage (driver only, no Spark).
+"""Verify a pipeline's exactly-once bookkeeping, stage by stage. Runs on the driver (no Spark).
 
 For every stage with a checkpoint, each batch the checkpoint committed (``commits/N``) must be recorded once in
 every place the stage writes:
@@ -22,7 +22,7 @@ from typing import Any
 
 from sparkonce.pipeline.config import (
     BronzeStage,
-    GoldStage,
+    MergeStage,
     PipelineConfig,
     PostgresStage,
     RawStage,
@@ -108,7 +108,7 @@ def verify_pipeline(config: PipelineConfig, *, stages: tuple[str, ...] | None = 
 
 
 def _delta_targets(stage: Stage, query_id: str) -> list[tuple[str, str]]:
-    if isinstance(stage, RawStage | GoldStage):
+    if isinstance(stage, RawStage | MergeStage):
         return [(stage.table, query_id)]
     if isinstance(stage, BronzeStage):
         return [(stage.table, f"{query_id}:bronze"), (stage.quarantine, f"{query_id}:quarantine")]

@@ -61,7 +61,7 @@ class WorkerProcess:
 
 @dataclass(frozen=True)
 class ClusterInfo:
-    """A running standalone cluster, as recorded in its state directory. Driver only (local daemons)."""
+    """A running standalone cluster, as recorded in its state directory. Runs on the driver (local daemons)."""
 
     master_url: str
     """``spark://127.0.0.1:PORT``: pass it as ``--master`` to ``sparkonce run``."""

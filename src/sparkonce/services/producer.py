@@ -1,4 +1,4 @@
-"""Sample data for demos and tests: sensor readings like the seeds' pipelines consume.
+"""Sample data for demos and tests: sensor readings like the example pipelines consume.
 
 Each record is a JSON object ``{"device_id": "sensor-007", "reading_time": "2026-05-14T09:00:00.123Z",
 "value": 21.37}`` keyed by device id (optional). ``reading_time`` is the event time: it advances with the record

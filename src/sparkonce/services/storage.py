@@ -84,7 +84,7 @@ class S3Response:
 
 @dataclass(frozen=True)
 class StorageInfo:
-    """A running embedded object store, as recorded in its state directory. Driver only (a local service)."""
+    """A running embedded object store, as recorded in its state directory. Runs on the driver (a local service)."""
 
     pid: int
     endpoint: str

@@ -124,7 +124,7 @@ class FanOutResult:
 
 @dataclass(frozen=True)
 class StagedBatch:
-    """The files a one-pass write left for the pending tables of one batch, not committed yet (driver)."""
+    """The files a one-pass write left for the pending tables of one batch, not committed yet. Runs on the driver."""
 
     batch_id: int
     tables: tuple[RoutedTable, ...]
@@ -198,11 +198,11 @@ class FanOutWriter:
         return f"{self.app_id}:{target.table_name}"
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        """The ``foreachBatch`` entry point (driver)."""
+        """The ``foreachBatch`` entry point. Runs on the driver."""
         self.write_batch(batch_df, batch_id)
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> FanOutResult:
-        """Write ``batch_df`` to every target not yet holding ``batch_id`` (driver).
+        """Write ``batch_df`` to every target not yet holding ``batch_id``. Runs on the driver.
 
         Raises:
             SinkError: a table write failed; the message names the table, app id and batch id. Tables written
@@ -237,7 +237,7 @@ class FanOutWriter:
     # -- one pass ---------------------------------------------------------------------------------------------------
 
     def write_routed(self, batch_df: DataFrame, batch_id: int, *, route: str) -> FanOutResult:
-        """Write each row of ``batch_df`` to the table its ``route`` column names, in one Spark job (driver).
+        """Write each row of ``batch_df`` to the table its ``route`` column names, in one Spark job. Runs on the driver.
 
         Raises:
             OptionError: the route column or a target's column is not in the batch.
@@ -248,7 +248,8 @@ class FanOutWriter:
     def stage_routed(
         self, batch_df: DataFrame, batch_id: int, *, route: str, observe: Sequence[str] = ()
     ) -> StagedBatch:
-        """Write the files of every table not yet holding ``batch_id`` in one Spark job; commit nothing (driver).
+        """Write the files of every table not yet holding ``batch_id`` in one Spark job; commit nothing.
+        Runs on the driver.
 
         ``observe`` names array-of-string columns whose distinct values come back in :attr:`StagedBatch.observed`
         from the same job (the bronze stage finds undeclared JSON fields this way). Follow with
@@ -320,7 +321,7 @@ class FanOutWriter:
         )
 
     def commit_staged(self, staged: StagedBatch) -> FanOutResult:
-        """One Delta commit per pending table, each with its txn, in order (driver).
+        """One Delta commit per pending table, each with its txn, in order. Runs on the driver.
 
         Raises:
             SinkError: a commit failed; tables committed before it keep the batch, the files of the tables after it
@@ -388,7 +389,7 @@ class FanOutWriter:
         )
 
     def discard(self, staged: StagedBatch) -> None:
-        """Delete the files of a staged batch that no Delta commit references (driver).
+        """Delete the files of a staged batch that no Delta commit references. Runs on the driver.
 
         After a failed commit its files may be the table's all the same (the commit landed and then failed): those
         stay (:func:`sparkonce.delta.cleanup.remove_unreferenced_files`).

@@ -35,7 +35,7 @@ class RoutedTable:
 
 @dataclass(frozen=True)
 class RoutedFileWriter:
-    """Writes one task's rows into the files of each routed table. Built on the driver; runs on executors.
+    """Writes one task's rows into the files of each routed table. Runs on executors (built on the driver).
 
     The ``mapInArrow`` function: called once per task with the task's Arrow batches.
     """
@@ -98,7 +98,7 @@ class RoutedFileWriter:
 
 
 def written_file(payload: str) -> WrittenFile:
-    """The :class:`WrittenFile` a task reported as JSON (driver)."""
+    """The :class:`WrittenFile` a task reported as JSON. Runs on the driver."""
     return WrittenFile(**json.loads(payload))
 
 

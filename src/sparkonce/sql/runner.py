@@ -82,7 +82,7 @@ class Target:
 
 
 class DeltaSql:
-    """``spark.sql`` with Delta's statements and tables (see the module's documentation). Driver only.
+    """``spark.sql`` with Delta's statements and tables (see the module's documentation). Runs on the driver.
 
     Args:
         spark: The session.

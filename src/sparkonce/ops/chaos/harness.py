@@ -74,7 +74,7 @@ START_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class ChaosOptions:
-    """What to run. Driver only."""
+    """What to run. Runs on the driver."""
 
     pipeline: Path | None = None
     """A pipeline file; None: the quickstart's embedded setup in ``work_dir`` (broker, producer, PostgreSQL; and the

@@ -1,4 +1,4 @@
-"""The naive sinks the seed articles warn about, kept here to show the chaos harness catches their duplicates.
+"""The naive sinks common guides warn about, kept here to show the chaos harness catches their duplicates.
 
 Never use these: each one writes a batch and lets Spark write ``commits/N`` afterwards, with nothing that
 recognises a batch written before a crash, so a crash in between writes the batch twice on restart.
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class NaiveDeltaAppend:
-    """``foreachBatch`` appending to a Delta table without ``txnAppId``/``txnVersion``. Driver only."""
+    """``foreachBatch`` appending to a Delta table without ``txnAppId``/``txnVersion``. Runs on the driver."""
 
     table: str
 
@@ -33,7 +33,7 @@ class NaiveDeltaAppend:
 class NaivePostgresAppend:
     """``foreachBatch`` inserting each partition with psycopg in its own database transaction, no ledger: exactly
     as naive as ``batch.write.mode("append").jdbc(...)`` (one transaction per partition, nothing records which
-    batch was written). Driver only; the inserts run on executors."""
+    batch was written). Runs on the driver; the inserts run on executors."""
 
     dsn: str
     table: str

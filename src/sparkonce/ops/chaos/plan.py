@@ -80,7 +80,7 @@ PLAN_VERSION = 1
 
 @dataclass(frozen=True)
 class Fault:
-    """One round's fault. Driver only (the harness)."""
+    """One round's fault. Runs on the driver (the harness)."""
 
     kind: FaultKind
     stage: str | None = None

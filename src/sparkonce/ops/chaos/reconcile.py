@@ -1,4 +1,4 @@
-"""Independent reconciliation of every table of a chaos run (driver side, no Spark, no sparkonce readers).
+"""Independent reconciliation of every table of a chaos run. Runs on the driver (no Spark, no sparkonce readers).
 
 Independent of the code under test: the topic is read with ``confluent-kafka``, Delta tables with ``deltalake``
 (delta-rs), the file sink's folder with ``pyarrow.parquet`` (and its ``_spark_metadata`` log parsed here),

@@ -292,7 +292,7 @@ def _kill_worker(driver: _Driver, until: float) -> tuple[bool, str]:
 
 
 class _Driver:
-    """The soak's driver program, started again whenever it ends before the run is over. Driver only (harness).
+    """The soak's driver program, started again whenever it ends before the run is over. Runs on the driver (harness).
 
     A thread watches it; the driver started after a ``driver_kill`` is armed with the plan's next crash point.
     """
@@ -459,7 +459,7 @@ class _Driver:
 
 
 class _Producer:
-    """Produces sensor readings at ``rate`` per second in a thread until stopped. Driver only (harness)."""
+    """Produces sensor readings at ``rate`` per second in a thread until stopped. Runs on the driver (harness)."""
 
     def __init__(self, setup: ChaosSetup, options: ChaosOptions, rate: float, started: float) -> None:
         self.setup = setup

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DriverSpec:
-    """What the driver program runs (written as JSON by the harness). Driver only."""
+    """What the driver program runs (written as JSON by the harness). Runs on the driver."""
 
     pipeline: str
     naive: NaiveKind | None = None

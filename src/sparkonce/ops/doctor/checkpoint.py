@@ -1,6 +1,6 @@
 """Findings about the checkpoint itself: metadata, gaps in ``offsets/`` and ``commits/``, shared writers.
 
-CLI/driver only; reads nothing itself (works on a :class:`CheckpointState`).
+Runs on the driver (or in the CLI process); reads nothing itself (works on a :class:`CheckpointState`).
 """
 
 from __future__ import annotations

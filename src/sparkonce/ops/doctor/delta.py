@@ -1,7 +1,8 @@
 """Findings about a Delta sink table: its txn for this query against the checkpoint, batches written twice or
 under two app ids, offsets recorded by the sink, txn retention and orphan files.
 
-CLI/driver only; reads the table's ``_delta_log`` through :class:`~sparkonce.delta.log.DeltaLog`.
+Runs on the driver (or in the CLI process); reads the table's ``_delta_log`` through
+:class:`~sparkonce.delta.log.DeltaLog`.
 """
 
 from __future__ import annotations

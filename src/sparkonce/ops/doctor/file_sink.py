@@ -1,5 +1,5 @@
 """Findings about a file sink's folder: gaps in ``_spark_metadata``, files it does not list, files it lists that
-are gone. CLI/driver only.
+are gone. Runs on the driver (or in the CLI process).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Findings about Kafka: where the next batch starts per partition, against the broker's earliest and latest
-offsets. CLI/driver only; the broker is asked through a :data:`~sparkonce.ops.watermarks.WatermarkFetcher`.
+offsets. Runs on the driver (or in the CLI process); the broker is asked through a
+:data:`~sparkonce.ops.watermarks.WatermarkFetcher`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The doctor's "next start" text: what restarting the query will do, in plain words. CLI/driver only."""
+"""The doctor's "next start" text: what restarting the query will do, in plain words.
+
+Runs on the driver (or in the CLI process).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The result types of ``doctor``: :class:`DoctorReport` and what it holds (plain data, CLI/driver only)."""
+"""The result types of ``doctor``: :class:`DoctorReport` and what it holds (plain data).
+
+Runs on the driver (or in the CLI process).
+"""
 
 from __future__ import annotations
 

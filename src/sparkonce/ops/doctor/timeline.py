@@ -1,6 +1,6 @@
 """The doctor's batch timeline: each recent batch, planned/committed, with the table versions that hold it.
 
-CLI/driver only.
+Runs on the driver (or in the CLI process).
 """
 
 from __future__ import annotations

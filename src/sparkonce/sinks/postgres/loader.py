@@ -15,7 +15,7 @@ from sparkonce.sinks.postgres.sql import APP_COLUMN, BATCH_COLUMN, PART_COLUMN, 
 
 @dataclass(frozen=True)
 class StagingLoader:
-    """Loads one partition of a batch into the staging table. Built on the driver; runs on executors.
+    """Loads one partition of a batch into the staging table. Runs on executors (built on the driver).
 
     Pickled to executors with the batch's identity; the psycopg connection is opened inside :meth:`__call__`.
     """
@@ -64,7 +64,8 @@ def copy_csv(
     batches: Iterable[pa.RecordBatch],
     prepare: Callable[[pa.RecordBatch, int], pa.RecordBatch] | None = None,
 ) -> int:
-    """Write ``batches`` into a psycopg ``COPY ... FROM STDIN (FORMAT csv)`` as CSV (executor); returns the rows.
+    """Write ``batches`` into a psycopg ``COPY ... FROM STDIN (FORMAT csv)`` as CSV; returns the rows.
+    Runs on executors.
 
     ``prepare(batch, rows_before)`` turns each non-empty batch into what is sent (e.g. the staging tags).
     """

@@ -45,7 +45,7 @@ def table_parts(option: str, value: object) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class PostgresSinkOptions:
-    """Options of :class:`~sparkonce.sinks.postgres.PostgresSink`, checked once when built. Driver only.
+    """Options of :class:`~sparkonce.sinks.postgres.PostgresSink`, checked once when built. Runs on the driver.
 
     Build it with keywords, or from a string map (a pipeline file, ``.option(...)`` style) with
     :meth:`from_mapping`. Every invalid value raises :class:`~sparkonce.errors.OptionError` naming the option.

@@ -53,7 +53,7 @@ class BatchOutcome:
 
 
 class PostgresSink:
-    """A ``foreachBatch`` function writing each batch to a PostgreSQL table exactly once. Driver only.
+    """A ``foreachBatch`` function writing each batch to a PostgreSQL table exactly once. Runs on the driver.
 
     Runs on the driver (Spark calls ``foreachBatch`` functions there), which only runs the SQL that checks the
     ledger and moves staging rows; the rows themselves go from executors to the staging table (see
@@ -81,12 +81,12 @@ class PostgresSink:
         return self._app_id
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        """The ``foreachBatch`` entry point (driver)."""
+        """The ``foreachBatch`` entry point. Runs on the driver."""
         self.write_batch(batch_df, batch_id)
 
     def check(self, schema: StructType | None = None) -> None:
         """Connect, create the ledger (and, given the batch ``schema``, the target and staging tables) if missing,
-        and check the upsert keys: every problem is raised here, before any data moves (driver).
+        and check the upsert keys: every problem is raised here, before any data moves. Runs on the driver.
 
         Raises:
             SinkError: the database is unreachable (the message names host:port) or refused a statement.
@@ -102,8 +102,8 @@ class PostgresSink:
 
     def settle(self) -> two_phase.Settled:
         """Finish this app's prepared transactions (two-phase protocol) left by a crash: commit those the ledger
-        names, roll back the others. Every batch does this first; call it for a query abandoned after a crash
-        (driver).
+        names, roll back the others. Every batch does this first; call it for a query abandoned after a crash.
+        Runs on the driver.
 
         Raises:
             SinkError: the database is unreachable or refused a statement.
@@ -115,7 +115,7 @@ class PostgresSink:
             return two_phase.settle(conn, self._ledger, self.app_id)
 
     def ledger_rows(self) -> list[tuple[int, int]]:
-        """``(batch_id, target_rows)`` of every batch the ledger records for this sink's app id (driver).
+        """``(batch_id, target_rows)`` of every batch the ledger records for this sink's app id. Runs on the driver.
 
         Raises:
             SinkError: the database is unreachable or refused the query.
@@ -124,7 +124,7 @@ class PostgresSink:
             return pgsql.ledger_rows(conn, self._ledger, self.app_id)
 
     def target_rows(self) -> int:
-        """Rows in the target table now (0 when it does not exist) (driver).
+        """Rows in the target table now (0 when it does not exist). Runs on the driver.
 
         Raises:
             SinkError: the database is unreachable or refused the query.
@@ -133,7 +133,7 @@ class PostgresSink:
             return pgsql.count_rows(conn, self._target)
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> BatchOutcome:
-        """Write ``batch_df`` as batch ``batch_id`` unless the ledger already holds it (driver).
+        """Write ``batch_df`` as batch ``batch_id`` unless the ledger already holds it. Runs on the driver.
 
         Raises:
             SinkError: the database is unreachable, a staging load failed, or the database transaction failed;

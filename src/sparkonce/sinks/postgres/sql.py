@@ -1,6 +1,7 @@
 """The PostgreSQL sink's SQL: the staging tag columns, the tables it creates and checks, the move statement.
 
-Functions here run statements on a connection they are given (driver), or build them; they never commit.
+Functions here run statements on a connection they are given, or build them; they never commit. Runs on the
+driver.
 """
 
 from __future__ import annotations

@@ -96,14 +96,14 @@ class PreparedLoader:
 
 @dataclass(frozen=True)
 class Settled:
-    """What :func:`settle` did (driver)."""
+    """What :func:`settle` did. Runs on the driver."""
 
     committed: tuple[str, ...]
     rolled_back: tuple[str, ...]
 
 
 def pending(conn: Any, app_id: str) -> list[str]:
-    """Ids of this app's prepared transactions in the connection's database (driver)."""
+    """Ids of this app's prepared transactions in the connection's database. Runs on the driver."""
     rows = conn.execute(
         "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s) ORDER BY gid",
         (f"{_PREFIX}:{app_tag(app_id)}:",),
@@ -112,8 +112,8 @@ def pending(conn: Any, app_id: str) -> list[str]:
 
 
 def settle(conn: Any, ledger: tuple[str, ...], app_id: str) -> Settled:
-    """Commit the prepared transactions the ledger decided for, roll back every other one of ``app_id`` (driver,
-    autocommit connection; never inside a transaction block).
+    """Commit the prepared transactions the ledger decided for, roll back every other one of ``app_id`` (on an
+    autocommit connection; never inside a transaction block). Runs on the driver.
     """
     from psycopg import sql
 

@@ -1,0 +1,38 @@
+"""Reading what a test wrote, straight from the files: a local Delta table's log and rows, a Spark checkpoint's
+query id and committed batches. Independent of sparkonce's own readers, so a test checks them rather than trusts
+them. Runs on the driver (no Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def delta_txns(table: str | Path) -> list[tuple[str, int]]:
+    """Every ``txn`` action of a local table's Delta log as ``(appId, version)``, in log order (from the JSON
+    commits)."""
+    found = []
+    for commit in sorted((Path(table) / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "txn" in action:
+                found.append((action["txn"]["appId"], int(action["txn"]["version"])))
+    return found
+
+
+def delta_rows(table: str | Path, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of a Delta table as dicts, read by delta-rs (``columns``: only those)."""
+    from deltalake import DeltaTable
+
+    return list(DeltaTable(str(table)).to_pyarrow_table(columns=columns).to_pylist())
+
+
+def checkpoint_query_id(checkpoint: str | Path) -> str:
+    """The query id a Spark checkpoint's ``metadata`` file records."""
+    return str(json.loads((Path(checkpoint) / "metadata").read_text().splitlines()[0])["id"])
+
+
+def checkpoint_commits(checkpoint: str | Path) -> set[int]:
+    """The batch ids a Spark checkpoint's ``commits`` folder records as done."""
+    return {int(p.name) for p in (Path(checkpoint) / "commits").iterdir() if p.name.isdigit()}
