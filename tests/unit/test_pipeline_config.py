@@ -426,9 +426,7 @@ def test_tables_named_as_in_the_catalog(tmp_path: Path, monkeypatch: pytest.Monk
     ],
     ids=["both", "three-parts", "bad-character", "not-text", "same-table"],
 )
-def test_bad_table_names_are_refused_naming_the_key(
-    tmp_path: Path, table: str, gold: str | None, message: str
-) -> None:
+def test_bad_table_names_are_refused_naming_the_key(tmp_path: Path, table: str, gold: str | None, message: str) -> None:
     text = VALID.replace('table = "tables/raw"', table, 1)
     if gold is not None:
         text = text.replace('table = "tables/gold"', gold, 1)
