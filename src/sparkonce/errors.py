@@ -11,6 +11,7 @@ __all__ = [
     "CheckpointError",
     "ClusterError",
     "CommitConflictError",
+    "DataFileMissingError",
     "DeltaLogError",
     "DriverError",
     "OptionError",
@@ -52,6 +53,10 @@ class TableNotFoundError(SparkonceError):
 
 class DeltaLogError(SparkonceError):
     """A Delta transaction log could not be read: a corrupted or missing file, or an impossible state."""
+
+
+class DataFileMissingError(DeltaLogError, FileNotFoundError):
+    """A data file (or deletion vector) the Delta log references is gone: deleted outside Delta."""
 
 
 class UnsupportedFeatureError(DeltaLogError):

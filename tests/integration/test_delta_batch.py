@@ -104,7 +104,7 @@ def test_partition_by_writes_partition_dirs_and_prunes(spark: SparkSession, tmp_
     assert sorted(r.id for r in spark.read.format("delta").load(str(path)).where("p = 'p1'").collect()) == [
         i for i in range(30) if i % 3 == 1
     ]
-    with pytest.raises(PythonException, match=r"FileNotFoundError: .*/t/p=p0/"):
+    with pytest.raises(PythonException, match=r"DataFileMissingError: \[DELTA_FILE_NOT_FOUND_DETAILED\] .*/t/p=p0/"):
         spark.read.format("delta").load(str(path)).collect()
     shutil.rmtree(path)
     df.write.format("delta").partitionBy("p", "q").mode("overwrite").save(str(path))

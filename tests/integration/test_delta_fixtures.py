@@ -84,7 +84,8 @@ def test_streaming_written_fixture_has_its_txn(fixtures_dir: Path) -> None:
 def test_log_only_fixture_refuses_with_missing_files(spark: SparkSession, fixtures_dir: Path) -> None:
     """The 'checkpoint' golden table has fake AddFile paths and no data files: the error names the file."""
     path = fixtures_dir / "delta-tables" / "checkpoint"
-    with pytest.raises(PythonException, match=r"FileNotFoundError: .*/delta-tables/checkpoint/15'"):
+    missing = r"DataFileMissingError: \[DELTA_FILE_NOT_FOUND_DETAILED\] .*/delta-tables/checkpoint/15: a data file"
+    with pytest.raises(PythonException, match=missing):
         spark.read.format("delta").load(str(path)).collect()
 
 

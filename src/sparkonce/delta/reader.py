@@ -303,6 +303,26 @@ def plan_partitions(
     return [FilesPartition(b) for b in bins if b]
 
 
+def _open_data_file(filesystem: Any, data_file: DataFile, location: TableLocation) -> Any:
+    """The data file opened for reading (runs on executors).
+
+    Raises:
+        DataFileMissingError: the file is gone, with Delta's error name, the file and the table.
+    """
+    from sparkonce.errors import DataFileMissingError
+
+    try:
+        return filesystem.open_input_file(data_file.path)
+    except FileNotFoundError as err:
+        at = f" (table version {data_file.table_version})" if data_file.table_version is not None else ""
+        raise DataFileMissingError(
+            f"[DELTA_FILE_NOT_FOUND_DETAILED] {data_file.uri or data_file.path}: a data file the Delta log of "
+            f"{location}{at} references cannot be found. It was deleted outside Delta (not by DELETE, OPTIMIZE or "
+            "VACUUM); `sparkonce doctor` lists every missing file, and RESTORE or a replay from the source can bring "
+            "the rows back"
+        ) from err
+
+
 def read_files(
     files: Iterable[DataFile], scan: ScanSchema, location: TableLocation, *, batch_size: int = 65536
 ) -> Iterator[pa.RecordBatch]:
@@ -312,7 +332,7 @@ def read_files(
 
     filesystem = location.filesystem()
     for data_file in files:
-        with filesystem.open_input_file(data_file.path) as source:
+        with _open_data_file(filesystem, data_file, location) as source:
             parquet = pq.ParquetFile(source)
             present = set(parquet.schema_arrow.names)
             keep = None
