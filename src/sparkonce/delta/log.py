@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 from sparkonce.errors import DeltaLogError, TableNotFoundError
 from sparkonce.storage import TableLocation, table_location
@@ -574,32 +574,12 @@ class DeltaLog:
         return state
 
     # ------------------------------------------------------------------ files
-    def data_file_path(self, raw_path: str) -> Path | None:
-        """Turn a raw ``add``/``remove`` path into a local filesystem path, or ``None`` if it is not local.
-
-        Relative paths are URL-decoded and joined to the table root; ``file:`` URIs are decoded as well.
-        """
-        if "://" in raw_path or raw_path.startswith("file:"):
-            parsed = urlparse(raw_path)
-            if parsed.scheme != "file":
-                return None
-            return Path(unquote(parsed.path))
-        if not self.location.is_local:
-            return None
-        return self.table_path / unquote(raw_path)
-
     def data_file_fs_path(self, raw_path: str) -> str | None:
         """A raw ``add``/``remove`` path as a path in :attr:`fs` (the table's file system), or ``None`` when the
-        file is elsewhere (an absolute URI outside the table)."""
-        if self.location.is_local:
-            if "://" not in raw_path and not raw_path.startswith("file:"):
-                return os.path.join(self.location.uri, unquote(raw_path))  # data_file_path's join, without a Path
-            local = self.data_file_path(raw_path)
-            return str(local) if local is not None else None
-        if "://" in raw_path:
-            prefix = f"{self.location.uri}/"
-            return unquote(raw_path[len(prefix) :]) if raw_path.startswith(prefix) else None
-        return unquote(raw_path)
+        file is elsewhere (:func:`sparkonce.delta.paths.data_file_fs_path`)."""
+        from sparkonce.delta.paths import data_file_fs_path
+
+        return data_file_fs_path(self.location, raw_path)
 
 
 class _State:

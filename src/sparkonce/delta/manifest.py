@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 from sparkonce.delta.files import partition_directory
 from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.paths import data_file_uri, require_fs_path
 from sparkonce.errors import UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
@@ -55,13 +55,12 @@ def generate_symlink_manifest(table: str | TableLocation) -> ManifestResult:
             "external readers cannot read through a manifest (Delta refuses too); nothing was written"
         )
     partitions = list(snapshot.metadata.get("partitionColumns") or [])
-    root = str(location).rstrip("/")
     by_directory: dict[str, list[str]] = defaultdict(list)
     for add in files:
         raw = add.get("partitionValues") or {}  # the log's own strings, as Delta names the partition folders
         directory = partition_directory({c: raw.get(c) for c in partitions})
-        path = add["path"]
-        uri = path if "://" in path or path.startswith("file:") else f"{root}/{unquote(path)}"  # as Hadoop prints it
+        fs_path = require_fs_path(location, add["path"])
+        uri = fs_path if location.is_local else data_file_uri(location, fs_path)  # as Hadoop prints it
         by_directory[directory].append(uri)
     if not partitions:
         by_directory.setdefault("", [])

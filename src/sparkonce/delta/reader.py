@@ -37,6 +37,7 @@ from sparkonce.delta.column_mapping import rename_nested, rename_tree
 from sparkonce.delta.commit import load_table
 from sparkonce.delta.deletion_vectors import DeletionVector, keep_mask
 from sparkonce.delta.options import ReadOptions
+from sparkonce.delta.paths import data_file_uri, require_fs_path
 from sparkonce.errors import OptionError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation
 
@@ -206,15 +207,11 @@ def snapshot_files(table: DeltaTable, location: TableLocation, scan: ScanSchema)
         column = f"partition.{physical}" if f"partition.{physical}" in adds.column_names else f"partition.{name}"
         partition_cols[name] = adds.column(column).to_pylist() if column in adds.column_names else [None] * len(paths)
     files = []
-    prefix = f"{location.uri}/"
     for i, path in enumerate(paths):
-        relative = unquote(path)
-        dv = dvs.get(relative)
-        if relative.startswith(prefix):  # an absolute URI inside the table
-            relative = relative[len(prefix) :]
-        fs_path = relative if os.path.isabs(relative) and location.is_local else location.fs_path(relative)
+        dv = dvs.get(unquote(path))
+        fs_path = require_fs_path(location, path)
         values = {n: v[i] for n, v in partition_cols.items()}
-        uri = f"file:{fs_path}" if location.is_local else f"{location.uri.rstrip('/')}/{relative}"
+        uri = data_file_uri(location, fs_path)
         files.append(DataFile(fs_path, int(sizes[i]), values, deletion_vector=dv, modification_time=times[i], uri=uri))
     return files
 

@@ -30,6 +30,7 @@ from sparkonce.delta.commit import (
 )
 from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
+from sparkonce.delta.paths import require_fs_path
 from sparkonce.delta.reader import DataFile, ScanSchema, check_reader_features, read_files, scan_schema
 from sparkonce.storage import TableLocation, table_location
 
@@ -93,7 +94,7 @@ class TableFile:
     def data_file(self, location: TableLocation) -> DataFile:
         """The file as executors read it: its deletion vector applied."""
         return DataFile(
-            location.fs_path(unquote(self.path)),
+            require_fs_path(location, self.path),
             self.size,
             dict(self.partition_values),
             deletion_vector=self.deletion_vector_rows,
