@@ -16,8 +16,9 @@ from sparkonce.delta.commit import BatchTxn
 from sparkonce.delta.merge import merge_latest
 from sparkonce.errors import SchemaMismatchError
 from sparkonce.pipeline.config import parse_pipeline
+from sparkonce.pipeline.ddl import ddl_schema
 from sparkonce.pipeline.defaults import quickstart_pipeline
-from sparkonce.pipeline.stages import LINEAGE_DDL, QUARANTINE_DDL, RAW_DDL, ddl_schema, parse_raw
+from sparkonce.pipeline.stages import LINEAGE_DDL, QUARANTINE_DDL, RAW_DDL, parse_raw
 from tests.integration.conftest import operation_metrics
 
 pytestmark = [pytest.mark.spark]
@@ -158,7 +159,9 @@ def test_replay_replaces_the_table_atomically(spark, tmp_path: Path) -> None:
     assert owner is not None and owner.starting_version == 1
 
 
-@pytest.mark.parametrize("ddl", [RAW_DDL, QUARANTINE_DDL, LINEAGE_DDL, "a INT, b BOOLEAN, c DOUBLE"])
+@pytest.mark.parametrize(
+    "ddl", [RAW_DDL, QUARANTINE_DDL, LINEAGE_DDL, "a INT, b BOOLEAN, c DOUBLE", "a INT NOT NULL, `b c` STRING"]
+)
 def test_plain_field_lists_are_built_without_spark_as_spark_parses_them(spark, ddl: str) -> None:
     assert ddl_schema(spark, ddl) == spark.createDataFrame([], ddl).schema
 

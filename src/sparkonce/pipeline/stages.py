@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -46,6 +45,7 @@ from sparkonce.pipeline.config import (
     Stage,
     TransformStage,
 )
+from sparkonce.pipeline.ddl import ddl_schema
 from sparkonce.pipeline.owner import claim_checkpoint
 from sparkonce.pipeline.transforms import BoundTransform, check_transform
 from sparkonce.sinks.fanout import FanOutResult, FanOutTarget, FanOutWriter
@@ -298,31 +298,6 @@ def ensure_table(path: str, schema: StructType, *, partition_by: Sequence[str] =
 def bronze_schema(spark: SparkSession, stage: BronzeStage) -> StructType:
     """The declared payload fields followed by the lineage columns."""
     return ddl_schema(spark, f"{stage.schema}, {LINEAGE_DDL}")
-
-
-_SIMPLE_FIELD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s+(STRING|INT|BIGINT|DOUBLE|TIMESTAMP|BOOLEAN)\s*", re.I)
-
-
-def ddl_schema(spark: SparkSession, ddl: str) -> StructType:
-    """The schema of a DDL field list. Lists of plain ``name TYPE`` fields (as the raw and quarantine tables'
-    are) are built here; anything else is parsed by Spark. The first Spark parse of a driver costs seconds (the SQL
-    parser's classes load): the raw stage starts without one."""
-    import pyspark.sql.types as T
-
-    simple = {
-        "STRING": T.StringType,
-        "INT": T.IntegerType,
-        "BIGINT": T.LongType,
-        "DOUBLE": T.DoubleType,
-        "TIMESTAMP": T.TimestampType,
-        "BOOLEAN": T.BooleanType,
-    }
-    fields = [_SIMPLE_FIELD.fullmatch(item) for item in ddl.split(",")]
-    if all(fields) and str(spark.conf.get("spark.sql.timestampType", "TIMESTAMP_LTZ")).upper() == "TIMESTAMP_LTZ":
-        return T.StructType([T.StructField(m.group(1), simple[m.group(2).upper()]()) for m in fields if m])
-    schema = spark.createDataFrame([], ddl).schema
-    assert isinstance(schema, T.StructType)
-    return schema
 
 
 # -- raw ---------------------------------------------------------------------------------------------------------
@@ -772,7 +747,6 @@ def table_rows(table: str) -> int:
 
 __all__ = [
     "QUARANTINE_DDL",
-    "ddl_schema",
     "RAW_DDL",
     "BronzeBatchResult",
     "bronze_schema",
