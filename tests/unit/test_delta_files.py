@@ -43,3 +43,22 @@ def test_dictionary_only_for_columns_whose_first_rows_repeat(tmp_path: Path) -> 
     assert any("DICTIONARY" in e for e in encodings["device"])
     assert not any("DICTIONARY" in e for e in encodings["id"] | encodings["payload"])
     assert pq.read_table(tmp_path / written.path).equals(table)  # same rows back
+
+
+def test_a_failing_task_leaves_no_file_behind(tmp_path: Path) -> None:
+    """As a context manager the writer deletes what it wrote when the block raises; otherwise close() reports it."""
+    import pytest
+
+    table = pa.table({"id": pa.array(range(10), pa.int64()), "p": pa.array(["a", "b"] * 5)})
+    options = FileWriterOptions(location=table_location(str(tmp_path)), partition_by=("p",), max_records_per_file=2)
+    with pytest.raises(RuntimeError, match="task failed"), TableFileWriter(options) as writer:
+        writer.write(table)
+        writer.close()  # even closed files: the driver never heard of them
+        raise RuntimeError("task failed")
+    assert sorted(p.name for p in tmp_path.rglob("*.parquet")) == []
+    with TableFileWriter(options) as writer:
+        writer.write(table)
+        files = writer.close()
+    assert len(files) == 6 and sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.parquet")) == sorted(
+        f.path for f in files
+    )

@@ -192,10 +192,15 @@ class _OpenFile:
 
 
 class TableFileWriter:
-    """Writes one task's rows into Parquet files under the table root (runs on an executor).
+    """Writes one task's rows into Parquet files under the table root. Runs on executors.
 
     Partition columns are not stored in the files; they go to the directory name and the ``add`` action, as Delta
-    does. Files roll over at ``max_records_per_file``.
+    does. Files roll over at ``max_records_per_file``. Used as a context manager, it aborts (deletes what it wrote)
+    when the block raises: a task reports its files with :meth:`close` or leaves nothing behind::
+
+        with TableFileWriter(options, task_id=task_id) as writer:
+            writer.write_batches(batches)
+            files = writer.close()
     """
 
     def __init__(self, options: FileWriterOptions, *, task_id: int = 0) -> None:
@@ -203,6 +208,13 @@ class TableFileWriter:
         self.task_id = task_id
         self._open: dict[tuple[str | None, ...], _OpenFile] = {}
         self._done: list[WrittenFile] = []
+
+    def __enter__(self) -> TableFileWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        if kind is not None:
+            self.abort()
 
     def write_batches(self, batches: Iterable[pa.RecordBatch]) -> None:
         for batch in batches:

@@ -312,17 +312,13 @@ def _bin_task(
     """Executor side: read this task's bins and write each into one file; yields the files' descriptions."""
     for listing in batches:
         for index in listing.column(0).to_pylist():
-            writer = TableFileWriter(options, task_id=int(index))
-            try:
+            with TableFileWriter(options, task_id=int(index)) as writer:
                 rows: Iterator[pa.RecordBatch] = read_files(plan[index], scan, options.location)
                 if zorder_by:
                     table = pa.Table.from_batches(list(rows), schema=scan.output)
                     rows = iter(zorder(table, zorder_by).to_batches(max_chunksize=65536))
                 writer.write_batches(rows)
                 files = writer.close()
-            except BaseException:
-                writer.abort()
-                raise
             if files:
                 yield written_batch(files)
 

@@ -307,15 +307,9 @@ def write_task(batches: Iterator[pa.RecordBatch], options: FileWriterOptions) ->
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    writer = TableFileWriter(options, task_id=context.partitionId() if context else 0)
-    try:
-        for batch in batches:
-            if batch.num_rows:
-                writer.write(batch)
+    with TableFileWriter(options, task_id=context.partitionId() if context else 0) as writer:
+        writer.write_batches(batches)
         files = writer.close()
-    except BaseException:
-        writer.abort()
-        raise
     if files:
         yield written_batch(files)
 

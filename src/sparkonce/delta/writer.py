@@ -54,18 +54,14 @@ def write_task(file_options: FileWriterOptions, batches: Iterator[pa.RecordBatch
     from sparkonce.crash import crash_point
 
     task_id = _task_id()
-    writer = TableFileWriter(file_options, task_id=task_id)
     batch_id = _batch_id_for_diagnostics()
-    try:
+    with TableFileWriter(file_options, task_id=task_id) as writer:
         for index, batch in enumerate(batches):
             if batch.num_rows:
                 writer.write(batch)
             if index == 0:
                 crash_point("mid_write", batch_id)
         files = writer.close()
-    except BaseException:
-        writer.abort()
-        raise
     return DeltaFilesMessage(files=files, task_id=task_id, written_after=file_options.written_after)
 
 

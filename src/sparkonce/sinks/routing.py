@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
@@ -53,9 +54,11 @@ class RoutedFileWriter:
         from sparkonce.delta.files import TableFileWriter
 
         task_id = _task_id()
-        writers = {t.name: TableFileWriter(t.file_options, task_id=task_id) for t in self.tables}
         observed: dict[str, set[str]] = {c: set() for c in self.observe}
-        try:
+        with ExitStack() as stack:  # every writer aborts (deletes what it wrote) when the task fails
+            writers = {
+                t.name: stack.enter_context(TableFileWriter(t.file_options, task_id=task_id)) for t in self.tables
+            }
             for index, batch in enumerate(batches):
                 if batch.num_rows == 0:
                     continue
@@ -74,10 +77,6 @@ class RoutedFileWriter:
                 if index == 0:
                     crash_point("mid_write", self.batch_id)
             written = {name: writer.close() for name, writer in writers.items()}
-        except BaseException:
-            for writer in writers.values():
-                writer.abort()
-            raise
         kinds: list[str] = []
         targets: list[str] = []
         payloads: list[str] = []
