@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sparkonce.errors import OptionError
-from sparkonce.ops.chaos import run_driver
 from sparkonce.sinks.fanout import FanOutTarget, FanOutWriter
+from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
 from tests.integration.conftest import delta_ids, write_input_files
 

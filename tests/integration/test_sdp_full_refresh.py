@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkonce.ops.chaos import run_driver
+from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
 from tests.integration.conftest import delta_ids, write_input_files
 

@@ -1,6 +1,6 @@
-"""The broker's earliest and latest offsets, and a topic's partitions, for ``doctor`` and ``verify``.
+"""The broker's earliest and latest offsets, and a topic's partitions, for ``doctor``, ``verify`` and ``run``.
 
-Offsets use the one Kafka offsets model, :mod:`sparkonce.kafka.offsets`. CLI/driver only: never on executors.
+Offsets use the one Kafka offsets model, :mod:`sparkonce.kafka.offsets`. Runs on the driver (never on executors).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sparkonce.errors import BrokerError
+from sparkonce.extras import require
 from sparkonce.kafka.offsets import TopicPartition
 
 __all__ = ["WatermarkFetcher", "fetch_watermarks", "list_partitions"]
@@ -18,10 +19,9 @@ WatermarkFetcher = Callable[[Iterable[TopicPartition]], dict[TopicPartition, tup
 
 
 def _consumer(bootstrap: str, timeout_s: float) -> Any:
-    try:
-        from confluent_kafka import Consumer
-    except ImportError as err:  # pragma: no cover - confluent-kafka is a dependency
-        raise BrokerError("confluent-kafka is not installed") from err
+    require("kafka", "reading Kafka watermarks")
+    from confluent_kafka import Consumer
+
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
