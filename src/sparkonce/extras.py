@@ -27,7 +27,14 @@ EXTRAS: dict[Extra, tuple[str, tuple[str, ...]]] = {
 
 def missing_modules(extra: Extra) -> list[str]:
     """The import names of ``extra`` that cannot be found in this interpreter (none when it is installed)."""
-    return [name for name in EXTRAS[extra][1] if importlib.util.find_spec(name) is None]
+    return [name for name in EXTRAS[extra][1] if not _findable(name)]
+
+
+def _findable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # an import hook refused it, or a broken parent package
+        return False
 
 
 def require(extra: Extra, feature: str | None = None) -> None:
