@@ -1,6 +1,7 @@
-"""The broker's earliest and latest offsets, and a topic's partitions, for ``doctor``, ``verify`` and ``run``.
+"""The broker's earliest and latest offsets, and a topic's partitions, for ``doctor`` and ``verify``.
 
-Offsets use the one Kafka offsets model, :mod:`sparkonce.kafka.offsets`. Runs on the driver (never on executors).
+Offsets use the one Kafka offsets model, :mod:`sparkonce.kafka.offsets`. Runs on the driver (or in the CLI process),
+never on executors.
 """
 
 from __future__ import annotations
