@@ -4,7 +4,7 @@ Run: ``.venv/bin/python benchmarks/bench_cluster.py [--records 200000] [--batch 
 [--workers 2] [--repeat 2]``.
 
 An embedded tansu broker and a standalone cluster (``--workers`` workers of 1 core and 2 GiB, from
-:mod:`sparkonce.services.cluster`) are started in a temporary directory and stopped at the end; ``--records``
+:mod:`sparkonce_local.services.cluster`) are started in a temporary directory and stopped at the end; ``--records``
 sensor readings are produced once to a topic of ``--partitions`` partitions, plus a small warm-up topic. For each
 mode a driver process (``local[2]``, then ``spark://...``) builds its session (executors probed), runs the raw
 stage once on the warm-up topic (JVM and Python workers warm), then ``--repeat`` times on the big topic into a
@@ -32,10 +32,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sparkonce.pipeline.defaults import quickstart_pipeline
-from sparkonce.services.broker import start_broker, stop_broker
-from sparkonce.services.cluster import start_cluster, stop_cluster
-from sparkonce.services.producer import produce_sensor_readings
+from sparkonce_local.demo_pipeline import quickstart_pipeline
+from sparkonce_local.services.broker import start_broker, stop_broker
+from sparkonce_local.services.cluster import start_cluster, stop_cluster
+from sparkonce_local.services.producer import produce_sensor_readings
 
 console = Console(width=140)
 

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 from bench_pipeline import Throughput, console, pipeline_text, print_throughput
 from sparkonce.pipeline.config import PipelineConfig, load_pipeline
 from sparkonce.pipeline.run import StageProgress, run_pipeline
-from sparkonce.services.broker import start_broker, stop_broker
-from sparkonce.services.producer import produce_sensor_readings
 from sparkonce.spark import local_session
+from sparkonce_local.services.broker import start_broker, stop_broker
+from sparkonce_local.services.producer import produce_sensor_readings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

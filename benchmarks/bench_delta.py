@@ -134,7 +134,7 @@ def memory_part(spark, work: Path, args: argparse.Namespace, console: Console) -
     state = work / "storage"
     storage: dict[str, str] | None = None
     if args.memory_storage == "s3":
-        from sparkonce.services.storage import start_storage
+        from sparkonce_local.services.storage import start_storage
 
         info = start_storage(state_dir=state)
         info.create_bucket("bench")
@@ -145,7 +145,7 @@ def memory_part(spark, work: Path, args: argparse.Namespace, console: Console) -
             memory.add_row(f"{n:,}", f"{rss / 2**20:,.0f} MiB", f"{jvm_used / 2**20:,.0f} MiB", f"{commit_bytes:,} B")
     finally:
         if storage is not None:
-            from sparkonce.services.storage import stop_storage
+            from sparkonce_local.services.storage import stop_storage
 
             stop_storage(state_dir=state)
     console.print(memory)

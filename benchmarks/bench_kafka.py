@@ -30,7 +30,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sparkonce.services.broker import create_topic, start_broker, stop_broker
+from sparkonce_local.services.broker import create_topic, start_broker, stop_broker
 
 
 @dataclass(frozen=True)

@@ -50,9 +50,9 @@ from sparkonce.delta.commit import table_exists
 from sparkonce.pipeline.config import PipelineConfig, load_pipeline
 from sparkonce.pipeline.run import run_pipeline
 from sparkonce.pipeline.stages import table_rows
-from sparkonce.services.broker import start_broker, stop_broker
-from sparkonce.services.producer import produce_sensor_readings
 from sparkonce.spark import local_session
+from sparkonce_local.services.broker import start_broker, stop_broker
+from sparkonce_local.services.producer import produce_sensor_readings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

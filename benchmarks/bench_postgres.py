@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/bench_postgres.py [--rows 1000000] [--partitions 2] [--dsn URI] [--repeat 2]``.
 
-Without ``--dsn`` a throwaway server is started (and stopped) with :mod:`sparkonce.services.postgres`. The rows
+Without ``--dsn`` a throwaway server is started (and stopped) with :mod:`sparkonce_local.services.postgres`. The rows
 (``id bigint, device text, value double precision``) are generated once, kept in Spark's cache for the sink and as
 an Arrow table for the baseline, so neither side pays for producing them. Each measurement writes into a fresh
 table (best of ``--repeat`` runs kept):
@@ -81,10 +81,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
 
-    from sparkonce.services.postgres import start_postgres, stop_postgres
     from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
     from sparkonce.sinks.postgres.options import CommitProtocol
     from sparkonce.spark import local_session
+    from sparkonce_local.services.postgres import start_postgres, stop_postgres
 
     server = start_postgres() if args.dsn is None else None
     dsn = args.dsn or (server.dsn if server else "")

@@ -247,8 +247,8 @@ def main() -> None:
     parser.add_argument("--part", choices=("all", "launch", "breakdown"), default="all")
     args = parser.parse_args()
 
-    from sparkonce.services.broker import start_broker, stop_broker
-    from sparkonce.services.producer import produce_sensor_readings
+    from sparkonce_local.services.broker import start_broker, stop_broker
+    from sparkonce_local.services.producer import produce_sensor_readings
 
     load = os.getloadavg()[0]
     console.print(f"load average at start: {load:.2f} ({os.cpu_count()} cores)")

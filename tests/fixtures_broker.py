@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.services.broker import BrokerInfo, create_topic, delete_topic, start_broker, stop_broker
+from sparkonce_local.services.broker import BrokerInfo, create_topic, delete_topic, start_broker, stop_broker
 
 Record = tuple[bytes | None, bytes | None]
 """(key, value) of one record to produce."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.services.cluster import ClusterInfo, start_cluster, stop_cluster
+from sparkonce_local.services.cluster import ClusterInfo, start_cluster, stop_cluster
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sparkonce.services.postgres import PostgresServer, start_postgres, stop_postgres
+from sparkonce_local.services.postgres import PostgresServer, start_postgres, stop_postgres
 
 
 @dataclass

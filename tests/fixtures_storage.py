@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sparkonce.services.faultproxy import FaultProxy
-from sparkonce.services.storage import StorageInfo, restart_storage, start_storage, stop_storage
 from sparkonce.storage import TableLocation
+from sparkonce_local.services.faultproxy import FaultProxy
+from sparkonce_local.services.storage import StorageInfo, restart_storage, start_storage, stop_storage
 
 BUCKET = "sparkonce-tests"
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from sparkonce._version import __version__
 from sparkonce.errors import (
     BrokerError,
     CheckpointError,
     CommitConflictError,
     DeltaLogError,
+    MissingExtraError,
     OptionError,
     PipelineConfigError,
     SchemaMismatchError,
@@ -75,9 +77,6 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
-
-
-__version__ = "0.1.0"
 
 
 def register(spark: SparkSession) -> list[str]:
@@ -179,6 +178,7 @@ __all__ = [
     "FanOutTarget",
     "FanOutWriter",
     "MergeResult",
+    "MissingExtraError",
     "OptionError",
     "PipelineConfigError",
     "PostgresSink",

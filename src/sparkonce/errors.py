@@ -14,6 +14,7 @@ __all__ = [
     "DataFileMissingError",
     "DeltaLogError",
     "DriverError",
+    "MissingExtraError",
     "OptionError",
     "PipelineConfigError",
     "SchemaMismatchError",
@@ -40,6 +41,17 @@ class OptionError(SparkonceError, ValueError):
         self.problem = problem
         shown = "<missing>" if value is None else repr(value)
         super().__init__(f"option {option!r} = {shown}: {problem}")
+
+
+class MissingExtraError(SparkonceError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names the extra to install
+    (``pip install 'sparkonce[kafka]'``, ``'sparkonce[postgres]'``, ``'sparkonce[local]'``)."""
+
+    def __init__(self, extra: str, feature: str, missing: str) -> None:
+        self.extra = extra
+        self.feature = feature
+        self.missing = missing
+        super().__init__(f"{feature} needs {missing}: pip install 'sparkonce[{extra}]'", name=missing)
 
 
 class SqlError(SparkonceError, ValueError):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.ops.demo import table_ids, write_json_batches
+from sparkonce_local.demo import table_ids, write_json_batches
 
 
 def write_input_files(directory: Path, files: int, rows_per_file: int, *, start: int = 0) -> list[int]:

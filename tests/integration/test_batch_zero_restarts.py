@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from sparkonce.ops.chaos import run_driver
+from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
 from tests.fixtures_broker import EmbeddedBroker, numbered
 from tests.integration.conftest import delta_ids, write_input_files

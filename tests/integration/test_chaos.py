@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from sparkonce.cli.common import to_jsonable
 from sparkonce.cli.main import cli
-from sparkonce.ops.chaos import ChaosOptions, ChaosResult, FaultPlan, SoakPlan, run_chaos, run_soak
+from sparkonce_local.chaos import ChaosOptions, ChaosResult, FaultPlan, SoakPlan, run_chaos, run_soak
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.postgres, pytest.mark.crash]
 

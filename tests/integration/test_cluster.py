@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
-from sparkonce.ops.chaos import run_driver
-from sparkonce.services.cluster import ClusterInfo, cluster_status
+from sparkonce_local.chaos import run_driver
+from sparkonce_local.services.cluster import ClusterInfo, cluster_status
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]

@@ -18,13 +18,13 @@ from typing import Literal
 import pytest
 
 from sparkonce.delta.log import DeltaLog
-from sparkonce.ops.chaos import run_driver
 from sparkonce.pipeline.config import load_pipeline
-from sparkonce.pipeline.defaults import quickstart_pipeline
-from sparkonce.pipeline.quickstart import check_pipeline_tables
-from sparkonce.services.cluster import ClusterInfo
-from sparkonce.services.producer import produce_sensor_readings
 from sparkonce.storage import table_location
+from sparkonce_local.chaos import run_driver
+from sparkonce_local.demo_pipeline import quickstart_pipeline
+from sparkonce_local.quickstart import check_pipeline_tables
+from sparkonce_local.services.cluster import ClusterInfo
+from sparkonce_local.services.producer import produce_sensor_readings
 from tests.conftest import REPO
 from tests.delta_helpers import checkpoint_query_id
 from tests.fixtures_storage import EmbeddedStore

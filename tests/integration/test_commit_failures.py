@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparkonce.ops.chaos import DriverRun, run_driver
+from sparkonce_local.chaos import DriverRun, run_driver
 from tests.conftest import REPO
 from tests.delta_helpers import checkpoint_query_id, delta_txns
 from tests.integration.conftest import delta_ids, missing_referenced_files

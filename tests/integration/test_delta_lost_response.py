@@ -1,6 +1,6 @@
 """A Delta commit whose PUT the object store applied but whose answer was lost (issue 21).
 
-A fault proxy (:class:`sparkonce.services.faultproxy.FaultProxy`) sits between the writers and the embedded
+A fault proxy (:class:`sparkonce_local.services.faultproxy.FaultProxy`) sits between the writers and the embedded
 SeaweedFS: armed, it lets the store apply the PUT of a ``_delta_log`` commit file and closes the client's
 connection instead of answering. object_store retries the conditional PUT, which the store refuses (412: the file
 exists), so the writer sees "another writer made this version". The commit that landed must be taken as made:
@@ -22,8 +22,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from sparkonce.delta.commit import BatchTxn, commit_files
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
-from sparkonce.services.faultproxy import FaultProxy
 from sparkonce.storage import table_location
+from sparkonce_local.services.faultproxy import FaultProxy
 from tests.fixtures_storage import EmbeddedStore, through_proxy
 
 pytestmark = pytest.mark.s3

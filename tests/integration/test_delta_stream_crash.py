@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.ops.chaos import DriverRun, run_driver
+from sparkonce_local.chaos import DriverRun, run_driver
 from tests.conftest import REPO
 from tests.delta_helpers import checkpoint_query_id, delta_txns
 from tests.integration.conftest import delta_ids, write_input_files

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import ReadMaxFiles
 
 from sparkonce.delta.options import StreamReadOptions
 from sparkonce.delta.stream import DeltaStreamReader, StreamPartition
-from sparkonce.ops.chaos import run_driver
+from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
 from tests.delta_helpers import delta_txns
 from tests.integration.conftest import delta_ids

@@ -18,7 +18,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
 from sparkonce.delta.options import StreamReadOptions
 from sparkonce.delta.stream import DeltaSourceOffset, DeltaStreamReader
 from sparkonce.errors import OptionError, SourceOffsetError
-from sparkonce.ops.chaos import run_driver
+from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
 from tests.integration.conftest import delta_ids
 

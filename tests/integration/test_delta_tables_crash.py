@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.ops.chaos import DriverRun, run_driver
+from sparkonce_local.chaos import DriverRun, run_driver
 from tests.conftest import REPO
 from tests.integration.conftest import write_input_files
 

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from sparkonce.cli.main import cli
 from sparkonce.errors import BrokerError
 from sparkonce.kafka.offsets import TopicPartition
+from sparkonce.kafka.watermarks import fetch_watermarks, list_partitions
 from sparkonce.ops.doctor import diagnose
-from sparkonce.ops.watermarks import fetch_watermarks, list_partitions
-from sparkonce.services.broker import free_port
+from sparkonce_local.services.broker import free_port
 from tests.fixtures_broker import EmbeddedBroker, numbered
 from tests.unit.doctor_helpers import make_checkpoint, raw_rows, stream_commit
 

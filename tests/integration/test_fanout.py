@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sparkonce.errors import OptionError
-from sparkonce.ops.chaos import run_driver
 from sparkonce.sinks.fanout import FanOutTarget, FanOutWriter
+from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
 from tests.delta_helpers import checkpoint_query_id, delta_txns
 from tests.integration.conftest import delta_ids, write_input_files

@@ -17,8 +17,8 @@ from deltalake import DeltaTable, write_deltalake
 from obstore.exceptions import BaseError
 from obstore.store import from_url
 
-from sparkonce.services.faultproxy import FaultProxy
 from sparkonce.storage import table_location
+from sparkonce_local.services.faultproxy import FaultProxy
 from tests.fixtures_storage import EmbeddedStore, through_proxy
 
 pytestmark = pytest.mark.s3

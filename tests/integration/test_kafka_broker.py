@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
 from sparkonce.errors import BrokerError
-from sparkonce.services.broker import broker_status, list_topics, start_broker, stop_broker
-from sparkonce.services.producer import produce_sensor_readings
+from sparkonce_local.services.broker import broker_status, list_topics, start_broker, stop_broker
+from sparkonce_local.services.producer import produce_sensor_readings
 from tests.fixtures_broker import EmbeddedBroker
 
 if TYPE_CHECKING:
@@ -114,9 +114,9 @@ def _contiguous(records: dict[tuple[int, int], bytes | None]) -> bool:
 def test_broker_on_the_object_store_keeps_acknowledged_records_across_kills(tmp_path: Path) -> None:
     from confluent_kafka import Producer
 
-    from sparkonce.ops.chaos.reconcile import read_topic
-    from sparkonce.services.broker import create_topic, kill_broker, restart_broker
-    from sparkonce.services.storage import restart_storage, start_storage, stop_storage
+    from sparkonce_local.chaos.reconcile import read_topic
+    from sparkonce_local.services.broker import create_topic, kill_broker, restart_broker
+    from sparkonce_local.services.storage import restart_storage, start_storage, stop_storage
 
     store = start_storage(state_dir=tmp_path / "store")
     state = tmp_path / "broker"
@@ -170,7 +170,7 @@ def test_broker_on_the_object_store_keeps_acknowledged_records_across_kills(tmp_
 
 
 def test_restart_of_an_in_memory_broker_keeps_its_port_and_loses_its_topics(tmp_path: Path) -> None:
-    from sparkonce.services.broker import create_topic, restart_broker
+    from sparkonce_local.services.broker import create_topic, restart_broker
 
     state = tmp_path / "broker"
     info = start_broker(state_dir=state)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkonce.ops.chaos import DriverRun, run_driver
+from sparkonce_local.chaos import DriverRun, run_driver
 from tests.conftest import REPO
 from tests.fixtures_broker import EmbeddedBroker, numbered
 

@@ -16,7 +16,7 @@ from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, broker_offsets
 from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
 from sparkonce.kafka.source import KafkaStreamReader
-from sparkonce.services.broker import free_port
+from sparkonce_local.services.broker import free_port
 from tests.fixtures_broker import EmbeddedBroker, numbered
 
 if TYPE_CHECKING:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.ops.chaos import run_driver
 from sparkonce.pipeline.config import load_pipeline
-from sparkonce.pipeline.defaults import quickstart_pipeline
-from sparkonce.pipeline.quickstart import check_pipeline_tables
-from sparkonce.services.producer import produce_sensor_readings
+from sparkonce_local.chaos import run_driver
+from sparkonce_local.demo_pipeline import quickstart_pipeline
+from sparkonce_local.quickstart import check_pipeline_tables
+from sparkonce_local.services.producer import produce_sensor_readings
 from tests.conftest import REPO
 from tests.delta_helpers import checkpoint_query_id, delta_txns
 

@@ -1,7 +1,7 @@
 """The pipeline killed with SIGKILL between the bronze and quarantine commits, then right after a gold merge commit.
 
 One pipeline, three driver runs of ``sparkonce run`` (real broker, real Spark, real Delta), each in its own process
-group (:func:`sparkonce.ops.chaos.run_driver`):
+group (:func:`sparkonce_local.chaos.run_driver`):
 
 1. crash at ``between_fanout_tables:1``: bronze batch 1 made its bronze Delta commit, not its quarantine one;
 2. restart, crash at ``after_gold_merge:1``: bronze batch 1 is re-run (bronze skipped by its txn, quarantine
@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from sparkonce.ops.chaos import DriverRun, run_driver
 from sparkonce.pipeline.config import PipelineConfig, load_pipeline
-from sparkonce.pipeline.defaults import quickstart_pipeline
-from sparkonce.services.producer import produce_sensor_readings
+from sparkonce_local.chaos import DriverRun, run_driver
+from sparkonce_local.demo_pipeline import quickstart_pipeline
+from sparkonce_local.services.producer import produce_sensor_readings
 from tests.conftest import REPO
 from tests.delta_helpers import checkpoint_commits, checkpoint_query_id, delta_rows, delta_txns
 

@@ -40,7 +40,7 @@ def _copy(name: str, tmp_path: Path, bootstrap: str, topic: str, old_topic: str)
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     from confluent_kafka import Producer
 
-    from sparkonce.services.broker import create_topic
+    from sparkonce_local.services.broker import create_topic
 
     create_topic(bootstrap, topic, partitions=2)
     producer = Producer({"bootstrap.servers": bootstrap})
@@ -122,7 +122,7 @@ def test_enrichment_example(spark, broker, tmp_path: Path) -> None:  # type: ign
 
 
 def test_device_minutes_example(spark, broker, postgres, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from sparkonce.services.producer import produce_sensor_readings
+    from sparkonce_local.services.producer import produce_sensor_readings
 
     topic = broker.unique_topic("device-minutes")
     pipeline = _copy("device_minutes", tmp_path, broker.bootstrap, topic, "sensor_readings_raw")

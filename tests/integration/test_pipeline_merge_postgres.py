@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from sparkonce.ops.chaos import DriverRun, run_driver
 from sparkonce.sinks.postgres.two_phase import app_tag
+from sparkonce_local.chaos import DriverRun, run_driver
 from tests.conftest import REPO
 from tests.delta_helpers import checkpoint_commits, checkpoint_query_id, delta_txns
 
@@ -95,7 +95,7 @@ trigger = {{ availableNow = true }}
 def _produce(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     from confluent_kafka import Producer
 
-    from sparkonce.services.broker import create_topic
+    from sparkonce_local.services.broker import create_topic
 
     create_topic(bootstrap, topic, partitions=1)
     rng = random.Random(3)

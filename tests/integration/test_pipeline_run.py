@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
 from sparkonce.pipeline.config import load_pipeline
-from sparkonce.pipeline.defaults import quickstart_pipeline
-from sparkonce.services.producer import produce_sensor_readings
+from sparkonce_local.demo_pipeline import quickstart_pipeline
+from sparkonce_local.services.producer import produce_sensor_readings
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]

@@ -14,12 +14,12 @@ import pytest
 
 from sparkonce.delta.commit import load_table
 from sparkonce.pipeline.config import load_pipeline
-from sparkonce.pipeline.defaults import quickstart_pipeline
 from sparkonce.pipeline.replay import plan_replay, replay_stage
 from sparkonce.pipeline.run import run_pipeline
 from sparkonce.pipeline.verify import verify_pipeline
-from sparkonce.services.producer import produce_sensor_readings
 from sparkonce.storage import SESSION_CONF_PREFIX, set_session_storage_options, table_location
+from sparkonce_local.demo_pipeline import quickstart_pipeline
+from sparkonce_local.services.producer import produce_sensor_readings
 from tests.fixtures_storage import EmbeddedStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.s3]

@@ -17,8 +17,8 @@ from sparkonce.delta.merge import merge_latest
 from sparkonce.errors import SchemaMismatchError
 from sparkonce.pipeline.config import parse_pipeline
 from sparkonce.pipeline.ddl import ddl_schema
-from sparkonce.pipeline.defaults import quickstart_pipeline
 from sparkonce.pipeline.stages import LINEAGE_DDL, QUARANTINE_DDL, RAW_DDL, parse_raw
+from sparkonce_local.demo_pipeline import quickstart_pipeline
 from tests.integration.conftest import operation_metrics
 
 pytestmark = [pytest.mark.spark]

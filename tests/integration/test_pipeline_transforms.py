@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from sparkonce.errors import PipelineConfigError
-from sparkonce.ops.chaos import DriverRun, run_driver
 from sparkonce.pipeline.config import parse_pipeline
-from sparkonce.services.producer import produce_sensor_readings
+from sparkonce_local.chaos import DriverRun, run_driver
+from sparkonce_local.services.producer import produce_sensor_readings
 from tests.conftest import REPO
 from tests.delta_helpers import checkpoint_commits, checkpoint_query_id, delta_rows, delta_txns
 

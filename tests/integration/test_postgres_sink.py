@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sparkonce.errors import OptionError, SinkError
-from sparkonce.ops.chaos import DriverRun, run_driver
-from sparkonce.services.postgres import free_port
 from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions, two_phase
+from sparkonce_local.chaos import DriverRun, run_driver
+from sparkonce_local.services.postgres import free_port
 from tests.conftest import REPO
 from tests.integration.conftest import write_input_files
 
@@ -238,7 +238,7 @@ def test_two_phase_rolls_back_what_a_dead_attempt_prepared_and_commits_what_the_
 
 
 def test_two_phase_needs_prepared_transactions_on_the_server() -> None:
-    from sparkonce.services.postgres import start_postgres, stop_postgres
+    from sparkonce_local.services.postgres import start_postgres, stop_postgres
 
     server = start_postgres(settings={"max_prepared_transactions": "0"})
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.pipeline.quickstart import run_quickstart
+from sparkonce_local.quickstart import run_quickstart
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.s3, pytest.mark.crash]
 

@@ -13,8 +13,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from sparkonce.cli.main import cli
 from sparkonce.errors import CheckpointError
-from sparkonce.ops.chaos import run_driver
 from sparkonce.ops.recover import apply_rebuild, apply_reset, plan_rebuild, plan_reset
+from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.crash]

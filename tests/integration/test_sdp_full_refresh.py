@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from sparkonce.ops.chaos import run_driver
+from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
 from tests.delta_helpers import checkpoint_query_id, delta_txns
 from tests.integration.conftest import delta_ids, write_input_files

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
 from sparkonce.errors import StorageError
-from sparkonce.services.process import alive, port_open
-from sparkonce.services.storage import (
+from sparkonce_local.services.process import alive, port_open
+from sparkonce_local.services.storage import (
     restart_storage,
     s3_request,
     start_storage,

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkonce.errors import OptionError
-from sparkonce.ops.chaos.plan import (
+from sparkonce_local.chaos.plan import (
     DRIVER_EVERY,
     NAIVE_KINDS,
     NAIVE_WINDOW,
@@ -25,7 +25,7 @@ from sparkonce.ops.chaos.plan import (
     make_plan,
     make_soak_plan,
 )
-from sparkonce.ops.chaos.reconcile import (
+from sparkonce_local.chaos.reconcile import (
     check_file_sink,
     check_keys,
     check_topic,

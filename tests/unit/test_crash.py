@@ -18,7 +18,7 @@ from sparkonce.crash import (
     crash_point,
     read_crash_records,
 )
-from sparkonce.ops.chaos import run_driver
+from sparkonce_local.chaos import run_driver
 
 # A child that reaches the after_delta_commit point for batch 3 and prints what happened after it.
 CHILD = [

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from sparkonce.errors import OptionError
-from sparkonce.services.faultproxy import FaultProxy, FaultProxyError, ProxyControl
+from sparkonce_local.services.faultproxy import FaultProxy, FaultProxyError, ProxyControl
 
 Answer = Callable[[bytes], bytes]
 
@@ -213,7 +213,8 @@ def test_a_store_that_closed_an_idle_connection_gets_a_new_one(store: ScriptedSt
 def test_rules_are_armed_and_read_from_another_process(store: ScriptedStore, proxy: FaultProxy) -> None:
     def other_process(code: str) -> str:
         script = (
-            f"import sys\nfrom sparkonce.services.faultproxy import ProxyControl\nc = ProxyControl(sys.argv[1])\n{code}"
+            "import sys\nfrom sparkonce_local.services.faultproxy import ProxyControl\n"
+            f"c = ProxyControl(sys.argv[1])\n{code}"
         )
         done = subprocess.run(
             [sys.executable, "-c", script, proxy.control_address], capture_output=True, text=True, timeout=60

@@ -11,8 +11,8 @@ import pytest
 
 from sparkonce.errors import CheckpointError, PipelineConfigError
 from sparkonce.pipeline.config import Trigger, load_pipeline, parse_pipeline
-from sparkonce.pipeline.defaults import quickstart_pipeline
 from sparkonce.pipeline.owner import OWNER_FILE, claim_checkpoint, read_owner
+from sparkonce_local.demo_pipeline import quickstart_pipeline
 
 VALID = quickstart_pipeline("127.0.0.1:9092")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkonce.pipeline.config import load_pipeline
-from sparkonce.pipeline.defaults import quickstart_pipeline
 from sparkonce.pipeline.run import _Monitor
+from sparkonce_local.demo_pipeline import quickstart_pipeline
 
 
 class _Query:

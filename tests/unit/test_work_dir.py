@@ -9,10 +9,10 @@ from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
 from sparkonce.errors import DriverError, OptionError
-from sparkonce.ops.chaos import run_driver
-from sparkonce.ops.demo import require_success
-from sparkonce.ops.workdir import MARKER, fresh_work_dir
-from sparkonce.pipeline.quickstart import run_quickstart
+from sparkonce_local.chaos import run_driver
+from sparkonce_local.demo import require_success
+from sparkonce_local.quickstart import run_quickstart
+from sparkonce_local.workdir import MARKER, fresh_work_dir
 
 
 @pytest.fixture

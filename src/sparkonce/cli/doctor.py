@@ -217,7 +217,7 @@ def verify(
         raise click.UsageError("give --kafka BOOTSTRAP --topic T, or one or more --range")
     expected: list[OffsetRange] = [parse_range(r) for r in ranges]
     if kafka:
-        from sparkonce.ops.watermarks import fetch_watermarks, list_partitions
+        from sparkonce.kafka.watermarks import fetch_watermarks, list_partitions
 
         partitions = [TopicPartition(t, p) for t in topics for p in list_partitions(kafka, t)]
         expected.extend(expected_from_watermarks(fetch_watermarks(kafka, partitions)))

@@ -1,26 +1,31 @@
 """Entry point of the ``sparkonce`` command; each subcommand lives in its own module of this package.
 
 A subcommand's module is imported only when that subcommand runs (or when ``--help`` lists them all), so
-``sparkonce run`` does not pay for the doctor's, the chaos harness's or the services' imports.
+``sparkonce run`` does not pay for the doctor's or the chaos harness's imports.
+
+The library's own commands are listed here. Other packages add commands through the ``sparkonce.commands``
+entry-point group (``name = "module:attribute"``): the local tooling layer (:mod:`sparkonce_local`, installed
+with ``pip install 'sparkonce[local]'``) adds quickstart, demo, chaos, broker, produce, storage and cluster that
+way, so this package never imports it. A command whose extra is missing still shows in ``--help`` and fails with
+the ``pip install`` line that adds it.
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import entry_points
 
 import click
 
-from sparkonce import __version__
+from sparkonce._version import __version__
+from sparkonce.errors import MissingExtraError
 
-# command name -> (module, attribute) of every subcommand; each module holds a few thin click commands.
+ENTRY_POINT_GROUP = "sparkonce.commands"
+
+# command name -> (module, attribute) of the library's own subcommands; each module holds a few thin click commands.
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("sparkonce.cli.demo", "demo"),
     "rebuild-checkpoint": ("sparkonce.cli.recover", "rebuild_checkpoint"),
     "reset": ("sparkonce.cli.recover", "reset"),
-    "broker": ("sparkonce.cli.broker", "broker"),
-    "produce": ("sparkonce.cli.broker", "produce"),
-    "storage": ("sparkonce.cli.storage", "storage"),
-    "cluster": ("sparkonce.cli.cluster", "cluster"),
     "doctor": ("sparkonce.cli.doctor", "doctor"),
     "history": ("sparkonce.cli.doctor", "history"),
     "verify": ("sparkonce.cli.doctor", "verify"),
@@ -28,23 +33,45 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("sparkonce.cli.pipeline", "run"),
     "replay": ("sparkonce.cli.pipeline", "replay"),
     "check": ("sparkonce.cli.pipeline", "check"),
-    "quickstart": ("sparkonce.cli.pipeline", "quickstart"),
-    "chaos": ("sparkonce.cli.chaos", "chaos"),
     "optimize": ("sparkonce.cli.optimize", "optimize"),
 }
+
+
+def _plugin_commands() -> dict[str, tuple[str, str]]:
+    """command name -> (module, attribute) of the commands other installed packages declare."""
+    found: dict[str, tuple[str, str]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        module, _, attribute = ep.value.partition(":")
+        if ep.name not in _COMMANDS:
+            found[ep.name] = (module.strip(), attribute.strip())
+    return found
+
+
+def _missing_extra_command(name: str, err: MissingExtraError) -> click.Command:
+    """A stand-in for a command whose extra is not installed: listed in ``--help``, fails with the install line."""
+
+    def fail() -> None:
+        raise click.ClickException(
+            f"`sparkonce {name}` needs `pip install 'sparkonce[{err.extra}]'` (missing: {err.missing})"
+        )
+
+    return click.Command(name, callback=fail, help=f"(needs pip install 'sparkonce[{err.extra}]')")
 
 
 class _LazyGroup(click.Group):
     """The top-level group: imports a subcommand's module when the subcommand is looked up. Runs on the driver."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(_COMMANDS)
+        return sorted({**_plugin_commands(), **_COMMANDS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = _COMMANDS.get(cmd_name)
+        target = _COMMANDS.get(cmd_name) or _plugin_commands().get(cmd_name)
         if target is None:
             return None
-        command = getattr(importlib.import_module(target[0]), target[1])
+        try:
+            command = getattr(importlib.import_module(target[0]), target[1])
+        except MissingExtraError as err:
+            return _missing_extra_command(cmd_name, err)
         assert isinstance(command, click.Command) and command.name == cmd_name, (target, command)
         return command
 

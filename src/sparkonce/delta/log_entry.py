@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkonce import __version__
+from sparkonce._version import __version__
 from sparkonce.errors import UnsupportedFeatureError
 
 ENGINE_INFO = f"sparkonce/{__version__}"

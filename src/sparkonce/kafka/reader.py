@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkonce.crash import crash_point
 from sparkonce.errors import BrokerError
+from sparkonce.extras import require
 from sparkonce.kafka.offsets import OffsetRange
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
         SourceOffsetError: the start of the range is no longer available and ``failOnDataLoss`` is true.
         BrokerError: the broker failed, or no record arrived for ``kafkaConsumer.pollTimeoutMs``.
     """
+    require("kafka", "the sparkonce.kafka source")
     from confluent_kafka import Consumer, KafkaError, KafkaException
     from confluent_kafka import TopicPartition as KafkaTopicPartition
     from pyspark.sql.pandas.types import to_arrow_schema

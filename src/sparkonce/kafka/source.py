@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 
 from sparkonce.crash import crash_point
 from sparkonce.errors import OptionError
+from sparkonce.extras import require
 from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import (
@@ -73,6 +74,7 @@ class KafkaDataSource(DataSource):
     """
 
     def __init__(self, options: dict[str, str]) -> None:
+        require("kafka", "the sparkonce.kafka source")
         super().__init__(options)
         self.kafka_options = KafkaOptions.parse(options)
         self.given_options = dict(options)

@@ -108,7 +108,7 @@ def preflight(config: PipelineConfig, stages: Sequence[Stage]) -> None:
     """
     if not any(s.input == SOURCE for s in stages):
         return
-    from sparkonce.services.broker import list_topics
+    from sparkonce.kafka.topics import list_topics
 
     topics = list_topics(config.source.bootstrap_servers, timeout=10.0)
     if config.source.topic not in topics:
@@ -287,7 +287,7 @@ class _Monitor:
             return
         self._last_broker_poll = time.monotonic()
         from sparkonce.kafka import broker_offsets
-        from sparkonce.ops.watermarks import list_partitions
+        from sparkonce.kafka.watermarks import list_partitions
 
         try:
             partitions = list_partitions(self.config.source.bootstrap_servers, self.config.source.topic, timeout_s=3)

@@ -22,6 +22,7 @@ from sparkonce.checkpoint.reader import read_checkpoint
 from sparkonce.delta.log import DeltaLog
 from sparkonce.errors import DeltaLogError, TableNotFoundError
 from sparkonce.kafka.offsets import TopicPartition
+from sparkonce.kafka.watermarks import WatermarkFetcher, fetch_watermarks
 from sparkonce.ops.doctor.checkpoint import checkpoint_findings
 from sparkonce.ops.doctor.delta import DeltaFacts, delta_findings, scan_history
 from sparkonce.ops.doctor.file_sink import file_sink_findings
@@ -38,7 +39,6 @@ from sparkonce.ops.doctor.report import (
 )
 from sparkonce.ops.doctor.timeline import timeline
 from sparkonce.ops.findings import Finding
-from sparkonce.ops.watermarks import WatermarkFetcher, fetch_watermarks
 from sparkonce.storage import TableLocation, table_location
 
 __all__ = [

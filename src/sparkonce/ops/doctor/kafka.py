@@ -1,6 +1,6 @@
 """Findings about Kafka: where the next batch starts per partition, against the broker's earliest and latest
 offsets. Runs on the driver (or in the CLI process); the broker is asked through a
-:data:`~sparkonce.ops.watermarks.WatermarkFetcher`.
+:data:`~sparkonce.kafka.watermarks.WatermarkFetcher`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 from sparkonce.checkpoint.reader import CheckpointState
 from sparkonce.errors import SourceOffsetError
 from sparkonce.kafka.offsets import PartitionOffsets, TopicPartition
+from sparkonce.kafka.watermarks import WatermarkFetcher
 from sparkonce.ops.doctor.report import KafkaPartitionState
 from sparkonce.ops.findings import Finding
-from sparkonce.ops.watermarks import WatermarkFetcher
 
 __all__ = ["kafka_findings", "kafka_next_start"]
 

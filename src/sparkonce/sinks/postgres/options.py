@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal, cast, get_args
 
 from sparkonce.errors import OptionError
+from sparkonce.extras import require
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 _MAX_IDENTIFIER = 63
@@ -78,6 +79,7 @@ class PostgresSinkOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.dsn, str) or not self.dsn.strip():
             raise OptionError("dsn", self.dsn, "is required (a libpq connection string or postgresql:// URI)")
+        require("postgres", "PostgresSink")
         try:
             from psycopg.conninfo import conninfo_to_dict
 

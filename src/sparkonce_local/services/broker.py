@@ -2,7 +2,7 @@
 
 The broker runs detached (its own session) on a free loopback port. Its log is kept in memory by default (a
 restart loses every topic), or, with ``store``, in a bucket of the embedded object store
-(:mod:`sparkonce.services.storage`, tansu's ``s3://`` storage engine): then it survives a SIGKILL of the broker
+(:mod:`sparkonce_local.services.storage`, tansu's ``s3://`` storage engine): then it survives a SIGKILL of the broker
 and a restart of the store. Measured on this build (tansu 0.6.0, ``tests/integration/test_kafka_broker.py``): a
 record acknowledged with ``acks=all`` is in the store, so it is read back after the broker was SIGKILLed and
 restarted, and offsets continue where they were; while the store is down, produce requests are refused
@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkonce.errors import BrokerError
-from sparkonce.services.process import LOOPBACK, free_port, kill, runs, terminate
+from sparkonce.kafka.topics import admin_config, list_topics
+from sparkonce_local.services.process import LOOPBACK, free_port, kill, runs, terminate
 
 if TYPE_CHECKING:
-    from sparkonce.services.storage import StorageInfo
+    from sparkonce_local.services.storage import StorageInfo
 
 log = logging.getLogger(__name__)
 
@@ -324,27 +325,6 @@ def broker_status(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float =
     return BrokerStatus(state_dir=state, running=running, reachable=reachable, info=info, topics=topics)
 
 
-def list_topics(bootstrap: str, *, timeout: float = 5.0, config: Mapping[str, str] | None = None) -> dict[str, int]:
-    """Return topic name -> partition count of the broker at ``bootstrap`` (internal topics excluded).
-
-    Raises:
-        BrokerError: the broker did not answer within ``timeout`` seconds.
-    """
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(_admin_config(bootstrap, config))
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except KafkaException as err:
-        raise BrokerError(f"broker at {bootstrap} is unreachable: {err.args[0].str()}") from err
-    return {
-        name: len(topic.partitions)
-        for name, topic in sorted(metadata.topics.items())
-        if not name.startswith("__") and topic.error is None
-    }
-
-
 def create_topic(
     bootstrap: str,
     name: str,
@@ -362,7 +342,7 @@ def create_topic(
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient(_admin_config(bootstrap, config))
+    admin = AdminClient(admin_config(bootstrap, config))
     futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout)
     try:
         futures[name].result(timeout)
@@ -386,7 +366,7 @@ def delete_topic(bootstrap: str, name: str, *, timeout: float = 10.0, config: Ma
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(_admin_config(bootstrap, config))
+    admin = AdminClient(admin_config(bootstrap, config))
     futures = admin.delete_topics([name], operation_timeout=timeout)
     try:
         futures[name].result(timeout)
@@ -397,10 +377,6 @@ def delete_topic(bootstrap: str, name: str, *, timeout: float = 10.0, config: Ma
         timeout=timeout,
         what=f"topic {name!r} gone from {bootstrap}",
     )
-
-
-def _admin_config(bootstrap: str, config: Mapping[str, str] | None) -> dict[str, str | int | float | bool]:
-    return {**(config or {}), "bootstrap.servers": bootstrap, "log_level": "0"}
 
 
 def _wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:

@@ -4,7 +4,7 @@ Starts the embedded broker, produces sensor readings (a few malformed), writes t
 driver process that is killed with SIGKILL inside a raw batch (after its Delta commit, before ``commits/N``),
 restarts it, and checks every table: raw against the broker's offsets (``verify``: no duplicated, no missing
 offset), bronze + quarantine against raw (every raw record in exactly one of them), gold against the latest bronze
-row per device. Runs in the CLI process; the pipeline runs in child processes (see :mod:`sparkonce.ops.chaos`).
+row per device. Runs in the CLI process; the pipeline runs in child processes (see :mod:`sparkonce_local.chaos`).
 With ``storage="s3"`` the tables live on the embedded S3 store (SeaweedFS, started in the work dir and stopped
 after), reached through the pipeline file's ``[storage]`` table; checkpoints stay on the local disk.
 """
@@ -19,11 +19,11 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from sparkonce.delta.commit import load_table
-from sparkonce.ops.chaos import DriverRun, run_driver
-from sparkonce.ops.workdir import fresh_work_dir
 from sparkonce.pipeline.config import MergeStage, load_pipeline, use_storage
-from sparkonce.pipeline.defaults import write_quickstart_pipeline
 from sparkonce.spark import JVM_ENV
+from sparkonce_local.chaos import DriverRun, run_driver
+from sparkonce_local.demo_pipeline import write_quickstart_pipeline
+from sparkonce_local.workdir import fresh_work_dir
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,9 @@ def run_quickstart(
         BrokerError: the embedded broker cannot start.
         StorageError: the embedded object store cannot start (``storage="s3"``).
     """
-    from sparkonce.services.broker import start_broker, stop_broker
-    from sparkonce.services.producer import produce_sensor_readings
-    from sparkonce.services.storage import start_storage, stop_storage
+    from sparkonce_local.services.broker import start_broker, stop_broker
+    from sparkonce_local.services.producer import produce_sensor_readings
+    from sparkonce_local.services.storage import start_storage, stop_storage
 
     work_dir = fresh_work_dir(work_dir, command="quickstart")
     broker_dir, storage_dir = work_dir / "broker", work_dir / "storage"
@@ -145,8 +145,8 @@ def check_pipeline_tables(pipeline_file: Path, bootstrap: str) -> dict[str, Any]
     """Row counts and the exactly-once checks of every table of a pipeline. Runs on the driver (no Spark)."""
     from sparkonce.kafka import broker_offsets
     from sparkonce.kafka.offsets import OffsetRange, TopicPartition
+    from sparkonce.kafka.watermarks import list_partitions
     from sparkonce.ops.verify import verify_table
-    from sparkonce.ops.watermarks import list_partitions
 
     config = load_pipeline(pipeline_file)
     use_storage(config)  # tables on an object store: the file's [storage] options

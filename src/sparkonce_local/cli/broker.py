@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, print_json
 from sparkonce.errors import BrokerError, StorageError
-from sparkonce.services.broker import (
+from sparkonce_local.services.broker import (
     DEFAULT_BUCKET,
     DEFAULT_STATE_DIR,
     broker_status,
@@ -22,8 +22,8 @@ from sparkonce.services.broker import (
     start_broker,
     stop_broker,
 )
-from sparkonce.services.producer import DEFAULT_TOPIC, produce_sensor_readings
-from sparkonce.services.storage import storage_status
+from sparkonce_local.services.producer import DEFAULT_TOPIC, produce_sensor_readings
+from sparkonce_local.services.storage import storage_status
 
 __all__ = ["broker", "produce"]
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from sparkonce.services.producer import DEFAULT_TOPIC
+from sparkonce_local.services.producer import DEFAULT_TOPIC
 
 DEFAULT_WORK_DIR = Path(".sparkonce") / "quickstart"
 PIPELINE_FILE = "pipeline.toml"

@@ -40,7 +40,7 @@ from urllib.parse import quote
 from xml.etree import ElementTree
 
 from sparkonce.errors import StorageError
-from sparkonce.services.process import LOOPBACK, free_ports, kill, log_tail, runs, terminate
+from sparkonce_local.services.process import LOOPBACK, free_ports, kill, log_tail, runs, terminate
 
 log = logging.getLogger(__name__)
 

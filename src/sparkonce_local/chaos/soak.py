@@ -4,13 +4,13 @@ Runs in the calling process (the CLI). One driver program runs every stage pass 
 (:attr:`DriverSpec.soak_stop`) while a producer thread keeps producing at a fixed rate, and the injector fires the
 plan's faults one after another, each ``delay`` seconds (seeded) after the previous one ended: an executor Python
 worker SIGKILLed while it runs a task (Spark retries the task), the broker, PostgreSQL or the object store
-SIGKILLed and restarted after ``downtime`` seconds, and every :data:`~sparkonce.ops.chaos.plan.DRIVER_EVERY`-th
+SIGKILLed and restarted after ``downtime`` seconds, and every :data:`~sparkonce_local.chaos.plan.DRIVER_EVERY`-th
 fault the driver's whole process group; the driver started after such a kill is armed with a named crash point.
 A driver that ends for any other reason is started again. A fault counts as injected only when its process was
 there and died (a worker that ran no task, a service that was not running: not counted).
 
 When the plan is done the producer stops, its records are all acknowledged, a stop file tells the driver to exit
-after its next complete pass, and :func:`~sparkonce.ops.chaos.harness.reconcile_tables` checks every table.
+after its next complete pass, and :func:`~sparkonce_local.chaos.harness.reconcile_tables` checks every table.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,7 +41,7 @@ from sparkonce.crash import (
     read_crash_records,
 )
 from sparkonce.errors import OptionError
-from sparkonce.ops.chaos.harness import (
+from sparkonce_local.chaos.harness import (
     MALFORMED_SHARE,
     SCHEMA_VERSION,
     START_TIME,
@@ -57,12 +56,20 @@ from sparkonce.ops.chaos.harness import (
     set_up,
     tear_down,
 )
-from sparkonce.ops.chaos.plan import FAULT_KINDS, RESTART_KINDS, STORE_KINDS, Fault, FaultKind, SoakPlan, make_soak_plan
-from sparkonce.ops.chaos.process import gone, kill_group, killed_by_crash_point, python_workers
-from sparkonce.ops.chaos.reconcile import checkpoint_batches, missing_values, read_topic
+from sparkonce_local.chaos.plan import (
+    FAULT_KINDS,
+    RESTART_KINDS,
+    STORE_KINDS,
+    Fault,
+    FaultEvent,
+    SoakPlan,
+    make_soak_plan,
+)
+from sparkonce_local.chaos.process import gone, kill_group, killed_by_crash_point, python_workers
+from sparkonce_local.chaos.reconcile import checkpoint_batches, missing_values, read_topic
 
 if TYPE_CHECKING:
-    from sparkonce.services.producer import ProduceResult
+    from sparkonce_local.services.producer import ProduceResult
 
 WORKER_WAIT = 120.0
 """Seconds a ``worker_kill`` waits for an executor Python worker running a task (e.g. while a driver starts)."""
@@ -76,22 +83,6 @@ COMMIT_WAIT = 120.0
 """Seconds a ``commit_process_kill`` waits for a Delta sink's commit to reach the armed point."""
 SOAK_MASTER = "local[2,8]"
 """Two cores; a task may be tried 8 times: worker kills come every few seconds and must not exhaust a task."""
-
-
-@dataclass(frozen=True)
-class FaultEvent:
-    """One fault of a soak run, as it happened."""
-
-    index: int
-    """Its place in the plan's ``faults`` (a crash point: -1 - its place in ``crash_points``)."""
-    kind: FaultKind
-    at: float
-    """Seconds since the run started."""
-    seconds: float
-    """How long injecting it took (a restart: kill, downtime and start until the service answers)."""
-    injected: bool
-    note: str
-    point: str | None = None
 
 
 FaultCallback = Callable[[FaultEvent], None]
@@ -414,7 +405,7 @@ class _Driver:
         self.killed_by_harness = False
         with open(run_dir / "driver.log", "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sparkonce.ops.chaos.driver", str(spec_file)],
+                [sys.executable, "-m", "sparkonce_local.chaos.driver", str(spec_file)],
                 env=env,
                 cwd=str(self.setup.work_dir),
                 stdout=out,
@@ -526,7 +517,7 @@ class _Producer:
             index += 1
 
     def _produce(self, count: int, rate: float | None, *, index: int) -> ProduceResult:
-        from sparkonce.services.producer import produce_sensor_readings
+        from sparkonce_local.services.producer import produce_sensor_readings
 
         return produce_sensor_readings(
             self.setup.bootstrap,
@@ -552,4 +543,4 @@ class _Producer:
         )
 
 
-__all__ = ["FaultEvent", "run_soak"]
+__all__ = ["run_soak"]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkonce.errors import SinkError
-from sparkonce.services.process import LOOPBACK, free_port
+from sparkonce_local.services.process import LOOPBACK, free_port
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sparkonce.errors import BrokerError, OptionError
-from sparkonce.services.broker import create_topic, list_topics
+from sparkonce_local.services.broker import create_topic, list_topics
 
 log = logging.getLogger(__name__)
 

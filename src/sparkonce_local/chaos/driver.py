@@ -1,9 +1,9 @@
-"""The driver program the chaos harness starts, kills and restarts: ``python -m sparkonce.ops.chaos.driver SPEC``.
+"""The driver program the chaos harness starts, kills and restarts: ``python -m sparkonce_local.chaos.driver SPEC``.
 
 Runs every stage of the pipeline with the ``availableNow`` trigger (upstream first, each one drains its input),
 then the PostgreSQL stage when the spec has one (the bronze table into PostgreSQL through
 :class:`sparkonce.sinks.postgres.PostgresSink`, or the naive append); exits 0 once everything is drained. With a
-naive kind, the stage it names is replaced by the naive sink (:mod:`sparkonce.ops.chaos.naive`). Crash points are
+naive kind, the stage it names is replaced by the naive sink (:mod:`sparkonce_local.chaos.naive`). Crash points are
 armed by the environment (:mod:`sparkonce.crash`). In soak mode (``DriverSpec.soak_stop``) it runs pass after
 pass: ``availableNow`` first, then every stage at once on a ``processingTime`` trigger, until the stop file.
 """
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkonce.ops.chaos.spec import DriverSpec
+from sparkonce_local.chaos.spec import DriverSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -146,8 +146,8 @@ def _await(query: StreamingQuery) -> None:
 
 
 def _start_naive_raw(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
-    from sparkonce.ops.chaos.naive import NaiveDeltaAppend
     from sparkonce.pipeline.stages import RAW_DDL, ensure_table, raw_frame
+    from sparkonce_local.chaos.naive import NaiveDeltaAppend
 
     ensure_table(config.raw.table, spark.createDataFrame([], RAW_DDL).schema)
     return (
@@ -161,8 +161,8 @@ def _start_naive_raw(spark: SparkSession, config: PipelineConfig) -> StreamingQu
 
 
 def _start_file_sink(spark: SparkSession, config: PipelineConfig, spec: DriverSpec) -> StreamingQuery:
-    from sparkonce.ops.chaos.naive import file_sink_crash_passthrough
     from sparkonce.pipeline.stages import raw_frame
+    from sparkonce_local.chaos.naive import file_sink_crash_passthrough
 
     assert spec.file_sink_dir is not None and spec.file_sink_checkpoint is not None
     frame = raw_frame(spark, config)
@@ -180,8 +180,8 @@ def _start_file_sink(spark: SparkSession, config: PipelineConfig, spec: DriverSp
 def _start_postgres(
     spark: SparkSession, config: PipelineConfig, spec: DriverSpec, *, trigger: Trigger | None = None
 ) -> StreamingQuery:
-    from sparkonce.ops.chaos.naive import NaivePostgresAppend
     from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
+    from sparkonce_local.chaos.naive import NaivePostgresAppend
 
     assert config.bronze is not None and spec.postgres_dsn is not None and spec.postgres_checkpoint is not None
     sink: Any

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from sparkonce.cli.common import EXIT_FINDINGS, console, err_console, handle_errors, print_json, to_jsonable
-from sparkonce.ops.chaos.plan import FAULT_KINDS, NAIVE_KINDS
+from sparkonce_local.chaos.plan import FAULT_KINDS, NAIVE_KINDS
 
 
 @click.command()
@@ -89,7 +89,7 @@ def chaos(
     a duplicate or a loss (without PIPELINE: the quickstart's embedded broker, object store, producer and
     PostgreSQL)."""
     from sparkonce.errors import OptionError
-    from sparkonce.ops.chaos import ChaosOptions, FaultPlan, SoakPlan, run_chaos, run_soak
+    from sparkonce_local.chaos import ChaosOptions, FaultPlan, SoakPlan, run_chaos, run_soak
 
     plan: FaultPlan | SoakPlan | None = None
     if plan_file is not None:
@@ -155,7 +155,7 @@ def _print_fault_to_stderr(event: object) -> None:
 
 
 def _fault_line(event: object) -> str:
-    from sparkonce.ops.chaos.soak import FaultEvent
+    from sparkonce_local.chaos.plan import FaultEvent
 
     assert isinstance(event, FaultEvent)
     what = f"{event.kind} {event.point}" if event.point else event.kind
@@ -172,7 +172,7 @@ def _print_round_to_stderr(round_result: object) -> None:
 
 
 def _round_line(round_result: object) -> str:
-    from sparkonce.ops.chaos import RoundResult
+    from sparkonce_local.chaos import RoundResult
 
     assert isinstance(round_result, RoundResult)
     fault = round_result.fault.label if round_result.fault else "no fault (drain)"
@@ -184,7 +184,7 @@ def _round_line(round_result: object) -> str:
 
 
 def _render(result: object) -> None:
-    from sparkonce.ops.chaos import ChaosResult
+    from sparkonce_local.chaos import ChaosResult
 
     assert isinstance(result, ChaosResult)
     faults = Table(title="faults injected", show_edge=False)

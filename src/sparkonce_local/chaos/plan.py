@@ -172,6 +172,22 @@ class FaultPlan:
         return json.dumps(self.to_json(), indent=2)
 
 
+@dataclass(frozen=True)
+class FaultEvent:
+    """One fault of a soak run, as it happened."""
+
+    index: int
+    """Its place in the plan's ``faults`` (a crash point: -1 - its place in ``crash_points``)."""
+    kind: FaultKind
+    at: float
+    """Seconds since the run started."""
+    seconds: float
+    """How long injecting it took (a restart: kill, downtime and start until the service answers)."""
+    injected: bool
+    note: str
+    point: str | None = None
+
+
 def make_plan(
     *,
     seed: int,
@@ -368,6 +384,7 @@ def make_soak_plan(
 
 
 __all__ = [
+    "FaultEvent",
     "DRIVER_EVERY",
     "DURING_COMMITS",
     "SOAK_ONLY_KINDS",

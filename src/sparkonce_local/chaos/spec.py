@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkonce.ops.chaos.plan import NaiveKind
+from sparkonce_local.chaos.plan import NaiveKind
 
 if TYPE_CHECKING:
     from sparkonce.sinks.postgres.options import CommitProtocol

@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from sparkonce.errors import DriverError
-from sparkonce.ops.chaos import DriverRun, run_driver
-from sparkonce.ops.workdir import fresh_work_dir
+from sparkonce_local.chaos import DriverRun, run_driver
+from sparkonce_local.workdir import fresh_work_dir
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkonce.errors import ClusterError
-from sparkonce.services.process import LOOPBACK, alive, free_ports, log_tail, runs, terminate
+from sparkonce_local.services.process import LOOPBACK, alive, free_ports, log_tail, runs, terminate
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sparkonce.errors import BrokerError
+from sparkonce.extras import require
 from sparkonce.kafka.offsets import TopicPartition
 
 __all__ = ["WatermarkFetcher", "fetch_watermarks", "list_partitions"]
@@ -19,10 +20,9 @@ WatermarkFetcher = Callable[[Iterable[TopicPartition]], dict[TopicPartition, tup
 
 
 def _consumer(bootstrap: str, timeout_s: float) -> Any:
-    try:
-        from confluent_kafka import Consumer
-    except ImportError as err:  # pragma: no cover - confluent-kafka is a dependency
-        raise BrokerError("confluent-kafka is not installed") from err
+    require("kafka", "reading Kafka watermarks")
+    from confluent_kafka import Consumer
+
     return Consumer(
         {
             "bootstrap.servers": bootstrap,

@@ -525,7 +525,7 @@ class FaultProxy(ProxyControl):
 
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkonce.services.faultproxy", upstream_host, str(upstream_port)],
+            [sys.executable, "-m", "sparkonce_local.services.faultproxy", upstream_host, str(upstream_port)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -599,7 +599,7 @@ def _control_connection(server: _ProxyServer, conn: socket.socket) -> None:
 
 
 def main() -> None:
-    """The proxy process: ``python -m sparkonce.services.faultproxy UPSTREAM_HOST UPSTREAM_PORT``.
+    """The proxy process: ``python -m sparkonce_local.services.faultproxy UPSTREAM_HOST UPSTREAM_PORT``.
 
     Prints ``PORTS <proxy port> <control port>`` (both on 127.0.0.1), serves control connections (``{"op": "arm",
     "kind": ..., "method": ..., "path": ..., "count": ...}``, ``status``, ``wait``, ``disarm``, ``rules``; see

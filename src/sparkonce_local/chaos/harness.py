@@ -1,11 +1,11 @@
 """The chaos harness: run a pipeline round after round under a seeded fault plan, then reconcile every table.
 
-Runs in the calling process (the CLI); the pipeline runs in driver processes (:mod:`sparkonce.ops.chaos.driver`),
+Runs in the calling process (the CLI); the pipeline runs in driver processes (:mod:`sparkonce_local.chaos.driver`),
 each in its own process group so it can be killed whole. Each round produces a known number of records (the
 quickstart setup), starts the driver with the round's fault armed, and injects it: at a random moment anchored on
 a stage's next batch (``delay`` seconds after its ``offsets/N`` appears) for the timed kinds, or when the run
 reaches a named crash point. The last rounds run without a fault until the driver drains the input and exits 0.
-Then :mod:`sparkonce.ops.chaos.reconcile` checks every table against its source, independently of sparkonce.
+Then :mod:`sparkonce_local.chaos.reconcile` checks every table against its source, independently of sparkonce.
 """
 
 from __future__ import annotations
@@ -29,20 +29,21 @@ from urllib.parse import urlsplit
 
 from sparkonce.crash import ENV_ARM, ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_RECORD, ENV_TARGET, read_crash_records
 from sparkonce.errors import OptionError, SparkonceError
-from sparkonce.ops.chaos.plan import (
+from sparkonce_local.chaos.plan import (
     DURING_COMMITS,
     FAULT_KINDS,
     RESTART_KINDS,
     STORE_KINDS,
     Fault,
+    FaultEvent,
     FaultKind,
     FaultPlan,
     NaiveKind,
     SoakPlan,
     make_plan,
 )
-from sparkonce.ops.chaos.process import kill_group, killed_by_crash_point, python_workers
-from sparkonce.ops.chaos.reconcile import (
+from sparkonce_local.chaos.process import kill_group, killed_by_crash_point, python_workers
+from sparkonce_local.chaos.reconcile import (
     TableCheck,
     check_bronze,
     check_file_sink,
@@ -55,13 +56,12 @@ from sparkonce.ops.chaos.reconcile import (
     delta_rows,
     read_topic,
 )
-from sparkonce.ops.chaos.spec import DriverSpec
+from sparkonce_local.chaos.spec import DriverSpec
 
 if TYPE_CHECKING:
-    from sparkonce.ops.chaos.soak import FaultEvent
     from sparkonce.pipeline.config import PipelineConfig
-    from sparkonce.services.faultproxy import FaultProxy
-    from sparkonce.services.postgres import PostgresServer
+    from sparkonce_local.services.faultproxy import FaultProxy
+    from sparkonce_local.services.postgres import PostgresServer
 
 log = logging.getLogger(__name__)
 
@@ -325,10 +325,10 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
         spec = DriverSpec(pipeline=str(pipeline_file), naive=options.naive)
         checkpoints: dict[str, str] = {s.name: s.checkpoint for s in config.stages}
         return ChaosSetup(work_dir, pipeline_file, config, config.source.bootstrap_servers, spec, checkpoints)
-    from sparkonce.pipeline.defaults import write_quickstart_pipeline
-    from sparkonce.services.broker import start_broker, stop_broker
-    from sparkonce.services.postgres import start_postgres
-    from sparkonce.services.storage import start_storage, stop_storage
+    from sparkonce_local.demo_pipeline import write_quickstart_pipeline
+    from sparkonce_local.services.broker import start_broker, stop_broker
+    from sparkonce_local.services.postgres import start_postgres
+    from sparkonce_local.services.storage import start_storage, stop_storage
 
     broker_dir = work_dir / "broker"
     storage_dir = work_dir / "storage" if wants_store(options) else None
@@ -344,7 +344,7 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
         tables, storage_options = "tables", None
         if store is not None and options.storage == "s3":
             # Spark reaches the tables through a fault proxy (transparent until a store_lost_response arms it).
-            from sparkonce.services.faultproxy import FaultProxy
+            from sparkonce_local.services.faultproxy import FaultProxy
 
             endpoint = urlsplit(store.endpoint)
             proxy = FaultProxy(endpoint.hostname or "127.0.0.1", endpoint.port or 80)
@@ -409,9 +409,9 @@ def wants_store(options: ChaosOptions) -> bool:
 
 
 def tear_down(setup: ChaosSetup) -> None:
-    from sparkonce.services.broker import stop_broker
-    from sparkonce.services.postgres import stop_postgres
-    from sparkonce.services.storage import stop_storage
+    from sparkonce_local.services.broker import stop_broker
+    from sparkonce_local.services.postgres import stop_postgres
+    from sparkonce_local.services.storage import stop_storage
 
     if setup.proxy is not None:
         setup.proxy.close()
@@ -425,7 +425,7 @@ def tear_down(setup: ChaosSetup) -> None:
 
 
 def _produce(setup: ChaosSetup, records: int, options: ChaosOptions, index: int) -> None:
-    from sparkonce.services.producer import produce_sensor_readings
+    from sparkonce_local.services.producer import produce_sensor_readings
 
     result = produce_sensor_readings(
         setup.bootstrap,
@@ -462,7 +462,7 @@ def _run_round(setup: ChaosSetup, index: int, records: int, fault: Fault | None,
     anchors = {stage: _last_batch(ck) for stage, ck in setup.checkpoints.items()}
     with open(round_dir / "driver.log", "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkonce.ops.chaos.driver", str(spec_file)],
+            [sys.executable, "-m", "sparkonce_local.chaos.driver", str(spec_file)],
             env=env,
             cwd=str(setup.work_dir),
             stdout=out,
@@ -526,9 +526,9 @@ def _inject_timed(
 
 def restart_service(setup: ChaosSetup, fault: Fault) -> tuple[bool, str]:
     """SIGKILL the fault's service, keep it down ``fault.downtime`` seconds, start it on the same ports and data."""
-    from sparkonce.services.broker import broker_status, kill_broker, restart_broker
-    from sparkonce.services.postgres import kill_postgres, restart_postgres
-    from sparkonce.services.storage import kill_storage, restart_storage
+    from sparkonce_local.services.broker import broker_status, kill_broker, restart_broker
+    from sparkonce_local.services.postgres import kill_postgres, restart_postgres
+    from sparkonce_local.services.storage import kill_storage, restart_storage
 
     if fault.kind == "postgres_restart":
         if setup.postgres is None:

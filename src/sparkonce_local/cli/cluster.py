@@ -1,4 +1,4 @@
-"""``sparkonce cluster start|stop|status``: thin commands over :mod:`sparkonce.services.cluster`.
+"""``sparkonce cluster start|stop|status``: thin commands over :mod:`sparkonce_local.services.cluster`.
 
 Exit codes: 0 ok, 2 usage error, 3 cluster not running or unreachable (``status``).
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, print_json
-from sparkonce.services.cluster import (
+from sparkonce_local.services.cluster import (
     DEFAULT_STATE_DIR,
     DEFAULT_WORKER_CORES,
     DEFAULT_WORKER_MEMORY,

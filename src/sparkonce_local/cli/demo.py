@@ -25,7 +25,7 @@ from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_js
 @handle_errors
 def demo(work_dir: Path, batches: int, rows_per_batch: int, as_json: bool) -> None:
     """Stream files into a Delta table, SIGKILL the driver after a Delta commit, restart, check every row."""
-    from sparkonce.ops.demo import run_demo
+    from sparkonce_local.demo import run_demo
 
     crash_batch = batches // 2
     if not as_json:

@@ -11,11 +11,12 @@
 
 from __future__ import annotations
 
-from sparkonce.ops.chaos.harness import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundResult, run_chaos
-from sparkonce.ops.chaos.plan import (
+from sparkonce_local.chaos.harness import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundResult, run_chaos
+from sparkonce_local.chaos.plan import (
     FAULT_KINDS,
     NAIVE_KINDS,
     Fault,
+    FaultEvent,
     FaultKind,
     FaultPlan,
     NaiveKind,
@@ -23,9 +24,9 @@ from sparkonce.ops.chaos.plan import (
     make_plan,
     make_soak_plan,
 )
-from sparkonce.ops.chaos.process import DriverRun, kill_group, python_workers, run_driver
-from sparkonce.ops.chaos.reconcile import TableCheck
-from sparkonce.ops.chaos.soak import FaultEvent, run_soak
+from sparkonce_local.chaos.process import DriverRun, kill_group, python_workers, run_driver
+from sparkonce_local.chaos.reconcile import TableCheck
+from sparkonce_local.chaos.soak import run_soak
 
 __all__ = [
     "FAULT_KINDS",

@@ -1,4 +1,4 @@
-"""``sparkonce storage start|stop|restart|status``: thin commands over :mod:`sparkonce.services.storage`.
+"""``sparkonce storage start|stop|restart|status``: thin commands over :mod:`sparkonce_local.services.storage`.
 
 Exit codes: 0 ok, 2 usage error, 3 store not running or unreachable (``status``).
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, print_json
-from sparkonce.services.storage import (
+from sparkonce_local.services.storage import (
     DEFAULT_STATE_DIR,
     StorageInfo,
     restart_storage,
