@@ -96,11 +96,13 @@ def history(
     """
     _check_limit(limit)
     location = table_location(path)
-    versions = DeltaLog(location).commit_versions()
+    versions = DeltaLog(location, check=False).commit_versions() or DeltaLog(location).commit_versions()
     reader = spark.read.format(DeltaHistoryDataSource.name()).option("path", location.uri)
     for name, value in location.storage_options:
         reader = reader.option(f"storage.{name}", value)
     reader = reader.option("upTo", str(versions[-1] if versions else -1))
+    if versions and versions[-1] - versions[0] + 1 == len(versions):  # no gap: the planner need not list again
+        reader = reader.option("fromVersion", str(versions[0]))
     if limit is not None:
         reader = reader.option("limit", str(limit))
     return reader.load()
@@ -175,10 +177,12 @@ class _HistoryReader(DataSourceReader):
         self.location = table_location(options.get("path") or "", storage_options=storage_options_from(options))
         up_to = get_int(options, "upTo", None)
         limit = get_int(options, "limit", None, minimum=1)
-        versions = sorted(
-            (v for v in DeltaLog(self.location, check=False).commit_versions() if up_to is None or v <= up_to),
-            reverse=True,
-        )
+        first = get_int(options, "fromVersion", None)
+        if first is not None and up_to is not None:  # the driver listed table versions first..up_to, no gap
+            versions = list(range(up_to, first - 1, -1))
+        else:
+            listed = DeltaLog(self.location, check=False).commit_versions()
+            versions = sorted((v for v in listed if up_to is None or v <= up_to), reverse=True)
         self.versions = versions[:limit] if limit is not None else versions
 
     def partitions(self) -> list[InputPartition]:  # planner

@@ -166,6 +166,19 @@ def streaming_info(commit_info: dict[str, Any], txns: Iterable[Txn] = ()) -> tup
     return None, None
 
 
+def _txn(txn: Any) -> Txn:
+    """A ``txn`` action's content as a :class:`Txn`.
+
+    Raises:
+        TypeError: ``appId`` is not a string or ``version`` not an integer (:meth:`DeltaLog.read_actions` names the
+            line).
+    """
+    app_id, version = txn["appId"], txn["version"]
+    if type(app_id) is not str or type(version) is not int:
+        raise TypeError("'txn' action needs a string 'appId' and an integer 'version'")
+    return Txn(app_id, version, _as_int(txn.get("lastUpdated")))
+
+
 def _as_int(value: Any) -> int | None:
     if type(value) is int:
         return value
@@ -462,25 +475,23 @@ class DeltaLog:
 
     def _summary(self, table_version: int, raw: bytes) -> CommitSummary:
         info_lines, txn_lines = _lines_starting(raw, b'{"commitInfo"'), _lines_starting(raw, b'{"txn"')
-        actions: list[dict[str, Any]] = []
         if len(info_lines) == 1 and (txn_lines or b'"txn"' not in raw):
-            try:
-                actions = [_DECODER.decode(line.decode()) for line in info_lines + txn_lines]
-            except ValueError:  # malformed: the line-by-line parse below names the line
-                actions = []
-            if any(not isinstance(a, dict) or _action_problem(a) is not None for a in actions):
-                actions = []
-        if not actions:  # written otherwise than Delta writers do, or malformed
-            actions = self._parse_actions(table_version, raw, (b"commitInfo", b"txn"))
-        commit_info: dict[str, Any] = {}
-        txns: list[Txn] = []
-        for action in actions:
+            try:  # the found lines as one JSON array: one decoder call
+                info, *found = _DECODER.decode("[" + b",".join(info_lines + txn_lines).decode() + "]")
+                commit_info = info["commitInfo"]
+                txns = tuple(_txn(t["txn"]) for t in found)
+                if isinstance(commit_info, dict):
+                    return CommitSummary(table_version, commit_info, txns)
+            except (ValueError, TypeError, KeyError):  # malformed: the line-by-line parse below names the line
+                pass
+        commit_info = {}
+        parsed: list[Txn] = []
+        for action in self._parse_actions(table_version, raw, (b"commitInfo", b"txn")):
             if "commitInfo" in action:
                 commit_info = action["commitInfo"]
             elif "txn" in action:
-                t = action["txn"]
-                txns.append(Txn(t["appId"], t["version"], _as_int(t.get("lastUpdated"))))
-        return CommitSummary(table_version, commit_info, tuple(txns))
+                parsed.append(_txn(action["txn"]))
+        return CommitSummary(table_version, commit_info, tuple(parsed))
 
     def iter_history(self) -> Iterator[CommitEntry]:
         """Yield commit entries newest first, reading each JSON commit only when asked for."""
