@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from sparkonce.errors import SqlError
-from sparkonce.sql.lexer import split_statements, tokenize
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
     AddColumns,
@@ -29,6 +28,7 @@ from sparkonce.sql.statements import (
     Update,
     Vacuum,
 )
+from sparkonce.sqltext.lexer import split_statements, tokenize
 
 
 def parse(text: str) -> Statement | None:

@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from sparkonce.delta.catalog import serves_catalog
 from sparkonce.delta.options import COMPAT_PARTITION_OPTION, SAVE_MODE_OPTION, TABLE_DEFAULTS_OPTION
 
 _FORMATS: set[str] = set()
@@ -187,19 +188,12 @@ def _wrap_start(cls: type) -> None:
 # -- Delta tables by name (sparkonce's catalog, :mod:`sparkonce.delta.catalog`) -----------------------------------
 
 
-def _catalog_on(spark: Any) -> bool:
-    """True when ``spark`` runs sparkonce's SQL (registered without Delta's JVM connector)."""
-    from sparkonce.sql import DeltaSql
-
-    return isinstance(getattr(spark, "sql", None), DeltaSql)
-
-
 def _find(spark: Any, name: str) -> Any:
     """The catalog entry of ``name`` when sparkonce serves ``spark``'s Delta tables, else None."""
-    if not _catalog_on(spark):
+    if not serves_catalog(spark):
         return None
     from sparkonce.delta.catalog import find_table
-    from sparkonce.sql.statements import parse_name
+    from sparkonce.sqltext.grammar import parse_name
 
     return find_table(spark, parse_name(name))
 
@@ -242,7 +236,7 @@ def _wrap_table_names() -> None:
         **options: Any,
     ) -> None:
         fmt = str(format).lower() if format is not None else getattr(self, "_sparkonce_format", None)
-        if fmt not in _FORMATS or not _catalog_on(self._spark):
+        if fmt not in _FORMATS or not serves_catalog(self._spark):
             return save_as_table(self, name, format, mode, partitionBy, **options)
         if mode is not None:
             self.mode(mode)
@@ -277,7 +271,7 @@ def _wrap_table_names() -> None:
         **options: Any,
     ) -> Any:
         fmt = str(format).lower() if format is not None else getattr(self, "_sparkonce_format", None)
-        if fmt not in _FORMATS or not _catalog_on(self._spark):
+        if fmt not in _FORMATS or not serves_catalog(self._spark):
             return to_table(self, tableName, format, outputMode, partitionBy, queryName, **options)
         path_option = getattr(self, "_sparkonce_path", None)
         _, location, register = _table_target(self._spark, tableName, options.pop("path", None) or path_option)
@@ -299,7 +293,7 @@ def _table_target(spark: Any, name: str, path: str | None) -> tuple[Any, str, An
     """(existing entry or None, the location to write, a function that registers a new name afterwards)."""
     from sparkonce.delta.catalog import DeltaCatalog, find_table, table_key
     from sparkonce.errors import SqlError
-    from sparkonce.sql.statements import parse_name
+    from sparkonce.sqltext.grammar import parse_name
 
     parts = parse_name(name)
     entry = find_table(spark, parts)

@@ -137,7 +137,7 @@ class DeltaTableBuilder:
         from pyspark.sql.types import StructType
 
         from sparkonce.delta.tables import DeltaTable
-        from sparkonce.sql.statements import parse_name
+        from sparkonce.sqltext.grammar import parse_name
 
         if self._unsupported:
             raise UnsupportedFeatureError(

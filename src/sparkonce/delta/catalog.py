@@ -72,6 +72,12 @@ def find_table(spark: SparkSession, parts: Sequence[str]) -> CatalogTable | None
     return DeltaCatalog.of(spark).get(*key) if key is not None else None
 
 
+def serves_catalog(spark: object) -> bool:
+    """True when ``spark.sql`` is sparkonce's (:func:`sparkonce.register` without Delta's JVM connector): the
+    session's Delta tables by name are then sparkonce's catalog's."""
+    return getattr(getattr(spark, "sql", None), "serves_delta_catalog", False) is True
+
+
 WAREHOUSE_ENV = "SPARKONCE_WAREHOUSE"
 """Where processes without a Spark session (the CLI) find the warehouse; default ``spark-warehouse`` in the working
 directory, Spark's own default for ``spark.sql.warehouse.dir``."""
@@ -180,5 +186,6 @@ __all__ = [
     "DeltaCatalog",
     "find_named_table",
     "find_table",
+    "serves_catalog",
     "table_key",
 ]

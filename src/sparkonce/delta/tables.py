@@ -147,7 +147,7 @@ class DeltaTable:
             raise TypeError(f"tableOrViewName must be a str, not {type(tableOrViewName).__name__}")
         import sparkonce
         from sparkonce.delta.catalog import find_table
-        from sparkonce.sql.statements import parse_format_path, parse_name
+        from sparkonce.sqltext.grammar import parse_format_path, parse_name
 
         sparkonce.register(sparkSession)
         path = parse_format_path(tableOrViewName, "delta")
@@ -173,7 +173,7 @@ class DeltaTable:
         from pyspark.sql.types import StructType
 
         from sparkonce.delta.create import convert_parquet
-        from sparkonce.sql.statements import parse_format_path
+        from sparkonce.sqltext.grammar import parse_format_path
 
         if not isinstance(identifier, str):
             raise TypeError(f"identifier must be a str such as parquet.`/path`, not {type(identifier).__name__}")

@@ -9,14 +9,12 @@ Runs on the driver.
 
 from __future__ import annotations
 
-from sparkonce.sql.lexer import Token
 from sparkonce.sql.statements import (
     AddColumns,
     AlterOther,
     AlterProperties,
     ConvertToDelta,
     CreateTable,
-    Cursor,
     Delete,
     DescribeDetail,
     DescribeHistory,
@@ -31,16 +29,20 @@ from sparkonce.sql.statements import (
     Restore,
     ShowTables,
     ShowTblProperties,
-    Span,
     Statement,
     Update,
     Vacuum,
+)
+from sparkonce.sqltext.grammar import (
+    Cursor,
+    Span,
     parse_alias,
     parse_assignments,
     parse_identifier_list,
     parse_properties,
     parse_table,
 )
+from sparkonce.sqltext.lexer import Token
 
 _MERGE_CLAUSE_END = ("WHEN",)
 
@@ -279,7 +281,7 @@ def _merge_action(c: Cursor, when: MergeWhen, condition: Span | None) -> MergeAc
         c.expect_op(")")
         if len(values) != len(columns):
             raise c.error(f"INSERT names {len(columns)} column(s) but gives {len(values)} value(s)")
-        from sparkonce.sql.statements import Assignment
+        from sparkonce.sqltext.grammar import Assignment
 
         return MergeAction(when, "insert", condition, tuple(Assignment(k, v) for k, v in zip(columns, values)))
     expected = "INSERT" if when == "notMatched" else "UPDATE SET or DELETE"

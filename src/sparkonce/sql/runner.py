@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table
 from sparkonce.delta.options import METADATA_COLUMN_OPTION
 from sparkonce.errors import SqlError
-from sparkonce.sql.lexer import Token, split_statements, tokenize
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
     AddColumns,
@@ -37,7 +36,6 @@ from sparkonce.sql.statements import (
     AlterProperties,
     ConvertToDelta,
     CreateTable,
-    Cursor,
     Delete,
     DescribeDetail,
     DescribeHistory,
@@ -50,14 +48,18 @@ from sparkonce.sql.statements import (
     Restore,
     ShowTables,
     ShowTblProperties,
-    Span,
     Statement,
-    TableRef,
     Update,
     Vacuum,
+)
+from sparkonce.sqltext.grammar import (
+    Cursor,
+    Span,
+    TableRef,
     parse_alias,
     parse_table,
 )
+from sparkonce.sqltext.lexer import Token, split_statements, tokenize
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -88,6 +90,10 @@ class DeltaSql:
         spark: The session.
         spark_sql: Spark's own ``sql`` method of that session, which receives everything that is not Delta's.
     """
+
+    serves_delta_catalog = True
+    """Delta tables by name resolve in sparkonce's catalog in sessions whose ``spark.sql`` this is
+    (:func:`sparkonce.delta.catalog.serves_catalog`)."""
 
     def __init__(self, spark: SparkSession, spark_sql: Callable[..., DataFrame]) -> None:
         self.spark = spark

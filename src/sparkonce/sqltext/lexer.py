@@ -1,7 +1,7 @@
 """Spark SQL's lexical rules, enough to find Delta's statements and table references in a SQL text.
 
 Tokens keep their offsets in the text, so a statement handed on to Spark is the user's own text with only the table
-references replaced (:mod:`sparkonce.sql.statements`): expressions and queries are always parsed by Spark itself.
+references replaced (:mod:`sparkonce.sqltext.grammar`): expressions and queries are always parsed by Spark itself.
 Comments (``--`` to the end of the line, ``/* ... */`` nested as Spark nests them) and white space are dropped;
 strings (``'...'``, ``"..."``, ``r'...'``, with Spark's backslash escapes) and back-quoted identifiers are decoded.
 

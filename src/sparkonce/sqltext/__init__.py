@@ -1,0 +1,1 @@
+"""Spark SQL text: the lexer (:mod:`.lexer`) and the grammar every statement shares (:mod:`.grammar`)."""
