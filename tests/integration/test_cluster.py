@@ -59,7 +59,7 @@ def test_executors_without_sparkonce_are_refused_before_any_data_moves(
         str(bare / "bin" / "python"),
     ]
     run = run_driver(args, cwd=str(REPO), timeout=900)
-    assert run.returncode != 0
+    assert run.returncode == 1, run.stderr[-3000:]  # the driver's ClusterError, uncaught: Python's exit status 1
     assert "cannot run sparkonce" in run.stderr and "No module named" in run.stderr, run.stderr[-3000:]
     assert str(bare / "bin" / "python") in run.stderr and "docs/cluster.md" in run.stderr
     assert not table.exists()
