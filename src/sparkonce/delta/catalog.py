@@ -83,12 +83,19 @@ WAREHOUSE_ENV = "SPARKONCE_WAREHOUSE"
 directory, Spark's own default for ``spark.sql.warehouse.dir``."""
 
 
+def named_key(name: str) -> tuple[str, str] | None:
+    """``(database, table)`` of a name given as text without a session (``t``, ``db.t``, ``spark_catalog.db.t``;
+    database ``default`` when none is named), or None when it is not a plain name sparkonce's catalog can hold."""
+    key = table_key(None, name.strip().split("."))
+    return key if key is not None and all(_NAME.match(p) for p in key) else None
+
+
 def find_named_table(name: str, *, warehouse: str | None = None) -> CatalogTable | None:
-    """The table named ``name`` (``t``, ``db.t``, ``spark_catalog.db.t``; database ``default`` when none is
-    named) in the catalog of ``warehouse`` (default: ``$SPARKONCE_WAREHOUSE``, else ``./spark-warehouse``), for
-    processes without a Spark session; None when the name is not there or is not a plain name."""
-    key = table_key(None, name.split("."))
-    if key is None or not all(_NAME.match(p) for p in key):
+    """The table named ``name`` (:func:`named_key`) in the catalog of ``warehouse`` (default:
+    ``$SPARKONCE_WAREHOUSE``, else ``./spark-warehouse``), for processes without a Spark session; None when the
+    name is not there or is not a plain name."""
+    key = named_key(name)
+    if key is None:
         return None
     root = warehouse or os.environ.get(WAREHOUSE_ENV) or "spark-warehouse"
     return DeltaCatalog(root).get(*key)
@@ -186,6 +193,7 @@ __all__ = [
     "DeltaCatalog",
     "find_named_table",
     "find_table",
+    "named_key",
     "serves_catalog",
     "table_key",
 ]

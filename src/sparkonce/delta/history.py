@@ -59,12 +59,17 @@ def history_rows(path: str | os.PathLike[str] | TableLocation, *, limit: int | N
     versions = sorted(delta_log.commit_versions(), reverse=True)
     if limit is not None:
         versions = versions[:limit]
+    from pyspark.sql.types import MapType, StructType, TimestampType
+
     columns = _history_columns(delta_log, versions)
-    columns[1] = [dt.datetime.fromtimestamp(us / 1e6, dt.UTC) if us is not None else None for us in columns[1]]
-    for at in (5, 12):  # the maps as dicts
-        columns[at] = [dict(pairs) for pairs in columns[at]]
-    for at in (6, 7):  # the structs as tuples
-        columns[at] = [tuple(v.values()) if v is not None else None for v in columns[at]]
+    for at, field in enumerate(history_schema().fields):  # as Python rows hold them: datetimes, dicts, tuples
+        kind, values = field.dataType, columns[at]
+        if isinstance(kind, TimestampType):
+            columns[at] = [dt.datetime.fromtimestamp(us / 1e6, dt.UTC) if us is not None else None for us in values]
+        elif isinstance(kind, MapType):
+            columns[at] = [dict(pairs) for pairs in values]
+        elif isinstance(kind, StructType):
+            columns[at] = [tuple(v.values()) if v is not None else None for v in values]
     return list(zip(*columns, strict=True))
 
 
@@ -96,6 +101,7 @@ def history(
     """
     _check_limit(limit)
     location = table_location(path)
+    # One listing; a second, checked one only to raise TableNotFoundError when there is no commit at all.
     versions = DeltaLog(location, check=False).commit_versions() or DeltaLog(location).commit_versions()
     reader = spark.read.format(DeltaHistoryDataSource.name()).option("path", location.uri)
     for name, value in location.storage_options:
@@ -249,7 +255,7 @@ def _columns(log: DeltaLog, table_versions: list[int]) -> list[list[Any]]:
                     params.append((name, value))
         ms = facts.timestamp_ms
         if ms is None:
-            ms = log._mtime_ms(log.commit_path(summary.table_version))
+            ms = log.commit_mtime_ms(summary.table_version)
         job_info, notebook_info = info.get("job"), info.get("notebook")
         version(summary.table_version)
         timestamp(ms * 1000 if ms is not None else None)

@@ -270,6 +270,11 @@ class DeltaLog:
                 raise FileNotFoundError(path) from None
             raise
 
+    def commit_mtime_ms(self, table_version: int) -> int | None:
+        """The modification time of the JSON commit of ``table_version`` (what a commit without a timestamp in its
+        ``commitInfo`` is dated by), or None when it cannot be read."""
+        return self._mtime_ms(self.commit_path(table_version))
+
     def _mtime_ms(self, path: str) -> int | None:
         try:
             mtime = self.fs.get_file_info(path).mtime
@@ -437,7 +442,7 @@ class DeltaLog:
         """
         if actions is None:
             actions = self.read_actions(table_version)
-        return _entry_from_actions(table_version, actions, lambda: self._mtime_ms(self.commit_path(table_version)))
+        return _entry_from_actions(table_version, actions, lambda: self.commit_mtime_ms(table_version))
 
     def history(self, *, start: int | None = None, end: int | None = None) -> list[CommitEntry]:
         """Return one :class:`CommitEntry` per JSON commit with ``start <= table_version <= end``, newest
@@ -663,8 +668,7 @@ def _entry_from_actions(
         elif "remove" in action:
             removed += 1
         elif "txn" in action:
-            t = action["txn"]
-            txns.append(Txn(str(t["appId"]), int(t["version"]), _as_int(t.get("lastUpdated"))))
+            txns.append(_txn(action["txn"]))
     facts = commit_facts(commit_info, txns)
     timestamp = facts.timestamp_ms if facts.timestamp_ms is not None else file_mtime_ms()
     query_id, batch_id = facts.query_id, facts.batch_id

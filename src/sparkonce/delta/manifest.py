@@ -65,7 +65,7 @@ def generate_symlink_manifest(table: str | TableLocation) -> ManifestResult:
     if not partitions:
         by_directory.setdefault("", [])
     wanted = {
-        f"{MANIFEST_DIR}/{d}/manifest" if d else f"{MANIFEST_DIR}/manifest": files for d, files in by_directory.items()
+        f"{MANIFEST_DIR}/{d}/manifest" if d else f"{MANIFEST_DIR}/manifest": uris for d, uris in by_directory.items()
     }
     for relative, uris in wanted.items():
         location.put(relative, "".join(f"{u}\n" for u in sorted(uris)).encode())

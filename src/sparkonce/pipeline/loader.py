@@ -595,14 +595,13 @@ class _Parser:
 
     def named_table(self, data: Mapping[str, Any], key: str, parent: str) -> str:
         """The location of the catalog table named by ``key`` (its registered one, or the managed one to be)."""
-        from sparkonce.delta.catalog import DeltaCatalog, table_key
+        from sparkonce.delta.catalog import DeltaCatalog, named_key
         from sparkonce.errors import SqlError
 
         text = self.string(data, key, parent)
         assert text is not None and self.warehouse is not None
-        parts = text.strip().split(".")
-        table = table_key(None, parts)
-        if table is None or not all(_NAME.match(p) for p in table):
+        table = named_key(text)
+        if table is None:
             raise self.fail(f"{parent}.{key}", f"{text!r} is not a table name (name, or database.name)")
         catalog = DeltaCatalog(self.warehouse)
         try:

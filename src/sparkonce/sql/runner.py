@@ -507,7 +507,7 @@ class DeltaSql:
 
         from sparkonce.delta.catalog import DeltaCatalog, table_key
 
-        key = table_key(self.spark, [*(stmt.database or ()), "_"])
+        key = table_key(self.spark, [*(stmt.database or ()), "_"])  # "_": any table of that database
         ours = DeltaCatalog.of(self.spark).tables(key[0]) if key is not None else []
         ours = [t for t in ours if _show_pattern_matches(stmt.pattern, t.name)]
         try:

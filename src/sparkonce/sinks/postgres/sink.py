@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce.errors import OptionError, SinkError
-from sparkonce.extras import require
 from sparkonce.sinks.postgres import sql as pgsql
 from sparkonce.sinks.postgres import two_phase
 from sparkonce.sinks.postgres.loader import StagingLoader
@@ -62,7 +61,6 @@ class PostgresSink:
     """
 
     def __init__(self, options: PostgresSinkOptions) -> None:
-        require("postgres", "PostgresSink")
         self.options = options
         self._app_id = options.app_id
         self._prepared_for: tuple[str, ...] | None = None
