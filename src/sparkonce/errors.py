@@ -71,6 +71,11 @@ class DataFileMissingError(DeltaLogError, FileNotFoundError):
     """A data file (or deletion vector) the Delta log references is gone: deleted outside Delta."""
 
 
+class VersionNotFoundError(DeltaLogError):
+    """A table version that is not in the Delta log (beyond the latest, or removed by log cleanup):
+    Delta's ``DELTA_VERSION_NOT_FOUND``."""
+
+
 class UnsupportedFeatureError(DeltaLogError):
     """A Delta table uses a protocol feature that sparkonce cannot honour; reading it would give wrong rows."""
 

@@ -11,7 +11,7 @@ import pytest
 from deltalake import CommitProperties, Transaction, write_deltalake
 
 from sparkonce.delta.log import DeltaLog, Txn, dv_relative_path
-from sparkonce.errors import DeltaLogError, TableNotFoundError
+from sparkonce.errors import DeltaLogError, TableNotFoundError, VersionNotFoundError
 from tests.unit.doctor_helpers import raw_rows, stream_commit
 
 TABLES = [
@@ -218,7 +218,11 @@ def test_incomplete_multi_part_checkpoint_is_not_used(fixtures_dir: Path, tmp_pa
 
 
 def test_unknown_table_version(fixtures_dir: Path) -> None:
-    with pytest.raises(DeltaLogError, match="table version 99 does not exist"):
+    with pytest.raises(
+        VersionNotFoundError,
+        match=r"^\[DELTA_VERSION_NOT_FOUND\] Cannot time travel Delta table to version 99\. Available versions: "
+        r"\[0, 14\]\.",
+    ):
         DeltaLog(fixtures_dir / "delta-tables" / "checkpoint").snapshot(99)
 
 

@@ -35,6 +35,7 @@ import pyarrow as pa
 from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.files import WrittenFile
+from sparkonce.delta.log_cleanup import cleanup_expired_logs
 from sparkonce.delta.log_entry import (
     BLIND_APPENDS,
     Operation,
@@ -51,6 +52,8 @@ from sparkonce.errors import (
     DeltaLogError,
     OptionError,
     SchemaMismatchError,
+    StorageError,
+    TableNotFoundError,
     UnsupportedFeatureError,
 )
 from sparkonce.storage import TableLocation, table_location
@@ -116,26 +119,44 @@ def load_table(table: str | TableLocation, *, table_version: int | None = None) 
         StorageError: ``table`` is not a valid table location.
         TableNotFoundError: no Delta table there.
         DeltaLogError: the log cannot be read (the message names the broken commit file when it can).
+        VersionNotFoundError: ``table_version`` is beyond the latest or was removed by log cleanup.
     """
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
     from deltalake.exceptions import TableNotFoundError as RsTableNotFound
 
-    from sparkonce.errors import TableNotFoundError
-
     location = table_location(table)
     try:
         return DeltaTable(location.uri, version=table_version, storage_options=location.options() or None)
     except RsTableNotFound as err:
+        if table_version is not None:  # a table whose log starts later (log cleanup), or ends earlier
+            _check_table_version(location, table_version)
         raise TableNotFoundError(f"{location} is not a Delta table (no _delta_log commits found)") from err
     except OSError as err:
         raise location.store_error(err) from err
     except DeltaError as err:
+        if table_version is not None:
+            _check_table_version(location, table_version)
         where = f" at table version {table_version}" if table_version is not None else ""
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise _diagnose_log(location) or DeltaLogError(
             f"cannot read the Delta log of {location}{where}: {first_line}"
         ) from err
+
+
+def _check_table_version(location: TableLocation, table_version: int) -> None:
+    """Raise Delta's ``DELTA_VERSION_NOT_FOUND`` when ``table_version`` is outside the versions the log can rebuild.
+
+    Raises:
+        VersionNotFoundError: it is (the message names the available range and, after log cleanup, the retention).
+    """
+    from sparkonce.delta.log import DeltaLog
+
+    try:
+        delta_log = DeltaLog(location)
+    except (TableNotFoundError, StorageError):
+        return  # the caller's own error says it better
+    delta_log.check_table_version(table_version)
 
 
 def committed_txn_version(table: DeltaTable, txn: BatchTxn) -> int | None:
@@ -601,8 +622,9 @@ def checkpoint_if_due(
     location: TableLocation, table_version: int, configuration: dict[str, str], protocol: dict[str, Any]
 ) -> None:
     """Write a Delta checkpoint (delta-rs's classic parquet checkpoint and ``_last_checkpoint``) at the table
-    versions Delta places them: ``table_version % delta.checkpointInterval == 0``. A failure is logged, never raised:
-    the commit has landed, and a missing checkpoint only costs readers a longer replay."""
+    versions Delta places them: ``table_version % delta.checkpointInterval == 0``, then remove the log files that
+    ``delta.logRetentionDuration`` lets go (:mod:`sparkonce.delta.log_cleanup`). A failure is logged, never raised:
+    the commit has landed, and a missing checkpoint or cleanup only costs readers a longer replay."""
     try:
         interval = int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
     except ValueError:
@@ -615,6 +637,11 @@ def checkpoint_if_due(
         load_table(location, table_version=table_version).create_checkpoint()
     except Exception as err:  # the commit stands; readers replay more JSON until the next checkpoint
         log.warning("no Delta checkpoint at table_version %s of %s: %s", table_version, location, err)
+        return
+    try:
+        cleanup_expired_logs(location, configuration, protocol)
+    except Exception as err:  # the commit and its checkpoint stand; the next checkpoint tries again
+        log.warning("no log cleanup after the checkpoint at table_version %s of %s: %s", table_version, location, err)
 
 
 __all__ = [

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import unquote
 
-from sparkonce.errors import DeltaLogError, TableNotFoundError
+from sparkonce.errors import DeltaLogError, TableNotFoundError, VersionNotFoundError
 from sparkonce.storage import TableLocation, table_location
 
 logger = logging.getLogger(__name__)
@@ -520,7 +520,7 @@ class DeltaLog:
         latest = max(list(listing.commits) + [c.table_version for c in listing.checkpoints])
         target = latest if table_version is None else table_version
         if target < 0 or target > latest:
-            raise DeltaLogError(f"{self.location}: table version {target} does not exist (latest is {latest})")
+            raise self._version_not_found(target, listing, latest)
         notes: list[str] = []
         try:
             last = self.read_last_checkpoint()
@@ -553,6 +553,8 @@ class DeltaLog:
             break
         if checkpoint_version is None:
             missing = [v for v in range(0, target + 1) if v not in listing.commits]
+            if missing and not any(v < missing[0] for v in listing.commits) and target < latest:
+                raise self._version_not_found(target, listing, latest)  # the oldest versions left the log
             if missing:
                 raise DeltaLogError(
                     f"{self.location}: cannot rebuild table version {target}: no usable checkpoint and the "
@@ -575,6 +577,47 @@ class DeltaLog:
             tombstones=frozenset(state.tombstones),
             tombstone_dvs=tuple(state.tombstone_dvs),
             notes=tuple(notes),
+        )
+
+    def check_table_version(self, table_version: int) -> None:
+        """Raise when ``table_version`` cannot be read: beyond the latest, or before the oldest the log keeps.
+
+        Raises:
+            VersionNotFoundError: Delta's ``DELTA_VERSION_NOT_FOUND``, naming the available range.
+        """
+        listing = self._list()
+        latest = max(list(listing.commits) + [c.table_version for c in listing.checkpoints])
+        if not self._earliest(listing, latest) <= table_version <= latest:
+            raise self._version_not_found(table_version, listing, latest)
+
+    def earliest_version(self) -> int:
+        """The oldest table version that can still be rebuilt: 0, or the oldest checkpoint from which every later
+        Delta commit is present (after log cleanup removed the versions before it)."""
+        listing = self._list()
+        return self._earliest(listing, max(list(listing.commits) + [c.table_version for c in listing.checkpoints]))
+
+    @staticmethod
+    def _earliest(listing: _Listing, latest: int) -> int:
+        present = listing.commits
+        start = latest
+        while start - 1 in present:  # the contiguous run of commits that ends at the latest table version
+            start -= 1
+        if start == 0:
+            return 0
+        anchors = [c.table_version for c in listing.checkpoints if c.table_version >= start - 1]
+        return min(anchors) if anchors else latest
+
+    def _version_not_found(self, target: int, listing: _Listing, latest: int) -> VersionNotFoundError:
+        earliest = self._earliest(listing, latest)
+        why = (
+            ""
+            if target > latest or earliest == 0
+            else f"; versions before {earliest} were removed from the log after delta.logRetentionDuration "
+            "(Delta's default: 30 days)"
+        )
+        return VersionNotFoundError(
+            f"[DELTA_VERSION_NOT_FOUND] Cannot time travel Delta table to version {target}. Available versions: "
+            f"[{earliest}, {latest}]. ({self.location}{why})"
         )
 
     def _load_checkpoint(self, ref: CheckpointRef) -> _State:
