@@ -11,7 +11,8 @@ import pytest
 from sparkonce.errors import OptionError, SourceOffsetError
 from sparkonce.kafka.offsets import OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
-from sparkonce.kafka.planner import BY_TIMESTAMP, check_broker, plan_ranges, rate_limit, resolve_start, split_ranges
+from sparkonce.kafka.planner import check_broker
+from sparkonce.kafka.ranges import BY_TIMESTAMP, plan_ranges, rate_limit, resolve_start, split_ranges
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "a"}
@@ -286,7 +287,7 @@ def test_start_below_earliest_fails_naming_topic_partition_and_range() -> None:
 
 
 def test_start_below_earliest_warns_and_goes_on_from_earliest(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="sparkonce.kafka.planner"):
+    with caplog.at_level(logging.WARNING, logger="sparkonce.kafka.ranges"):
         ranges = plan_ranges(
             PartitionOffsets({A0: 5}),
             PartitionOffsets({A0: 50}),

@@ -1,7 +1,8 @@
 """The Kafka data source ``sparkonce.kafka``: Spark's Kafka source as a Python data source on confluent-kafka.
 
 Modules: :mod:`~sparkonce.kafka.options` (option parsing), :mod:`~sparkonce.kafka.offsets` (Spark's offset JSON),
-:mod:`~sparkonce.kafka.planner` (driver-side discovery, end offsets, batch ranges, data-loss checks),
+:mod:`~sparkonce.kafka.planner` (driver-side discovery, end and timestamp offsets from the broker),
+:mod:`~sparkonce.kafka.ranges` (batch ranges from offsets: start markers, rate limit, data-loss checks, splits),
 :mod:`~sparkonce.kafka.reader` (executor-side range reads into Arrow) and :mod:`~sparkonce.kafka.source` (the
 ``DataSource`` and its batch and stream readers, registered by :func:`sparkonce.register`).
 

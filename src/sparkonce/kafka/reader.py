@@ -184,7 +184,7 @@ def _handle_out_of_range(consumer: Consumer, settings: ReadSettings, rng: Offset
     from confluent_kafka import KafkaException
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-    from sparkonce.kafka.planner import report_data_loss
+    from sparkonce.kafka.ranges import report_data_loss
 
     ktp = KafkaTopicPartition(rng.tp.topic, rng.tp.partition)
     try:

@@ -35,14 +35,8 @@ from sparkonce.errors import OptionError
 from sparkonce.extras import require
 from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
-from sparkonce.kafka.planner import (
-    BY_TIMESTAMP,
-    OffsetPlanner,
-    check_broker,
-    plan_ranges,
-    rate_limit,
-    resolve_start,
-)
+from sparkonce.kafka.planner import OffsetPlanner, check_broker
+from sparkonce.kafka.ranges import BY_TIMESTAMP, plan_ranges, rate_limit, resolve_start
 from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
 
 if TYPE_CHECKING:
@@ -242,7 +236,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         checkpoints in ``offsets/0``) and replayed from there: a ``latest`` partition reads nothing in batch 0,
         an ``earliest`` one reads from its earliest offset. Timestamp starts are checked here (a partition
         without a matching record fails with the ``error`` strategy, or becomes ``latest``) and kept as
-        :data:`~sparkonce.kafka.planner.BY_TIMESTAMP`: batch 0 starts at the first record at or after the
+        :data:`~sparkonce.kafka.ranges.BY_TIMESTAMP`: batch 0 starts at the first record at or after the
         timestamp *before batch 0's end*, which is the same offset whenever batch 0 is planned again.
         """
         tps = self.planner.discover()
