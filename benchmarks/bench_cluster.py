@@ -52,9 +52,9 @@ def raw_pipeline(work: Path, bootstrap: str, topic: str, batch: int) -> Path:
 
 def drive(master: str, pipelines: list[str]) -> None:
     """Driver process: build the session, run the raw stage of each pipeline file in turn, print timings."""
-    from sparkonce.pipeline.config import load_pipeline
+    from sparkonce.pipeline.loader import load_pipeline
     from sparkonce.pipeline.run import run_pipeline
-    from sparkonce.pipeline.stages import table_rows
+    from sparkonce.pipeline.streams import table_rows
     from sparkonce.spark import local_session
 
     spark = local_session(app_name="bench-cluster", master=master, extra_conf={"spark.ui.showConsoleProgress": "false"})

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench_pipeline import Throughput, console, pipeline_text, print_throughput
-from sparkonce.pipeline.config import PipelineConfig, load_pipeline
+from sparkonce.pipeline.loader import load_pipeline
+from sparkonce.pipeline.model import PipelineConfig
 from sparkonce.pipeline.run import StageProgress, run_pipeline
 from sparkonce.spark import local_session
 from sparkonce_local.services.broker import start_broker, stop_broker

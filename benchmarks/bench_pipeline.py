@@ -47,9 +47,10 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkonce.delta.commit import table_exists
-from sparkonce.pipeline.config import PipelineConfig, load_pipeline
+from sparkonce.pipeline.loader import load_pipeline
+from sparkonce.pipeline.model import PipelineConfig
 from sparkonce.pipeline.run import run_pipeline
-from sparkonce.pipeline.stages import table_rows
+from sparkonce.pipeline.streams import table_rows
 from sparkonce.spark import local_session
 from sparkonce_local.services.broker import start_broker, stop_broker
 from sparkonce_local.services.producer import produce_sensor_readings

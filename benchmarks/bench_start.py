@@ -152,10 +152,10 @@ import sparkonce.cli.main
 mark("import sparkonce.cli.main")
 import pyspark.sql
 mark("import pyspark.sql")
-from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.pipeline.run import preflight, select_stages
 from sparkonce.pipeline import stages as st
-from sparkonce.pipeline.config import use_storage
+from sparkonce.pipeline.session import use_storage
 config = load_pipeline(sys.argv[1])
 selected = select_stages(config, None)
 mark("import pipeline modules, load pipeline file")

@@ -19,7 +19,9 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from sparkonce.delta.commit import load_table
-from sparkonce.pipeline.config import MergeStage, load_pipeline, use_storage
+from sparkonce.pipeline.loader import load_pipeline
+from sparkonce.pipeline.model import MergeStage
+from sparkonce.pipeline.session import use_storage
 from sparkonce.spark import JVM_ENV
 from sparkonce_local.chaos import DriverRun, run_driver
 from sparkonce_local.demo_pipeline import write_quickstart_pipeline

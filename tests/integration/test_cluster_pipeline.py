@@ -18,7 +18,7 @@ from typing import Literal
 import pytest
 
 from sparkonce.delta.log import DeltaLog
-from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.storage import table_location
 from sparkonce_local.chaos import run_driver
 from sparkonce_local.demo_pipeline import quickstart_pipeline

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.loader import load_pipeline
 from sparkonce_local.chaos import run_driver
 from sparkonce_local.demo_pipeline import quickstart_pipeline
 from sparkonce_local.quickstart import check_pipeline_tables

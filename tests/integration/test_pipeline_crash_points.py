@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from sparkonce.pipeline.config import PipelineConfig, load_pipeline
+from sparkonce.pipeline.loader import load_pipeline
+from sparkonce.pipeline.model import PipelineConfig
 from sparkonce_local.chaos import DriverRun, run_driver
 from sparkonce_local.demo_pipeline import quickstart_pipeline
 from sparkonce_local.services.producer import produce_sensor_readings

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
 from sparkonce.errors import PipelineConfigError
-from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.pipeline.replay import plan_replay, replay_stage
 from sparkonce.pipeline.run import run_pipeline
 from sparkonce.pipeline.verify import verify_pipeline

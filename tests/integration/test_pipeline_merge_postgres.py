@@ -178,7 +178,7 @@ def test_merge_with_delete_and_postgres_stage_crash_restart_exact(
     assert postgres.fetch(prepared) == [(0,)]
 
     # The pipeline's verify agrees: every committed batch of every stage recorded once, the PostgreSQL rows too.
-    from sparkonce.pipeline.config import load_pipeline
+    from sparkonce.pipeline.loader import load_pipeline
     from sparkonce.pipeline.verify import verify_pipeline
 
     monkeypatch.setenv("ACCOUNTS_PG_DSN", postgres.dsn)

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
-from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.loader import load_pipeline
 from sparkonce_local.demo_pipeline import quickstart_pipeline
 from sparkonce_local.services.producer import produce_sensor_readings
 from tests.conftest import REPO

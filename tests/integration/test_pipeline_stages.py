@@ -15,9 +15,10 @@ import pytest
 from sparkonce.delta.commit import BatchTxn
 from sparkonce.delta.merge import merge_latest
 from sparkonce.errors import SchemaMismatchError
-from sparkonce.pipeline.config import parse_pipeline
 from sparkonce.pipeline.ddl import ddl_schema
-from sparkonce.pipeline.stages import LINEAGE_DDL, QUARANTINE_DDL, RAW_DDL, parse_raw
+from sparkonce.pipeline.kinds.bronze import LINEAGE_DDL, QUARANTINE_DDL, parse_raw
+from sparkonce.pipeline.loader import parse_pipeline
+from sparkonce.pipeline.streams import RAW_DDL
 from sparkonce_local.demo_pipeline import quickstart_pipeline
 from tests.integration.conftest import operation_metrics
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from sparkonce.errors import PipelineConfigError
-from sparkonce.pipeline.config import parse_pipeline
+from sparkonce.pipeline.loader import parse_pipeline
 from sparkonce_local.chaos import DriverRun, run_driver
 from sparkonce_local.services.producer import produce_sensor_readings
 from tests.conftest import REPO

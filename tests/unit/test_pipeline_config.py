@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparkonce.errors import CheckpointError, PipelineConfigError
-from sparkonce.pipeline.config import Trigger, load_pipeline, parse_pipeline
+from sparkonce.pipeline.loader import load_pipeline, parse_pipeline
+from sparkonce.pipeline.model import Trigger
 from sparkonce.pipeline.owner import OWNER_FILE, claim_checkpoint, read_owner
 from sparkonce_local.demo_pipeline import quickstart_pipeline
 

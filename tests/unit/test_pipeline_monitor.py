@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sparkonce.pipeline.config import load_pipeline
+from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.pipeline.run import _Monitor
 from sparkonce_local.demo_pipeline import quickstart_pipeline
 

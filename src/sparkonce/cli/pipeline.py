@@ -24,7 +24,7 @@ from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_js
 @handle_errors
 def run(pipeline: Path, stages: tuple[str, ...], master: str | None, plain: bool, as_json: bool) -> None:
     """Run the PIPELINE's stages as streaming queries; Ctrl-C or SIGTERM stops them after the current batch."""
-    from sparkonce.pipeline.config import load_pipeline
+    from sparkonce.pipeline.loader import load_pipeline
     from sparkonce.pipeline.run import run_pipeline, select_stages
 
     config = load_pipeline(pipeline)
@@ -123,7 +123,7 @@ def _table(progress: tuple[Any, ...]) -> Any:
 @handle_errors
 def replay(pipeline: Path, stage: str, as_of: str, master: str | None, yes: bool, as_json: bool) -> None:
     """Rebuild STAGE's table from its input table as of a table version or time; replace it atomically."""
-    from sparkonce.pipeline.config import load_pipeline
+    from sparkonce.pipeline.loader import load_pipeline
     from sparkonce.pipeline.replay import plan_replay, replay_stage
 
     config = load_pipeline(pipeline)
@@ -165,7 +165,7 @@ def replay(pipeline: Path, stage: str, as_of: str, master: str | None, yes: bool
 @handle_errors
 def check(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
     """Verify every committed batch of PIPELINE's stages is recorded exactly once in each Delta / PostgreSQL target."""
-    from sparkonce.pipeline.config import load_pipeline
+    from sparkonce.pipeline.loader import load_pipeline
     from sparkonce.pipeline.verify import verify_pipeline
 
     report = verify_pipeline(load_pipeline(pipeline), stages=stages or None)

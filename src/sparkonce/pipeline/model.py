@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkonce.delta.catalog import CatalogTable
 from sparkonce.errors import PipelineConfigError
@@ -22,6 +22,8 @@ STAGE_ORDER: tuple[str, ...] = ("raw", "bronze", "gold")
 """The built-in stages, by name: a stage named so without a ``kind`` key has that kind (raw, bronze, merge)."""
 SOURCE = "source"
 """The ``input`` of a stage that reads the Kafka source."""
+DEFAULT_INPUT: dict[str, str] = {"raw": SOURCE, "bronze": "raw", "gold": "bronze"}
+"""The ``input`` of a built-in stage (by name) that does not give one."""
 StageKind = Literal["raw", "bronze", "merge", "transform", "postgres"]
 DriftPolicy = Literal["fail", "add"]
 MergeRule = Literal["latest", "clauses"]
@@ -81,6 +83,9 @@ class SchemaField:
 class RawStage:
     """Kafka -> Delta: key, value, topic, partition, offset, Kafka timestamp, arrival time (append only)."""
 
+    kind: ClassVar[StageKind] = "raw"
+    """Its kind: the key of its behaviour in :data:`sparkonce.pipeline.kinds.KINDS`."""
+
     table: str
     checkpoint: str
     trigger: Trigger
@@ -95,6 +100,9 @@ class RawStage:
 @dataclass(frozen=True)
 class BronzeStage:
     """Raw -> bronze: parse the JSON value with the declared schema; failures go to the quarantine table."""
+
+    kind: ClassVar[StageKind] = "bronze"
+    """Its kind: the key of its behaviour in :data:`sparkonce.pipeline.kinds.KINDS`."""
 
     table: str
     checkpoint: str
@@ -119,6 +127,9 @@ class MergeStage:
     """A merge stage (``kind = "merge"``; the built-in gold): upsert the input's rows into a Delta table by keys,
     rewriting only the files that hold them. Rule ``latest``: the latest row per key (by ``order_by``) wins;
     rule ``clauses``: SQL conditions over ``source.<col>`` / ``target.<col>`` decide delete / update / insert."""
+
+    kind: ClassVar[StageKind] = "merge"
+    """Its kind: the key of its behaviour in :data:`sparkonce.pipeline.kinds.KINDS`."""
 
     table: str
     checkpoint: str
@@ -160,6 +171,9 @@ class OutputTable:
 class TransformStage:
     """Input batches through a user transformation (Python or SQL) into one or more Delta tables, each exactly once."""
 
+    kind: ClassVar[StageKind] = "transform"
+    """Its kind: the key of its behaviour in :data:`sparkonce.pipeline.kinds.KINDS`."""
+
     name: StageName
     input: str
     """``"source"`` (the Kafka records, in the raw table's shape) or another stage's name (its first table)."""
@@ -184,6 +198,9 @@ class TransformStage:
 class PostgresStage:
     """Input batches (optionally transformed) into a PostgreSQL table, exactly once per batch: the staging load on
     executors and one database transaction with the ledger row (:class:`~sparkonce.sinks.postgres.PostgresSink`)."""
+
+    kind: ClassVar[StageKind] = "postgres"
+    """Its kind: the key of its behaviour in :data:`sparkonce.pipeline.kinds.KINDS`."""
 
     name: StageName
     input: str
@@ -313,6 +330,7 @@ class PipelineConfig:
 
 
 __all__ = [
+    "DEFAULT_INPUT",
     "LINEAGE_COLUMNS",
     "SOURCE",
     "STAGE_ORDER",

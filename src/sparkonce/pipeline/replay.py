@@ -23,11 +23,13 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.commit import load_table, table_exists
 from sparkonce.delta.options import parse_timestamp
 from sparkonce.errors import OptionError, PipelineConfigError
-from sparkonce.pipeline.config import SOURCE, BronzeStage, MergeStage, PipelineConfig, TransformStage, use_storage
+from sparkonce.pipeline.kinds import kind_of
+from sparkonce.pipeline.model import SOURCE, PipelineConfig
 from sparkonce.pipeline.owner import claim_checkpoint, new_owner, read_owner, write_owner
+from sparkonce.pipeline.session import use_storage
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,7 @@ def plan_replay(config: PipelineConfig, stage_name: str, as_of: str) -> ReplayPl
     """
     use_storage(config)
     stage = config.stage(stage_name)
-    if not isinstance(stage, BronzeStage | MergeStage | TransformStage) or stage.input == SOURCE:
+    if not kind_of(stage).replayable(stage) or stage.input == SOURCE:
         raise PipelineConfigError(
             f"stages.{stage_name}: replay rebuilds a stage from its input table; this stage reads Kafka (reset its "
             "checkpoint and table instead: stop the job, clear the output, remove the checkpoint, restart)"
@@ -124,32 +126,12 @@ def resolve_as_of(table: str, as_of: str) -> TableVersion:
 
 def replay_stage(spark: SparkSession, config: PipelineConfig, plan: ReplayPlan) -> ReplayResult:
     """Rebuild the stage's tables as planned, replace them atomically, and give the stage a fresh checkpoint."""
-    from sparkonce.delta.merge import latest_per_key
-    from sparkonce.pipeline.stages import parse_raw, plan_transform, table_rows
+    from sparkonce.pipeline.streams import table_rows
 
     use_storage(config, spark)
     stage = config.stage(plan.stage)
     source = spark.read.format("delta").option("versionAsOf", str(plan.input_table_version)).load(plan.input_table)
-    outputs: list[tuple[str, DataFrame]]
-    if isinstance(stage, BronzeStage):
-        good, bad, _added = parse_raw(source, stage, batch_id=None)
-        outputs = [(stage.table, good), (stage.quarantine, bad)]
-    elif isinstance(stage, TransformStage):
-        # The whole input, as of the table version, is one batch (batch_id 0 for (df, batch_id) functions).
-        bound, _ = plan_transform(spark, config, stage)
-        frame = bound.apply(source, 0)
-        outputs = [(o.path, frame.where(o.where) if o.where is not None else frame) for o in stage.outputs]
-    else:
-        assert isinstance(stage, MergeStage)
-        latest = latest_per_key(source, stage.keys, stage.order_by)
-        if stage.merge == "clauses":
-            # The whole input merged into an empty table: only the insert clause can apply.
-            import pyspark.sql.functions as F
-
-            inserted = latest.withColumn("source", F.struct(*latest.columns))
-            condition = stage.insert if stage.insert is not None else "false"
-            latest = inserted.where(condition).drop("source")
-        outputs = [(stage.table, latest)]
+    outputs = kind_of(stage).replay_outputs(spark, config, stage, source)
     versions: dict[str, int] = {}
     for table, frame in outputs:
         partitions = list(load_table(table).metadata().partition_columns) if table_exists(table) else []

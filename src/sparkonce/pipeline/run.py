@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import sparkonce.errors as errors
 from sparkonce.errors import BrokerError, SparkonceError
-from sparkonce.pipeline.config import SOURCE, PipelineConfig, Stage, use_catalog, use_storage
+from sparkonce.pipeline.model import SOURCE, PipelineConfig, Stage
+from sparkonce.pipeline.session import use_catalog, use_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

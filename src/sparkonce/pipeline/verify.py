@@ -18,18 +18,9 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
-from sparkonce.pipeline.config import (
-    BronzeStage,
-    MergeStage,
-    PipelineConfig,
-    PostgresStage,
-    RawStage,
-    Stage,
-    TransformStage,
-    use_storage,
-)
+from sparkonce.pipeline.model import PipelineConfig
+from sparkonce.pipeline.session import use_storage
 
 
 @dataclass(frozen=True)
@@ -77,6 +68,7 @@ def verify_pipeline(config: PipelineConfig, *, stages: tuple[str, ...] | None = 
         DeltaLogError: a Delta log cannot be read.
     """
     from sparkonce.checkpoint.reader import read_checkpoint
+    from sparkonce.pipeline.kinds import kind_of
 
     use_storage(config)
     selected = config.stages if not stages else tuple(config.stage(n) for n in stages)
@@ -87,34 +79,21 @@ def verify_pipeline(config: PipelineConfig, *, stages: tuple[str, ...] | None = 
         if state is None or state.query_id is None:
             skipped.append(stage.name)
             continue
-        committed = set(state.commit_ids)
-        if isinstance(stage, PostgresStage):
-            targets.append(_check_postgres(stage, state.query_id, committed))
-            continue
-        for table, record_id in _delta_targets(stage, state.query_id):
-            versions = _txn_versions(table, record_id)
-            counts = Counter(versions)
-            targets.append(
-                TargetCheck(
-                    stage=stage.name,
-                    target=table,
-                    record_id=record_id,
-                    committed_batches=len(committed),
-                    missing=tuple(sorted(committed - set(counts))),
-                    duplicated=tuple(sorted(v for v, n in counts.items() if n > 1)),
-                )
-            )
+        targets += kind_of(stage).verify(stage, state.query_id, set(state.commit_ids))
     return PipelineVerifyReport(config.path, tuple(targets), tuple(skipped))
 
 
-def _delta_targets(stage: Stage, query_id: str) -> list[tuple[str, str]]:
-    if isinstance(stage, RawStage | MergeStage):
-        return [(stage.table, query_id)]
-    if isinstance(stage, BronzeStage):
-        return [(stage.table, f"{query_id}:bronze"), (stage.quarantine, f"{query_id}:quarantine")]
-    if isinstance(stage, TransformStage):
-        return [(o.path, f"{query_id}:{o.name}") for o in stage.outputs]
-    return []
+def check_delta_target(stage: str, table: str, record_id: str, committed: set[int]) -> TargetCheck:
+    """The batches ``committed`` against the txn actions of ``table`` recorded under ``record_id``."""
+    counts = Counter(_txn_versions(table, record_id))
+    return TargetCheck(
+        stage=stage,
+        target=table,
+        record_id=record_id,
+        committed_batches=len(committed),
+        missing=tuple(sorted(committed - set(counts))),
+        duplicated=tuple(sorted(v for v, n in counts.items() if n > 1)),
+    )
 
 
 def _txn_versions(table: str, app_id: str) -> list[int]:
@@ -134,30 +113,4 @@ def _txn_versions(table: str, app_id: str) -> list[int]:
     return found
 
 
-def _check_postgres(stage: PostgresStage, query_id: str, committed: set[int]) -> TargetCheck:
-    from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
-
-    record_id = f"{query_id}:{stage.pg_table}"
-    sink = PostgresSink(
-        PostgresSinkOptions(
-            dsn=stage.resolved_dsn(), table=stage.pg_table, app_id=record_id, ledger_table=stage.ledger_table
-        )
-    )
-    ledger: list[Any] = sink.ledger_rows()
-    counts = Counter(int(row[0]) for row in ledger)
-    difference = None
-    if not stage.keys:
-        moved = sum(int(row[1]) for row in ledger)
-        difference = sink.target_rows() - moved
-    return TargetCheck(
-        stage=stage.name,
-        target=f"postgresql:{stage.pg_table}",
-        record_id=record_id,
-        committed_batches=len(committed),
-        missing=tuple(sorted(committed - set(counts))),
-        duplicated=tuple(sorted(v for v, n in counts.items() if n > 1)),
-        row_difference=difference,
-    )
-
-
-__all__ = ["PipelineVerifyReport", "TargetCheck", "verify_pipeline"]
+__all__ = ["PipelineVerifyReport", "TargetCheck", "check_delta_target", "verify_pipeline"]

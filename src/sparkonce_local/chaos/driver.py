@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from sparkonce.pipeline.config import PipelineConfig, Trigger
+    from sparkonce.pipeline.model import PipelineConfig, Trigger
 
 
 MAX_FAILED_PASSES = 30
@@ -35,7 +35,8 @@ def run(spec: DriverSpec) -> None:
 
     Raises what a stage raised (soak mode: only what the last pass raised when it cannot start at all).
     """
-    from sparkonce.pipeline.config import load_pipeline, use_storage
+    from sparkonce.pipeline.loader import load_pipeline
+    from sparkonce.pipeline.session import use_storage
     from sparkonce.spark import local_session
 
     config = _available_now(load_pipeline(spec.pipeline))
@@ -79,7 +80,7 @@ def _run_continuous(spark: SparkSession, config: PipelineConfig, spec: DriverSpe
     """Every stage at once on a 1-second ``processingTime`` trigger, the PostgreSQL stage too, until the stop
     file appears (the stages then stop between batches) or a stage fails (raised), so a fault can land in any
     stage's batch, not only in the first stage of a sequential pass."""
-    from sparkonce.pipeline.config import Trigger
+    from sparkonce.pipeline.model import Trigger
     from sparkonce.pipeline.run import run_pipeline
 
     trigger = Trigger("processingTime", "1 second")
@@ -132,7 +133,7 @@ def _run_pass(spark: SparkSession, config: PipelineConfig, spec: DriverSpec) -> 
 
 def _available_now(config: PipelineConfig) -> PipelineConfig:
     """The same pipeline with every stage on ``availableNow``, so a run drains the input and ends."""
-    from sparkonce.pipeline.config import Trigger
+    from sparkonce.pipeline.model import Trigger
 
     trigger = Trigger("availableNow")
     return dataclasses.replace(config, stages=tuple(dataclasses.replace(s, trigger=trigger) for s in config.stages))
@@ -146,7 +147,7 @@ def _await(query: StreamingQuery) -> None:
 
 
 def _start_naive_raw(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
-    from sparkonce.pipeline.stages import RAW_DDL, ensure_table, raw_frame
+    from sparkonce.pipeline.streams import RAW_DDL, ensure_table, raw_frame
     from sparkonce_local.chaos.naive import NaiveDeltaAppend
 
     ensure_table(config.raw.table, spark.createDataFrame([], RAW_DDL).schema)
@@ -161,7 +162,7 @@ def _start_naive_raw(spark: SparkSession, config: PipelineConfig) -> StreamingQu
 
 
 def _start_file_sink(spark: SparkSession, config: PipelineConfig, spec: DriverSpec) -> StreamingQuery:
-    from sparkonce.pipeline.stages import raw_frame
+    from sparkonce.pipeline.streams import raw_frame
     from sparkonce_local.chaos.naive import file_sink_crash_passthrough
 
     assert spec.file_sink_dir is not None and spec.file_sink_checkpoint is not None

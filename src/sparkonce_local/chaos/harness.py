@@ -59,7 +59,7 @@ from sparkonce_local.chaos.reconcile import (
 from sparkonce_local.chaos.spec import DriverSpec
 
 if TYPE_CHECKING:
-    from sparkonce.pipeline.config import PipelineConfig
+    from sparkonce.pipeline.model import PipelineConfig
     from sparkonce_local.services.faultproxy import FaultProxy
     from sparkonce_local.services.postgres import PostgresServer
 
@@ -310,7 +310,7 @@ def chaos_work_dir(work_dir: Path) -> Path:
 
 
 def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
-    from sparkonce.pipeline.config import load_pipeline
+    from sparkonce.pipeline.loader import load_pipeline
 
     if options.pipeline is not None:
         if options.storage != "local":

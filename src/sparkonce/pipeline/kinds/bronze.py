@@ -1,0 +1,386 @@
+"""The bronze kind: Delta stream of raw -> ``foreachBatch``: parse the JSON value with the declared schema; rows
+that parse go to bronze, rows that fail go to quarantine with the reason. One Spark job per batch parses,
+classifies and writes both tables' files (a one-pass fan-out, :mod:`sparkonce.sinks.fanout`); each table then gets
+its own Delta commit with txn app id ``f"{bronze query id}:{bronze|quarantine}"`` and txn version = the batch id,
+so each is written exactly once even when a crash falls between the two. Runs on the driver; the parse and the
+files' writes run on executors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sparkonce.checkpoint.query import read_query_id
+from sparkonce.delta.commit import load_table, table_exists
+from sparkonce.delta.schema import spark_schema, table_arrow_schema
+from sparkonce.errors import SchemaMismatchError
+from sparkonce.pipeline.ddl import ddl_schema
+from sparkonce.pipeline.kinds.base import Kind
+from sparkonce.pipeline.model import DEFAULT_INPUT, LINEAGE_COLUMNS, BronzeStage, PipelineConfig, Stage
+from sparkonce.pipeline.reader import TomlReader
+from sparkonce.pipeline.streams import start_foreach_batch
+from sparkonce.sinks.fanout import FanOutTarget, FanOutWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.types import StructField, StructType
+
+log = logging.getLogger(__name__)
+
+LINEAGE_DDL = "_topic STRING, _partition INT, _offset BIGINT, _kafka_timestamp TIMESTAMP"
+QUARANTINE_DDL = (
+    "key STRING, value STRING, topic STRING, partition INT, offset BIGINT, kafka_timestamp TIMESTAMP, "
+    "reason STRING, batch_id BIGINT, quarantined_at TIMESTAMP"
+)
+_CORRUPT = "_sparkonce_corrupt"
+_EXTRA = "_sparkonce_extra"
+ROUTE_COLUMN = "_sparkonce_route"
+BRONZE = "bronze"
+"""The bronze table's name in the bronze stage's fan-out (txn app id ``f"{query id}:bronze"``)."""
+QUARANTINE = "quarantine"
+"""The quarantine table's name in the bronze stage's fan-out (txn app id ``f"{query id}:quarantine"``)."""
+
+
+@dataclass(frozen=True)
+class BronzeBatchResult:
+    """What one bronze batch wrote."""
+
+    batch_id: int
+    bronze_rows: int
+    quarantined_rows: int
+    added_columns: tuple[str, ...]
+
+
+def bronze_schema(spark: SparkSession, stage: BronzeStage) -> StructType:
+    """The declared payload fields followed by the lineage columns."""
+    return ddl_schema(spark, f"{stage.schema}, {LINEAGE_DDL}")
+
+
+def write_bronze_batch(
+    batch: DataFrame, batch_id: int, stage: BronzeStage, *, app_id: str | None = None
+) -> BronzeBatchResult:
+    """Parse one raw batch and write bronze and quarantine, each exactly once for ``batch_id``, in one pass.
+
+    One Spark job parses, classifies and writes the files of both tables (a one-pass fan-out,
+    :meth:`~sparkonce.sinks.fanout.FanOutWriter.stage_routed`) and reports the JSON fields no schema declares in
+    the same pass; then the driver makes one Delta commit per table, txn app id ``f"{app_id}:bronze"`` and
+    ``f"{app_id}:quarantine"`` (app id: the bronze query id), txn version ``batch_id``. Only when undeclared fields
+    appear under ``drift = "add"`` are the files discarded and the batch written again with the inferred fields.
+
+    Raises:
+        SchemaMismatchError: undeclared fields under ``drift = "fail"`` (nothing of the batch is committed).
+    """
+    app_id = app_id or read_query_id(stage.checkpoint)
+    spark = batch.sparkSession
+    fields = payload_fields(spark, stage)
+    writer = bronze_writer(stage, fields, app_id)
+    staged = writer.stage_routed(
+        routed_frame(batch, stage, fields, batch_id=batch_id), batch_id, route=ROUTE_COLUMN, observe=(_EXTRA,)
+    )
+    added: tuple[str, ...] = ()
+    found = sorted(staged.observed.get(_EXTRA, ()))
+    if found:
+        writer.discard(staged)
+        if stage.drift == "fail":
+            raise _drift_error(found, batch_id)
+        new_fields = _infer_fields(spark, batch, found)
+        added = tuple(f.name for f in new_fields)
+        fields = [*fields, *new_fields]
+        writer = bronze_writer(stage, fields, app_id)
+        staged = writer.stage_routed(
+            routed_frame(batch, stage, fields, batch_id=batch_id), batch_id, route=ROUTE_COLUMN
+        )
+    result = writer.commit_staged(staged)
+    bronze_rows, quarantined_rows = result.rows(BRONZE), result.rows(QUARANTINE)
+    log.info(
+        "bronze batch %s (app_id %s): %d row(s) to %s, %d quarantined to %s%s%s",
+        batch_id,
+        app_id,
+        bronze_rows,
+        stage.table,
+        quarantined_rows,
+        stage.quarantine,
+        f", added column(s) {list(added)}" if added else "",
+        f", already written to {list(result.skipped)}" if result.skipped else "",
+    )
+    return BronzeBatchResult(batch_id, bronze_rows, quarantined_rows, added)
+
+
+def bronze_writer(stage: BronzeStage, fields: Sequence[StructField], app_id: str) -> FanOutWriter:
+    """The one-pass fan-out of a bronze batch: rows routed ``bronze`` and ``quarantine`` (see :func:`routed_frame`)."""
+    return FanOutWriter(
+        [
+            FanOutTarget(
+                stage.table,
+                name=BRONZE,
+                columns=_bronze_columns(fields),
+                options={"mergeSchema": "true"} if stage.drift == "add" else {},
+            ),
+            FanOutTarget(stage.quarantine, name=QUARANTINE, columns=_QUARANTINE_COLUMNS),
+        ],
+        app_id=app_id,
+    )
+
+
+def routed_frame(
+    raw: DataFrame, stage: BronzeStage, fields: Sequence[StructField], *, batch_id: int | None
+) -> DataFrame:
+    """Raw rows parsed and classified in one projection: the route (``bronze`` / ``quarantine``), the typed payload
+    fields (``_b_<name>``), the quarantine columns, and the JSON keys no field declares (for drift detection).
+    """
+    import pyspark.sql.functions as F
+
+    known = [f.name for f in fields]
+    keys = F.json_object_keys(F.col("value"))
+    well_formed = F.col("value").isNotNull() & keys.isNotNull()
+    extra = F.array_except(keys, F.array(*[F.lit(n) for n in known]))
+    parsed = _classify(raw, stage, list(fields))
+    return parsed.select(
+        F.when(F.col("_reason").isNull(), F.lit(BRONZE)).otherwise(F.lit(QUARANTINE)).alias(ROUTE_COLUMN),
+        *[F.col(f"_p.{f.name}").alias(f"_b_{f.name}") for f in fields],
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+        F.col("_reason").alias("_q_reason"),
+        F.lit(batch_id).cast("bigint").alias("_q_batch_id"),
+        F.current_timestamp().alias("_q_quarantined_at"),
+        F.when(well_formed, extra).alias(_EXTRA),
+    )
+
+
+def parse_raw(
+    raw: DataFrame, stage: BronzeStage, *, batch_id: int | None = None
+) -> tuple[DataFrame, DataFrame, tuple[str, ...]]:
+    """Split raw rows into parsed bronze rows and quarantined rows with a reason; apply the drift policy.
+
+    For whole-table rebuilds (``replay``): the streaming stage writes through :func:`write_bronze_batch` in one pass.
+
+    Returns:
+        (bronze rows, quarantine rows, columns added to the payload schema by ``drift = "add"``).
+
+    Raises:
+        SchemaMismatchError: well-formed records carry fields the schema does not declare and the drift policy
+            is ``fail``.
+    """
+    import pyspark.sql.functions as F
+
+    spark = raw.sparkSession
+    fields = payload_fields(spark, stage)
+    frame = routed_frame(raw, stage, fields, batch_id=batch_id)
+    found = frame.select(F.array_distinct(F.flatten(F.collect_list(_EXTRA))).alias("new")).collect()[0]["new"]
+    new_fields: list[StructField] = []
+    if found:
+        if stage.drift == "fail":
+            raise _drift_error(sorted(found), batch_id)
+        new_fields = _infer_fields(spark, raw, sorted(found))
+        fields = [*fields, *new_fields]
+        frame = routed_frame(raw, stage, fields, batch_id=batch_id)
+
+    def side(route: str, columns: Mapping[str, str]) -> DataFrame:
+        rows = frame.where(F.col(ROUTE_COLUMN) == route)
+        return rows.select(*[F.col(source).alias(target) for target, source in columns.items()])
+
+    good = side(BRONZE, _bronze_columns(fields))
+    bad = side(QUARANTINE, _QUARANTINE_COLUMNS)
+    return good, bad, tuple(f.name for f in new_fields)
+
+
+def _bronze_columns(fields: Sequence[StructField]) -> dict[str, str]:
+    columns = {f.name: f"_b_{f.name}" for f in fields}
+    columns.update({"_topic": "topic", "_partition": "partition", "_offset": "offset"})
+    columns["_kafka_timestamp"] = "kafka_timestamp"
+    return columns
+
+
+_QUARANTINE_COLUMNS = {
+    "key": "key",
+    "value": "value",
+    "topic": "topic",
+    "partition": "partition",
+    "offset": "offset",
+    "kafka_timestamp": "kafka_timestamp",
+    "reason": "_q_reason",
+    "batch_id": "_q_batch_id",
+    "quarantined_at": "_q_quarantined_at",
+}
+
+
+def _drift_error(names: Sequence[str], batch_id: int | None) -> SchemaMismatchError:
+    return SchemaMismatchError(
+        f"stages.bronze: record(s) of batch {batch_id} carry field(s) {list(names)} that the schema does not "
+        f'declare (drift = "fail"); declare them in stages.bronze.schema or set drift = "add"'
+    )
+
+
+def payload_fields(spark: SparkSession, stage: BronzeStage) -> list[StructField]:
+    """The declared fields plus the columns drift added to the bronze table earlier."""
+    declared = ddl_schema(spark, stage.schema)
+    if not table_exists(stage.table):
+        return list(declared.fields)
+    table_schema = spark_schema(table_arrow_schema(load_table(stage.table)))
+    names = set(declared.names) | set(LINEAGE_COLUMNS)
+    return [*declared.fields, *(f for f in table_schema.fields if f.name not in names)]
+
+
+def _infer_fields(spark: SparkSession, raw: DataFrame, names: list[str]) -> list[StructField]:
+    """Spark's JSON schema inference for the new top-level fields (drift = "add")."""
+    import pyspark.sql.functions as F
+
+    well_formed = raw.where(F.col("value").isNotNull() & F.json_object_keys(F.col("value")).isNotNull())
+    inferred = spark.read.json(well_formed.select("value").rdd.map(lambda row: row[0])).schema
+    by_name = {f.name: f for f in inferred.fields}
+    return [by_name[n] for n in names if n in by_name]
+
+
+def _classify(raw: DataFrame, stage: BronzeStage, fields: list[StructField]) -> DataFrame:
+    """Add ``_p`` (the typed parse) and ``_reason`` (null when the row is good) to the raw rows."""
+    import pyspark.sql.functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+    typed = StructType([*fields, StructField(_CORRUPT, StringType())])
+    text = StructType([*(StructField(f.name, StringType()) for f in fields), StructField(_CORRUPT, StringType())])
+    corrupt = F.col(f"_p.{_CORRUPT}").isNotNull()
+    # The all-strings parse only explains a wrong type: evaluated for corrupt rows alone.
+    frame = raw.withColumn("_p", F.from_json("value", typed, options)).withColumn(
+        "_s", F.when(corrupt, F.from_json("value", text, options))
+    )
+    wrong = [
+        F.when(
+            F.col(f"_s.{f.name}").isNotNull() & F.col(f"_p.{f.name}").isNull(),
+            F.concat(
+                F.lit(f"{f.name}="),
+                F.substring(F.col(f"_s.{f.name}"), 1, 80),
+                F.lit(f" is not {f.dataType.simpleString().upper()}"),
+            ),
+        )
+        for f in fields
+    ]
+    missing = [F.when(F.col(f"_p.{name}").isNull(), F.lit(name)) for name in stage.required]
+    reason = (
+        F.when(F.col("value").isNull(), F.lit("null value"))
+        .when(F.json_object_keys("value").isNull(), F.lit("malformed JSON: not a JSON object"))
+        .when(corrupt, F.concat(F.lit("wrong type: "), F.concat_ws("; ", *wrong)))
+    )
+    if missing:
+        reason = reason.when(
+            F.concat_ws(", ", *missing) != "",
+            F.concat(F.lit("missing required field(s): "), F.concat_ws(", ", *missing)),
+        )
+    return frame.withColumn("_reason", reason)
+
+
+class BronzeKind(Kind[BronzeStage]):
+    """Raw -> parsed rows; failures -> quarantine. Runs on the driver."""
+
+    name = "bronze"
+    stage_class = BronzeStage
+
+    def parse(self, reader: TomlReader, name: str, data: Mapping[str, Any], before: Mapping[str, Stage]) -> BronzeStage:
+        key = f"stages.{name}"
+        reader.known(
+            data,
+            key,
+            {
+                "table",
+                "table_name",
+                "checkpoint",
+                "trigger",
+                "quarantine",
+                "quarantine_name",
+                "schema",
+                "required",
+                "drift",
+                "max_files_per_trigger",
+                "input",
+            },
+        )
+        schema = reader.string(data, "schema", key)
+        assert schema is not None
+        fields = reader.ddl(schema, f"{key}.schema")
+        names = [f.name for f in fields]
+        required = reader.names(data, "required", key, default=())
+        for field_name in required:
+            if field_name not in names:
+                raise reader.fail(f"{key}.required", f"{field_name!r} is not a field of the schema {names}")
+        return BronzeStage(
+            table=reader.path(data, "table", key),
+            checkpoint=reader.path(data, "checkpoint", key),
+            trigger=reader.trigger(data, key),
+            quarantine=reader.path(data, "quarantine", key),
+            schema=schema,
+            fields=fields,
+            required=required,
+            drift=reader.drift(data, key),
+            max_files_per_trigger=reader.integer(data, "max_files_per_trigger", key),
+            name=name,
+            input=reader.input(data, key, DEFAULT_INPUT.get(name)),
+        )
+
+    def places(self, stage: BronzeStage) -> list[tuple[str, str]]:
+        return [(f"stages.{stage.name}.table", stage.table), (f"stages.{stage.name}.quarantine", stage.quarantine)]
+
+    def check_input_columns(self, reader: TomlReader, stage: BronzeStage, key: str, names: tuple[str, ...]) -> None:
+        """The columns must be bronze columns, and payload ones listed in ``required`` (a null key or order value
+        cannot be merged)."""
+        list_key = key.rpartition(".")[2]
+        columns = {f.name for f in stage.fields} | set(LINEAGE_COLUMNS)
+        for column in names:
+            if column not in columns:
+                raise reader.fail(key, f"{column!r} is not a bronze column {sorted(columns)}")
+            if column in {f.name for f in stage.fields} and column not in stage.required:
+                raise reader.fail(
+                    key,
+                    f"{column!r} must be listed in stages.{stage.name}.required (a null {list_key[:-1]} cannot "
+                    "be merged)",
+                )
+
+    def output_schemas(
+        self, spark: SparkSession, config: PipelineConfig, stage: BronzeStage, *, downstream: bool = False
+    ) -> dict[str, StructType]:
+        return {stage.table: bronze_schema(spark, stage), stage.quarantine: ddl_schema(spark, QUARANTINE_DDL)}
+
+    def start(
+        self, spark: SparkSession, config: PipelineConfig, stage: BronzeStage, options: dict[str, str]
+    ) -> StreamingQuery:
+        if stage.max_files_per_trigger is not None:
+            options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
+        source = spark.readStream.format("delta").options(**options).load(config.input_table(stage))
+        app_ids: list[str] = []
+
+        def process(batch: DataFrame, batch_id: int) -> None:
+            if not app_ids:  # the query id, read from the checkpoint once
+                app_ids.append(read_query_id(stage.checkpoint))
+            write_bronze_batch(batch, batch_id, stage, app_id=app_ids[0])
+
+        return start_foreach_batch(source, process, config, stage)
+
+    def txn_records(self, stage: BronzeStage, query_id: str) -> list[tuple[str, str]]:
+        return [(stage.table, f"{query_id}:{BRONZE}"), (stage.quarantine, f"{query_id}:{QUARANTINE}")]
+
+    def replayable(self, stage: BronzeStage) -> bool:
+        return True
+
+    def replay_outputs(
+        self, spark: SparkSession, config: PipelineConfig, stage: BronzeStage, source: DataFrame
+    ) -> list[tuple[str, DataFrame]]:
+        good, bad, _added = parse_raw(source, stage, batch_id=None)
+        return [(stage.table, good), (stage.quarantine, bad)]
+
+
+__all__ = [
+    "LINEAGE_DDL",
+    "QUARANTINE_DDL",
+    "BronzeBatchResult",
+    "BronzeKind",
+    "bronze_schema",
+    "parse_raw",
+    "write_bronze_batch",
+]
