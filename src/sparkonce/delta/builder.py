@@ -1,11 +1,12 @@
 """delta-spark's table builders: ``DeltaTable.create / createIfNotExists / replace / createOrReplace(spark)``
 return a :class:`DeltaTableBuilder`; ``.tableName``, ``.location``, ``.addColumn(s)``, ``.partitionedBy``,
-``.property``, ``.comment`` then ``.execute()`` make the table (:func:`sparkonce.delta.create.create_table`, the
-same as ``CREATE TABLE ... USING delta``) and return its :class:`~sparkonce.delta.tables.DeltaTable`.
+``.clusterBy``, ``.property``, ``.comment`` then ``.execute()`` make the table
+(:func:`sparkonce.delta.create.create_table`, the same as ``CREATE TABLE ... USING delta``) and return its
+:class:`~sparkonce.delta.tables.DeltaTable`.
 
 Arguments are checked as delta-spark checks them (a ``TypeError`` with delta-spark's message, before anything is
 written). What sparkonce cannot make is refused at ``execute()`` with ``UnsupportedFeatureError``: generated
-columns and clustering.
+columns.
 
 Runs on the driver.
 """
@@ -38,6 +39,7 @@ class DeltaTableBuilder:
         self._properties: dict[str, str] = {}
         self._unsupported: list[str] = []
         self._comment: str | None = None
+        self._cluster_by: tuple[str, ...] = ()
 
     @staticmethod
     def _raise_type_error(message: str, objects: Iterable[Any]) -> NoReturn:
@@ -115,8 +117,12 @@ class DeltaTableBuilder:
         return self
 
     def clusterBy(self, *cols: str | list[str] | tuple[str, ...]) -> DeltaTableBuilder:
-        """Clustering columns: not supported by sparkonce (refused at :meth:`execute`)."""
-        self._unsupported.append("liquid clustering (clusterBy)")
+        """The clustering columns (liquid clustering, :mod:`sparkonce.delta.clustering`)."""
+        names: Iterable[Any] = cols[0] if len(cols) == 1 and isinstance(cols[0], list | tuple) else cols
+        for c in names:
+            if type(c) is not str:
+                self._raise_type_error("Clustering column must be str.", [c])
+        self._cluster_by = tuple(names)
         return self
 
     def property(self, key: str, value: str) -> DeltaTableBuilder:
@@ -131,7 +137,7 @@ class DeltaTableBuilder:
 
         Raises:
             OptionError: neither a name nor a location was given; a bad ``delta.*`` property.
-            UnsupportedFeatureError: a generated column or clustering.
+            UnsupportedFeatureError: a generated column.
             SqlError: the name is taken, a table to replace is missing, or the location holds another table.
         """
         from pyspark.sql.types import StructType
@@ -162,6 +168,7 @@ class DeltaTableBuilder:
                 properties=self._properties,
                 comment=self._comment,
                 shown=self._name or f"delta.`{self._location}`",
+                cluster_by=self._cluster_by,
             ),
         )
         return DeltaTable(self._spark, created.location)

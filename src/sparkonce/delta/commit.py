@@ -190,6 +190,7 @@ def commit_files(
     written_after: int | None = None,
     new_table_properties: Mapping[str, str] | None = None,
     table_description: str | None = None,
+    new_table_clustering: tuple[str, ...] = (),
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -207,7 +208,8 @@ def commit_files(
     version this call reads first); only later commits can name them. ``new_table_properties``: the
     ``metaData.configuration`` of the table when this commit creates it (:mod:`sparkonce.delta.properties`).
     ``table_description``: the table's comment (``metaData.description``) when this commit creates the table or
-    replaces its schema (``overwriteSchema``); None keeps the comment the table has.
+    replaces its schema (``overwriteSchema``); None keeps the comment the table has. ``new_table_clustering``: the
+    clustering columns of the table when this commit creates it (:mod:`sparkonce.delta.clustering`).
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -259,6 +261,7 @@ def commit_files(
                     now,
                     new_table_properties or {},
                     table_description,
+                    new_table_clustering,
                 )
                 if _put_entry(location, 0, entry, attempt, txn):
                     log.info(
@@ -401,16 +404,17 @@ def protocol_action(table: DeltaTable) -> dict[str, Any]:
 def _add_action(f: WrittenFile, data_change: bool) -> dict[str, Any]:
     """The ``add`` action of a written file; its path URL-encoded as the protocol's URIs are (``%`` of Hive-escaped
     partition values included), readable back with ``unquote``."""
-    return {
-        "add": {
-            "path": quote(f.path, safe=_PATH_SAFE),
-            "partitionValues": f.partition_values,
-            "size": f.size,
-            "modificationTime": f.modification_time,
-            "dataChange": data_change,
-            "stats": f.stats,
-        }
+    add: dict[str, Any] = {
+        "path": quote(f.path, safe=_PATH_SAFE),
+        "partitionValues": f.partition_values,
+        "size": f.size,
+        "modificationTime": f.modification_time,
+        "dataChange": data_change,
+        "stats": f.stats,
     }
+    if f.clustering_provider is not None:
+        add["clusteringProvider"] = f.clustering_provider
+    return {"add": add}
 
 
 _PATH_SAFE = "/!$&'()*+,;=:@"
@@ -491,6 +495,7 @@ def _first_commit(
     now: int,
     properties: Mapping[str, str],
     description: str | None = None,
+    clustering: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """The actions of table version 0: the caller's operation, with the protocol and metadata of the new table.
 
@@ -524,6 +529,13 @@ def _first_commit(
         {"protocol": new_table_protocol(schema_string, properties)},
         {"metaData": new_table_metadata(schema_string, partition_by, properties, description=description)},
     ]
+    if clustering:  # a clustered table (sparkonce.delta.clustering): the features and the domain's columns
+        from sparkonce.delta.clustering import check_columns, domain_action, with_features
+
+        fields = json.loads(schema_string)["fields"]
+        columns = check_columns(clustering, fields, partition_by, table=str(location))
+        actions[1] = {"protocol": with_features(actions[1]["protocol"])}
+        actions.append(domain_action(columns, fields))
     if txn is not None:
         actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
     return actions + adds

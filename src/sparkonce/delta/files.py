@@ -44,6 +44,8 @@ class WrittenFile:
     modification_time: int
     num_records: int
     stats: str
+    clustering_provider: str | None = None
+    """The ``add`` action's ``clusteringProvider``: set on files a clustering ``OPTIMIZE`` wrote."""
 
 
 @dataclass

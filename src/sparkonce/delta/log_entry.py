@@ -51,6 +51,7 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "typeWidening",
         "typeWidening-preview",
         "domainMetadata",
+        "clustering",
     }
 )
 """Writer features sparkonce may commit to; some only while the table does not use them (:func:`check_writable`)."""

@@ -217,6 +217,7 @@ class DeltaTable:
 
     def detail(self) -> DataFrame:
         """One row with ``DESCRIBE DETAIL``'s columns (format, id, location, numFiles, sizeInBytes, ...)."""
+        from sparkonce.delta.clustering import table_clustering
         from sparkonce.delta.history import history_rows
 
         table = load_table(self._path)
@@ -235,7 +236,7 @@ class DeltaTable:
             created,
             newest[1],
             list(metadata.partition_columns),
-            [],
+            list(table_clustering(self._path, table.version()) or ()),
             len(sizes),
             int(sum(sizes)),
             {str(k): str(v) for k, v in metadata.configuration.items() if v is not None},

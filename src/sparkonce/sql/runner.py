@@ -32,6 +32,7 @@ from sparkonce.errors import SqlError
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
     AddColumns,
+    AlterClusterBy,
     AlterOther,
     AlterProperties,
     ConvertToDelta,
@@ -207,6 +208,11 @@ class DeltaSql:
             from sparkonce.delta.alter import drop_feature
 
             drop_feature(target.location, stmt.feature, truncate_history=stmt.truncate_history)
+            return self._empty()
+        if isinstance(stmt, AlterClusterBy):
+            from sparkonce.delta.alter import alter_clustering
+
+            alter_clustering(target.location, stmt.columns)
             return self._empty()
         if isinstance(stmt, AlterOther):
             raise SqlError(f"{stmt.clause} is not supported by sparkonce's Delta SQL on {target.shown}")
@@ -474,6 +480,7 @@ class DeltaSql:
                 properties=stmt.properties,
                 comment=stmt.comment,
                 shown=stmt.table.shown,
+                cluster_by=stmt.cluster_by,
             ),
         )
         return self._empty()
