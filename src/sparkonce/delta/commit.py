@@ -35,6 +35,7 @@ import pyarrow as pa
 from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.files import WrittenFile
+from sparkonce.delta.identity import REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.log_entry import (
     BLIND_APPENDS,
     Operation,
@@ -191,6 +192,7 @@ def commit_files(
     new_table_properties: Mapping[str, str] | None = None,
     table_description: str | None = None,
     new_table_clustering: tuple[str, ...] = (),
+    identity: IdentityPlan | None = None,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -209,7 +211,9 @@ def commit_files(
     ``metaData.configuration`` of the table when this commit creates it (:mod:`sparkonce.delta.properties`).
     ``table_description``: the table's comment (``metaData.description``) when this commit creates the table or
     replaces its schema (``overwriteSchema``); None keeps the comment the table has. ``new_table_clustering``: the
-    clustering columns of the table when this commit creates it (:mod:`sparkonce.delta.clustering`).
+    clustering columns of the table when this commit creates it (:mod:`sparkonce.delta.clustering`). ``identity``:
+    the identity columns the files' writers filled (:func:`sparkonce.delta.identity.plan_identity`); the commit moves
+    their high-water marks, and is a conflict when a concurrent commit moved them first.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -316,8 +320,13 @@ def commit_files(
             table=table_uri,
             operation=operation.name,
             removes_rows=data_change and (mode == "overwrite" or bool(removes)),
+            identity_handled=identity is not None or operation.name in REWRITES_KEEPING_VALUES,
         )
         new_schema = _schema_change(snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema)
+        if identity is not None:  # the identity columns' new high-water marks (a conflict if another writer moved them)
+            moved = identity.updated_fields(json.loads(new_schema or schema_string)["fields"], files, table=table_uri)
+            if moved is not None:
+                new_schema = json.dumps({"type": "struct", "fields": moved}, separators=(",", ":"))
         if replacing and (table_partitions != partition_by or table_description not in (None, metadata.description)):
             new_schema = new_schema or schema_string
         removals = _removals(location, read_version, mode, removes, data_change, now)
@@ -384,6 +393,7 @@ def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_ur
         table=table_uri,
         operation=operation,
         removes_rows=operation != "OPTIMIZE",
+        identity_handled=operation in REWRITES_KEEPING_VALUES,
     )
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from sparkonce.delta.catalog import DeltaCatalog, table_key
 from sparkonce.delta.clustering import CLUSTERING_OPTION, check_columns, table_clustering
+from sparkonce.delta.identity import check_new_columns as check_identity_columns
 from sparkonce.errors import SqlError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
                 "written"
             )
         check_columns(request.cluster_by, frame.schema.jsonValue()["fields"], request.partitioned_by, table=shown)
+        check_identity_columns(frame.schema.jsonValue()["fields"], request.partitioned_by, table=shown)
         writer = frame.write.format(FORMAT).mode("overwrite" if exists else "append")
         if request.cluster_by:
             writer = writer.option(CLUSTERING_OPTION, json.dumps(list(request.cluster_by)))

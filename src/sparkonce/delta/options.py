@@ -78,6 +78,8 @@ class WriteOptions:
     """The ``description`` option (delta-rs's name): the comment of a table this write creates or replaces
     (``overwriteSchema``)."""
 
+    identity_tasks: int | None = None
+    """The write's number of tasks, for Delta's identity value rule (:data:`sparkonce.delta.identity.TASKS_OPTION`)."""
     cluster_by: tuple[str, ...] = ()
     """The clustering columns of a table this write creates (:mod:`sparkonce.delta.clustering`)."""
 
@@ -126,6 +128,7 @@ class WriteOptions:
             table_properties=tuple(sorted(table_properties(options).items())),
             session_table_defaults=tuple(sorted(_session_defaults(options).items())),
             cluster_by=parse_clustering(options),
+            identity_tasks=get_int(options, "__identity_tasks", None, minimum=1),
         )
 
 

@@ -22,6 +22,7 @@ from sparkonce.delta.clustering import check_columns, table_clustering
 from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.identity import IdentityPlan, fill_batches, plan_identity
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, delta_schema_string, reconcile, table_fields
@@ -56,6 +57,8 @@ def write_task(file_options: FileWriterOptions, batches: Iterator[pa.RecordBatch
 
     task_id = _task_id()
     batch_id = _batch_id_for_diagnostics()
+    if file_options.identity:
+        batches = fill_batches(file_options.identity, batches, task_id)
     with TableFileWriter(file_options, task_id=task_id) as writer:
         for index, batch in enumerate(batches):
             if batch.num_rows:
@@ -123,6 +126,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             if options.txn_app_id is not None and options.txn_version is not None
             else None
         )
+        self.identity: IdentityPlan | None = None
         self.skip_reason = self._plan()
 
     def _plan(self) -> str | None:
@@ -162,6 +166,10 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             return None
         self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
         self.file_options.column_mapping = ColumnMapping.of(table)
+        self.identity = plan_identity(
+            table_fields(table), self.arrow_schema, table=self.options.path, tasks=self.options.identity_tasks
+        )
+        self.file_options.identity = self.identity.fills if self.identity is not None else ()
         return None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
@@ -194,6 +202,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             new_table_properties=self.options.new_table_properties(),
             table_description=self.options.description,
             new_table_clustering=self.options.cluster_by,
+            identity=self.identity,
         )
         from sparkonce.crash import crash_point
 
