@@ -428,9 +428,8 @@ class DeltaSql:
         from pyspark.sql import functions as F
 
         from sparkonce.delta.commit import load_table
-        from sparkonce.delta.identity import ALLOW_EXPLICIT_INSERT
+        from sparkonce.delta.identity import ALLOW_EXPLICIT_INSERT, TASKS_OPTION
         from sparkonce.delta.identity import START as IDENTITY_START
-        from sparkonce.delta.identity import TASKS_OPTION
 
         frame = self.query(_text(text, stmt.query))
         from sparkonce.delta.create import spark_schema
