@@ -77,6 +77,11 @@ def test_builder_identity_filled_by_batch_writes(spark: SparkSession, sql: Delta
         sql("INSERT INTO ids VALUES (1, 'x')")
     assert len(_ids(path)) == 14
 
+    # RESTORE would take the high-water mark back (later values could repeat): refused.
+    with pytest.raises(UnsupportedFeatureError, match="high-water marks the restore would take back"):
+        sql("RESTORE TABLE ids TO VERSION AS OF 1")
+    assert DeltaTable(str(path)).version() == 2
+
     # DELETE keeps the other rows' values; MERGE is refused (sparkonce does not generate values there yet).
     sql("DELETE FROM ids WHERE v = '0'")
     assert len(_ids(path)) == 12
