@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -94,3 +95,45 @@ def test_plan_and_high_water_marks() -> None:
         plan_identity(_fields(1, 1), pa.schema([("id", pa.int64()), ("v", pa.string())]), table="t")
     with pytest.raises(ValueError, match="Column identity generation requires step to be non-zero"):
         column_metadata(1, 0, allow_explicit_insert=False)
+
+
+def test_concurrent_writers_that_both_generated_values_conflict(tmp_path: Path) -> None:
+    """Two writes plan against the same high-water mark; the first commits and moves it, the second's commit is a
+    conflict (its values may repeat the first's) and the table keeps only the first's rows."""
+    from deltalake import DeltaTable
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from sparkonce.delta.options import WriteOptions
+    from sparkonce.delta.writer import DeltaBatchWriter
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    schema = {"type": "struct", "fields": _fields(1, 1)}
+    actions = [
+        {"commitInfo": {"operation": "CREATE TABLE"}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 6}},
+        {
+            "metaData": {
+                "id": "t",
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": [],
+                "configuration": {},
+                "createdTime": 0,
+            }
+        },
+    ]
+    (log / f"{0:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    data = StructType([StructField("v", StringType())])
+    batch = pa.RecordBatch.from_pydict({"v": ["a", "b"]})
+    first = DeltaBatchWriter(WriteOptions.parse({"path": str(tmp_path)}), data, False)
+    second = DeltaBatchWriter(WriteOptions.parse({"path": str(tmp_path)}), data, False)
+    first_files = first.write(iter([batch]))
+    second_files = second.write(iter([batch]))
+    first.commit([first_files])
+    with pytest.raises(CommitConflictError, match="moved its high-water mark"):
+        second.commit([second_files])
+    table = DeltaTable(str(tmp_path))
+    assert (table.version(), sorted(table.to_pyarrow_table().column("id").to_pylist())) == (1, [1, 2])
+    fields = json.loads(table.schema().to_json())["fields"]
+    assert fields[0]["metadata"][HIGH_WATER_MARK] == 2
