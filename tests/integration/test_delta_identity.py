@@ -173,3 +173,44 @@ def test_streaming_sink_fills_identity(spark: SparkSession, sql: DeltaSql, tmp_p
     )
     again.awaitTermination(120)
     assert _ids(target) == ids
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("crash_at", ["mid_write:1", "after_delta_commit:1"])
+def test_streaming_identity_survives_a_driver_crash(tmp_path: Path, crash_at: str) -> None:
+    """SIGKILL of the driver while batch 1 writes (uncommitted: re-run from the unchanged mark) or right after its
+    Delta commit (committed: skipped by its txn): after the restart every row is there once, with one identity
+    value each, all distinct, and the high-water mark is the largest."""
+    from collections import Counter
+
+    from sparkonce_local.chaos import run_driver
+    from tests.conftest import REPO
+    from tests.integration.conftest import write_input_files
+
+    table = tmp_path / "table"
+    (table / "_delta_log").mkdir(parents=True)
+    fields = [
+        {"name": "row_id", "type": "long", "nullable": True, "metadata": {
+            "delta.identity.start": 1, "delta.identity.step": 1, "delta.identity.allowExplicitInsert": False}},
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "device", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "value", "type": "double", "nullable": True, "metadata": {}},
+    ]  # fmt: skip
+    actions = [
+        {"commitInfo": {"operation": "CREATE TABLE"}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 6}},
+        {"metaData": {"id": "t", "format": {"provider": "parquet", "options": {}}, "partitionColumns": [],
+                      "schemaString": json.dumps({"type": "struct", "fields": fields}), "configuration": {},
+                      "createdTime": 0}},
+    ]  # fmt: skip
+    (table / "_delta_log" / f"{0:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    expected = write_input_files(tmp_path / "input", files=4, rows_per_file=50)
+    args = ["-m", "sparkonce.ops.stream_files", str(tmp_path / "input"), str(table), str(tmp_path / "ck")]
+    crashed = run_driver(args, crash_at=crash_at, cwd=str(REPO), timeout=300)
+    assert crashed.killed, crashed.stderr[-3000:]
+    finished = run_driver(args, cwd=str(REPO), timeout=300)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    rows = DeltaTable(str(table)).to_pyarrow_table().to_pydict()
+    assert sorted(rows["id"]) == expected  # every row once
+    assert [v for v, n in Counter(rows["row_id"]).items() if n > 1] == [] and None not in rows["row_id"]
+    assert _identity(table, "row_id")["delta.identity.highWaterMark"] == max(rows["row_id"])
