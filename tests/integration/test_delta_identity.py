@@ -77,10 +77,14 @@ def test_builder_identity_filled_by_batch_writes(spark: SparkSession, sql: Delta
         sql("INSERT INTO ids VALUES (1, 'x')")
     assert len(_ids(path)) == 14
 
+    # Metadata-only commits keep the schema's marks.
+    sql("ALTER TABLE ids SET TBLPROPERTIES ('owner' = 'me')")
+    assert _identity(path)["delta.identity.highWaterMark"] == max(second)
+
     # RESTORE would take the high-water mark back (later values could repeat): refused.
     with pytest.raises(UnsupportedFeatureError, match="high-water marks the restore would take back"):
         sql("RESTORE TABLE ids TO VERSION AS OF 1")
-    assert DeltaTable(str(path)).version() == 2
+    assert DeltaTable(str(path)).version() == 3
 
     # DELETE keeps the other rows' values; MERGE is refused (sparkonce does not generate values there yet).
     sql("DELETE FROM ids WHERE v = '0'")

@@ -281,8 +281,14 @@ def _commit_metadata(
             protocol = _upgraded(
                 current, new_table_protocol(schema_string, configuration), protocol_request, location, features
             )
-        check_writable(
-            protocol, configuration, schema_string, table=str(location), operation=operation.name, removes_rows=False
+        check_writable(  # no rows written: identity columns keep the snapshot's high-water marks
+            protocol,
+            configuration,
+            schema_string,
+            table=str(location),
+            operation=operation.name,
+            removes_rows=False,
+            identity_handled=True,
         )
         now = int(time.time() * 1000)
         info = commit_info(

@@ -22,8 +22,9 @@ DEFAULT`` column included, rounded to the column's sequence, as Delta does) in a
 commit that moved a high-water mark since the plan is a conflict (the values may overlap), and nothing is committed.
 
 ``GENERATED ALWAYS`` refuses values in the data (Delta's ``DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED``);
-``BY DEFAULT`` keeps them. ``MERGE``, ``UPDATE``, ``RESTORE`` and schema replacement of an identity table stay
-refused (:func:`sparkonce.delta.log_entry.check_writable`).
+``BY DEFAULT`` keeps them. ``DELETE``, ``OPTIMIZE`` and metadata-only ``ALTER TABLE`` commits keep every value;
+``MERGE``, ``UPDATE``, ``RESTORE`` and schema replacement of an identity table stay refused
+(:func:`sparkonce.delta.log_entry.check_writable`).
 
 Runs on the driver (planning, commit) and on executors (:func:`fill_batches`).
 """
