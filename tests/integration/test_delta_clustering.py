@@ -87,9 +87,14 @@ def test_builder_and_sql_create_clustered_tables(spark: SparkSession, sql: Delta
             f"CREATE TABLE delta.`{tmp_path / 'many'}` (a INT, b INT, c INT, d INT, e INT) USING delta "
             "CLUSTER BY (a, b, c, d, e)"
         )
+    with pytest.raises(SqlError, match="DELTA_CLUSTERING_COLUMN_MISSING_STATS"):
+        sql(
+            f"CREATE TABLE delta.`{tmp_path / 'nostats'}` (a INT, b INT) USING delta CLUSTER BY (b) "
+            "TBLPROPERTIES ('delta.dataSkippingNumIndexedCols' = '1')"
+        )
     with pytest.raises(UnsupportedFeatureError, match="replacing a clustered table"):
         SparkonceDeltaTable.createOrReplace(spark).tableName("clustered").addColumn("x", "INT").execute()
-    for name in ("both", "bad", "many"):
+    for name in ("both", "bad", "many", "nostats"):
         assert not (tmp_path / name).exists() and not (tmp_path / "warehouse" / name).exists()
     assert DeltaTable(str(path)).version() == 0
 
@@ -153,3 +158,13 @@ def test_optimize_clusters_and_alter_changes_columns(spark: SparkSession, sql: D
     with pytest.raises(SqlError, match="DELTA_ALTER_TABLE_CLUSTER_BY_ON_PARTITIONED_TABLE_NOT_ALLOWED"):
         sql(f"ALTER TABLE delta.`{parted}` CLUSTER BY (a)")
     assert DeltaTable(str(parted)).version() == 0
+
+
+def test_alter_cluster_by_on_a_column_mapped_table_is_refused(sql: DeltaSql, tmp_path: Path) -> None:
+    from tests.integration.test_delta_column_mapping import write_column_mapped_table
+
+    table = tmp_path / "mapped"
+    write_column_mapped_table(table, "name")
+    with pytest.raises(UnsupportedFeatureError, match="column mapping"):  # as every ALTER TABLE of such a table
+        sql(f"ALTER TABLE delta.`{table}` CLUSTER BY (id)")
+    assert DeltaTable(str(table)).version() == 0

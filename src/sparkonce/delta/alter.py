@@ -343,7 +343,8 @@ def alter_clustering(
             "[DELTA_ALTER_TABLE_CLUSTER_BY_ON_PARTITIONED_TABLE_NOT_ALLOWED] ALTER TABLE CLUSTER BY cannot be applied "
             f"to a partitioned table ({location})."
         )
-    names = clustering.check_columns(columns, fields, (), table=str(location))
+    configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+    names = clustering.check_columns(columns, fields, (), table=str(location), configuration=configuration)
     old = clustering.table_clustering(location, int(snapshot.version()))
     if old is None and not names:
         log.info("ALTER TABLE CLUSTER BY NONE on %s: not a clustered table, nothing to do", location)

@@ -60,14 +60,21 @@ def parse_option(options: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def check_columns(
-    columns: Sequence[str], fields: Sequence[Mapping[str, Any]], partition_by: Sequence[str], *, table: str
+    columns: Sequence[str],
+    fields: Sequence[Mapping[str, Any]],
+    partition_by: Sequence[str],
+    *,
+    table: str,
+    configuration: Mapping[str, str] | None = None,
 ) -> tuple[str, ...]:
-    """Check clustering columns against a table's top-level schema fields; their names as the schema spells them.
+    """Check clustering columns against a table's top-level schema fields and its properties
+    (``configuration``: Delta's statistics columns, ``delta.dataSkippingStatsColumns`` or the first
+    ``delta.dataSkippingNumIndexedCols``, 32 by default); their names as the schema spells them.
 
     Raises:
         SqlError: partition columns too (Delta's ``DELTA_CLUSTER_BY_WITH_PARTITIONED_BY``), more than
             :data:`MAX_COLUMNS`, a column twice, a column that is not a top-level column of the table, or one
-            without statistics (a struct, array or map column).
+            without statistics (a struct, array or map column, or one outside Delta's statistics columns).
     """
     if not columns:
         return ()
@@ -82,6 +89,7 @@ def check_columns(
             f"but the table has {len(columns)} clustering columns. Please remove the extra clustering columns."
         )
     by_name = {str(f["name"]).lower(): f for f in fields}
+    indexed = _stats_columns(fields, configuration or {})
     out: list[str] = []
     for name in columns:
         field = by_name.get(name.lower())
@@ -90,15 +98,31 @@ def check_columns(
                 f"{table}: clustering column {name!r} is not a column of the table "
                 f"({[str(f['name']) for f in fields]}); sparkonce clusters by top-level columns"
             )
-        if isinstance(field.get("type"), dict):
+        if isinstance(field.get("type"), dict) or str(field["name"]).lower() not in indexed:
             raise SqlError(
                 f"[DELTA_CLUSTERING_COLUMN_MISSING_STATS] Clustering requires clustering columns to have stats. "
-                f"Couldn't find clustering column(s) '{name}' in stats schema of {table} (a nested type has none)"
+                f"Couldn't find clustering column(s) '{name}' in stats schema of {table} (a nested type has none, and "
+                "Delta keeps statistics for delta.dataSkippingStatsColumns or the first "
+                "delta.dataSkippingNumIndexedCols columns)"
             )
         if str(field["name"]) in out:
             raise SqlError(f"{table}: clustering column {name!r} is given twice")
         out.append(str(field["name"]))
     return tuple(out)
+
+
+def _stats_columns(fields: Sequence[Mapping[str, Any]], configuration: Mapping[str, str]) -> set[str]:
+    """The lower-cased top-level columns Delta keeps statistics for."""
+    conf = {k.lower(): v for k, v in configuration.items()}
+    listed = conf.get("delta.dataskippingstatscolumns")
+    if listed:
+        return {c.strip().strip("`").lower() for c in listed.split(",") if c.strip()}
+    try:
+        count = int(conf.get("delta.dataskippingnumindexedcols", "32"))
+    except ValueError:
+        count = 32
+    names = [str(f["name"]).lower() for f in fields]
+    return set(names if count < 0 else names[:count])
 
 
 def _physical(name: str, fields: Iterable[Mapping[str, Any]]) -> str:

@@ -543,7 +543,7 @@ def _first_commit(
         from sparkonce.delta.clustering import check_columns, domain_action, with_features
 
         fields = json.loads(schema_string)["fields"]
-        columns = check_columns(clustering, fields, partition_by, table=str(location))
+        columns = check_columns(clustering, fields, partition_by, table=str(location), configuration=properties)
         actions[1] = {"protocol": with_features(actions[1]["protocol"])}
         actions.append(domain_action(columns, fields))
     if txn is not None:

@@ -139,7 +139,13 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
                 "supported by sparkonce (change clustering columns with ALTER TABLE ... CLUSTER BY); nothing was "
                 "written"
             )
-        check_columns(request.cluster_by, frame.schema.jsonValue()["fields"], request.partitioned_by, table=shown)
+        check_columns(
+            request.cluster_by,
+            frame.schema.jsonValue()["fields"],
+            request.partitioned_by,
+            table=shown,
+            configuration=properties,
+        )
         check_identity_columns(frame.schema.jsonValue()["fields"], request.partitioned_by, table=shown)
         writer = frame.write.format(FORMAT).mode("overwrite" if exists else "append")
         if request.cluster_by:

@@ -231,7 +231,13 @@ def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> None:
     """
 
     new_table_protocol(delta_schema_string(arrow_schema), options.new_table_properties())
-    check_columns(options.cluster_by, delta_fields(arrow_schema), options.partition_by, table=options.path)
+    check_columns(
+        options.cluster_by,
+        delta_fields(arrow_schema),
+        options.partition_by,
+        table=options.path,
+        configuration=options.new_table_properties(),
+    )
 
 
 def check_clustering_unchanged(options: WriteOptions) -> None:
