@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
+from pyspark.errors import AnalysisException
 
 from sparkonce.delta.catalog import WAREHOUSE_CONF
 from sparkonce.delta.clustering import table_clustering
@@ -94,6 +95,8 @@ def test_builder_and_sql_create_clustered_tables(spark: SparkSession, sql: Delta
         )
     with pytest.raises(UnsupportedFeatureError, match="replacing a clustered table"):
         SparkonceDeltaTable.createOrReplace(spark).tableName("clustered").addColumn("x", "INT").execute()
+    with pytest.raises(AnalysisException, match="does not replace a clustered table's schema"):
+        spark.range(1).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(path))
     for name in ("both", "bad", "many", "nostats"):
         assert not (tmp_path / name).exists() and not (tmp_path / "warehouse" / name).exists()
     assert DeltaTable(str(path)).version() == 0

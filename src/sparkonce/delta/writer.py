@@ -248,6 +248,8 @@ def check_clustering_unchanged(options: WriteOptions) -> None:
         SqlError: other clustering columns (Delta's ``DELTA_CLUSTERING_COLUMNS_MISMATCH``).
         UnsupportedFeatureError: ``overwriteSchema`` on a clustered table.
     """
+    if not options.cluster_by and not options.overwrite_schema:
+        return  # nothing to compare: spare the log replay
     have = table_clustering(options.location)
     if options.cluster_by and tuple(c.lower() for c in options.cluster_by) != tuple(c.lower() for c in have or ()):
         raise SqlError(
