@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from sparkonce.delta.commit import BatchTxn
     from sparkonce.delta.history import history
+    from sparkonce.delta.identity import IdentityGenerator
     from sparkonce.delta.merge import MergeResult, merge_latest
     from sparkonce.delta.tables import DeltaTable
     from sparkonce.delta.vacuum import VacuumResult, vacuum
@@ -57,6 +58,7 @@ _LAZY = {
     "FanOutResult": "sparkonce.sinks.fanout",
     "FanOutTarget": "sparkonce.sinks.fanout",
     "FanOutWriter": "sparkonce.sinks.fanout",
+    "IdentityGenerator": "sparkonce.delta.identity",
     "MergeResult": "sparkonce.delta.merge",
     "PostgresSink": "sparkonce.sinks.postgres",
     "TableLocation": "sparkonce.storage",
@@ -177,6 +179,7 @@ __all__ = [
     "FanOutResult",
     "FanOutTarget",
     "FanOutWriter",
+    "IdentityGenerator",
     "MergeResult",
     "MissingExtraError",
     "OptionError",

@@ -9,6 +9,7 @@ from sparkonce.errors import SqlError
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
     AddColumns,
+    AlterClusterBy,
     AlterOther,
     AlterProperties,
     ConvertToDelta,
@@ -225,8 +226,15 @@ def test_create_table_forms() -> None:
     stmt = parse("CREATE TABLE t (a INT) USING delta COMMENT 'it\\'s a table'")
     assert isinstance(stmt, CreateTable) and stmt.comment == "it's a table"
     assert parse("CREATE TABLE t (a INT) COMMENT 'x' USING parquet") is None  # Spark's
-    with pytest.raises(SqlError, match=r"CREATE TABLE \.\.\. CLUSTER is not supported"):
-        parse("CREATE TABLE t (a INT) USING delta CLUSTER BY (a)")
+    stmt = parse("CREATE TABLE t (a INT, b STRING) USING delta CLUSTER BY (a, b)")
+    assert isinstance(stmt, CreateTable) and stmt.cluster_by == ("a", "b")
+    assert parse("CREATE TABLE t (a INT) USING parquet CLUSTER BY (a)") is None  # Spark's
+    with pytest.raises(SqlError, match=r"CREATE TABLE \.\.\. CLUSTERED is not supported"):
+        parse("CREATE TABLE t (a INT) USING delta CLUSTERED BY (a) INTO 4 BUCKETS")
+    stmt = parse("ALTER TABLE t CLUSTER BY (b, a)")
+    assert isinstance(stmt, AlterClusterBy) and stmt.columns == ("b", "a")
+    stmt = parse("ALTER TABLE t CLUSTER BY NONE")
+    assert isinstance(stmt, AlterClusterBy) and stmt.columns == ()
     with pytest.raises(SqlError, match="COMMENT takes a string"):
         parse("CREATE TABLE t (a INT) USING delta COMMENT x")
     with pytest.raises(SqlError, match="needs columns"):

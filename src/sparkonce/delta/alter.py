@@ -1,6 +1,6 @@
 """``ALTER TABLE``: one Delta commit of the table's new ``metaData`` as Delta writes it: ``SET TBLPROPERTIES`` /
 ``UNSET TBLPROPERTIES`` change its ``configuration`` (and upgrade the protocol when a property needs it), ``ADD
-COLUMNS`` appends nullable columns to its schema.
+COLUMNS`` appends nullable columns to its schema, ``CLUSTER BY`` changes the clustering columns.
 
 Runs on the driver.
 """
@@ -31,7 +31,7 @@ from sparkonce.delta.log_entry import (
     writer_features,
 )
 from sparkonce.delta.properties import new_table_protocol, table_properties
-from sparkonce.errors import CommitConflictError, OptionError, UnsupportedFeatureError
+from sparkonce.errors import CommitConflictError, OptionError, SqlError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
 log = logging.getLogger(__name__)
@@ -262,11 +262,13 @@ def _commit_metadata(
     *,
     features: Sequence[str] = (),
     downgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    more_actions: Callable[[Any], list[dict[str, Any]]] | None = None,
 ) -> TableVersion:
     """One Delta commit of a new ``metaData`` (and protocol, when the change needs a newer one), made on the newest
     snapshot: ``change(snapshot)`` gives the new configuration, schema string and protocol versions asked for.
     ``downgrade(protocol)``: the new protocol instead (``DROP FEATURE``). The ``metaData`` action is written only
-    when the configuration or schema changes."""
+    when the configuration or schema changes. ``more_actions(snapshot)``: actions the commit adds (a
+    ``domainMetadata``)."""
     commit_id = str(uuid.uuid4())
     for attempt in range(1, max_attempts + 1):
         snapshot = load_table(location)
@@ -279,8 +281,14 @@ def _commit_metadata(
             protocol = _upgraded(
                 current, new_table_protocol(schema_string, configuration), protocol_request, location, features
             )
-        check_writable(
-            protocol, configuration, schema_string, table=str(location), operation=operation.name, removes_rows=False
+        check_writable(  # no rows written: identity columns keep the snapshot's high-water marks
+            protocol,
+            configuration,
+            schema_string,
+            table=str(location),
+            operation=operation.name,
+            removes_rows=False,
+            identity_handled=True,
         )
         now = int(time.time() * 1000)
         info = commit_info(
@@ -292,6 +300,8 @@ def _commit_metadata(
         metadata = snapshot.metadata()
         if configuration != dict(metadata.configuration) or schema_string != snapshot.schema().to_json():
             actions.append({"metaData": metadata_action(metadata, schema_string, configuration)})
+        if more_actions is not None:
+            actions += more_actions(snapshot)
         target = read_version + 1
         try:
             made = location.put_if_absent(f"_delta_log/{target:020d}.json", encode_entry(actions))
@@ -309,6 +319,50 @@ def _commit_metadata(
             return TableVersion(landed)
         log.info("%s on %s lost a race at table_version %s (attempt %d)", operation.name, location, target, attempt)
     raise CommitConflictError(f"gave up committing {operation.name} to {location} after {max_attempts} attempts")
+
+
+def alter_clustering(
+    table: str | TableLocation, columns: Sequence[str], *, max_attempts: int = 100
+) -> TableVersion | None:
+    """``ALTER TABLE t CLUSTER BY (columns)`` (``CLUSTER BY NONE``: no columns): one ``CLUSTER BY`` commit of the
+    ``delta.clustering`` domain (and the clustering features when the table was not clustered); None when nothing
+    changes (``NONE`` on a table that is not clustered, as Delta skips it).
+
+    Raises:
+        SqlError: the table is partitioned, or a column is not a top-level column of the table.
+        CommitConflictError: lost ``max_attempts`` races in a row.
+    """
+    from sparkonce.delta import clustering
+
+    location = table_location(table)
+    location.check_commit_safety()
+    snapshot = load_table(location)
+    fields = json.loads(snapshot.schema().to_json())["fields"]
+    if snapshot.metadata().partition_columns:
+        raise SqlError(
+            "[DELTA_ALTER_TABLE_CLUSTER_BY_ON_PARTITIONED_TABLE_NOT_ALLOWED] ALTER TABLE CLUSTER BY cannot be applied "
+            f"to a partitioned table ({location})."
+        )
+    configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+    names = clustering.check_columns(columns, fields, (), table=str(location), configuration=configuration)
+    old = clustering.table_clustering(location, int(snapshot.version()))
+    if old is None and not names:
+        log.info("ALTER TABLE CLUSTER BY NONE on %s: not a clustered table, nothing to do", location)
+        return None
+    operation = Operation(
+        "CLUSTER BY", {"oldClusteringColumns": ",".join(old or ()), "newClusteringColumns": ",".join(names)}
+    )
+
+    def unchanged(current: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        configuration = {str(k): str(v) for k, v in current.metadata().configuration.items() if v is not None}
+        return configuration, current.schema().to_json(), {}
+
+    def domain(current: Any) -> list[dict[str, Any]]:
+        return [clustering.domain_action(names, json.loads(current.schema().to_json())["fields"])]
+
+    return _commit_metadata(
+        location, operation, unchanged, max_attempts, features=clustering.FEATURES, more_actions=domain
+    )
 
 
 def _version(key: str, value: str) -> int:

@@ -35,6 +35,7 @@ import pyarrow as pa
 from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.files import WrittenFile
+from sparkonce.delta.identity import REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.log_cleanup import cleanup_expired_logs
 from sparkonce.delta.log_entry import (
     BLIND_APPENDS,
@@ -211,6 +212,8 @@ def commit_files(
     written_after: int | None = None,
     new_table_properties: Mapping[str, str] | None = None,
     table_description: str | None = None,
+    new_table_clustering: tuple[str, ...] = (),
+    identity: IdentityPlan | None = None,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -228,7 +231,10 @@ def commit_files(
     version this call reads first); only later commits can name them. ``new_table_properties``: the
     ``metaData.configuration`` of the table when this commit creates it (:mod:`sparkonce.delta.properties`).
     ``table_description``: the table's comment (``metaData.description``) when this commit creates the table or
-    replaces its schema (``overwriteSchema``); None keeps the comment the table has.
+    replaces its schema (``overwriteSchema``); None keeps the comment the table has. ``new_table_clustering``: the
+    clustering columns of the table when this commit creates it (:mod:`sparkonce.delta.clustering`). ``identity``:
+    the identity columns the files' writers filled (:func:`sparkonce.delta.identity.plan_identity`); the commit moves
+    their high-water marks, and is a conflict when a concurrent commit moved them first.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -280,6 +286,7 @@ def commit_files(
                     now,
                     new_table_properties or {},
                     table_description,
+                    new_table_clustering,
                 )
                 if _put_entry(location, 0, entry, attempt, txn):
                     log.info(
@@ -334,8 +341,13 @@ def commit_files(
             table=table_uri,
             operation=operation.name,
             removes_rows=data_change and (mode == "overwrite" or bool(removes)),
+            identity_handled=identity is not None or operation.name in REWRITES_KEEPING_VALUES,
         )
         new_schema = _schema_change(snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema)
+        if identity is not None:  # the identity columns' new high-water marks (a conflict if another writer moved them)
+            moved = identity.updated_fields(json.loads(new_schema or schema_string)["fields"], files, table=table_uri)
+            if moved is not None:
+                new_schema = json.dumps({"type": "struct", "fields": moved}, separators=(",", ":"))
         if replacing and (table_partitions != partition_by or table_description not in (None, metadata.description)):
             new_schema = new_schema or schema_string
         removals = _removals(location, read_version, mode, removes, data_change, now)
@@ -402,6 +414,7 @@ def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_ur
         table=table_uri,
         operation=operation,
         removes_rows=operation != "OPTIMIZE",
+        identity_handled=operation in REWRITES_KEEPING_VALUES,
     )
 
 
@@ -422,16 +435,17 @@ def protocol_action(table: DeltaTable) -> dict[str, Any]:
 def _add_action(f: WrittenFile, data_change: bool) -> dict[str, Any]:
     """The ``add`` action of a written file; its path URL-encoded as the protocol's URIs are (``%`` of Hive-escaped
     partition values included), readable back with ``unquote``."""
-    return {
-        "add": {
-            "path": quote(f.path, safe=_PATH_SAFE),
-            "partitionValues": f.partition_values,
-            "size": f.size,
-            "modificationTime": f.modification_time,
-            "dataChange": data_change,
-            "stats": f.stats,
-        }
+    add: dict[str, Any] = {
+        "path": quote(f.path, safe=_PATH_SAFE),
+        "partitionValues": f.partition_values,
+        "size": f.size,
+        "modificationTime": f.modification_time,
+        "dataChange": data_change,
+        "stats": f.stats,
     }
+    if f.clustering_provider is not None:
+        add["clusteringProvider"] = f.clustering_provider
+    return {"add": add}
 
 
 _PATH_SAFE = "/!$&'()*+,;=:@"
@@ -512,6 +526,7 @@ def _first_commit(
     now: int,
     properties: Mapping[str, str],
     description: str | None = None,
+    clustering: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """The actions of table version 0: the caller's operation, with the protocol and metadata of the new table.
 
@@ -545,6 +560,13 @@ def _first_commit(
         {"protocol": new_table_protocol(schema_string, properties)},
         {"metaData": new_table_metadata(schema_string, partition_by, properties, description=description)},
     ]
+    if clustering:  # a clustered table (sparkonce.delta.clustering): the features and the domain's columns
+        from sparkonce.delta.clustering import check_columns, domain_action, with_features
+
+        fields = json.loads(schema_string)["fields"]
+        columns = check_columns(clustering, fields, partition_by, table=str(location), configuration=properties)
+        actions[1] = {"protocol": with_features(actions[1]["protocol"])}
+        actions.append(domain_action(columns, fields))
     if txn is not None:
         actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
     return actions + adds

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from sparkonce.delta.catalog import DeltaCatalog, table_key
-from sparkonce.errors import SqlError
+from sparkonce.delta.clustering import CLUSTERING_OPTION, check_columns, table_clustering
+from sparkonce.delta.identity import check_new_columns as check_identity_columns
+from sparkonce.errors import SqlError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,6 +41,8 @@ class CreateRequest:
     """The table's comment (``metaData.description``)."""
     shown: str = ""
     """The table as the user named it, for messages."""
+    cluster_by: tuple[str, ...] = ()
+    """``CLUSTER BY`` / ``clusterBy``: the clustering columns (:mod:`sparkonce.delta.clustering`)."""
 
 
 @dataclass(frozen=True)
@@ -120,16 +124,32 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
                     f"[DELTA_CREATE_TABLE_SCHEME_MISMATCH] The specified schema {want} does not match the existing "
                     f"schema {have} at {location}"
                 )
-        if properties or request.partitioned_by or request.comment is not None:
+        if properties or request.partitioned_by or request.cluster_by or request.comment is not None:
             raise SqlError(
-                f"{shown} at {location}: the table exists there; its properties, partitioning and comment are the "
-                "table's (change properties with ALTER TABLE ... SET TBLPROPERTIES)"
+                f"{shown} at {location}: the table exists there; its properties, partitioning, clustering and "
+                "comment are the table's (change properties with ALTER TABLE ... SET TBLPROPERTIES)"
             )
         wrote = False
     else:
         if frame is None:
             raise SqlError(f"{shown}: {location} holds no Delta table, and no columns or query were given")
+        if exists and (request.cluster_by or table_clustering(location) is not None):
+            raise UnsupportedFeatureError(
+                f"{request.mode} {shown}: replacing a clustered table, or replacing a table by a clustered one, is not "
+                "supported by sparkonce (change clustering columns with ALTER TABLE ... CLUSTER BY); nothing was "
+                "written"
+            )
+        check_columns(
+            request.cluster_by,
+            frame.schema.jsonValue()["fields"],
+            request.partitioned_by,
+            table=shown,
+            configuration=properties,
+        )
+        check_identity_columns(frame.schema.jsonValue()["fields"], request.partitioned_by, table=shown)
         writer = frame.write.format(FORMAT).mode("overwrite" if exists else "append")
+        if request.cluster_by:
+            writer = writer.option(CLUSTERING_OPTION, json.dumps(list(request.cluster_by)))
         if exists:
             writer = writer.option("overwriteSchema", "true")
         if request.partitioned_by:

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from sparkonce.delta.cleanup import remove_unreported_files
 from sparkonce.delta.column_mapping import ColumnMapping
+from sparkonce.delta.identity import IdentityFill
 from sparkonce.storage import TableLocation
 
 NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
@@ -44,6 +45,8 @@ class WrittenFile:
     modification_time: int
     num_records: int
     stats: str
+    clustering_provider: str | None = None
+    """The ``add`` action's ``clusteringProvider``: set on files a clustering ``OPTIMIZE`` wrote."""
 
 
 @dataclass
@@ -58,6 +61,8 @@ class FileWriterOptions:
     column_mapping: ColumnMapping | None = None
     """The table's column mapping (None: not column-mapped): files then name columns by physical name and carry
     the field ids, and ``partitionValues`` are keyed by physical name, as Delta writes them."""
+    identity: tuple[IdentityFill, ...] = ()
+    """Identity columns the tasks fill (:func:`sparkonce.delta.identity.fill_batches`)."""
     written_after: int = -1
     """The table version the driver read before any file was written (-1: no table yet). A Delta commit naming
     the files can only be a later one: cleaning up after a failure reads the commits after it

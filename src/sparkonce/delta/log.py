@@ -49,7 +49,7 @@ _MULTI_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$"
 _V2_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
 
 _DECODER = json.JSONDecoder()
-_CHECKPOINT_COLUMNS = ("add", "remove", "txn", "metaData", "protocol")
+_CHECKPOINT_COLUMNS = ("add", "remove", "txn", "metaData", "protocol", "domainMetadata")
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,8 @@ class Snapshot:
     re-added."""
     tombstone_dvs: tuple[dict[str, Any], ...] = ()
     """Deletion vector descriptors of those ``remove`` actions (their files stay until VACUUM)."""
+    domains: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Metadata domains (``domainMetadata`` actions, tombstones dropped): domain name -> the action."""
     notes: tuple[str, ...] = field(default=())
     """Things worth knowing about how the snapshot was built (e.g. a corrupt ``_last_checkpoint`` was
     ignored)."""
@@ -576,6 +578,7 @@ class DeltaLog:
             checkpoint_version=checkpoint_version,
             tombstones=frozenset(state.tombstones),
             tombstone_dvs=tuple(state.tombstone_dvs),
+            domains={k: v for k, v in state.domains.items() if not v.get("removed")},
             notes=tuple(notes),
         )
 
@@ -652,6 +655,7 @@ class _State:
         self.sidecars: list[str] = []
         self.tombstones: set[str] = set()
         self.tombstone_dvs: list[dict[str, Any]] = []
+        self.domains: dict[str, dict[str, Any]] = {}
 
     def _remove(self, remove: dict[str, Any]) -> None:
         self.tombstones.add(remove["path"])
@@ -672,6 +676,8 @@ class _State:
             self._remove(action["remove"])
         elif "sidecar" in action:
             self.sidecars.append(action["sidecar"]["path"])
+        elif "domainMetadata" in action:
+            self.domains[str(action["domainMetadata"]["domain"])] = action["domainMetadata"]
 
     def apply(self, actions: list[dict[str, Any]]) -> None:
         # Removes first: a deletion-vector update is remove(path, old DV) + add(path, new DV) in one commit.
@@ -690,6 +696,8 @@ class _State:
                 self.metadata = action["metaData"]
             elif "protocol" in action:
                 self.protocol = action["protocol"]
+            elif "domainMetadata" in action:
+                self.domains[str(action["domainMetadata"]["domain"])] = action["domainMetadata"]
 
     def _txn(self, txn: dict[str, Any]) -> None:
         app_id = str(txn["appId"])

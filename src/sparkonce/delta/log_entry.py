@@ -51,6 +51,7 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "typeWidening",
         "typeWidening-preview",
         "domainMetadata",
+        "clustering",
     }
 )
 """Writer features sparkonce may commit to; some only while the table does not use them (:func:`check_writable`)."""
@@ -208,11 +209,13 @@ def check_writable(
     table: str,
     operation: str,
     removes_rows: bool,
+    identity_handled: bool = False,
 ) -> None:
     """Refuse, before any data moves, a commit to a table whose protocol asks something sparkonce does not do.
 
     ``removes_rows``: the commit removes or rewrites rows (an overwrite, a DELETE, UPDATE or MERGE), not a plain
-    append or a compaction.
+    append or a compaction. ``identity_handled``: the commit keeps identity columns right (a write that filled them
+    and moves their high-water marks, or one that writes no new rows: :mod:`sparkonce.delta.identity`).
 
     Raises:
         UnsupportedFeatureError: naming the table, the operation and the feature.
@@ -243,6 +246,8 @@ def check_writable(
         ("delta.identity.", "identity columns"),
         ("delta.invariants", "column invariants"),
     ):
+        if marker == "delta.identity." and identity_handled:
+            continue
         if f'"{marker}' in schema_string:
             _refuse(table, operation, f"the table has {what}, which sparkonce does not enforce")
 

@@ -16,6 +16,7 @@ conflict with it); only a concurrent rewrite or delete of one of the compacted f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sparkonce._types import TableVersion
+from sparkonce.delta.clustering import PROVIDER, table_clustering
 from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
 from sparkonce.delta.reader import DataFile, ScanSchema, read_files
@@ -40,7 +42,7 @@ from sparkonce.delta.rewrite import (
     written_files,
 )
 from sparkonce.delta.schema import arrow_schema_for_spark
-from sparkonce.errors import OptionError
+from sparkonce.errors import OptionError, SqlError
 from sparkonce.storage import TableLocation
 
 if TYPE_CHECKING:
@@ -177,6 +179,14 @@ def compact(
             )
         files = chosen
     zorder_by = tuple(zorder_by)
+    clustered_by = table_clustering(snapshot.location, snapshot.table_version)
+    if clustered_by is not None:  # a clustered table: OPTIMIZE clusters by its clustering columns
+        if zorder_by:
+            raise SqlError(
+                "[DELTA_CLUSTERING_WITH_ZORDER_BY] OPTIMIZE command for Delta table with clustering cannot specify "
+                f"ZORDER BY. Please remove ZORDER BY ({', '.join(zorder_by)})."
+            )
+        zorder_by = clustered_by
     columns = [f.name for f in snapshot.spark_schema().fields]
     for name in zorder_by:
         if name in snapshot.partition_columns:
@@ -197,6 +207,8 @@ def compact(
     written = _rewrite_bins(
         spark, snapshot.location, snapshot.scan, snapshot.partition_columns, bins, snapshot.column_mapping, zorder_by
     )
+    if clustered_by:
+        written = [dataclasses.replace(f, clustering_provider=PROVIDER) for f in written]
     sizes = sorted(f.size for f in written)
     removed_sizes = sorted(f.size for f in removed)
     partitions = len({tuple(repr(f.partition_values.get(c)) for c in snapshot.partition_columns) for f in removed})
@@ -219,8 +231,8 @@ def compact(
     }
     params = {
         "predicate": json.dumps([] if where is None else [sql_text(where)]),
-        "zOrderBy": list(zorder_by),  # written as compact JSON, as Delta writes it
-        "clusterBy": "[]",
+        "zOrderBy": [] if clustered_by is not None else list(zorder_by),  # compact JSON, as Delta writes it
+        "clusterBy": json.dumps(list(clustered_by or ()), separators=(",", ":")),
         "auto": False,
         "targetFileSize": target_file_size,
     }

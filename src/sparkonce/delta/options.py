@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from sparkonce.delta.clustering import parse_option as parse_clustering
 from sparkonce.delta.properties import session_defaults, table_properties
 from sparkonce.errors import OptionError
 from sparkonce.options import get_bool, get_bytes, get_choice, get_int, get_json, get_str, lookup
@@ -77,6 +78,11 @@ class WriteOptions:
     """The ``description`` option (delta-rs's name): the comment of a table this write creates or replaces
     (``overwriteSchema``)."""
 
+    identity_tasks: int | None = None
+    """The write's number of tasks, for Delta's identity value rule (:data:`sparkonce.delta.identity.TASKS_OPTION`)."""
+    cluster_by: tuple[str, ...] = ()
+    """The clustering columns of a table this write creates (:mod:`sparkonce.delta.clustering`)."""
+
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
         return {**dict(self.session_table_defaults), **dict(self.table_properties)}
@@ -121,6 +127,8 @@ class WriteOptions:
             full_refresh=get_choice(options, "fullRefresh", ("fail", "truncate"), "fail"),
             table_properties=tuple(sorted(table_properties(options).items())),
             session_table_defaults=tuple(sorted(_session_defaults(options).items())),
+            cluster_by=parse_clustering(options),
+            identity_tasks=get_int(options, "__identity_tasks", None, minimum=1),
         )
 
 

@@ -173,6 +173,9 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
     reader, writer = 1, 2
     if enabled(configuration, "delta.enableChangeDataFeed"):
         writer = 4
+    identity = '"delta.identity.start"' in schema_string  # identity columns: writer 6 (sparkonce.delta.identity)
+    if identity:
+        writer = 6
     for key, value in configuration.items():
         if key.lower() == "delta.minreaderversion":
             reader = max(reader, int(value))
@@ -185,6 +188,8 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
         writer_features.add("changeDataFeed")
     if enabled(configuration, "delta.appendOnly"):
         writer_features.add("appendOnly")
+    if identity:
+        writer_features.add("identityColumns")
     protocol: dict[str, Any] = {"minReaderVersion": 3 if reader_features else max(reader, 1), "minWriterVersion": 7}
     if reader_features:
         protocol["readerFeatures"] = sorted(reader_features)

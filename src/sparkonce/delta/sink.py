@@ -25,8 +25,9 @@ from sparkonce.crash import crash_point
 from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions
+from sparkonce.delta.identity import IdentityPlan, plan_identity
 from sparkonce.delta.options import WriteOptions
-from sparkonce.delta.schema import arrow_schema_for_spark
+from sparkonce.delta.schema import arrow_schema_for_spark, table_fields
 from sparkonce.delta.writer import (
     DeltaFilesMessage,
     abort_write,
@@ -72,6 +73,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             compression=options.compression,
         )
         self._snapshot: DeltaTable | None = None
+        self.identity: IdentityPlan | None = None
         self._check_table()
 
     def _check_table(self) -> None:
@@ -93,6 +95,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 return  # a _delta_log without commits yet: the first batch creates the table
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = ColumnMapping.of(table)
+            self.identity = plan_identity(table_fields(table), self.arrow_schema, table=self.options.path)
+            self.file_options.identity = self.identity.fills if self.identity is not None else ()
             self.file_options.written_after = table.version()
             self._snapshot = table
 
@@ -130,6 +134,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             snapshot=self._take_snapshot(),
             written_after=written_after(messages),
             new_table_properties=self.options.new_table_properties(),
+            identity=self.identity,
         )
         if result.skipped:
             log.info("batch %s of query %s was already in %s: skipped", batch_id, query_id, self.options.path)

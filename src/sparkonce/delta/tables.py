@@ -19,6 +19,7 @@ name, parameters and metrics are Delta's (recorded in commitInfo's ``sparkonce``
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -28,7 +29,7 @@ import pyarrow as pa
 
 from sparkonce.delta.commit import BatchTxn, load_table, table_exists
 from sparkonce.delta.merge import MergeClause, merge_into
-from sparkonce.errors import OptionError, TableNotFoundError
+from sparkonce.errors import OptionError, TableNotFoundError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -217,6 +218,7 @@ class DeltaTable:
 
     def detail(self) -> DataFrame:
         """One row with ``DESCRIBE DETAIL``'s columns (format, id, location, numFiles, sizeInBytes, ...)."""
+        from sparkonce.delta.clustering import table_clustering
         from sparkonce.delta.history import history_rows
 
         table = load_table(self._path)
@@ -235,7 +237,7 @@ class DeltaTable:
             created,
             newest[1],
             list(metadata.partition_columns),
-            [],
+            list(table_clustering(self._path, table.version()) or ()),
             len(sizes),
             int(sum(sizes)),
             {str(k): str(v) for k, v in metadata.configuration.items() if v is not None},
@@ -368,6 +370,7 @@ class DeltaTable:
                 raise OptionError(
                     "timestamp", parameters["timestamp"], f"cannot be resolved on {self._path}: {err}"
                 ) from err
+        _check_restorable(self._path, table, old)
         after = _file_sizes(old)
         removed = [p for p in before if p not in after]
         restored = [p for p in after if p not in before]
@@ -615,6 +618,31 @@ def _builder(spark: SparkSession | None, mode: CreateMode) -> DeltaTableBuilder:
     elif not isinstance(spark, SparkSession):
         raise TypeError(f"sparkSession must be a SparkSession, not {type(spark).__name__}")
     return DeltaTableBuilder(spark, mode)
+
+
+def _check_restorable(path: str, table: Any, old: Any) -> None:
+    """Refuse a RESTORE that delta-rs would make wrong: one that takes identity high-water marks back (later
+    values could repeat; Delta keeps the newer marks) or other clustering columns (Delta restores the domain,
+    delta-rs does not). Runs on the driver.
+
+    Raises:
+        UnsupportedFeatureError: naming what the restore would break.
+    """
+    from sparkonce.delta.clustering import table_clustering
+    from sparkonce.delta.identity import identity_columns
+
+    now = {c.name: c.high_water_mark for c in identity_columns(json.loads(table.schema().to_json())["fields"])}
+    then = {c.name: c.high_water_mark for c in identity_columns(json.loads(old.schema().to_json())["fields"])}
+    if now and now != then:
+        raise UnsupportedFeatureError(
+            f"RESTORE of {path} to table_version {old.version()}: the table has identity columns {sorted(now)} "
+            "whose high-water marks the restore would take back; nothing was written"
+        )
+    if table_clustering(path, table.version()) != table_clustering(path, old.version()):
+        raise UnsupportedFeatureError(
+            f"RESTORE of {path} to table_version {old.version()}: its clustering columns differ from the table's "
+            "now, and sparkonce cannot restore them; nothing was written"
+        )
 
 
 def _file_sizes(table: Any) -> dict[str, int]:

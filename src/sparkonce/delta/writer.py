@@ -18,13 +18,15 @@ from pyspark.sql.types import StructType
 
 from sparkonce._version import __version__
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
+from sparkonce.delta.clustering import check_columns, table_clustering
 from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.identity import IdentityPlan, fill_batches, plan_identity
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, delta_schema_string, reconcile, table_fields
-from sparkonce.errors import OptionError, SchemaMismatchError, UnsupportedFeatureError
+from sparkonce.errors import OptionError, SchemaMismatchError, SqlError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -55,6 +57,8 @@ def write_task(file_options: FileWriterOptions, batches: Iterator[pa.RecordBatch
 
     task_id = _task_id()
     batch_id = _batch_id_for_diagnostics()
+    if file_options.identity:
+        batches = fill_batches(file_options.identity, batches, task_id)
     with TableFileWriter(file_options, task_id=task_id) as writer:
         for index, batch in enumerate(batches):
             if batch.num_rows:
@@ -122,6 +126,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             if options.txn_app_id is not None and options.txn_version is not None
             else None
         )
+        self.identity: IdentityPlan | None = None
         self.skip_reason = self._plan()
 
     def _plan(self) -> str | None:
@@ -134,6 +139,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if not table_exists(self.options.location):
             check_new_table(self.options, self.arrow_schema)
             return None
+        check_clustering_unchanged(self.options)
         if self.options.save_mode == "error":
             raise OptionError(
                 "mode",
@@ -160,6 +166,10 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             return None
         self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
         self.file_options.column_mapping = ColumnMapping.of(table)
+        self.identity = plan_identity(
+            table_fields(table), self.arrow_schema, table=self.options.path, tasks=self.options.identity_tasks
+        )
+        self.file_options.identity = self.identity.fills if self.identity is not None else ()
         return None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
@@ -191,6 +201,8 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             written_after=written_after(messages),
             new_table_properties=self.options.new_table_properties(),
             table_description=self.options.description,
+            new_table_clustering=self.options.cluster_by,
+            identity=self.identity,
         )
         from sparkonce.crash import crash_point
 
@@ -219,6 +231,36 @@ def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> None:
     """
 
     new_table_protocol(delta_schema_string(arrow_schema), options.new_table_properties())
+    check_columns(
+        options.cluster_by,
+        delta_fields(arrow_schema),
+        options.partition_by,
+        table=options.path,
+        configuration=options.new_table_properties(),
+    )
+
+
+def check_clustering_unchanged(options: WriteOptions) -> None:
+    """A write to an existing table: clustering columns given must be the table's, and a clustered table's schema
+    is not replaced (sparkonce does not re-cluster a new schema). Runs on the driver.
+
+    Raises:
+        SqlError: other clustering columns (Delta's ``DELTA_CLUSTERING_COLUMNS_MISMATCH``).
+        UnsupportedFeatureError: ``overwriteSchema`` on a clustered table.
+    """
+    if not options.cluster_by and not options.overwrite_schema:
+        return  # nothing to compare: spare the log replay
+    have = table_clustering(options.location)
+    if options.cluster_by and tuple(c.lower() for c in options.cluster_by) != tuple(c.lower() for c in have or ()):
+        raise SqlError(
+            "[DELTA_CLUSTERING_COLUMNS_MISMATCH] The provided clustering columns do not match the existing "
+            f"table's.\n- provided: {list(options.cluster_by)}\n- existing: {list(have or ())} (at {options.path})"
+        )
+    if have is not None and options.overwrite_schema:
+        raise UnsupportedFeatureError(
+            f"overwriteSchema on {options.path}: the table is clustered by {list(have)}; sparkonce does not replace "
+            "a clustered table's schema; nothing was written"
+        )
 
 
 def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:

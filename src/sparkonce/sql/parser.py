@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sparkonce.sql.statements import (
     AddColumns,
+    AlterClusterBy,
     AlterOther,
     AlterProperties,
     ConvertToDelta,
@@ -325,6 +326,7 @@ def _create(c: Cursor) -> CreateTable | None:
         c.expect_op(")")
     provider = None
     partitioned: tuple[str, ...] = ()
+    cluster_by: tuple[str, ...] = ()
     location = None
     properties: dict[str, str] = {}
     query = None
@@ -334,6 +336,8 @@ def _create(c: Cursor) -> CreateTable | None:
             provider = c.take().value.lower()
         elif c.take_word("PARTITIONED BY"):
             partitioned = parse_identifier_list(c)
+        elif provider in (None, "delta") and c.take_word("CLUSTER BY"):
+            cluster_by = parse_identifier_list(c)
         elif c.take_word("LOCATION"):
             token = c.take()
             if token.kind != "string":
@@ -364,11 +368,21 @@ def _create(c: Cursor) -> CreateTable | None:
     if table.table_version is not None or table.timestamp is not None:
         raise c.error("CREATE TABLE cannot take a table version")
     return CreateTable(
-        table, replace, if_not_exists, columns, partitioned, location, properties, query, must_exist, comment
+        table,
+        replace,
+        if_not_exists,
+        columns,
+        partitioned,
+        location,
+        properties,
+        query,
+        must_exist,
+        comment,
+        cluster_by,
     )
 
 
-def _alter(c: Cursor) -> AlterProperties | AddColumns | DropFeature | AlterOther:
+def _alter(c: Cursor) -> AlterProperties | AddColumns | DropFeature | AlterClusterBy | AlterOther:
     table = parse_table(c)
     if c.take_word("SET TBLPROPERTIES"):
         properties = parse_properties(c)
@@ -388,6 +402,10 @@ def _alter(c: Cursor) -> AlterProperties | AddColumns | DropFeature | AlterOther
             columns = c.span_until()
         c.expect_end()
         return AddColumns(table, columns)
+    if c.take_word("CLUSTER BY"):
+        clustering: tuple[str, ...] = () if c.take_word("NONE") else parse_identifier_list(c)
+        c.expect_end()
+        return AlterClusterBy(table, clustering)
     if c.take_word("DROP FEATURE"):
         feature = c.take()
         if feature.kind not in ("word", "quoted", "string"):

@@ -32,6 +32,7 @@ from sparkonce.errors import SqlError
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
     AddColumns,
+    AlterClusterBy,
     AlterOther,
     AlterProperties,
     ConvertToDelta,
@@ -207,6 +208,11 @@ class DeltaSql:
             from sparkonce.delta.alter import drop_feature
 
             drop_feature(target.location, stmt.feature, truncate_history=stmt.truncate_history)
+            return self._empty()
+        if isinstance(stmt, AlterClusterBy):
+            from sparkonce.delta.alter import alter_clustering
+
+            alter_clustering(target.location, stmt.columns)
             return self._empty()
         if isinstance(stmt, AlterOther):
             raise SqlError(f"{stmt.clause} is not supported by sparkonce's Delta SQL on {target.shown}")
@@ -422,6 +428,8 @@ class DeltaSql:
         from pyspark.sql import functions as F
 
         from sparkonce.delta.commit import load_table
+        from sparkonce.delta.identity import ALLOW_EXPLICIT_INSERT, TASKS_OPTION
+        from sparkonce.delta.identity import START as IDENTITY_START
 
         frame = self.query(_text(text, stmt.query))
         from sparkonce.delta.create import spark_schema
@@ -439,10 +447,24 @@ class DeltaSql:
                 f"{given} vs the data's {frame.columns}."
             )
         by_name = {g.lower(): F.col(f"`{c}`") for g, c in zip(given, frame.columns)}
+        identity = [f for f in table_schema.fields if IDENTITY_START in f.metadata]
+        always = [f.name for f in identity if not f.metadata.get(ALLOW_EXPLICIT_INSERT) and f.name.lower() in by_name]
+        if always:
+            raise SqlError(
+                "[DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED] Providing values for GENERATED ALWAYS AS "
+                f"IDENTITY column {always[0]} is not supported."
+            )
+        generated = {f.name.lower() for f in identity} - set(by_name)
         frame = frame.select(
-            *[by_name.get(f.name.lower(), F.lit(None)).cast(f.dataType).alias(f.name) for f in table_schema.fields]
+            *[
+                by_name.get(f.name.lower(), F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in table_schema.fields
+                if f.name.lower() not in generated  # identity columns not given: the write generates them
+            ]
         )
         writer = frame.write.format(FORMAT).mode("overwrite" if stmt.overwrite else "append")
+        if generated:
+            writer = writer.option(TASKS_OPTION, str(frame.rdd.getNumPartitions()))
         for key, value in self._txn_options().items():
             writer = writer.option(key, value)
         writer.save(target.location)
@@ -450,6 +472,7 @@ class DeltaSql:
 
     def _create(self, text: str, stmt: CreateTable) -> DataFrame:
         from sparkonce.delta.create import CreateMode, CreateRequest, create_table
+        from sparkonce.delta.identity import ddl_schema
 
         if stmt.query is not None and stmt.columns is not None:
             raise SqlError("CREATE TABLE ... AS SELECT takes its columns from the query: drop the column list")
@@ -468,12 +491,13 @@ class DeltaSql:
                 mode=mode,
                 name=stmt.table.name,
                 location=stmt.table.path if stmt.table.path is not None else stmt.location,
-                schema=self.spark.createDataFrame([], _text(text, stmt.columns)).schema if stmt.columns else None,
+                schema=ddl_schema(self.spark, _text(text, stmt.columns)) if stmt.columns else None,
                 query=self.query(_text(text, stmt.query)) if stmt.query is not None else None,
                 partitioned_by=stmt.partitioned_by,
                 properties=stmt.properties,
                 comment=stmt.comment,
                 shown=stmt.table.shown,
+                cluster_by=stmt.cluster_by,
             ),
         )
         return self._empty()

@@ -111,6 +111,8 @@ class CreateTable:
     """``REPLACE TABLE`` (without ``CREATE OR``): the table must exist."""
     comment: str | None = None
     """``COMMENT 'text'``: the table's comment."""
+    cluster_by: tuple[str, ...] = ()
+    """``CLUSTER BY (a, b)``: the clustering columns."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,14 @@ class DropFeature:
 
 
 @dataclass(frozen=True)
+class AlterClusterBy:
+    """``ALTER TABLE t CLUSTER BY (a, b)``; ``CLUSTER BY NONE``: no columns."""
+
+    table: TableRef
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class AlterOther:
     """Another ``ALTER TABLE`` form: Spark's for its own tables, not supported on a Delta table."""
 
@@ -192,6 +202,7 @@ Statement = (
     | AlterProperties
     | AddColumns
     | DropFeature
+    | AlterClusterBy
     | AlterOther
     | GenerateManifest
     | ConvertToDelta
@@ -200,6 +211,7 @@ Statement = (
 
 __all__ = [
     "AddColumns",
+    "AlterClusterBy",
     "AlterOther",
     "AlterProperties",
     "ConvertToDelta",
