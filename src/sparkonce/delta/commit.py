@@ -190,6 +190,7 @@ def commit_files(
     written_after: int | None = None,
     new_table_properties: Mapping[str, str] | None = None,
     table_description: str | None = None,
+    change_files: Iterable[WrittenFile] = (),
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -207,7 +208,8 @@ def commit_files(
     version this call reads first); only later commits can name them. ``new_table_properties``: the
     ``metaData.configuration`` of the table when this commit creates it (:mod:`sparkonce.delta.properties`).
     ``table_description``: the table's comment (``metaData.description``) when this commit creates the table or
-    replaces its schema (``overwriteSchema``); None keeps the comment the table has.
+    replaces its schema (``overwriteSchema``); None keeps the comment the table has. ``change_files``: change
+    data files (``_change_data/``, :mod:`sparkonce.delta.cdf`) the commit records as ``cdc`` actions.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -225,6 +227,7 @@ def commit_files(
     commit_id = str(uuid.uuid4())
     operation = Operation.from_metadata(custom_metadata)
     adds = [_add_action(f, data_change) for f in files]
+    cdcs = [_cdc_action(f) for f in change_files]
     rows = sum(f.num_records for f in files)
 
     def landed(attempt: int) -> CommitResult | None:
@@ -326,7 +329,7 @@ def commit_files(
             actions.append({"metaData": action})
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
-        actions += removals + adds
+        actions += removals + adds + cdcs
         blind = operation.name in BLIND_APPENDS and mode == "append" and not removes
         metrics = (
             operation.metrics
@@ -409,6 +412,18 @@ def _add_action(f: WrittenFile, data_change: bool) -> dict[str, Any]:
             "modificationTime": f.modification_time,
             "dataChange": data_change,
             "stats": f.stats,
+        }
+    }
+
+
+def _cdc_action(f: WrittenFile) -> dict[str, Any]:
+    """The ``cdc`` action of a change data file (protocol: "Add CDC File"); never a data change itself."""
+    return {
+        "cdc": {
+            "path": quote(f.path, safe=_PATH_SAFE),
+            "partitionValues": f.partition_values,
+            "size": f.size,
+            "dataChange": False,
         }
     }
 
