@@ -467,14 +467,17 @@ class ChangeFeedReader(DataSourceReader):
             yield from read_changes(partition.files, self.scan, self.options.location, self.output)
 
 
-def change_feed_table_schema(options: ChangeFeedOptions) -> StructType:
-    """The schema of a change data feed read of the table (its latest schema). Runs on the driver."""
+def change_feed_table_schema(options: Mapping[str, str]) -> StructType:
+    """The schema of a change data feed read of the table (its latest schema), batch or stream (the range is
+    checked by the reader). Runs on the driver."""
     from sparkonce.delta.commit import load_table
+    from sparkonce.delta.options import table_path
     from sparkonce.delta.reader import check_reader_features, scan_schema
     from sparkonce.delta.schema import spark_schema
 
-    table = load_table(options.location)
-    check_reader_features(table, options.path)
+    path = table_path(options)
+    table = load_table(table_location(path, storage_options=storage_options_from(options)))
+    check_reader_features(table, path)
     return change_feed_schema(spark_schema(scan_schema(table).output))
 
 

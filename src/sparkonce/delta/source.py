@@ -45,14 +45,14 @@ class DeltaDataSource(DataSource):
         return "delta"
 
     def schema(self) -> StructType:  # driver, for reads
-        from sparkonce.delta.changes import ChangeFeedOptions, change_feed_table_schema, is_change_feed_read
+        from sparkonce.delta.changes import change_feed_table_schema, is_change_feed_read
         from sparkonce.delta.commit import load_table
         from sparkonce.delta.options import table_path
         from sparkonce.delta.reader import check_reader_features, scan_schema
         from sparkonce.delta.schema import spark_schema
 
         if is_change_feed_read(self.options):
-            return change_feed_table_schema(ChangeFeedOptions.parse(self.options))
+            return change_feed_table_schema(self.options)
         path = table_path(self.options)
         options = ReadOptions.parse(self.options) if _is_batch_read(self.options) else None
         if options is not None:
