@@ -15,7 +15,9 @@ from deltalake import write_deltalake
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import SparkSession
 
+from sparkonce.delta.catalog import WAREHOUSE_CONF
 from sparkonce.delta.tables import DeltaTable
+from sparkonce.errors import SqlError
 
 pytestmark = pytest.mark.spark
 
@@ -252,3 +254,34 @@ def test_deletion_vector_deletes_of_a_column_mapped_table_read_as_the_rows_each_
     got = [r[:-1] for r in _changes(spark, table, 0, 15)]
     assert got == sorted(expected)
     assert sum(1 for r in got if r[-2] == "delete") == len(rows(0)) - len(rows(15)) == 15  # one per DELETE
+
+
+def test_table_changes_in_sql_by_name_and_by_path(spark: SparkSession, tmp_path: Path) -> None:
+    spark.conf.set(WAREHOUSE_CONF, str(tmp_path / "warehouse"))
+    try:
+        spark.sql(
+            "CREATE TABLE cdf_t (id BIGINT, v STRING) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        )  # 0
+        spark.sql("INSERT INTO cdf_t VALUES (1, 'a'), (2, 'b')")  # 1
+        spark.sql("UPDATE cdf_t SET v = 'c' WHERE id = 2")  # 2
+        spark.sql("DELETE FROM cdf_t WHERE id = 1")  # 3
+        rows = spark.sql(
+            "SELECT id, v, _change_type, _commit_version FROM table_changes('cdf_t', 2, 3) ORDER BY _commit_version, v"
+        ).collect()
+        assert [tuple(r) for r in rows] == [
+            (2, "b", "update_preimage", 2),
+            (2, "c", "update_postimage", 2),
+            (1, "a", "delete", 3),
+        ]
+        location = DeltaTable.forName(spark, "cdf_t").detail().collect()[0].location
+        path = location.removeprefix("file:")
+        by_path = spark.sql(f"SELECT * FROM table_changes_by_path('{path}', 1) WHERE _change_type = 'insert'")
+        assert sorted(tuple(r)[:3] for r in by_path.collect()) == [(1, "a", "insert"), (2, "b", "insert")]
+        assert sorted(tuple(r) for r in by_path.collect()) == [
+            r for r in _load_cdf(Path(path), 1, 3) if r[2] == "insert"
+        ]
+        with pytest.raises(SqlError, match=r"table_changes: expected table_changes\('<table>'"):
+            spark.sql("SELECT * FROM table_changes(cdf_t, 1)")
+    finally:
+        spark.sql("DROP TABLE IF EXISTS cdf_t")
+        spark.conf.unset(WAREHOUSE_CONF)
