@@ -285,3 +285,44 @@ def test_table_changes_in_sql_by_name_and_by_path(spark: SparkSession, tmp_path:
     finally:
         spark.sql("DROP TABLE IF EXISTS cdf_t")
         spark.conf.unset(WAREHOUSE_CONF)
+
+
+def test_the_docs_silver_to_gold_example_applies_silvers_changes_to_gold(spark: SparkSession, tmp_path: Path) -> None:
+    silver, gold = tmp_path / "silver", tmp_path / "gold"
+    schema = "order_id long, amount long, status string"
+    rows = [(1, 10, "new"), (2, 20, "new"), (3, 30, "new")]
+    spark.createDataFrame(rows, schema).write.format("delta").option("delta.enableChangeDataFeed", "true").save(
+        str(silver)
+    )  # 0
+    spark.createDataFrame(rows, schema).write.format("delta").save(str(gold))
+    DeltaTable.forPath(spark, str(silver)).update("order_id = 1", {"status": "'paid'"})  # 1
+    DeltaTable.forPath(spark, str(silver)).delete("order_id = 2")  # 2
+    spark.createDataFrame([(4, 40, "new")], schema).write.format("delta").mode("append").save(str(silver))  # 3
+    DeltaTable.forPath(spark, str(silver)).update("order_id = 4", {"amount": "41"})  # 4
+
+    last = 0  # as in docs/change-data-feed.md
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", last + 1)
+        .load(str(silver))
+        .where("_change_type != 'update_preimage'")
+    )
+    latest = changes.selectExpr("*", "row_number() OVER (PARTITION BY order_id ORDER BY _commit_version DESC) AS n")
+    latest = latest.where("n = 1").drop("n")
+    (
+        DeltaTable.forPath(spark, str(gold))
+        .alias("g")
+        .merge(latest.alias("c"), "g.order_id = c.order_id")
+        .whenMatchedDelete("c._change_type = 'delete'")
+        .whenMatchedUpdate(set={"amount": "c.amount", "status": "c.status"})
+        .whenNotMatchedInsert(
+            "c._change_type != 'delete'", values={"order_id": "c.order_id", "amount": "c.amount", "status": "c.status"}
+        )
+        .execute()
+    )
+    read = spark.read.format("delta")
+    assert sorted(tuple(r) for r in read.load(str(gold)).collect()) == sorted(
+        tuple(r) for r in read.load(str(silver)).collect()
+    )
+    assert sorted(tuple(r) for r in read.load(str(gold)).collect()) == [(1, 10, "paid"), (3, 30, "new"), (4, 41, "new")]
