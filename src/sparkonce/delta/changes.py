@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
@@ -388,15 +389,18 @@ def read_changes(
 ) -> Iterator[pa.RecordBatch]:
     """Executor side: the change rows of ``files`` in ``output`` (:func:`change_feed_schema` as Arrow)."""
     change_type_index = scan.output.get_field_index(CHANGE_TYPE_COLUMN)
+    timestamp_type = output.field(COMMIT_TIMESTAMP_COLUMN).type
     for change in files:
         when = dt.datetime.fromtimestamp(change.timestamp_ms / 1000, dt.UTC)
+        kind = pa.array([change.kind], pa.string())
+        table_version = pa.array([change.table_version], pa.int64())
+        timestamp = pa.array([when], timestamp_type)
         for batch in read_files([change.data_file], scan, location):
-            n = batch.num_rows
+            first = pa.array(np.zeros(batch.num_rows, dtype=np.int32))  # constants: one value taken n times
             columns = list(batch.columns)
             if change.kind != "cdc":
-                columns[change_type_index] = pa.array([change.kind] * n, pa.string())
-            columns.append(pa.array([change.table_version] * n, pa.int64()))
-            columns.append(pa.array([when] * n, output.field(COMMIT_TIMESTAMP_COLUMN).type))
+                columns[change_type_index] = kind.take(first)
+            columns += [table_version.take(first), timestamp.take(first)]
             yield pa.RecordBatch.from_arrays(columns, schema=output)
 
 
