@@ -16,6 +16,8 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import SparkSession
 
 from sparkonce.delta.catalog import WAREHOUSE_CONF
+from sparkonce.delta.commit import BatchTxn
+from sparkonce.delta.merge import merge_latest
 from sparkonce.delta.tables import DeltaTable
 from sparkonce.errors import SqlError
 
@@ -326,3 +328,21 @@ def test_the_docs_silver_to_gold_example_applies_silvers_changes_to_gold(spark: 
         tuple(r) for r in read.load(str(silver)).collect()
     )
     assert sorted(tuple(r) for r in read.load(str(gold)).collect()) == [(1, 10, "paid"), (3, 30, "new"), (4, 41, "new")]
+
+
+def test_the_gold_stages_merge_writes_the_change_data_once_per_batch(spark: SparkSession, tmp_path: Path) -> None:
+    gold = tmp_path / "gold"
+    schema = "k long, ts long, v string"
+    spark.createDataFrame([(1, 1, "a"), (2, 1, "b")], schema).write.format("delta").option(
+        "delta.enableChangeDataFeed", "true"
+    ).save(str(gold))  # 0
+    batch = spark.createDataFrame([(1, 2, "a2"), (3, 1, "c"), (2, 0, "old")], schema)
+    for _ in range(2):  # a replayed batch is skipped: no second commit, no second change
+        merge_latest(batch, str(gold), keys=["k"], order_by=["ts"], txn=BatchTxn("gold-app", 7))
+    assert RsTable(str(gold)).version() == 1
+    assert [r[:4] for r in _changes(spark, gold, 1)] == [
+        (1, 1, "a", "update_preimage"),
+        (1, 2, "a2", "update_postimage"),
+        (3, 1, "c", "insert"),
+    ]
+    assert _changes(spark, gold, 0) == _load_cdf(gold, 0, 1)
