@@ -68,3 +68,28 @@ def test_a_start_before_the_feed_was_on_is_refused_though_that_version_has_no_me
     with pytest.raises(OptionError, match=r"DELTA_MISSING_CHANGE_DATA\].*\[1 , 2\].*version \[1\]"):
         plan_changes(DeltaLog(table), 1, 2, table=str(table))
     assert [c.table_version for c in plan_changes(DeltaLog(table), 2, 2, table=str(table)).commits] == [2]
+
+
+def test_a_skipped_batch_deletes_its_change_data_files_and_a_commit_records_them_as_cdc(tmp_path: Path) -> None:
+    from sparkonce.delta.commit import BatchTxn, commit_files
+    from sparkonce.delta.files import WrittenFile
+
+    table = tmp_path / "t"
+    schema = pa.schema([("id", pa.int64())])
+    write_deltalake(str(table), pa.table({"id": pa.array([1], pa.int64())}), configuration=CDF)
+
+    def change_file(name: str) -> WrittenFile:
+        path = table / "_change_data" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"PAR1")
+        return WrittenFile(f"_change_data/{name}", 4, {}, 0, 1, "{}")
+
+    done = commit_files(str(table), [], data_schema=schema, txn=BatchTxn("app", 1), change_files=[change_file("a")])
+    assert done.table_version == 1
+    actions = DeltaLog(table).read_actions(1)
+    assert [a["cdc"] for a in actions if "cdc" in a] == [
+        {"path": "_change_data/a", "partitionValues": {}, "size": 4, "dataChange": False}
+    ]
+    again = commit_files(str(table), [], data_schema=schema, txn=BatchTxn("app", 1), change_files=[change_file("b")])
+    assert again.skipped and not (table / "_change_data" / "b").exists()
+    assert (table / "_change_data" / "a").exists()

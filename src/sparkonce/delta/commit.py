@@ -227,6 +227,7 @@ def commit_files(
     commit_id = str(uuid.uuid4())
     operation = Operation.from_metadata(custom_metadata)
     adds = [_add_action(f, data_change) for f in files]
+    change_files = list(change_files)
     cdcs = [_cdc_action(f) for f in change_files]
     rows = sum(f.num_records for f in files)
 
@@ -284,7 +285,7 @@ def commit_files(
             if committed is not None:
                 cleanup = remove_unreferenced_files(
                     location,
-                    (f.path for f in files),
+                    (f.path for f in [*files, *change_files]),
                     written_after=written_after,
                     purpose=f"skipped batch (txn {txn.app_id} {txn.txn_version})",
                 )
