@@ -136,7 +136,6 @@ def test_a_checkpoint_every_tenth_table_version(tmp_path: Path) -> None:
     [
         ({"delta.constraints.positive": "id > 0"}, "CHECK constraints"),
         ({"delta.appendOnly": "true"}, "append-only"),
-        ({"delta.enableChangeDataFeed": "true"}, "change data feed"),
     ],
 )
 def test_a_table_feature_sparkonce_does_not_honour_is_refused_before_anything_is_written(

@@ -214,6 +214,7 @@ def commit_files(
     table_description: str | None = None,
     new_table_clustering: tuple[str, ...] = (),
     identity: IdentityPlan | None = None,
+    change_files: Iterable[WrittenFile] = (),
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -234,7 +235,8 @@ def commit_files(
     replaces its schema (``overwriteSchema``); None keeps the comment the table has. ``new_table_clustering``: the
     clustering columns of the table when this commit creates it (:mod:`sparkonce.delta.clustering`). ``identity``:
     the identity columns the files' writers filled (:func:`sparkonce.delta.identity.plan_identity`); the commit moves
-    their high-water marks, and is a conflict when a concurrent commit moved them first.
+    their high-water marks, and is a conflict when a concurrent commit moved them first. ``change_files``: change
+    data files (``_change_data/``, :mod:`sparkonce.delta.cdf`) the commit records as ``cdc`` actions.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -252,6 +254,8 @@ def commit_files(
     commit_id = str(uuid.uuid4())
     operation = Operation.from_metadata(custom_metadata)
     adds = [_add_action(f, data_change) for f in files]
+    change_files = list(change_files)
+    cdcs = [_cdc_action(f) for f in change_files]
     rows = sum(f.num_records for f in files)
 
     def landed(attempt: int) -> CommitResult | None:
@@ -309,7 +313,7 @@ def commit_files(
             if committed is not None:
                 cleanup = remove_unreferenced_files(
                     location,
-                    (f.path for f in files),
+                    (f.path for f in [*files, *change_files]),
                     written_after=written_after,
                     purpose=f"skipped batch (txn {txn.app_id} {txn.txn_version})",
                 )
@@ -359,7 +363,7 @@ def commit_files(
             actions.append({"metaData": action})
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
-        actions += removals + adds
+        actions += removals + adds + cdcs
         blind = operation.name in BLIND_APPENDS and mode == "append" and not removes
         metrics = (
             operation.metrics
@@ -446,6 +450,18 @@ def _add_action(f: WrittenFile, data_change: bool) -> dict[str, Any]:
     if f.clustering_provider is not None:
         add["clusteringProvider"] = f.clustering_provider
     return {"add": add}
+
+
+def _cdc_action(f: WrittenFile) -> dict[str, Any]:
+    """The ``cdc`` action of a change data file (protocol: "Add CDC File"); never a data change itself."""
+    return {
+        "cdc": {
+            "path": quote(f.path, safe=_PATH_SAFE),
+            "partitionValues": f.partition_values,
+            "size": f.size,
+            "dataChange": False,
+        }
+    }
 
 
 _PATH_SAFE = "/!$&'()*+,;=:@"

@@ -8,7 +8,9 @@ Runs on the driver; reading and writing data runs on executors. For one operatio
    matching partitions. Otherwise every file is a candidate;
 3. executors: read the candidates and find the files with at least one matching row (the *touched* files);
 4. executors: write each touched file's rows, minus the deleted ones or with the updated values, into new files;
-5. driver: ONE Delta commit of ``remove`` (touched files) + ``add`` (new files) (+ ``txn``) with Delta's
+5. driver: ONE Delta commit of ``remove`` (touched files) + ``add`` (new files) (+ ``cdc``: the deleted rows,
+   or the updated rows' pre- and post-images, when the table has the change data feed on,
+   :mod:`sparkonce.delta.cdf`) (+ ``txn``) with Delta's
    ``DELETE``/``UPDATE`` parameters and metrics. An operation that matches nothing still commits (no file
    action), so it shows in the history and its ``txn`` makes a replay a no-op.
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce._types import TableVersion
+from sparkonce.delta.cdf import cdf_enabled, with_change_type, write_change_data
 from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
@@ -124,6 +127,7 @@ def _rewrite(
 
     scan_started = time.monotonic()
     written: list[Any] = []
+    change_files: list[Any] = []
     touched: list[TableFile] = []
     changed = 0
     copied = 0
@@ -145,8 +149,13 @@ def _rewrite(
                 kept = rows.where(F.col(FILE_COLUMN).isin(sorted(per_file)))
                 if assignments is None:
                     output = kept.where(~matches).select(*columns)
+                    changes = with_change_type(kept.where(matches), columns, "delete")
                 else:
                     types = {f.name: f.dataType for f in snapshot.spark_schema().fields}
+                    new_values = [
+                        as_column(assignments[c]).cast(types[c]).alias(c) if c in assignments else F.col(c)
+                        for c in columns
+                    ]
                     output = kept.select(
                         *[
                             F.when(matches, as_column(assignments[c]).cast(types[c])).otherwise(F.col(c)).alias(c)
@@ -154,6 +163,16 @@ def _rewrite(
                             else F.col(c)
                             for c in columns
                         ]
+                    )
+                    changes = with_change_type(kept.where(matches), columns, "update_preimage").unionByName(
+                        with_change_type(kept.where(matches).select(*new_values), columns, "update_postimage")
+                    )
+                if cdf_enabled(snapshot.configuration):
+                    change_files = write_change_data(
+                        changes,
+                        snapshot.location,
+                        snapshot.partition_columns,
+                        column_mapping=snapshot.column_mapping,
                     )
                 out_rows = copied + (changed if assignments is not None else 0)
                 n_files = max(1, math.ceil(max(out_rows, 1) / target_file_rows))
@@ -176,7 +195,7 @@ def _rewrite(
         "numCopiedRows": copied,
         "numRemovedBytes": sum(f.size for f in touched),
         "numAddedBytes": sum(f.size for f in written),
-        "numAddedChangeFiles": 0,
+        "numAddedChangeFiles": len(change_files),
         "executionTimeMs": int((time.monotonic() - started) * 1000),
         "scanTimeMs": scan_ms,
         "rewriteTimeMs": int((time.monotonic() - started) * 1000) - scan_ms,
@@ -194,6 +213,7 @@ def _rewrite(
         parameters=params,
         metrics=metrics,
         txn=txn,
+        change_files=change_files,
     )
     log.info("%s on %s (txn %s): table_version %s, %s", operation, table_uri, txn, result.table_version, metrics)
     if result.skipped:

@@ -58,6 +58,9 @@ class FileWriterOptions:
     max_records_per_file: int | None = None
     compression: str = "snappy"
     file_prefix: str = "part"
+    directory: str = ""
+    """A folder under the table root that every file goes into (``_change_data`` for change data files), before
+    the partition folders; "" for data files."""
     column_mapping: ColumnMapping | None = None
     """The table's column mapping (None: not column-mapped): files then name columns by physical name and carry
     the field ids, and ``partitionValues`` are keyed by physical name, as Delta writes them."""
@@ -308,7 +311,7 @@ class TableFileWriter:
         directory = partition_directory(values)
         suffix = f".{self.options.compression}" if self.options.compression != "none" else ""
         name = f"{self.options.file_prefix}-{self.task_id:05d}-{uuid.uuid4()}.c000{suffix}.parquet"
-        relative = f"{directory}/{name}" if directory else name
+        relative = "/".join(part for part in (self.options.directory, directory, name) if part)
         location = self.options.location
         filesystem = location.filesystem()
         if location.is_local:

@@ -234,13 +234,6 @@ def check_writable(
     constraints = sorted(k for k in configuration if k.lower().startswith("delta.constraints."))
     if constraints:
         _refuse(table, operation, f"the table has CHECK constraints {constraints}, which sparkonce does not enforce")
-    if removes_rows and conf.get("delta.enablechangedatafeed") == "true":
-        _refuse(
-            table,
-            operation,
-            "the table has the change data feed on (delta.enableChangeDataFeed = true), and sparkonce does not yet "
-            "write change data for rows it removes or changes",
-        )
     for marker, what in (
         ("delta.generationExpression", "generated columns"),
         ("delta.identity.", "identity columns"),

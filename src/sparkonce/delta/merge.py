@@ -13,7 +13,8 @@ and ``DeltaTable.merge(...)``'s builder. For one merge (optionally with ``txn(ap
 4. only the files holding a target row that a clause updates or deletes are *touched*: their other rows are
    copied, and the touched files are replaced by new files (range-partitioned by the keys, so file key ranges
    stay narrow and step 2 stays selective) holding the copies, the updated rows and the inserted rows;
-5. driver: ONE Delta commit of ``remove`` (touched files) + ``add`` (new files) + ``txn`` through
+5. driver: ONE Delta commit of ``remove`` (touched files) + ``add`` (new files) (+ ``cdc`` files of every changed
+   row when the table has the change data feed on, :mod:`sparkonce.delta.cdf`) + ``txn`` through
    :func:`sparkonce.delta.rewrite.commit_rewrite`, with Delta's ``MERGE`` parameters and metrics. A merge that
    changes nothing still commits its ``txn`` (no file action) so a replay is skipped.
 
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce._types import TableVersion
+from sparkonce.delta.cdf import cdf_enabled, with_change_type, write_change_data
 from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
@@ -210,6 +212,7 @@ def merge_into(
             touched = [by_path[p] for p in touched_paths]
             rewrite_started = time.monotonic()
             written: list[Any] = []
+            change_files: list[Any] = []
             columns = [*target_columns, *[c.name for c in new_columns]]
             copied = sum(f.live_records for f in touched) - counts.target_rows_changed
             if touched or counts.inserted:
@@ -236,6 +239,13 @@ def merge_into(
                     partition_by,
                     column_mapping=snapshot.column_mapping if snapshot is not None else None,
                 )
+                if snapshot is not None and cdf_enabled(snapshot.configuration):
+                    change_files = write_change_data(
+                        _changes(actions, target, clauses, target_columns, new_columns),
+                        location,
+                        partition_by,
+                        column_mapping=snapshot.column_mapping,
+                    )
             rewrite_ms = int((time.monotonic() - rewrite_started) * 1000)
         finally:
             actions.unpersist()
@@ -258,7 +268,7 @@ def merge_into(
         "numTargetFilesRemoved": len(touched),
         "numTargetBytesAdded": sum(f.size for f in written),
         "numTargetBytesRemoved": sum(f.size for f in touched),
-        "numTargetChangeFilesAdded": 0,
+        "numTargetChangeFilesAdded": len(change_files),
         "numTargetFilesBefore": len(files),
         "numCandidateFiles": len(candidates),
         "executionTimeMs": int((time.monotonic() - started) * 1000),
@@ -285,6 +295,7 @@ def merge_into(
         txn=txn,
         merge_schema=bool(new_columns),
         custom_metadata=custom_metadata,
+        change_files=change_files,
     )
     log.info("merge into %s (txn %s): table_version %s, %s", table_uri, txn, result.table_version, json.dumps(metrics))
     if result.skipped:
@@ -610,6 +621,35 @@ def _actions(
         joined.withColumn(_CLAUSE, clause_col)
         .where(F.col(_CLAUSE).isNotNull())
         .select(F.col(_CLAUSE), target[FILE_COLUMN].alias(FILE_COLUMN), target[ROW_COLUMN].alias(ROW_COLUMN), *outputs)
+    )
+
+
+def _changes(
+    actions: DataFrame,
+    target: DataFrame,
+    clauses: Sequence[MergeClause],
+    target_columns: Sequence[str],
+    new_columns: list[Any],
+) -> DataFrame:
+    """The change rows of a merge (Delta's change data feed): ``insert`` for inserted rows, ``update_preimage`` (as
+    read from the table) and ``update_postimage`` for updated rows, ``delete`` for deleted rows (once per target
+    row, however many source rows matched it). Runs on the driver (plans only)."""
+    import pyspark.sql.functions as F
+
+    columns = [*target_columns, *[c.name for c in new_columns]]
+    kinds = {kind: [i for i, c in enumerate(clauses) if c.kind == kind] for kind in ("insert", "update", "delete")}
+    acted = F.col(_CLAUSE)
+    updated = actions.where(acted.isin(kinds["update"]))
+    preimage = target.join(updated.select(FILE_COLUMN, ROW_COLUMN), on=[FILE_COLUMN, ROW_COLUMN], how="left_semi")
+    preimage = preimage.select(
+        *[F.col(f"`{c}`") for c in target_columns], *[F.lit(None).cast(c.dataType).alias(c.name) for c in new_columns]
+    )
+    deleted = actions.where(acted.isin(kinds["delete"])).dropDuplicates([FILE_COLUMN, ROW_COLUMN])
+    return (
+        with_change_type(actions.where(acted.isin(kinds["insert"])), columns, "insert")
+        .unionByName(with_change_type(preimage, columns, "update_preimage"))
+        .unionByName(with_change_type(updated, columns, "update_postimage"))
+        .unionByName(with_change_type(deleted, columns, "delete"))
     )
 
 

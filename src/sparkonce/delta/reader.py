@@ -68,6 +68,9 @@ class DataFile:
     """The ``add``'s ``modificationTime`` (milliseconds), for ``_metadata.file_modification_time``."""
     uri: str | None = None
     """The file's URI as Spark's ``_metadata.file_path`` shows it (``file:/...``, ``s3://...``)."""
+    selected_rows: tuple[DeletionVector, DeletionVector | None] | None = None
+    """Read only the rows the first deletion vector deletes and the second (if any) does not (the change data
+    feed's rows of a commit that changed a file's deletion vector); ``deletion_vector`` is then None."""
 
 
 @dataclass
@@ -333,8 +336,14 @@ def read_files(
             parquet = pq.ParquetFile(source)
             present = set(parquet.schema_arrow.names)
             keep = None
+            num_rows = parquet.metadata.num_rows
             if data_file.deletion_vector is not None:
-                keep = keep_mask(data_file.deletion_vector, parquet.metadata.num_rows, data_file=data_file.path)
+                keep = keep_mask(data_file.deletion_vector, num_rows, data_file=data_file.path)
+            if data_file.selected_rows is not None:
+                rows_in, rows_not_in = data_file.selected_rows
+                keep = ~keep_mask(rows_in, num_rows, data_file=data_file.path)
+                if rows_not_in is not None:
+                    keep &= keep_mask(rows_not_in, num_rows, data_file=data_file.path)
             first_row = 0
             for batch in parquet.iter_batches(batch_size=batch_size, use_threads=False):
                 rows = batch.num_rows

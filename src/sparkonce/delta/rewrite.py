@@ -372,9 +372,11 @@ def commit_rewrite(
     merge_schema: bool = False,
     data_change: bool = True,
     custom_metadata: Mapping[str, Any] | None = None,
+    change_files: Sequence[WrittenFile] = (),
 ) -> CommitResult:
-    """One Delta commit of ``removed`` + ``written`` (+ ``txn``), recording Delta's operation name, parameters
-    and metrics in commitInfo's ``sparkonce`` object (delta-rs cannot write them as Delta's own fields)."""
+    """One Delta commit of ``removed`` + ``written`` (+ ``change_files`` as ``cdc`` actions) (+ ``txn``),
+    recording Delta's operation name, parameters and metrics in commitInfo's ``sparkonce`` object (delta-rs
+    cannot write them as Delta's own fields)."""
     from sparkonce.delta.writer import commit_metadata
 
     extra: dict[str, Any] = {"operationMetrics": dict(metrics)}
@@ -392,6 +394,7 @@ def commit_rewrite(
         custom_metadata=metadata,
         removes=[f.removed() for f in removed],
         data_change=data_change,
+        change_files=change_files,
     )
 
 

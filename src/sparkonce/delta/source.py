@@ -45,11 +45,14 @@ class DeltaDataSource(DataSource):
         return "delta"
 
     def schema(self) -> StructType:  # driver, for reads
+        from sparkonce.delta.changes import change_feed_table_schema, is_change_feed_read
         from sparkonce.delta.commit import load_table
         from sparkonce.delta.options import table_path
         from sparkonce.delta.reader import check_reader_features, scan_schema
         from sparkonce.delta.schema import spark_schema
 
+        if is_change_feed_read(self.options):
+            return change_feed_table_schema(self.options)
         path = table_path(self.options)
         options = ReadOptions.parse(self.options) if _is_batch_read(self.options) else None
         if options is not None:
@@ -64,8 +67,11 @@ class DeltaDataSource(DataSource):
         return spark_schema(scan_schema(table, metadata_column=options is not None and options.metadata_column).output)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from sparkonce.delta.changes import ChangeFeedOptions, ChangeFeedReader, is_change_feed_read
         from sparkonce.delta.reader import DeltaBatchReader
 
+        if is_change_feed_read(self.options):
+            return ChangeFeedReader(ChangeFeedOptions.parse(self.options), schema)
         return DeltaBatchReader(ReadOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -79,11 +85,19 @@ class DeltaDataSource(DataSource):
         return DeltaStreamWriter(WriteOptions.parse(self.options), schema, overwrite)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from sparkonce.delta.changes import READ_CHANGE_FEED_OPTION, is_change_feed_read
         from sparkonce.delta.options import METADATA_COLUMN_OPTION
         from sparkonce.delta.stream import DeltaStreamReader
         from sparkonce.errors import OptionError
         from sparkonce.options import lookup
 
+        if is_change_feed_read(self.options):
+            raise OptionError(
+                READ_CHANGE_FEED_OPTION,
+                "true",
+                "streaming reads of the change data feed are not supported yet; read it in batches "
+                '(spark.read.format("delta").option("readChangeFeed", "true") with startingVersion/endingVersion)',
+            )
         if lookup(self.options, METADATA_COLUMN_OPTION) is not None:
             raise OptionError(
                 METADATA_COLUMN_OPTION, lookup(self.options, METADATA_COLUMN_OPTION), "is for batch reads"

@@ -321,6 +321,11 @@ class DeltaSql:
             view = self._temp_view(history(self.spark, self.require(stmt.table).location, limit=stmt.limit))
             views.append(view)
             return token.start, tokens[close].end, view, close + 1
+        if token.is_word("TABLE_CHANGES", "TABLE_CHANGES_BY_PATH") and i + 1 < len(tokens) and tokens[i + 1].is_op("("):
+            close = _matching(tokens, i + 1)
+            view = self._table_changes(token, tokens[i + 2 : close])
+            views.append(view)
+            return token.start, tokens[close].end, view, close + 1
         if token.kind not in ("word", "quoted"):
             return None
         cursor = Cursor(text, tokens, i)
@@ -341,6 +346,34 @@ class DeltaSql:
         has_alias = parse_alias(after) is not None
         replacement = view if has_alias or ref.name is None else f"{view} AS `{ref.name[-1]}`"
         return ref.start, ref.end, replacement, cursor.pos
+
+    def _table_changes(self, function: Token, arguments: list[Token]) -> str:
+        """A view of Delta's ``table_changes('table', start[, end])`` / ``table_changes_by_path('path', ...)``: the
+        table's change data feed, a bound being a table version (number) or a timestamp (string)."""
+        name = function.value.lower()
+        values = [t for t in arguments if not t.is_op(",")]
+        if (
+            len(values) not in (2, 3)
+            or len(arguments) != 2 * len(values) - 1
+            or values[0].kind != "string"
+            or any(t.kind not in ("string", "number") for t in values[1:])
+        ):
+            raise SqlError(
+                f"{name}: expected {name}('<table>', <start version or 'timestamp'>[, <end version or 'timestamp'>])"
+            )
+        if name == "table_changes_by_path":
+            ref = TableRef(values[0].value, None, 0, 0)
+        else:
+            table_text = values[0].value
+            ref = parse_table(Cursor(table_text, tokenize(table_text), 0))
+        target = self.require(ref)
+        reader = self.spark.read.format(FORMAT).option("readChangeFeed", "true")
+        for bound, token in zip(("starting", "ending"), values[1:]):
+            if token.kind == "number":
+                reader = reader.option(f"{bound}Version", token.value)
+            else:
+                reader = reader.option(f"{bound}Timestamp", token.value)
+        return self._temp_view(reader.load(target.location))
 
     # -- statements ------------------------------------------------------------------------------------------
 
