@@ -36,11 +36,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 from xml.etree import ElementTree
 
 from sparkonce.errors import StorageError
-from sparkonce_local.services.process import LOOPBACK, free_ports, kill, log_tail, runs, terminate
+from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult, executable
+from sparkonce_local.services.process import LOOPBACK, free_ports, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +52,6 @@ DEFAULT_ACCESS_KEY = "sparkonce"
 DEFAULT_SECRET_KEY = "sparkonce-secret-key"
 REGION = "us-east-1"
 
-_PID_FILE = "storage.pid"
-_INFO_FILE = "storage.json"
 _LOG_FILE = "storage.log"
 _IDENTITY_FILE = "s3.json"
 _DATA_DIR = "data"
@@ -141,27 +141,15 @@ class StorageInfo:
 
 
 @dataclass(frozen=True)
-class StorageStatus:
-    """What ``sparkonce storage status`` reports."""
+class StorageStatus(DaemonStatus[StorageInfo]):
+    """What ``sparkonce storage status`` reports (``running``: the recorded process is a ``weed`` server;
+    ``reachable``: its S3 gateway answered a signed ListBuckets)."""
 
-    state_dir: Path
-    running: bool
-    """The recorded process is alive and is a ``weed`` server."""
-    reachable: bool
-    """The S3 gateway answered a signed ListBuckets."""
-    info: StorageInfo | None
     buckets: list[str]
 
 
-@dataclass(frozen=True)
-class StorageStopResult:
-    """What ``sparkonce storage stop`` did. The data directory is kept."""
-
-    state_dir: Path
-    was_running: bool
-    pid: int | None
-    forced: bool
-    """True when the server did not exit on SIGTERM within the deadline and was killed."""
+StorageStopResult = DaemonStopResult
+"""What ``sparkonce storage stop`` did. The data directory is kept."""
 
 
 def weed_binary() -> Path:
@@ -173,11 +161,11 @@ def weed_binary() -> Path:
     override = os.environ.get(ENV_BINARY)
     if override:
         path = Path(override)
-        if not (path.is_file() and os.access(path, os.X_OK)):
+        if not executable(path):
             raise StorageError(f"{ENV_BINARY}={override} is not an executable file")
         return path
     beside = Path(sys.executable).parent / "weed"
-    if beside.is_file() and os.access(beside, os.X_OK):
+    if executable(beside):
         return beside
     found = shutil.which("weed")
     if found:
@@ -212,9 +200,7 @@ def start_storage(
             become ready in time (the message quotes the end of its log).
     """
     state = Path(state_dir).resolve()
-    existing = _read_info(state)
-    if existing is not None and _is_weed(existing.pid):
-        raise StorageError(f"an object store already runs for {state} (pid {existing.pid}, {existing.endpoint})")
+    DAEMON.refuse_if_running(state)
     binary = weed_binary()
     data_dir = state / _DATA_DIR
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -227,15 +213,7 @@ def start_storage(
     identity.write_text(json.dumps(_identity(access_key, secret_key), indent=2) + "\n")
     identity.chmod(0o600)
     log_path = state / _LOG_FILE
-    with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen(
-            [str(binary), "server", *_server_args(data_dir, ports, identity)],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=state,
-        )
+    proc = DAEMON.spawn([str(binary), "server", *_server_args(data_dir, ports, identity)], log_file=log_path, cwd=state)
     info = StorageInfo(
         pid=proc.pid,
         endpoint=f"http://{LOOPBACK}:{ports.s3}",
@@ -249,13 +227,7 @@ def start_storage(
         region=REGION,
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    _write_info(info)
-    try:
-        wait_until_ready(info, timeout=timeout, process=proc)
-    except StorageError:
-        terminate(proc.pid, timeout=5.0)
-        _clear_info(state)
-        raise
+    DAEMON.launch(state, info, ready=lambda: wait_until_ready(info, timeout=timeout, process=proc))
     log.info("started SeaweedFS pid %d with S3 on %s (state %s)", proc.pid, info.endpoint, state)
     return info
 
@@ -270,15 +242,10 @@ def stop_storage(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 
 
     Stopping a server that is not running is not an error: the result says so.
     """
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    if info is None or not _is_weed(info.pid):
-        _clear_info(state)
-        return StorageStopResult(state_dir=state, was_running=False, pid=info.pid if info else None, forced=False)
-    forced = terminate(info.pid, timeout=timeout)
-    _clear_info(state)
-    log.info("stopped SeaweedFS pid %d (%s)", info.pid, "killed" if forced else "terminated")
-    return StorageStopResult(state_dir=state, was_running=True, pid=info.pid, forced=forced)
+    stopped = DAEMON.stop(state_dir, timeout=timeout)
+    if stopped.pids:
+        log.info("stopped SeaweedFS pid %d (%s)", stopped.pids[-1], "killed" if stopped.forced else "terminated")
+    return stopped.result(stopped.info.pid if stopped.info else None)
 
 
 def kill_storage(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> int | None:
@@ -289,14 +256,10 @@ def kill_storage(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> int | None:
     Returns:
         The killed pid, or None when no server was running.
     """
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    if info is None or not _is_weed(info.pid):
-        return None
-    kill(info.pid)
-    _clear_info(state)
-    log.info("killed SeaweedFS pid %d (state %s)", info.pid, state)
-    return info.pid
+    pid = DAEMON.kill(state_dir)
+    if pid is not None:
+        log.info("killed SeaweedFS pid %d (state %s)", pid, Path(state_dir).resolve())
+    return pid
 
 
 def restart_storage(
@@ -313,7 +276,7 @@ def restart_storage(
         StorageError: no server was ever started for ``state_dir``, or the restart failed.
     """
     state = Path(state_dir).resolve()
-    info = _read_info(state)
+    info = DAEMON.read(state)
     if info is None:
         raise StorageError(f"no object store was started for {state}: run `sparkonce storage start` first")
     if crash:
@@ -331,9 +294,7 @@ def restart_storage(
 
 def storage_status(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> StorageStatus:
     """Report whether the server recorded in ``state_dir`` runs and answers, with its buckets."""
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    running = info is not None and _is_weed(info.pid)
+    state, info, running = DAEMON.probe(state_dir)
     buckets: list[str] = []
     reachable = False
     if running and info is not None:
@@ -507,36 +468,8 @@ def _describe(answer: S3Response) -> str:
     return f"HTTP {answer.status} {code} {message}".strip()
 
 
-def _is_weed(pid: int) -> bool:
-    return runs(pid, b"weed")
-
-
-def _read_info(state: Path) -> StorageInfo | None:
-    info_path = state / _INFO_FILE
-    if not info_path.is_file():
-        return None
-    try:
-        data = json.loads(info_path.read_text())
-        return StorageInfo(
-            pid=int(data["pid"]),
-            endpoint=str(data["endpoint"]),
-            ports=StoragePorts(**{name: int(value) for name, value in data["ports"].items()}),
-            state_dir=state,
-            data_dir=state / _DATA_DIR,
-            log_file=state / _LOG_FILE,
-            binary=Path(data["binary"]),
-            access_key=str(data["access_key"]),
-            secret_key=str(data["secret_key"]),
-            region=str(data["region"]),
-            started_at=str(data["started_at"]),
-        )
-    except (ValueError, KeyError, TypeError) as err:
-        raise StorageError(f"object store state file {info_path} is unreadable: {err}") from err
-
-
-def _write_info(info: StorageInfo) -> None:
-    (info.state_dir / _PID_FILE).write_text(f"{info.pid}\n")
-    payload = {
+def _encode(info: StorageInfo) -> dict[str, Any]:
+    return {
         "pid": info.pid,
         "endpoint": info.endpoint,
         "ports": asdict(info.ports),
@@ -546,15 +479,37 @@ def _write_info(info: StorageInfo) -> None:
         "region": info.region,
         "started_at": info.started_at,
     }
-    path = info.state_dir / _INFO_FILE
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-    path.chmod(0o600)
 
 
-def _clear_info(state: Path) -> None:
-    """Forget the process (pid file) but keep the info file's ports and keys for a restart."""
-    with contextlib.suppress(FileNotFoundError):
-        (state / _PID_FILE).unlink()
+def _decode(state: Path, data: dict[str, Any]) -> StorageInfo:
+    return StorageInfo(
+        pid=int(data["pid"]),
+        endpoint=str(data["endpoint"]),
+        ports=StoragePorts(**{name: int(value) for name, value in data["ports"].items()}),
+        state_dir=state,
+        data_dir=state / _DATA_DIR,
+        log_file=state / _LOG_FILE,
+        binary=Path(data["binary"]),
+        access_key=str(data["access_key"]),
+        secret_key=str(data["secret_key"]),
+        region=str(data["region"]),
+        started_at=str(data["started_at"]),
+    )
+
+
+DAEMON: Daemon[StorageInfo] = Daemon(
+    name="object store",
+    info_file="storage.json",
+    pid_file="storage.pid",
+    error=StorageError,
+    encode=_encode,
+    decode=_decode,
+    processes=lambda info: [DaemonProcess(info.pid, (b"weed",))],
+    describe=lambda info: info.endpoint,
+    keep_info=True,
+)
+"""The object store's record (``storage.pid``, ``storage.json``; the info file's ports and keys outlive a stop, so
+a restart reuses them) and identity."""
 
 
 __all__ = [
