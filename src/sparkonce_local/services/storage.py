@@ -13,6 +13,8 @@ in a directory (default ``./.sparkonce/storage``)::
 
 SeaweedFS answers a conditional PUT (``If-None-Match: *``) over an existing key with 412, so delta-rs commits
 safely on it with the storage option ``conditional_put=etag`` (see :meth:`StorageInfo.storage_options`).
+The signed S3 requests that check it (buckets, conditional PUTs in tests) are :mod:`sparkonce_local.services.s3`;
+its lifecycle (state record, stop, kill) is the shared :mod:`sparkonce_local.services.daemon`.
 
 Everything here runs on the machine that starts the store (CLI, test session, benchmark), never on Spark
 executors; executors reach the store through the storage options.
@@ -20,29 +22,23 @@ executors; executors reach the store through the storage options.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import hmac
 import http.client
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
-from xml.etree import ElementTree
 
 from sparkonce.errors import StorageError
 from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult, executable
 from sparkonce_local.services.process import LOOPBACK, free_ports, log_tail
+from sparkonce_local.services.s3 import S3Response, create_bucket, list_buckets, s3_request
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +51,6 @@ REGION = "us-east-1"
 _LOG_FILE = "storage.log"
 _IDENTITY_FILE = "s3.json"
 _DATA_DIR = "data"
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_S3_XMLNS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 
 @dataclass(frozen=True)
@@ -71,15 +65,6 @@ class StoragePorts:
     master_grpc: int
     volume_grpc: int
     filer_grpc: int
-
-
-@dataclass(frozen=True)
-class S3Response:
-    """The answer to one signed S3 request."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
 
 
 @dataclass(frozen=True)
@@ -118,14 +103,7 @@ class StorageInfo:
             StorageError: the name is not a valid bucket name, the store refused, or the bucket exists and
                 ``exist_ok`` is false.
         """
-        if not _BUCKET_NAME.match(name) or ".." in name:
-            raise StorageError(f"{name!r} is not a valid bucket name (3-63 of a-z, 0-9, '.', '-')")
-        answer = s3_request(self, "PUT", f"/{name}")
-        if answer.status == 409 and exist_ok:
-            return f"s3://{name}"
-        if answer.status != 200:
-            raise StorageError(f"cannot create bucket {name!r} at {self.endpoint}: {_describe(answer)}")
-        return f"s3://{name}"
+        return create_bucket(self, name, exist_ok=exist_ok)
 
     def list_buckets(self) -> list[str]:
         """The names of the store's buckets (S3 ListBuckets).
@@ -133,11 +111,7 @@ class StorageInfo:
         Raises:
             StorageError: the store did not answer or refused.
         """
-        answer = s3_request(self, "GET", "/")
-        if answer.status != 200:
-            raise StorageError(f"cannot list buckets at {self.endpoint}: {_describe(answer)}")
-        root = ElementTree.fromstring(answer.body)
-        return sorted(node.text or "" for node in root.iter(f"{_S3_XMLNS}Name"))
+        return list_buckets(self)
 
 
 @dataclass(frozen=True)
@@ -337,71 +311,6 @@ def wait_until_ready(
         time.sleep(0.1)
 
 
-def s3_request(
-    info: StorageInfo,
-    method: str,
-    path: str,
-    *,
-    body: bytes = b"",
-    headers: Mapping[str, str] | None = None,
-    query: Mapping[str, str] | None = None,
-    timeout: float = 10.0,
-) -> S3Response:
-    """Send one AWS Signature V4 signed request to the store (``path`` is ``/bucket`` or ``/bucket/key``).
-
-    Raises:
-        StorageError: the store could not be reached (any HTTP answer, even an error, is returned).
-    """
-    host = info.endpoint.removeprefix("http://")
-    now = datetime.now(UTC)
-    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-    payload_hash = hashlib.sha256(body).hexdigest()
-    signed = {
-        **{name.lower(): value.strip() for name, value in (headers or {}).items()},
-        "host": host,
-        "x-amz-date": amz_date,
-        "x-amz-content-sha256": payload_hash,
-    }
-    signed_names = ";".join(sorted(signed))
-    canonical_uri = quote(path, safe="/-_.~")
-    canonical_query = "&".join(
-        f"{quote(name, safe='-_.~')}={quote(value, safe='-_.~')}" for name, value in sorted((query or {}).items())
-    )
-    canonical = "\n".join(
-        [
-            method,
-            canonical_uri,
-            canonical_query,
-            "".join(f"{name}:{signed[name]}\n" for name in sorted(signed)),
-            signed_names,
-            payload_hash,
-        ]
-    )
-    scope = f"{amz_date[:8]}/{info.region}/s3/aws4_request"
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    key = f"AWS4{info.secret_key}".encode()
-    for part in (amz_date[:8], info.region, "s3", "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    authorization = (
-        f"AWS4-HMAC-SHA256 Credential={info.access_key}/{scope}, SignedHeaders={signed_names}, Signature={signature}"
-    )
-    target = canonical_uri + (f"?{canonical_query}" if canonical_query else "")
-    connection = http.client.HTTPConnection(host, timeout=timeout)
-    try:
-        connection.request(method, target, body=body, headers={**signed, "authorization": authorization})
-        response = connection.getresponse()
-        return S3Response(
-            status=response.status,
-            headers={name.lower(): value for name, value in response.getheaders()},
-            body=response.read(),
-        )
-    except OSError as err:
-        raise StorageError(f"object store at {info.endpoint} is unreachable: {err}") from err
-    finally:
-        connection.close()
-
-
 def _server_args(data_dir: Path, ports: StoragePorts, identity: Path) -> list[str]:
     return [
         f"-dir={data_dir}",
@@ -457,15 +366,6 @@ def _writable_nodes(info: StorageInfo) -> int:
         for center in topology.get("DataCenters") or []
         for rack in center.get("Racks") or []
     )
-
-
-def _describe(answer: S3Response) -> str:
-    code = message = ""
-    with contextlib.suppress(ElementTree.ParseError):
-        root = ElementTree.fromstring(answer.body)
-        code = root.findtext("Code") or ""
-        message = root.findtext("Message") or ""
-    return f"HTTP {answer.status} {code} {message}".strip()
 
 
 def _encode(info: StorageInfo) -> dict[str, Any]:
