@@ -179,3 +179,17 @@ def test_a_start_that_never_gets_ready_is_stopped_and_forgotten(tmp_path: Path, 
 
     assert not alive(proc.pid)
     assert list(tmp_path.glob("test.*")) == []
+
+
+def test_a_stop_for_a_restart_keeps_the_info_file(tmp_path: Path, children: Any) -> None:
+    proc = _spawn(tmp_path, OBEYS_SIGTERM)
+    children.append(proc)
+    daemon = _daemon()
+    info = Info(pid=proc.pid, address="a", state_dir=tmp_path)
+    daemon.write(tmp_path, info)
+
+    stopped = daemon.stop(tmp_path, timeout=30.0, keep_info=True)
+
+    assert stopped.pids == [proc.pid]
+    assert daemon.read(tmp_path) == info
+    assert not (tmp_path / "test.pid").exists()

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from sparkonce.errors import BrokerError
 from sparkonce.kafka.topics import admin_config, list_topics
-from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult, executable
-from sparkonce_local.services.process import LOOPBACK, free_port
+from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult
+from sparkonce_local.services.process import LOOPBACK, executable, free_port
 
 if TYPE_CHECKING:
     from sparkonce_local.services.storage import StorageInfo
@@ -229,7 +229,7 @@ def restart_broker(
     if crash:
         kill_broker(state_dir=state)
     else:
-        DAEMON.stop(state, timeout=10.0)
+        DAEMON.stop(state, timeout=10.0, keep_info=True)
     return _start(state, port=info.port, engine=info.storage_engine, access=access, timeout=timeout)
 
 

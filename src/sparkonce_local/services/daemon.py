@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,7 +61,7 @@ class DaemonStatus(Generic[InfoT]):
 
 @dataclass(frozen=True)
 class DaemonStopResult:
-    """What ``sparkonce broker stop`` / ``sparkonce storage stop`` did."""
+    """What stopping a one-process daemon did (``sparkonce broker stop``, ``sparkonce storage stop``)."""
 
     state_dir: Path
     was_running: bool
@@ -83,6 +82,7 @@ class Stopped(Generic[InfoT]):
     forced: bool
 
     def result(self, main_pid: int | None) -> DaemonStopResult:
+        """The result of a one-process daemon's stop, naming its recorded pid."""
         return DaemonStopResult(state_dir=self.state_dir, was_running=bool(self.pids), pid=main_pid, forced=self.forced)
 
 
@@ -220,8 +220,9 @@ class Daemon(Generic[InfoT]):
                 terminate(pid, timeout=timeout, group=self.group)
         self.forget(state)
 
-    def stop(self, state_dir: Path | str, *, timeout: float) -> Stopped[InfoT]:
-        """Stop every recorded process that runs (SIGTERM, SIGKILL after ``timeout`` seconds) and forget them.
+    def stop(self, state_dir: Path | str, *, timeout: float, keep_info: bool | None = None) -> Stopped[InfoT]:
+        """Stop every recorded process that runs (SIGTERM, SIGKILL after ``timeout`` seconds) and forget them
+        (``keep_info``: keep the info file, e.g. for a restart; default the daemon's).
 
         A daemon that is not running is not an error: the result lists no pid.
         """
@@ -234,7 +235,7 @@ class Daemon(Generic[InfoT]):
                 if process.runs():
                     pids.append(process.pid)
                     forced = terminate(process.pid, timeout=timeout, group=self.group) or forced
-        self.forget(state)
+        self.forget(state, keep_info=keep_info)
         return Stopped(state_dir=state, info=info, pids=pids, forced=forced)
 
     def kill(self, state_dir: Path | str) -> int | None:
@@ -253,9 +254,4 @@ class Daemon(Generic[InfoT]):
         return pid
 
 
-def executable(path: Path) -> bool:
-    """True when ``path`` is a file this process may execute."""
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-__all__ = ["Daemon", "DaemonProcess", "DaemonStatus", "DaemonStopResult", "Stopped", "executable"]
+__all__ = ["Daemon", "DaemonProcess", "DaemonStatus", "DaemonStopResult", "Stopped"]

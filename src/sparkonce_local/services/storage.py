@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkonce.errors import StorageError
-from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult, executable
-from sparkonce_local.services.process import LOOPBACK, free_ports, log_tail
+from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult
+from sparkonce_local.services.process import LOOPBACK, executable, free_ports, log_tail
 from sparkonce_local.services.s3 import S3Response, create_bucket, list_buckets, s3_request
 
 log = logging.getLogger(__name__)
