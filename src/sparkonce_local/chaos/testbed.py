@@ -36,6 +36,7 @@ from sparkonce_local.chaos.reconcile import (
     read_topic,
 )
 from sparkonce_local.chaos.spec import DriverSpec
+from sparkonce_local.services.process import log_tail as file_tail
 
 if TYPE_CHECKING:
     from sparkonce.pipeline.config import PipelineConfig
@@ -287,13 +288,10 @@ def reconcile_tables(setup: ChaosSetup, options: ChaosOptions) -> tuple[list[Tab
 
 
 def log_tail(work_dir: Path, rounds: list[RoundResult], lines: int = 25) -> str:
+    """The end of the last driver run's log ("" when there was none or it cannot be read)."""
     if not rounds:
         return ""
-    path = work_dir / "rounds" / f"{rounds[-1].index:04d}" / "driver.log"
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    return file_tail(work_dir / "rounds" / f"{rounds[-1].index:04d}" / "driver.log", lines)
 
 
 __all__ = [
