@@ -98,6 +98,14 @@ storage_option = click.option(
 )
 """The ``--storage-option NAME=VALUE`` option of every command taking a table (a ``dict[str, str]`` parameter)."""
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def json_option(help: str = "Print the result as JSON.") -> Callable[[F], F]:
+    """The ``--json`` flag of every command that can print its result as JSON (an ``as_json: bool`` parameter)."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
@@ -145,9 +153,6 @@ def _plain(value: object) -> str:
     """The text of a cell without rich markup or styles, newlines folded into spaces."""
     text = value.plain if isinstance(value, Text) else Text.from_markup(str(value)).plain
     return " ".join(text.splitlines())
-
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def exit_code_for(error: SparkonceError) -> int:

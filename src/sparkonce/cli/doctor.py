@@ -21,6 +21,7 @@ from sparkonce.cli.common import (
     TABLE,
     console,
     handle_errors,
+    json_option,
     print_json,
     print_table,
     storage_option,
@@ -113,7 +114,7 @@ def _doctor_json(report: DoctorReport) -> dict[str, object]:
 )
 @storage_option
 @click.option("--kafka", "kafka", metavar="BOOTSTRAP", help="Check offsets against this Kafka broker.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (see docs/doctor.md).")
+@json_option("Print the report as JSON (see docs/doctor.md).")
 @click.option("--html", "html", type=click.Path(dir_okay=False, path_type=Path), help="Write an HTML report.")
 @click.option(
     "--history-scan",
@@ -165,7 +166,7 @@ def doctor(
 @click.argument("table", type=TABLE)
 @storage_option
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Show only the N newest commits.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (see docs/doctor.md).")
+@json_option("Print JSON (see docs/doctor.md).")
 @handle_errors
 def history(table: str, storage_options: dict[str, str], limit: int | None, as_json: bool) -> None:
     """Show TABLE's Delta commits like DESCRIBE HISTORY, read straight from _delta_log."""
@@ -198,7 +199,7 @@ def history(table: str, storage_options: dict[str, str], limit: int | None, as_j
 @click.option("--kafka", "kafka", metavar="BOOTSTRAP", help="Expect each partition's earliest..latest offsets.")
 @click.option("--topic", "topics", multiple=True, help="Topic to check against --kafka (repeatable).")
 @click.option("--range", "ranges", multiple=True, metavar="TOPIC:PARTITION:START-END", help="End exclusive.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (see docs/doctor.md).")
+@json_option("Print JSON (see docs/doctor.md).")
 @handle_errors
 def verify(
     table: str,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from sparkonce.cli.common import TABLE, console, handle_errors, print_json, storage_option, to_jsonable
+from sparkonce.cli.common import TABLE, console, handle_errors, json_option, print_json, storage_option, to_jsonable
 from sparkonce.storage import table_location
 
 __all__ = ["optimize"]
@@ -27,7 +27,7 @@ __all__ = ["optimize"]
     metavar="SIZE",
     help="Files below this size are packed into files of about this size (bytes, or 512k, 128m, 1g).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option()
 @handle_errors
 def optimize(
     table: str, storage_options: dict[str, str], where: str | None, target_file_size: str, as_json: bool

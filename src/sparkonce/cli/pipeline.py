@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_json
+from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, json_option, print_json
 
 
 @click.command()
@@ -20,7 +20,7 @@ from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_js
     "--master", default=None, help="Spark master URL (default: local[2]); spark://HOST:PORT: see docs/cluster.md."
 )
 @click.option("--plain", is_flag=True, help="One line per batch instead of the live table (logs, CI).")
-@click.option("--json", "as_json", is_flag=True, help="Print the final progress as JSON.")
+@json_option("Print the final progress as JSON.")
 @handle_errors
 def run(pipeline: Path, stages: tuple[str, ...], master: str | None, plain: bool, as_json: bool) -> None:
     """Run the PIPELINE's stages as streaming queries; Ctrl-C or SIGTERM stops them after the current batch."""
@@ -119,7 +119,7 @@ def _table(progress: tuple[Any, ...]) -> Any:
     "--master", default=None, help="Spark master URL (default: local[2]); spark://HOST:PORT: see docs/cluster.md."
 )
 @click.option("--yes", is_flag=True, help="Act; without it, only print the plan.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan/result as JSON.")
+@json_option("Print the plan/result as JSON.")
 @handle_errors
 def replay(pipeline: Path, stage: str, as_of: str, master: str | None, yes: bool, as_json: bool) -> None:
     """Rebuild STAGE's table from its input table as of a table version or time; replace it atomically."""
@@ -161,7 +161,7 @@ def replay(pipeline: Path, stage: str, as_of: str, master: str | None, yes: bool
 @click.command()
 @click.argument("pipeline", type=click.Path(path_type=Path))
 @click.option("--stage", "stages", multiple=True, help="Check only this stage (repeatable). Default: all.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option("Print the report as JSON.")
 @handle_errors
 def check(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
     """Verify every committed batch of PIPELINE's stages is recorded exactly once in each Delta / PostgreSQL target."""

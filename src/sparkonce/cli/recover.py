@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from sparkonce.cli.common import TABLE, console, handle_errors, print_json, storage_option
+from sparkonce.cli.common import TABLE, console, handle_errors, json_option, print_json, storage_option
 from sparkonce.storage import table_location
 
 
@@ -16,7 +16,7 @@ from sparkonce.storage import table_location
 @storage_option
 @click.option("--query-id", default=None, help="The query whose checkpoint to rebuild (default: the newest).")
 @click.option("--yes", is_flag=True, help="Write the files; without it only the plan is shown.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @handle_errors
 def rebuild_checkpoint(
     table: str, checkpoint: Path, storage_options: dict[str, str], query_id: str | None, yes: bool, as_json: bool
@@ -55,7 +55,7 @@ def rebuild_checkpoint(
 @storage_option
 @click.option("--force", is_flag=True, help="Reset even though the checkpoint was modified in the last minutes.")
 @click.option("--yes", is_flag=True, help="Act; without it only the plan is shown.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 @handle_errors
 def reset(
     checkpoint: Path, tables: tuple[str, ...], storage_options: dict[str, str], force: bool, yes: bool, as_json: bool

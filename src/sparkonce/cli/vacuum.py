@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from sparkonce.cli.common import TABLE, console, handle_errors, print_json, print_table, storage_option
+from sparkonce.cli.common import TABLE, console, handle_errors, json_option, print_json, print_table, storage_option
 from sparkonce.errors import OptionError
 from sparkonce.storage import table_location
 
@@ -34,7 +34,7 @@ __all__ = ["vacuum"]
     help="Allow --retain-hours below the table's retention (Delta's retentionDurationCheck.enabled=false): can "
     "delete files that running readers or writes in flight still need.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option()
 @handle_errors
 def vacuum(
     table: str,

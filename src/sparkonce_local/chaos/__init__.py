@@ -3,15 +3,19 @@
 * :mod:`.process`: run a driver program in its own process group, kill it, find its executor Python workers
   (:func:`run_driver` is what the crash tests use).
 * :mod:`.plan`: the seeded fault plan (JSON round-trip, so a failure replays exactly).
+* :mod:`.model`: what a run is asked and answers (:class:`ChaosOptions`, :class:`ChaosResult`).
+* :mod:`.testbed`: the work directory, services and tables of a run, service restarts, the final reconciliation.
 * :mod:`.harness`: :func:`run_chaos`, the rounds and the fault injection.
-* :mod:`.soak`: :func:`run_soak`, many faults one after another into one long run (soak mode).
+* :mod:`.soak`: :func:`run_soak`, many faults one after another into one long run (soak mode); its paced
+  producer is :mod:`.paced`.
 * :mod:`.reconcile`: every table against its source, read with confluent-kafka, delta-rs, pyarrow and psycopg.
 * :mod:`.naive`: the naive sinks the harness must catch; :mod:`.driver`: the driver program.
 """
 
 from __future__ import annotations
 
-from sparkonce_local.chaos.harness import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundResult, run_chaos
+from sparkonce_local.chaos.harness import run_chaos
+from sparkonce_local.chaos.model import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundResult
 from sparkonce_local.chaos.plan import (
     FAULT_KINDS,
     NAIVE_KINDS,

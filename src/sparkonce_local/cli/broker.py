@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, print_json
+from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, json_option, print_json
 from sparkonce.errors import BrokerError, StorageError
 from sparkonce_local.services.broker import (
     DEFAULT_BUCKET,
@@ -34,7 +34,6 @@ _state_dir_option = click.option(
     show_default=True,
     help="Directory of the broker's pid, info and log files.",
 )
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
 @click.group()
@@ -60,7 +59,7 @@ def broker() -> None:
     "so it survives a restart; default: in memory.",
 )
 @click.option("--bucket", default=DEFAULT_BUCKET, show_default=True, help="The log's bucket with --store-dir.")
-@_json_option
+@json_option()
 @handle_errors
 def start(
     state_dir: Path, port: int | None, topics: tuple[str, ...], store_dir: Path | None, bucket: str, as_json: bool
@@ -90,7 +89,7 @@ def start(
 
 @broker.command("stop")
 @_state_dir_option
-@_json_option
+@json_option()
 @handle_errors
 def stop(state_dir: Path, as_json: bool) -> None:
     """Stop the broker (SIGTERM, then SIGKILL if it does not exit)."""
@@ -106,7 +105,7 @@ def stop(state_dir: Path, as_json: bool) -> None:
 @broker.command("restart")
 @_state_dir_option
 @click.option("--crash", is_flag=True, help="SIGKILL the broker instead of stopping it (a crash).")
-@_json_option
+@json_option()
 @handle_errors
 def restart(state_dir: Path, crash: bool, as_json: bool) -> None:
     """Stop the broker and start it again on the same port and storage (in memory: the topics are lost)."""
@@ -119,7 +118,7 @@ def restart(state_dir: Path, crash: bool, as_json: bool) -> None:
 
 @broker.command("status")
 @_state_dir_option
-@_json_option
+@json_option()
 @handle_errors
 def status(state_dir: Path, as_json: bool) -> None:
     """Show whether the broker runs and answers, and its topics. Exit code 3 when it does not."""
@@ -156,7 +155,7 @@ def status(state_dir: Path, as_json: bool) -> None:
     help="Share of malformed records (0..1).",
 )
 @click.option("--seed", type=int, default=None, help="Seed for reproducible readings.")
-@_json_option
+@json_option()
 @handle_errors
 def produce(
     bootstrap: str | None,

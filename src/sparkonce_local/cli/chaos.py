@@ -10,7 +10,15 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from sparkonce.cli.common import EXIT_FINDINGS, console, err_console, handle_errors, print_json, to_jsonable
+from sparkonce.cli.common import (
+    EXIT_FINDINGS,
+    console,
+    err_console,
+    handle_errors,
+    json_option,
+    print_json,
+    to_jsonable,
+)
 from sparkonce_local.chaos.plan import FAULT_KINDS, NAIVE_KINDS
 
 
@@ -67,7 +75,7 @@ from sparkonce_local.chaos.plan import FAULT_KINDS, NAIVE_KINDS
     help="The PostgreSQL stage's commit protocol (docs/postgres.md).",
 )
 @click.option("--deadline", type=click.FloatRange(10), default=3600.0, show_default=True, help="Seconds for the run.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option()
 @handle_errors
 def chaos(
     pipeline: Path | None,

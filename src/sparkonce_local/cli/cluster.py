@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, print_json
+from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, json_option, print_json
 from sparkonce_local.services.cluster import (
     DEFAULT_STATE_DIR,
     DEFAULT_WORKER_CORES,
@@ -29,7 +29,6 @@ _state_dir_option = click.option(
     show_default=True,
     help="Directory of the cluster's info file, logs and worker dirs.",
 )
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
 @click.group()
@@ -43,7 +42,7 @@ def cluster() -> None:
 @click.option("--worker-cores", type=click.IntRange(min=1), default=DEFAULT_WORKER_CORES, show_default=True)
 @click.option("--worker-memory", default=DEFAULT_WORKER_MEMORY, show_default=True, help="e.g. 2g, 1500m.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Master port (default: a free one).")
-@_json_option
+@json_option()
 @handle_errors
 def start(
     state_dir: Path, workers: int, worker_cores: int, worker_memory: str, port: int | None, as_json: bool
@@ -64,7 +63,7 @@ def start(
 
 @cluster.command("stop")
 @_state_dir_option
-@_json_option
+@json_option()
 @handle_errors
 def stop(state_dir: Path, as_json: bool) -> None:
     """Stop the workers (and their executors) and the master."""
@@ -80,7 +79,7 @@ def stop(state_dir: Path, as_json: bool) -> None:
 
 @cluster.command("status")
 @_state_dir_option
-@_json_option
+@json_option()
 @handle_errors
 def status(state_dir: Path, as_json: bool) -> None:
     """Show the master, its workers and running applications. Exit code 3 when the master is not up."""

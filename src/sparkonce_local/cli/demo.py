@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_json
+from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, json_option, print_json
 
 
 @click.command()
@@ -21,7 +21,7 @@ from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_js
 )
 @click.option("--batches", type=click.IntRange(2, 1000), default=4, show_default=True)
 @click.option("--rows-per-batch", type=click.IntRange(1), default=1000, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option()
 @handle_errors
 def demo(work_dir: Path, batches: int, rows_per_batch: int, as_json: bool) -> None:
     """Stream files into a Delta table, SIGKILL the driver after a Delta commit, restart, check every row."""

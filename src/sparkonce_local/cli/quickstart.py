@@ -8,7 +8,7 @@ from typing import Literal
 
 import click
 
-from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_json, print_table
+from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, json_option, print_json, print_table
 from sparkonce_local.demo_pipeline import DEFAULT_WORK_DIR
 
 
@@ -29,7 +29,7 @@ from sparkonce_local.demo_pipeline import DEFAULT_WORK_DIR
     show_default=True,
     help="Where the tables go: the work dir, or the embedded S3 store (SeaweedFS, started and stopped here).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option()
 @handle_errors
 def quickstart(work_dir: Path, records: int, storage: Literal["local", "s3"], as_json: bool) -> None:
     """Kafka -> raw -> bronze -> gold with a SIGKILL mid-batch and a restart: exactly once, proven."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, print_json
+from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, json_option, print_json
 from sparkonce_local.services.storage import (
     DEFAULT_STATE_DIR,
     StorageInfo,
@@ -29,7 +29,6 @@ _state_dir_option = click.option(
     show_default=True,
     help="Directory of the store's pid, info, log files and data.",
 )
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
 @click.group()
@@ -41,7 +40,7 @@ def storage() -> None:
 @_state_dir_option
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="S3 port (default: a free one).")
 @click.option("--bucket", "buckets", multiple=True, metavar="NAME", help="Create a bucket once up (repeatable).")
-@_json_option
+@json_option()
 @handle_errors
 def start(state_dir: Path, port: int | None, buckets: tuple[str, ...], as_json: bool) -> None:
     """Start the store in the background and print its endpoint and storage options."""
@@ -53,7 +52,7 @@ def start(state_dir: Path, port: int | None, buckets: tuple[str, ...], as_json: 
 @storage.command("restart")
 @_state_dir_option
 @click.option("--crash", is_flag=True, help="SIGKILL the store instead of stopping it (a crash).")
-@_json_option
+@json_option()
 @handle_errors
 def restart(state_dir: Path, crash: bool, as_json: bool) -> None:
     """Stop the store and start it again on the same ports, data and credentials."""
@@ -63,7 +62,7 @@ def restart(state_dir: Path, crash: bool, as_json: bool) -> None:
 
 @storage.command("stop")
 @_state_dir_option
-@_json_option
+@json_option()
 @handle_errors
 def stop(state_dir: Path, as_json: bool) -> None:
     """Stop the store (SIGTERM, then SIGKILL after a short deadline); its data stays in the state dir."""
@@ -78,7 +77,7 @@ def stop(state_dir: Path, as_json: bool) -> None:
 
 @storage.command("status")
 @_state_dir_option
-@_json_option
+@json_option()
 @handle_errors
 def status(state_dir: Path, as_json: bool) -> None:
     """Show whether the store runs and answers, and its buckets. Exit code 3 when it does not."""

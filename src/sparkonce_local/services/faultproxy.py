@@ -26,341 +26,31 @@ test in its environment), and every connection sees the same rules::
         assert rule.wait_fired(1, timeout=60) and rule.fired == 1
 
     ProxyControl(address).lose_responses("PUT", r"\\.json$", count=2)   # another process, same proxy
+
+This module is the control side (any process); the proxy process itself (rules, forwarding threads, control port)
+is :mod:`sparkonce_local.services.faultproxy_process`, and the HTTP/1.1 framing it forwards with is
+:mod:`sparkonce_local.services.http1`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import re
-import select
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Literal, cast
+from dataclasses import dataclass
+from typing import Any, cast
 
 from sparkonce.errors import OptionError, SparkonceError
-
-log = logging.getLogger(__name__)
-
-RuleKind = Literal["lose_response", "answer"]
-CloseHow = Literal["eof", "reset"]
-
-ERROR_ANSWERS: dict[int, tuple[str, str, str]] = {
-    503: ("Slow Down", "SlowDown", "Please reduce your request rate."),
-    500: ("Internal Server Error", "InternalError", "We encountered an internal error. Please try again."),
-}
-"""The S3 errors an ``answer`` rule can send: status -> (reason, error code, message)."""
-
-_MAX_HEADER = 64 * 1024
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+from sparkonce_local.services.faultproxy_process import ERROR_ANSWERS, CloseHow, RuleKind
 
 
 class FaultProxyError(SparkonceError):
     """The fault proxy process did not start, ended, or refused a control command."""
-
-
-@dataclass
-class _Rule:
-    """An armed rule (in the proxy process)."""
-
-    rule_id: int
-    kind: RuleKind
-    method: str
-    """An HTTP method in capitals, or ``*`` for any."""
-    path: re.Pattern[str]
-    remaining: int
-    status: int = 0
-    """``answer``: the HTTP status sent."""
-    close: CloseHow = "eof"
-    """``lose_response``: how the client's connection ends."""
-    fired: int = 0
-    paths: list[str] = field(default_factory=list)
-    """The request targets (path and query) it fired on, in order."""
-
-    def matches(self, method: str, target: str) -> bool:
-        return (
-            self.remaining > 0
-            and self.method in ("*", method)
-            and self.path.search(target.split("?", 1)[0]) is not None
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule_id,
-            "kind": self.kind,
-            "method": self.method,
-            "path": self.path.pattern,
-            "fired": self.fired,
-            "remaining": self.remaining,
-            "paths": list(self.paths),
-        }
-
-
-class _ProxyServer:
-    """The proxy itself: threads in the proxy's own process (:func:`main`), listening on ``127.0.0.1:<port>`` and
-    forwarding to ``upstream_host:upstream_port``, one upstream connection per client connection."""
-
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
-        self.upstream = (upstream_host, upstream_port)
-        self._rules: dict[int, _Rule] = {}
-        self._changed = threading.Condition()
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, name="fault-proxy", daemon=True).start()
-
-    # -- rules (control commands) ----------------------------------------------------------------------------------
-
-    def arm(self, command: dict[str, Any]) -> _Rule:
-        """A new rule from an ``arm`` command. Raises ValueError, KeyError or re.error on a bad command."""
-        kind = command["kind"]
-        if kind not in ("lose_response", "answer"):
-            raise ValueError(f"unknown rule kind {kind!r}")
-        count = int(command.get("count", 1))
-        status = int(command.get("status", 0))
-        close = command.get("close", "eof")
-        if count < 1:
-            raise ValueError(f"count must be >= 1, not {count}")
-        if kind == "answer" and status not in ERROR_ANSWERS:
-            raise ValueError(f"status must be one of {sorted(ERROR_ANSWERS)}, not {status}")
-        if close not in ("eof", "reset"):
-            raise ValueError(f"close must be 'eof' or 'reset', not {close!r}")
-        with self._changed:
-            rule = _Rule(
-                len(self._rules) + 1,
-                kind,
-                str(command.get("method", "*")).upper(),
-                re.compile(str(command.get("path", ""))),
-                count,
-                status=status,
-                close=close,
-            )
-            self._rules[rule.rule_id] = rule
-        return rule
-
-    def rule(self, rule_id: int) -> dict[str, Any]:
-        with self._changed:
-            return self._rules[rule_id].to_json()
-
-    def rules(self) -> list[dict[str, Any]]:
-        with self._changed:
-            return [r.to_json() for r in self._rules.values()]
-
-    def disarm(self, rule_id: int) -> dict[str, Any]:
-        with self._changed:
-            rule = self._rules[rule_id]
-            rule.remaining = 0
-            return rule.to_json()
-
-    def wait(self, rule_id: int, fired: int, timeout: float) -> dict[str, Any]:
-        """The rule once it fired ``fired`` times, or as it is after ``timeout`` seconds."""
-        with self._changed:
-            rule = self._rules[rule_id]
-            self._changed.wait_for(lambda: rule.fired >= fired, timeout=max(0.0, timeout))
-            return rule.to_json()
-
-    def _claim(self, kind: RuleKind, method: str, target: str) -> _Rule | None:
-        with self._changed:
-            for rule in self._rules.values():
-                if rule.kind == kind and rule.matches(method, target):
-                    rule.remaining -= 1
-                    rule.fired += 1
-                    rule.paths.append(target)
-                    self._changed.notify_all()
-                    return rule
-        return None
-
-    # -- forwarding ------------------------------------------------------------------------------------------------
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), name="fault-proxy-conn", daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
-        upstream: socket.socket | None = None
-        upstream_in: BinaryIO | None = None
-        reset = False
-        try:
-            client_in = client.makefile("rb")
-            while True:
-                head = _read_head(client_in)
-                if head is None:
-                    return
-                method, target = _request_line(head)
-                if _header(head, b"expect") is not None:  # the proxy takes the body at once, as it forwards it
-                    client.sendall(_CONTINUE)
-                    head = _without_header(head, b"expect")
-                answer = self._claim("answer", method, target)
-                if answer is not None:
-                    _copy_body(client_in, None, head)
-                    log.info("fault proxy: answered %s %s with %d", method, target, answer.status)
-                    client.sendall(_error_answer(answer.status, target, head_request=method == "HEAD"))
-                    if _wants_close(head):
-                        return
-                    continue
-                if upstream is not None and _stale(upstream):
-                    _close(upstream)  # the store closed the idle connection: a new one, as a client would
-                    upstream = upstream_in = None
-                if upstream is None or upstream_in is None:
-                    upstream = socket.create_connection(self.upstream, timeout=300)
-                    upstream_in = upstream.makefile("rb")
-                upstream.sendall(head)
-                _copy_body(client_in, upstream, head)
-                response = _read_head(upstream_in)
-                while response is not None and _status(response).startswith(b"1"):
-                    response = _read_head(upstream_in)  # an interim answer (the proxy sent 100 itself)
-                if response is None:
-                    return
-                lose = self._claim("lose_response", method, target)
-                if lose is not None:
-                    _copy_body(upstream_in, None, response, head_request=method == "HEAD")
-                    log.info("fault proxy: lost the answer to %s %s (%s)", method, target, response.split(b"\r\n")[0])
-                    reset = lose.close == "reset"
-                    return  # the store applied it; the client sees its connection end
-                client.sendall(response)
-                _copy_body(upstream_in, client, response, head_request=method == "HEAD")
-                if _wants_close(head) or _wants_close(response):
-                    return
-        except (OSError, ValueError):
-            return
-        finally:
-            if reset:
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                client.close()
-            else:
-                _close(client)
-            if upstream is not None:
-                _close(upstream)
-
-
-def _close(conn: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        conn.shutdown(socket.SHUT_RDWR)
-    conn.close()
-
-
-def _stale(conn: socket.socket) -> bool:
-    """True when an idle upstream connection was closed by the store (or holds bytes nobody asked for)."""
-    readable, _, _ = select.select([conn], [], [], 0)
-    return bool(readable)
-
-
-def _read_head(stream: BinaryIO) -> bytes | None:
-    """The start line and headers up to the blank line, or None at the end of the stream."""
-    lines: list[bytes] = []
-    size = 0
-    while True:
-        line = stream.readline(_MAX_HEADER)
-        if not line:
-            if lines:
-                raise OSError("connection closed in a message head")
-            return None
-        size += len(line)
-        if size > _MAX_HEADER:
-            raise OSError("HTTP header too large")
-        if line in (b"\r\n", b"\n"):
-            if lines:
-                lines.append(line)
-                return b"".join(lines)
-            continue  # a stray blank line between messages
-        lines.append(line)
-
-
-def _request_line(head: bytes) -> tuple[str, str]:
-    parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
-    return (parts[0].upper(), parts[1]) if len(parts) >= 2 else ("", "")
-
-
-def _status(head: bytes) -> bytes:
-    return head.split(b" ", 2)[1] if head.startswith(b"HTTP/") else b""
-
-
-def _header(head: bytes, name: bytes) -> bytes | None:
-    for line in head.split(b"\r\n")[1:]:
-        key, _, value = line.partition(b":")
-        if key.strip().lower() == name:
-            return value.strip()
-    return None
-
-
-def _without_header(head: bytes, name: bytes) -> bytes:
-    lines = head.split(b"\r\n")
-    return b"\r\n".join([lines[0], *(line for line in lines[1:] if line.partition(b":")[0].strip().lower() != name)])
-
-
-def _wants_close(head: bytes) -> bool:
-    return (_header(head, b"connection") or b"").lower() == b"close"
-
-
-def _copy_body(source: BinaryIO, sink: socket.socket | None, head: bytes, *, head_request: bool = False) -> None:
-    """Copy the body that follows ``head`` (a request or a response) from ``source`` to ``sink`` (or drop it)."""
-    status = _status(head)
-    if head_request or status in (b"204", b"304") or status.startswith(b"1"):
-        return
-    if (_header(head, b"transfer-encoding") or b"").lower().endswith(b"chunked"):
-        while True:
-            size_line = source.readline(_MAX_HEADER)
-            if not size_line:
-                raise OSError("connection closed in a chunked body")
-            if sink is not None:
-                sink.sendall(size_line)
-            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                while True:  # trailers, then the blank line
-                    trailer = source.readline(_MAX_HEADER)
-                    if sink is not None:
-                        sink.sendall(trailer)
-                    if trailer in (b"\r\n", b"\n", b""):
-                        return
-            _copy_exactly(source, sink, size + 2)
-        return
-    length = _header(head, b"content-length")
-    if length is not None:
-        _copy_exactly(source, sink, int(length))
-    elif head.startswith(b"HTTP/"):  # a response without a length: until the store closes
-        while chunk := source.read(1 << 16):
-            if sink is not None:
-                sink.sendall(chunk)
-
-
-def _copy_exactly(source: BinaryIO, sink: socket.socket | None, size: int) -> None:
-    while size > 0:
-        chunk = source.read(min(size, 1 << 16))
-        if not chunk:
-            raise OSError("connection closed in a body")
-        size -= len(chunk)
-        if sink is not None:
-            sink.sendall(chunk)
-
-
-def _error_answer(status: int, target: str, *, head_request: bool) -> bytes:
-    """An S3 error answer (as S3 words it), for an ``answer`` rule."""
-    reason, code, message = ERROR_ANSWERS[status]
-    request_id = uuid.uuid4().hex[:16].upper()
-    resource = target.split("?", 1)[0].replace("&", "&amp;").replace("<", "&lt;")
-    body = (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f"<Error><Code>{code}</Code><Message>{message}</Message><Resource>{resource}</Resource>"
-        f"<RequestId>{request_id}</RequestId></Error>"
-    ).encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {len(body)}\r\n"
-        f"x-amz-request-id: {request_id}\r\n\r\n"
-    ).encode()
-    return head if head_request else head + body
-
-
-# -- the control side (any process) ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -525,7 +215,7 @@ class FaultProxy(ProxyControl):
 
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkonce_local.services.faultproxy", upstream_host, str(upstream_port)],
+            [sys.executable, "-m", "sparkonce_local.services.faultproxy_process", upstream_host, str(upstream_port)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -571,55 +261,6 @@ class FaultProxy(ProxyControl):
 
     def __enter__(self) -> FaultProxy:
         return self
-
-
-def _control_connection(server: _ProxyServer, conn: socket.socket) -> None:
-    """Serve one control connection: a JSON command a line, a JSON answer a line (``{"error": ...}`` on failure)."""
-    with conn, conn.makefile("r", encoding="utf-8") as commands:
-        for line in commands:
-            answer: dict[str, Any]
-            try:
-                command = json.loads(line)
-                op = command.get("op")
-                if op == "arm":
-                    answer = server.arm(command).to_json()
-                elif op == "status":
-                    answer = server.rule(int(command["rule"]))
-                elif op == "disarm":
-                    answer = server.disarm(int(command["rule"]))
-                elif op == "wait":
-                    answer = server.wait(int(command["rule"]), int(command["fired"]), float(command["timeout"]))
-                elif op == "rules":
-                    answer = {"rules": server.rules()}
-                else:
-                    answer = {"error": f"unknown op {op!r}"}
-            except (ValueError, KeyError, TypeError, AttributeError, re.error) as err:
-                answer = {"error": f"{type(err).__name__}: {err}"}
-            conn.sendall((json.dumps(answer) + "\n").encode("utf-8"))
-
-
-def main() -> None:
-    """The proxy process: ``python -m sparkonce_local.services.faultproxy UPSTREAM_HOST UPSTREAM_PORT``.
-
-    Prints ``PORTS <proxy port> <control port>`` (both on 127.0.0.1), serves control connections (``{"op": "arm",
-    "kind": ..., "method": ..., "path": ..., "count": ...}``, ``status``, ``wait``, ``disarm``, ``rules``; see
-    :class:`ProxyControl`), and ends when its stdin ends.
-    """
-    server = _ProxyServer(sys.argv[1], int(sys.argv[2]))
-    control = socket.create_server(("127.0.0.1", 0))
-
-    def accept_control() -> None:
-        while True:
-            conn, _ = control.accept()
-            threading.Thread(target=_control_connection, args=(server, conn), daemon=True).start()
-
-    threading.Thread(target=accept_control, name="fault-proxy-control", daemon=True).start()
-    print(f"PORTS {server.port} {control.getsockname()[1]}", flush=True)
-    sys.stdin.read()  # until the parent closes it or ends
-
-
-if __name__ == "__main__":
-    main()
 
 
 __all__ = [

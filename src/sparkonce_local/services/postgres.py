@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkonce.errors import SinkError
-from sparkonce_local.services.process import LOOPBACK, free_port
+from sparkonce_local.services.process import LOOPBACK, free_port, log_tail
 
 log = logging.getLogger(__name__)
 
@@ -361,12 +361,9 @@ def _run(server: PostgresServer, args: list[str], *, what: str) -> None:
         raise SinkError(f"{what} failed for the PostgreSQL cluster in {server.base_dir}: {detail}")
 
 
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return ""
-    return "\nserver log:\n" + "\n".join(text) if text else ""
+def _tail(path: Path) -> str:
+    text = log_tail(path)
+    return f"\nserver log:\n{text}" if text else ""
 
 
 __all__ = [

@@ -106,6 +106,11 @@ def kill(pid: int, *, timeout: float = 5.0) -> None:
         time.sleep(0.05)
 
 
+def executable(path: Path) -> bool:
+    """True when ``path`` is a file this process may execute."""
+    return path.is_file() and os.access(path, os.X_OK)
+
+
 def log_tail(path: Path, lines: int = 20) -> str:
     """The last ``lines`` lines of a log file, or "" when it cannot be read."""
     try:
@@ -114,4 +119,15 @@ def log_tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-__all__ = ["LOOPBACK", "alive", "free_port", "free_ports", "kill", "log_tail", "port_open", "runs", "terminate"]
+__all__ = [
+    "LOOPBACK",
+    "alive",
+    "executable",
+    "free_port",
+    "free_ports",
+    "kill",
+    "log_tail",
+    "port_open",
+    "runs",
+    "terminate",
+]

@@ -13,6 +13,8 @@ in a directory (default ``./.sparkonce/storage``)::
 
 SeaweedFS answers a conditional PUT (``If-None-Match: *``) over an existing key with 412, so delta-rs commits
 safely on it with the storage option ``conditional_put=etag`` (see :meth:`StorageInfo.storage_options`).
+The signed S3 requests that check it (buckets, conditional PUTs in tests) are :mod:`sparkonce_local.services.s3`;
+its lifecycle (state record, stop, kill) is the shared :mod:`sparkonce_local.services.daemon`.
 
 Everything here runs on the machine that starts the store (CLI, test session, benchmark), never on Spark
 executors; executors reach the store through the storage options.
@@ -20,27 +22,23 @@ executors; executors reach the store through the storage options.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import hmac
 import http.client
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import quote
-from xml.etree import ElementTree
+from typing import Any
 
 from sparkonce.errors import StorageError
-from sparkonce_local.services.process import LOOPBACK, free_ports, kill, log_tail, runs, terminate
+from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult
+from sparkonce_local.services.process import LOOPBACK, executable, free_ports, log_tail
+from sparkonce_local.services.s3 import S3Response, create_bucket, list_buckets, s3_request
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +48,9 @@ DEFAULT_ACCESS_KEY = "sparkonce"
 DEFAULT_SECRET_KEY = "sparkonce-secret-key"
 REGION = "us-east-1"
 
-_PID_FILE = "storage.pid"
-_INFO_FILE = "storage.json"
 _LOG_FILE = "storage.log"
 _IDENTITY_FILE = "s3.json"
 _DATA_DIR = "data"
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_S3_XMLNS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 
 @dataclass(frozen=True)
@@ -71,15 +65,6 @@ class StoragePorts:
     master_grpc: int
     volume_grpc: int
     filer_grpc: int
-
-
-@dataclass(frozen=True)
-class S3Response:
-    """The answer to one signed S3 request."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
 
 
 @dataclass(frozen=True)
@@ -118,14 +103,7 @@ class StorageInfo:
             StorageError: the name is not a valid bucket name, the store refused, or the bucket exists and
                 ``exist_ok`` is false.
         """
-        if not _BUCKET_NAME.match(name) or ".." in name:
-            raise StorageError(f"{name!r} is not a valid bucket name (3-63 of a-z, 0-9, '.', '-')")
-        answer = s3_request(self, "PUT", f"/{name}")
-        if answer.status == 409 and exist_ok:
-            return f"s3://{name}"
-        if answer.status != 200:
-            raise StorageError(f"cannot create bucket {name!r} at {self.endpoint}: {_describe(answer)}")
-        return f"s3://{name}"
+        return create_bucket(self, name, exist_ok=exist_ok)
 
     def list_buckets(self) -> list[str]:
         """The names of the store's buckets (S3 ListBuckets).
@@ -133,35 +111,19 @@ class StorageInfo:
         Raises:
             StorageError: the store did not answer or refused.
         """
-        answer = s3_request(self, "GET", "/")
-        if answer.status != 200:
-            raise StorageError(f"cannot list buckets at {self.endpoint}: {_describe(answer)}")
-        root = ElementTree.fromstring(answer.body)
-        return sorted(node.text or "" for node in root.iter(f"{_S3_XMLNS}Name"))
+        return list_buckets(self)
 
 
 @dataclass(frozen=True)
-class StorageStatus:
-    """What ``sparkonce storage status`` reports."""
+class StorageStatus(DaemonStatus[StorageInfo]):
+    """What ``sparkonce storage status`` reports (``running``: the recorded process is a ``weed`` server;
+    ``reachable``: its S3 gateway answered a signed ListBuckets)."""
 
-    state_dir: Path
-    running: bool
-    """The recorded process is alive and is a ``weed`` server."""
-    reachable: bool
-    """The S3 gateway answered a signed ListBuckets."""
-    info: StorageInfo | None
     buckets: list[str]
 
 
-@dataclass(frozen=True)
-class StorageStopResult:
-    """What ``sparkonce storage stop`` did. The data directory is kept."""
-
-    state_dir: Path
-    was_running: bool
-    pid: int | None
-    forced: bool
-    """True when the server did not exit on SIGTERM within the deadline and was killed."""
+StorageStopResult = DaemonStopResult
+"""What ``sparkonce storage stop`` did. The data directory is kept."""
 
 
 def weed_binary() -> Path:
@@ -173,11 +135,11 @@ def weed_binary() -> Path:
     override = os.environ.get(ENV_BINARY)
     if override:
         path = Path(override)
-        if not (path.is_file() and os.access(path, os.X_OK)):
+        if not executable(path):
             raise StorageError(f"{ENV_BINARY}={override} is not an executable file")
         return path
     beside = Path(sys.executable).parent / "weed"
-    if beside.is_file() and os.access(beside, os.X_OK):
+    if executable(beside):
         return beside
     found = shutil.which("weed")
     if found:
@@ -212,9 +174,7 @@ def start_storage(
             become ready in time (the message quotes the end of its log).
     """
     state = Path(state_dir).resolve()
-    existing = _read_info(state)
-    if existing is not None and _is_weed(existing.pid):
-        raise StorageError(f"an object store already runs for {state} (pid {existing.pid}, {existing.endpoint})")
+    DAEMON.refuse_if_running(state)
     binary = weed_binary()
     data_dir = state / _DATA_DIR
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -227,15 +187,7 @@ def start_storage(
     identity.write_text(json.dumps(_identity(access_key, secret_key), indent=2) + "\n")
     identity.chmod(0o600)
     log_path = state / _LOG_FILE
-    with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen(
-            [str(binary), "server", *_server_args(data_dir, ports, identity)],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=state,
-        )
+    proc = DAEMON.spawn([str(binary), "server", *_server_args(data_dir, ports, identity)], log_file=log_path, cwd=state)
     info = StorageInfo(
         pid=proc.pid,
         endpoint=f"http://{LOOPBACK}:{ports.s3}",
@@ -249,13 +201,7 @@ def start_storage(
         region=REGION,
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
-    _write_info(info)
-    try:
-        wait_until_ready(info, timeout=timeout, process=proc)
-    except StorageError:
-        terminate(proc.pid, timeout=5.0)
-        _clear_info(state)
-        raise
+    DAEMON.launch(state, info, ready=lambda: wait_until_ready(info, timeout=timeout, process=proc))
     log.info("started SeaweedFS pid %d with S3 on %s (state %s)", proc.pid, info.endpoint, state)
     return info
 
@@ -270,15 +216,10 @@ def stop_storage(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 
 
     Stopping a server that is not running is not an error: the result says so.
     """
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    if info is None or not _is_weed(info.pid):
-        _clear_info(state)
-        return StorageStopResult(state_dir=state, was_running=False, pid=info.pid if info else None, forced=False)
-    forced = terminate(info.pid, timeout=timeout)
-    _clear_info(state)
-    log.info("stopped SeaweedFS pid %d (%s)", info.pid, "killed" if forced else "terminated")
-    return StorageStopResult(state_dir=state, was_running=True, pid=info.pid, forced=forced)
+    stopped = DAEMON.stop(state_dir, timeout=timeout)
+    if stopped.pids:
+        log.info("stopped SeaweedFS pid %d (%s)", stopped.pids[-1], "killed" if stopped.forced else "terminated")
+    return stopped.result(stopped.info.pid if stopped.info else None)
 
 
 def kill_storage(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> int | None:
@@ -289,14 +230,10 @@ def kill_storage(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> int | None:
     Returns:
         The killed pid, or None when no server was running.
     """
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    if info is None or not _is_weed(info.pid):
-        return None
-    kill(info.pid)
-    _clear_info(state)
-    log.info("killed SeaweedFS pid %d (state %s)", info.pid, state)
-    return info.pid
+    pid = DAEMON.kill(state_dir)
+    if pid is not None:
+        log.info("killed SeaweedFS pid %d (state %s)", pid, Path(state_dir).resolve())
+    return pid
 
 
 def restart_storage(
@@ -313,7 +250,7 @@ def restart_storage(
         StorageError: no server was ever started for ``state_dir``, or the restart failed.
     """
     state = Path(state_dir).resolve()
-    info = _read_info(state)
+    info = DAEMON.read(state)
     if info is None:
         raise StorageError(f"no object store was started for {state}: run `sparkonce storage start` first")
     if crash:
@@ -331,9 +268,7 @@ def restart_storage(
 
 def storage_status(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> StorageStatus:
     """Report whether the server recorded in ``state_dir`` runs and answers, with its buckets."""
-    state = Path(state_dir).resolve()
-    info = _read_info(state)
-    running = info is not None and _is_weed(info.pid)
+    state, info, running = DAEMON.probe(state_dir)
     buckets: list[str] = []
     reachable = False
     if running and info is not None:
@@ -374,71 +309,6 @@ def wait_until_ready(
         except StorageError as err:
             last_error = str(err)
         time.sleep(0.1)
-
-
-def s3_request(
-    info: StorageInfo,
-    method: str,
-    path: str,
-    *,
-    body: bytes = b"",
-    headers: Mapping[str, str] | None = None,
-    query: Mapping[str, str] | None = None,
-    timeout: float = 10.0,
-) -> S3Response:
-    """Send one AWS Signature V4 signed request to the store (``path`` is ``/bucket`` or ``/bucket/key``).
-
-    Raises:
-        StorageError: the store could not be reached (any HTTP answer, even an error, is returned).
-    """
-    host = info.endpoint.removeprefix("http://")
-    now = datetime.now(UTC)
-    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-    payload_hash = hashlib.sha256(body).hexdigest()
-    signed = {
-        **{name.lower(): value.strip() for name, value in (headers or {}).items()},
-        "host": host,
-        "x-amz-date": amz_date,
-        "x-amz-content-sha256": payload_hash,
-    }
-    signed_names = ";".join(sorted(signed))
-    canonical_uri = quote(path, safe="/-_.~")
-    canonical_query = "&".join(
-        f"{quote(name, safe='-_.~')}={quote(value, safe='-_.~')}" for name, value in sorted((query or {}).items())
-    )
-    canonical = "\n".join(
-        [
-            method,
-            canonical_uri,
-            canonical_query,
-            "".join(f"{name}:{signed[name]}\n" for name in sorted(signed)),
-            signed_names,
-            payload_hash,
-        ]
-    )
-    scope = f"{amz_date[:8]}/{info.region}/s3/aws4_request"
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    key = f"AWS4{info.secret_key}".encode()
-    for part in (amz_date[:8], info.region, "s3", "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    authorization = (
-        f"AWS4-HMAC-SHA256 Credential={info.access_key}/{scope}, SignedHeaders={signed_names}, Signature={signature}"
-    )
-    target = canonical_uri + (f"?{canonical_query}" if canonical_query else "")
-    connection = http.client.HTTPConnection(host, timeout=timeout)
-    try:
-        connection.request(method, target, body=body, headers={**signed, "authorization": authorization})
-        response = connection.getresponse()
-        return S3Response(
-            status=response.status,
-            headers={name.lower(): value for name, value in response.getheaders()},
-            body=response.read(),
-        )
-    except OSError as err:
-        raise StorageError(f"object store at {info.endpoint} is unreachable: {err}") from err
-    finally:
-        connection.close()
 
 
 def _server_args(data_dir: Path, ports: StoragePorts, identity: Path) -> list[str]:
@@ -498,45 +368,8 @@ def _writable_nodes(info: StorageInfo) -> int:
     )
 
 
-def _describe(answer: S3Response) -> str:
-    code = message = ""
-    with contextlib.suppress(ElementTree.ParseError):
-        root = ElementTree.fromstring(answer.body)
-        code = root.findtext("Code") or ""
-        message = root.findtext("Message") or ""
-    return f"HTTP {answer.status} {code} {message}".strip()
-
-
-def _is_weed(pid: int) -> bool:
-    return runs(pid, b"weed")
-
-
-def _read_info(state: Path) -> StorageInfo | None:
-    info_path = state / _INFO_FILE
-    if not info_path.is_file():
-        return None
-    try:
-        data = json.loads(info_path.read_text())
-        return StorageInfo(
-            pid=int(data["pid"]),
-            endpoint=str(data["endpoint"]),
-            ports=StoragePorts(**{name: int(value) for name, value in data["ports"].items()}),
-            state_dir=state,
-            data_dir=state / _DATA_DIR,
-            log_file=state / _LOG_FILE,
-            binary=Path(data["binary"]),
-            access_key=str(data["access_key"]),
-            secret_key=str(data["secret_key"]),
-            region=str(data["region"]),
-            started_at=str(data["started_at"]),
-        )
-    except (ValueError, KeyError, TypeError) as err:
-        raise StorageError(f"object store state file {info_path} is unreadable: {err}") from err
-
-
-def _write_info(info: StorageInfo) -> None:
-    (info.state_dir / _PID_FILE).write_text(f"{info.pid}\n")
-    payload = {
+def _encode(info: StorageInfo) -> dict[str, Any]:
+    return {
         "pid": info.pid,
         "endpoint": info.endpoint,
         "ports": asdict(info.ports),
@@ -546,15 +379,37 @@ def _write_info(info: StorageInfo) -> None:
         "region": info.region,
         "started_at": info.started_at,
     }
-    path = info.state_dir / _INFO_FILE
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-    path.chmod(0o600)
 
 
-def _clear_info(state: Path) -> None:
-    """Forget the process (pid file) but keep the info file's ports and keys for a restart."""
-    with contextlib.suppress(FileNotFoundError):
-        (state / _PID_FILE).unlink()
+def _decode(state: Path, data: dict[str, Any]) -> StorageInfo:
+    return StorageInfo(
+        pid=int(data["pid"]),
+        endpoint=str(data["endpoint"]),
+        ports=StoragePorts(**{name: int(value) for name, value in data["ports"].items()}),
+        state_dir=state,
+        data_dir=state / _DATA_DIR,
+        log_file=state / _LOG_FILE,
+        binary=Path(data["binary"]),
+        access_key=str(data["access_key"]),
+        secret_key=str(data["secret_key"]),
+        region=str(data["region"]),
+        started_at=str(data["started_at"]),
+    )
+
+
+DAEMON: Daemon[StorageInfo] = Daemon(
+    name="object store",
+    info_file="storage.json",
+    pid_file="storage.pid",
+    error=StorageError,
+    encode=_encode,
+    decode=_decode,
+    processes=lambda info: [DaemonProcess(info.pid, (b"weed",))],
+    describe=lambda info: info.endpoint,
+    keep_info=True,
+)
+"""The object store's record (``storage.pid``, ``storage.json``; the info file's ports and keys outlive a stop, so
+a restart reuses them) and identity."""
 
 
 __all__ = [
