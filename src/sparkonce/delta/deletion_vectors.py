@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import struct
+import uuid
 import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,7 +31,6 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from sparkonce.delta.log import dv_relative_path
 from sparkonce.errors import DeltaLogError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
@@ -213,11 +213,32 @@ def keep_mask(dv: DeletionVector, num_rows: int, *, data_file: str) -> np.ndarra
     return mask
 
 
+def dv_relative_path(deletion_vector: dict[str, Any]) -> str | None:
+    """Return the table-relative path of a deletion vector file (storage type ``u``), else ``None``.
+
+    ``pathOrInlineDv`` is ``<random prefix><20 Z85 chars of a UUID>``; the file is
+    ``<prefix>/deletion_vector_<uuid>.bin`` (PROTOCOL.md, "Deletion Vector Descriptor Schema"). Runs anywhere.
+    """
+    if deletion_vector.get("storageType") != "u":
+        return None
+    encoded = str(deletion_vector.get("pathOrInlineDv", ""))
+    if len(encoded) < 20:
+        return None
+    prefix, z85 = encoded[:-20], encoded[-20:]
+    try:
+        raw = z85_decode(z85, 16)
+    except (KeyError, ValueError, OverflowError):
+        return None
+    name = f"deletion_vector_{uuid.UUID(bytes=raw)}.bin"
+    return f"{prefix}/{name}" if prefix else name
+
+
 __all__ = [
     "NATIVE_MAGIC",
     "PORTABLE_MAGIC",
     "DeletionVector",
     "deleted_rows",
+    "dv_relative_path",
     "keep_mask",
     "parse_bitmap_array",
     "serialized_bitmap",

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,6 @@ __all__ = [
     "Snapshot",
     "Txn",
     "commit_facts",
-    "dv_relative_path",
     "streaming_info",
 ]
 
@@ -917,32 +915,3 @@ def _normalize(value: Any, arrow_type: Any) -> Any:
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return [_normalize(v, arrow_type.value_type) for v in value]
     return value
-
-
-_Z85_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-_Z85_INDEX = {c: i for i, c in enumerate(_Z85_CHARS)}
-
-
-def dv_relative_path(deletion_vector: dict[str, Any]) -> str | None:
-    """Return the table-relative path of a deletion vector file (storage type ``u``), else ``None``.
-
-    ``pathOrInlineDv`` is ``<random prefix><20 Z85 chars of a UUID>``; the file is
-    ``<prefix>/deletion_vector_<uuid>.bin`` (PROTOCOL.md, "Deletion Vector Descriptor Schema").
-    """
-    if deletion_vector.get("storageType") != "u":
-        return None
-    encoded = str(deletion_vector.get("pathOrInlineDv", ""))
-    if len(encoded) < 20:
-        return None
-    prefix, z85 = encoded[:-20], encoded[-20:]
-    raw = bytearray()
-    try:
-        for i in range(0, 20, 5):
-            n = 0
-            for c in z85[i : i + 5]:
-                n = n * 85 + _Z85_INDEX[c]
-            raw += n.to_bytes(4, "big")
-    except (KeyError, OverflowError):
-        return None
-    name = f"deletion_vector_{uuid.UUID(bytes=bytes(raw))}.bin"
-    return f"{prefix}/{name}" if prefix else name

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkonce.delta.log import CommitEntry, DeltaLog, Snapshot, dv_relative_path
+from sparkonce.delta.deletion_vectors import dv_relative_path
+from sparkonce.delta.log import CommitEntry, DeltaLog, Snapshot
 from sparkonce.errors import DeltaLogError
 
 __all__ = [
