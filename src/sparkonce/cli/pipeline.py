@@ -11,7 +11,15 @@ from typing import Any
 
 import click
 
-from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, print_json, print_table, to_jsonable
+from sparkonce.cli.common import (
+    EXIT_FINDINGS,
+    console,
+    err_console,
+    handle_errors,
+    print_json,
+    print_table,
+    to_jsonable,
+)
 
 
 @click.command()
@@ -71,6 +79,7 @@ class _MetricsExporter:
         self.pipeline = pipeline
         self.path = path
         self.server: MetricsServer | None = None
+        self.failed = False
         if port is not None:
             try:
                 self.server = MetricsServer(port)
@@ -86,7 +95,12 @@ class _MetricsExporter:
 
         text = render(pipeline_families(self.pipeline, progress))
         if self.path is not None:
-            write_metrics_file(self.path, text)
+            try:
+                write_metrics_file(self.path, text)
+            except OSError as err:  # metrics must not stop the pipeline: say so once, keep running
+                if not self.failed:
+                    err_console.print(f"[yellow]warning:[/yellow] cannot write --metrics-file {self.path}: {err}")
+                self.failed = True
         if self.server is not None:
             self.server.update(text)
 
