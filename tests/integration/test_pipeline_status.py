@@ -103,3 +103,78 @@ def test_metrics_file_after_a_run_and_status_of_the_stopped_pipeline(broker, tmp
     broken = runner.invoke(cli, ["status", str(pipeline)])
     assert broken.exit_code == 1, broken.output
     assert "stage gold: batch 0 was planned but never committed" in broken.output
+
+
+def test_a_running_pipeline_serves_metrics_reports_running_and_refuses_a_second_run(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``sparkonce run --metrics-port`` in its own process: /metrics while it runs, ``status`` names its pid, a
+    second ``run`` of its stages is refused before it starts; after SIGTERM, ``status`` says stopped."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from tests.conftest import REPO
+
+    topic = broker.unique_topic("live")
+    produce_sensor_readings(broker.bootstrap, topic=topic, count=120, partitions=2, seed=3)
+    pipeline = tmp_path / "pipeline.toml"
+    text = quickstart_pipeline(broker.bootstrap, topic=topic)
+    pipeline.write_text(text.replace("trigger = { availableNow = true }", 'trigger = { processingTime = "1 second" }'))
+    config = load_pipeline(pipeline)
+    with socket.socket() as probe:  # a free port for the endpoint
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkonce.cli.main", "run", str(pipeline), "--plain", "--metrics-port", str(port)],
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    try:
+        deadline = time.monotonic() + 300
+        samples: dict = {}  # type: ignore[type-arg]
+        raw = (("pipeline", "quickstart"), ("stage", "raw"))
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                    body = response.read().decode("utf-8")
+                samples = parse_exposition(body) if body else {}  # empty until the first progress
+            except OSError:
+                samples = {}
+            if samples.get(("sparkonce_stage_input_rows_total", raw)) == 120:
+                break
+            time.sleep(0.5)  # polling interval, bounded by the deadline
+        assert samples.get(("sparkonce_stage_input_rows_total", raw)) == 120, samples
+        assert samples[("sparkonce_stage_up", raw)] == 1
+
+        runner = CliRunner()
+        live = runner.invoke(cli, ["status", str(pipeline), "--json"])
+        assert live.exit_code == 0, live.output
+        report = json.loads(live.output)
+        assert report["running"] is True
+        assert {(s["stage"], s["state"], s["run_pid"]) for s in report["stages"]} == {
+            (name, "running", proc.pid) for name in ("raw", "bronze", "gold")
+        }
+        second = runner.invoke(cli, ["run", str(pipeline), "--plain", "--stage", "raw"])
+        assert second.exit_code == 3, second.output
+        assert f"in use by a running sparkonce run (pid {proc.pid} on" in second.output
+
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    after = runner.invoke(cli, ["status", str(pipeline), "--json"])
+    assert after.exit_code == 0, after.output
+    stopped = json.loads(after.output)
+    assert stopped["running"] is False
+    assert {s["state"] for s in stopped["stages"]} == {"stopped"}
+    assert sum(p["lag"] for p in stopped["stages"][0]["partition_lag"]) == 0
+    assert Path(config.raw.checkpoint, "_sparkonce_run.lock").exists()
