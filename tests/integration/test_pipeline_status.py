@@ -97,6 +97,14 @@ def test_metrics_file_after_a_run_and_status_of_the_stopped_pipeline(broker, tmp
         "bytes_behind": 0,
     }
     assert all(s["findings"] == [] and s["last_commit_at"] is not None for s in stages.values())
+    # where each stage's tables stand (its kind's describe): table version, newest batch recorded by its txn
+    assert [(o["target"], o["table_version"], o["last_recorded_batch"]) for o in raw["outputs"]] == [
+        (config.raw.table, raw_latest, 1)
+    ]
+    bronze_out = {o["target"]: o for o in bronze["outputs"]}
+    assert bronze_out[config.bronze.table]["table_version"] == DeltaTable(config.bronze.table).version()
+    assert bronze_out[config.bronze.table]["last_recorded_batch"] == 0
+    assert [(o["target"], o["last_recorded_batch"]) for o in gold["outputs"]] == [(config.gold.table, 0)]
 
     # 4. a planned batch never committed while stopped is a finding: exit 1, naming the batch
     (Path(config.gold.checkpoint) / "commits" / "0").unlink()

@@ -307,7 +307,7 @@ def status(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
         state = "running" if report.running else "stopped"
         console.print(f"{report.name} ({report.pipeline}): {state}")
         table = Table(expand=False)
-        for column in ("stage", "kind", "state", "planned", "committed", "last commit (UTC)", "lag"):
+        for column in ("stage", "kind", "state", "planned", "committed", "last commit (UTC)", "lag", "written"):
             table.add_column(column)
         for s in report.stages:
             table.add_row(
@@ -318,6 +318,7 @@ def status(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
                 "-" if s.last_committed is None else str(s.last_committed),
                 "-" if s.last_commit_at is None else s.last_commit_at.strftime("%Y-%m-%d %H:%M:%S"),
                 _status_lag_text(s),
+                _outputs_text(s),
             )
         print_table(table)
         for finding in report.findings:
@@ -327,6 +328,17 @@ def status(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
                 console.print(f"FINDING: stage {s.stage}: {finding}")
     if not report.ok:
         sys.exit(EXIT_FINDINGS)
+
+
+def _outputs_text(s: Any) -> str:
+    """Each output: its latest table version and the newest batch recorded there."""
+    parts = []
+    for o in s.outputs:
+        where = [] if o.table_version is None else [f"table_version {o.table_version}"]
+        if o.last_recorded_batch is not None:
+            where.append(f"batch {o.last_recorded_batch}")
+        parts.append(f"{o.target}" + (f" ({', '.join(where)})" if where else ""))
+    return "; ".join(parts) or "-"
 
 
 def _status_lag_text(s: Any) -> str:

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sparkonce.errors import SparkonceError
+from sparkonce.pipeline.kinds.base import OutputFacts
 from sparkonce.pipeline.lag import DeltaLag, DeltaLagReader, PartitionLag, kafka_positions, partition_lags
 from sparkonce.pipeline.model import SOURCE, PipelineConfig, Stage
 
@@ -53,6 +54,9 @@ class StageStatus:
     """A stage reading the Kafka source: records behind per partition."""
     delta_lag: DeltaLag | None
     """A stage reading a Delta table: input table versions and bytes behind (None before its first batch)."""
+    outputs: tuple[OutputFacts, ...]
+    """Where each place the stage writes stands (its kind's :meth:`~sparkonce.pipeline.kinds.base.Kind.describe`;
+    none before the stage's first run)."""
     findings: tuple[str, ...]
 
     @property
@@ -159,6 +163,7 @@ def _stage_status(
     last_planned = last_committed = None
     last_commit_at = None
     end: Any = None
+    outputs: tuple[OutputFacts, ...] = ()
     if os.path.isdir(checkpoint_dir):
         state = read_checkpoint(checkpoint_dir, read_sources=False, newest_batches=3)
         last_planned, last_committed = state.last_planned, state.last_committed
@@ -168,6 +173,13 @@ def _stage_status(
             offsets = state.offsets.get(last_committed)
             if offsets is not None and offsets.sources:
                 end = offsets.source_offset(sorted(offsets.sources)[0])
+        if state.query_id is not None and storage_options is not None:
+            from sparkonce.pipeline.kinds import kind_of
+
+            try:
+                outputs = tuple(kind_of(stage).describe(stage, state.query_id, storage_options))
+            except SparkonceError as err:
+                findings.append(f"its output tables cannot be read: {err}")
     started = last_planned is not None or last_committed is not None
     stage_state: StageState = "running" if holder is not None else "stopped" if started else "never started"
     if holder is None and last_planned is not None and (last_committed is None or last_planned > last_committed):
@@ -213,6 +225,7 @@ def _stage_status(
         last_commit_at=last_commit_at,
         partition_lag=partition_lag,
         delta_lag=delta_lag,
+        outputs=outputs,
         findings=tuple(findings),
     )
 
