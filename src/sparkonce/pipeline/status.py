@@ -130,6 +130,9 @@ def _broker_offsets(
         BrokerError: the broker is unreachable or the topic does not exist.
         MissingExtraError: the Kafka client is not installed.
     """
+    from sparkonce.extras import require
+
+    require("kafka", "the Kafka lag of sparkonce status")
     from sparkonce.kafka.offsets import TopicPartition
     from sparkonce.kafka.planner import broker_offsets
     from sparkonce.kafka.watermarks import list_partitions
