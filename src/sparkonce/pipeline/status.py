@@ -105,7 +105,7 @@ def pipeline_status(
         try:
             earliest, latest = _broker_offsets(config, broker_timeout_s)
         except SparkonceError as err:
-            findings.append(f"broker {config.source.bootstrap_servers} unreachable, Kafka lag unknown: {err}")
+            findings.append(f"Kafka lag unknown: {err}")
     try:
         storage_options: dict[str, str] | None = config.storage_options()
     except SparkonceError as err:
@@ -133,12 +133,16 @@ def _broker_offsets(
     from sparkonce.extras import require
 
     require("kafka", "the Kafka lag of sparkonce status")
+    from sparkonce.errors import BrokerError
     from sparkonce.kafka.offsets import TopicPartition
     from sparkonce.kafka.planner import broker_offsets
-    from sparkonce.kafka.watermarks import list_partitions
+    from sparkonce.kafka.topics import list_topics
 
     source = config.source
-    partitions = list_partitions(source.bootstrap_servers, source.topic, timeout_s=timeout_s)
+    topics = list_topics(source.bootstrap_servers, timeout=timeout_s)  # librdkafka's own logging off
+    if source.topic not in topics:
+        raise BrokerError(f"topic {source.topic!r} does not exist on {source.bootstrap_servers}")
+    partitions = range(topics[source.topic])
     found = broker_offsets(
         source.bootstrap_servers,
         [TopicPartition(source.topic, p) for p in partitions],
