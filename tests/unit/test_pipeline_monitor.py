@@ -60,3 +60,30 @@ def test_no_batch_with_rows_yet_has_no_percentiles(tmp_path: Path) -> None:
     monitor.update({"bronze": query})  # type: ignore[dict-item]
     (stage,) = monitor.snapshot({"bronze": query})  # type: ignore[dict-item]
     assert stage.batch_ms_p50 is None and stage.batch_ms_p95 is None
+
+
+def test_a_stage_reading_a_table_shows_versions_and_bytes_behind(tmp_path: Path) -> None:
+    """The lag of bronze from its last batch's end offset in the progress JSON and raw's Delta log (delta-rs)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from sparkonce.cli.pipeline import _lag_text
+
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(quickstart_pipeline("127.0.0.1:1", topic="t"))
+    config = load_pipeline(pipeline)
+    for i in range(3):  # raw at table versions 0, 1, 2: one file each
+        write_deltalake(config.raw.table, pa.table({"x": list(range(10 * (i + 1)))}), mode="append")
+    adds = pa.table(DeltaTable(config.raw.table).get_add_actions(flatten=True)).to_pydict()
+    first = pa.table(DeltaTable(config.raw.table, version=0).get_add_actions(flatten=True)).to_pydict()
+    unread = sum(s for p, s in zip(adds["path"], adds["size_bytes"]) if p not in first["path"])
+    monitor = _Monitor(config, (config.bronze,))
+    monitor._last_broker_poll = float("inf")
+    progress = _progress(0, 10, 5)
+    end = {"sourceVersion": 1, "reservoirId": "x", "reservoirVersion": 1, "index": -1, "isStartingVersion": False}
+    progress["sources"] = [{"endOffset": end}]
+    query = _Query([progress])
+    monitor.update({"bronze": query})  # type: ignore[dict-item]
+    (stage,) = monitor.snapshot({"bronze": query})  # type: ignore[dict-item]
+    assert (stage.versions_behind, stage.bytes_behind) == (2, unread)
+    assert _lag_text(stage).startswith("2 input table version(s), ") and _lag_text(stage).endswith(" behind")

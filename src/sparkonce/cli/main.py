@@ -33,6 +33,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("sparkonce.cli.pipeline", "run"),
     "replay": ("sparkonce.cli.pipeline", "replay"),
     "check": ("sparkonce.cli.pipeline", "check"),
+    "status": ("sparkonce.cli.pipeline", "status"),
     "optimize": ("sparkonce.cli.optimize", "optimize"),
 }
 

@@ -1,4 +1,5 @@
-"""``sparkonce run``, ``sparkonce replay`` and ``sparkonce check``: thin wrappers over sparkonce.pipeline."""
+"""``sparkonce run``, ``sparkonce replay``, ``sparkonce check`` and ``sparkonce status``: thin wrappers over
+sparkonce.pipeline."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from typing import Any
 
 import click
 
-from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, json_option, print_json
+from sparkonce.cli.common import (
+    EXIT_FINDINGS,
+    console,
+    err_console,
+    handle_errors,
+    json_option,
+    print_json,
+    print_table,
+    to_jsonable,
+)
 
 
 @click.command()
@@ -21,14 +31,90 @@ from sparkonce.cli.common import EXIT_FINDINGS, console, handle_errors, json_opt
 )
 @click.option("--plain", is_flag=True, help="One line per batch instead of the live table (logs, CI).")
 @json_option("Print the final progress as JSON.")
+@click.option(
+    "--metrics-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write Prometheus metrics (text format 0.0.4) to this file at every refresh, atomically (for "
+    "node_exporter's textfile collector: name it *.prom).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on http://127.0.0.1:PORT/metrics while the pipeline runs.",
+)
 @handle_errors
-def run(pipeline: Path, stages: tuple[str, ...], master: str | None, plain: bool, as_json: bool) -> None:
+def run(
+    pipeline: Path,
+    stages: tuple[str, ...],
+    master: str | None,
+    plain: bool,
+    as_json: bool,
+    metrics_file: Path | None,
+    metrics_port: int | None,
+) -> None:
     """Run the PIPELINE's stages as streaming queries; Ctrl-C or SIGTERM stops them after the current batch."""
     from sparkonce.pipeline.loader import load_pipeline
-    from sparkonce.pipeline.run import run_pipeline, select_stages
+    from sparkonce.pipeline.run import select_stages
 
     config = load_pipeline(pipeline)
     select_stages(config, stages)
+    if metrics_file is not None and not metrics_file.resolve().parent.is_dir():
+        raise click.BadParameter(
+            f"directory {metrics_file.resolve().parent} does not exist", param_hint="--metrics-file"
+        )
+    exporter = _MetricsExporter(config.name, metrics_file, metrics_port)
+    try:
+        _run(config, stages, master, plain, as_json, exporter)
+    finally:
+        exporter.close()
+
+
+class _MetricsExporter:
+    """Publishes each progress snapshot as Prometheus metrics: to a file and/or an HTTP endpoint (CLI process)."""
+
+    def __init__(self, pipeline: str, path: Path | None, port: int | None) -> None:
+        from sparkonce.pipeline.metrics import MetricsServer
+
+        self.pipeline = pipeline
+        self.path = path
+        self.server: MetricsServer | None = None
+        self.failed = False
+        if port is not None:
+            try:
+                self.server = MetricsServer(port)
+            except OSError as err:
+                raise click.BadParameter(
+                    f"cannot listen on 127.0.0.1:{port}: {err}", param_hint="--metrics-port"
+                ) from err
+
+    def publish(self, progress: tuple[Any, ...]) -> None:
+        if self.path is None and self.server is None:
+            return
+        from sparkonce.pipeline.metrics import pipeline_families, render, write_metrics_file
+
+        text = render(pipeline_families(self.pipeline, progress))
+        if self.path is not None:
+            try:
+                write_metrics_file(self.path, text)
+            except OSError as err:  # metrics must not stop the pipeline: say so once, keep running
+                if not self.failed:
+                    err_console.print(f"[yellow]warning:[/yellow] cannot write --metrics-file {self.path}: {err}")
+                self.failed = True
+        if self.server is not None:
+            self.server.update(text)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+def _run(
+    config: Any, stages: tuple[str, ...], master: str | None, plain: bool, as_json: bool, exporter: _MetricsExporter
+) -> None:
+    from sparkonce.pipeline.run import run_pipeline
+
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:
@@ -43,6 +129,7 @@ def run(pipeline: Path, stages: tuple[str, ...], master: str | None, plain: bool
         printed: dict[str, int | None] = {}
 
         def on_progress(progress: tuple[Any, ...]) -> None:
+            exporter.publish(progress)
             if as_json:
                 return
             for p in progress:
@@ -54,14 +141,12 @@ def run(pipeline: Path, stages: tuple[str, ...], master: str | None, plain: bool
     else:
         from rich.live import Live
 
+        def show(progress: tuple[Any, ...]) -> None:
+            exporter.publish(progress)
+            live.update(_table(progress))
+
         with Live(_table(()), console=console, refresh_per_second=4) as live:
-            result = run_pipeline(
-                config,
-                stages=stages or None,
-                master=master,
-                stop=stop,
-                on_progress=lambda progress: live.update(_table(progress)),
-            )
+            result = run_pipeline(config, stages=stages or None, master=master, stop=stop, on_progress=show)
     if as_json:
         print_json(result)
     else:
@@ -87,8 +172,19 @@ def _lag_text(p: Any) -> str:
     if p.partition_lag:
         return "lag " + ", ".join(f"{x.partition}:{x.lag if x.lag is not None else '?'}" for x in p.partition_lag)
     if p.versions_behind is not None:
-        return f"{p.versions_behind} input table version(s) behind"
+        size = "" if p.bytes_behind is None else f", {_bytes_text(p.bytes_behind)}"
+        return f"{p.versions_behind} input table version(s){size} behind"
     return ""
+
+
+def _bytes_text(size: int) -> str:
+    """``size`` bytes in B, KiB, MiB, GiB or TiB."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
 
 
 def _table(progress: tuple[Any, ...]) -> Any:
@@ -183,3 +279,77 @@ def check(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
             console.print(f"skipped: stage {name} (never started)")
     if not report.ok:
         sys.exit(EXIT_FINDINGS)
+
+
+@click.command()
+@click.argument("pipeline", type=click.Path(path_type=Path))
+@click.option("--stage", "stages", multiple=True, help="Only this stage (repeatable). Default: all.")
+@json_option("Print the status as JSON (with a schema_version).")
+@handle_errors
+def status(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
+    """Where PIPELINE's stages stand, running or stopped: last planned and committed batch, lag. Starts nothing.
+
+    Exit code 0 when healthy, 1 when something is wrong (each finding is listed).
+    """
+    from sparkonce.pipeline.loader import load_pipeline
+    from sparkonce.pipeline.status import STATUS_SCHEMA_VERSION, pipeline_status
+
+    report = pipeline_status(load_pipeline(pipeline), stages=stages or None)
+    if as_json:
+        data = to_jsonable(report)
+        for stage, shown in zip(report.stages, data["stages"]):
+            shown["records_behind"] = stage.records_behind
+            for lag, row in zip(stage.partition_lag, shown["partition_lag"]):
+                row["lag"] = lag.lag
+        print_json({"schema_version": STATUS_SCHEMA_VERSION, "kind": "status", "ok": report.ok, **data})
+    else:
+        from rich.table import Table
+
+        state = "running" if report.running else "stopped"
+        console.print(f"{report.name} ({report.pipeline}): {state}")
+        table = Table(expand=False)
+        for column in ("stage", "kind", "state", "planned", "committed", "last commit (UTC)", "lag", "written"):
+            table.add_column(column)
+        for s in report.stages:
+            table.add_row(
+                s.stage,
+                s.kind,
+                s.state if s.run_pid is None else f"{s.state} (pid {s.run_pid} on {s.run_host})",
+                "-" if s.last_planned is None else str(s.last_planned),
+                "-" if s.last_committed is None else str(s.last_committed),
+                "-" if s.last_commit_at is None else s.last_commit_at.strftime("%Y-%m-%d %H:%M:%S"),
+                _status_lag_text(s),
+                _outputs_text(s),
+            )
+        print_table(table)
+        for finding in report.findings:
+            console.print(f"FINDING: {finding}")
+        for s in report.stages:
+            for finding in s.findings:
+                console.print(f"FINDING: stage {s.stage}: {finding}")
+    if not report.ok:
+        sys.exit(EXIT_FINDINGS)
+
+
+def _outputs_text(s: Any) -> str:
+    """Each output: its latest table version and the newest batch recorded there."""
+    parts = []
+    for o in s.outputs:
+        where = [] if o.table_version is None else [f"table_version {o.table_version}"]
+        if o.last_recorded_batch is not None:
+            where.append(f"batch {o.last_recorded_batch}")
+        parts.append(f"{o.target}" + (f" ({', '.join(where)})" if where else ""))
+    return "; ".join(parts) or "-"
+
+
+def _status_lag_text(s: Any) -> str:
+    if s.partition_lag:
+        parts = ", ".join(f"{x.partition}:{x.lag if x.lag is not None else '?'}" for x in s.partition_lag)
+        total = s.records_behind
+        return f"{total if total is not None else '?'} records behind ({parts})"
+    if s.delta_lag is not None:
+        return (
+            f"{s.delta_lag.versions_behind} input table version(s), {_bytes_text(s.delta_lag.bytes_behind)} behind "
+            f"(input at table_version {s.delta_lag.latest_table_version})"
+        )
+    return "-"

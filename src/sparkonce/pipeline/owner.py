@@ -11,18 +11,26 @@ another absolute path than recorded (it was moved or copied). ``starting_version
 table version a fresh checkpoint starts streaming from.
 
 Spark ignores files it does not know in a checkpoint directory, so the record travels with the checkpoint.
+
+While ``sparkonce run`` runs a stage it holds an exclusive ``flock`` on ``<checkpoint_dir>/_sparkonce_run.lock``
+(which names the process: pid, host, start time). The operating system releases it when the process ends, however
+it ends, so ``sparkonce status`` tells a running stage from a stopped one by trying the lock
+(:func:`run_holder`), and a second ``sparkonce run`` of the same stage is refused before it starts.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from sparkonce.errors import CheckpointError
 
 OWNER_FILE = "_sparkonce_owner.json"
+RUN_LOCK_FILE = "_sparkonce_run.lock"
 
 
 @dataclass(frozen=True)
@@ -114,4 +122,105 @@ def claim_checkpoint(pipeline: str, stage: str, checkpoint_dir: str) -> Checkpoi
     return owner
 
 
-__all__ = ["OWNER_FILE", "CheckpointOwner", "claim_checkpoint", "new_owner", "read_owner", "write_owner"]
+@dataclass(frozen=True)
+class RunHolder:
+    """The process running a stage now (what it wrote into the run lock file)."""
+
+    pid: int | None
+    host: str
+    started_at: str
+    pipeline: str
+    stage: str
+
+
+class RunLock:
+    """The held run lock of one stage's checkpoint; :meth:`release` (or process exit) frees it. Runs on the driver."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Free the lock (idempotent)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def lock_run(pipeline: str, stage: str, checkpoint_dir: str) -> RunLock:
+    """Take the run lock of ``stage``'s checkpoint for this process (creating the directory when new).
+
+    Raises:
+        CheckpointError: another process runs the stage now (naming its pid and host).
+    """
+    directory = os.path.abspath(checkpoint_dir)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, RUN_LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        holder = run_holder(directory)
+        who = f"pid {holder.pid} on {holder.host} since {holder.started_at}" if holder else "another process"
+        raise CheckpointError(
+            f"stage {stage!r}: its checkpoint_dir {directory} is in use by a running sparkonce run ({who}); "
+            "stop that run first (two queries on one checkpoint corrupt its offsets)"
+        ) from None
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "pipeline": pipeline,
+        "stage": stage,
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record).encode("utf-8"), 0)
+    return RunLock(path, fd)
+
+
+def run_holder(checkpoint_dir: str) -> RunHolder | None:
+    """The process running the stage of ``checkpoint_dir`` now, or None when no process holds its run lock."""
+    path = os.path.join(os.path.abspath(checkpoint_dir), RUN_LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # held: read who holds it
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        try:
+            data = json.loads(os.pread(fd, 65536, 0).decode("utf-8") or "{}")
+        except (ValueError, UnicodeDecodeError):
+            data = {}
+        pid = data.get("pid")
+        return RunHolder(
+            pid=pid if isinstance(pid, int) else None,
+            host=str(data.get("host", "?")),
+            started_at=str(data.get("started_at", "?")),
+            pipeline=str(data.get("pipeline", "?")),
+            stage=str(data.get("stage", "?")),
+        )
+    finally:
+        os.close(fd)
+
+
+__all__ = [
+    "OWNER_FILE",
+    "RUN_LOCK_FILE",
+    "CheckpointOwner",
+    "RunHolder",
+    "RunLock",
+    "claim_checkpoint",
+    "lock_run",
+    "new_owner",
+    "read_owner",
+    "run_holder",
+    "write_owner",
+]

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import sparkonce.errors as errors
 from sparkonce.errors import BrokerError, SparkonceError
+from sparkonce.pipeline.lag import DeltaLagReader, PartitionLag, delta_lag_or_none, kafka_positions, partition_lags
 from sparkonce.pipeline.model import SOURCE, PipelineConfig, Stage
+from sparkonce.pipeline.owner import RunLock, lock_run
 from sparkonce.pipeline.session import use_catalog, use_storage
 
 if TYPE_CHECKING:
@@ -30,24 +32,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PartitionLag:
-    """How far the raw stage is behind one Kafka partition."""
-
-    topic: str
-    partition: int
-    position: int | None
-    """The next offset the query will read (end of its last batch), None before the first batch."""
-    latest: int | None
-    """The partition's end offset on the broker."""
-
-    @property
-    def lag(self) -> int | None:
-        if self.latest is None:
-            return None
-        return self.latest - (self.position or 0)
 
 
 @dataclass(frozen=True)
@@ -68,7 +52,9 @@ class StageProgress:
     partition_lag: tuple[PartitionLag, ...] = ()
     """Raw stage: lag per Kafka partition."""
     versions_behind: int | None = None
-    """Bronze and gold: input table versions not read yet."""
+    """A stage reading a Delta table: input table versions not read yet."""
+    bytes_behind: int | None = None
+    """A stage reading a Delta table: bytes of the input's data files not read yet."""
     batch_ms_p50: float | None = None
     """Median duration of the stage's batches that read rows in this run (Spark's ``triggerExecution``), ms."""
     batch_ms_p95: float | None = None
@@ -139,7 +125,7 @@ def run_pipeline(
         CheckpointError: a checkpoint is shared, foreign or moved.
         SparkonceError: a stage failed (the error of the stage, e.g. SchemaMismatchError for drift = "fail").
     """
-    from sparkonce.pipeline.stages import check_stages, start_stage, waiting_for
+    from sparkonce.pipeline.stages import check_stages
 
     selected = select_stages(config, stages)
     config.storage_options()  # an unset [storage_env] variable fails before Spark starts
@@ -151,7 +137,43 @@ def run_pipeline(
     use_storage(config, spark)
     use_catalog(config, spark)
     check_stages(spark, config, selected)
-    stop = stop or threading.Event()
+    locks = _lock_stages(config, selected)
+    try:
+        return _run(config, spark, selected, stop or threading.Event(), on_progress, poll_seconds, stop_timeout)
+    finally:
+        for held in locks:
+            held.release()
+
+
+def _lock_stages(config: PipelineConfig, stages: Sequence[Stage]) -> list[RunLock]:
+    """The run lock of every stage's checkpoint (:func:`~sparkonce.pipeline.owner.lock_run`); a refusal frees
+    those already taken.
+
+    Raises:
+        CheckpointError: another process runs one of the stages now.
+    """
+    locks: list[RunLock] = []
+    try:
+        for stage in stages:
+            locks.append(lock_run(config.path, stage.name, stage.checkpoint))
+    except BaseException:
+        for held in locks:
+            held.release()
+        raise
+    return locks
+
+
+def _run(
+    config: PipelineConfig,
+    spark: SparkSession,
+    selected: tuple[Stage, ...],
+    stop: threading.Event,
+    on_progress: ProgressCallback | None,
+    poll_seconds: float,
+    stop_timeout: float,
+) -> RunResult:
+    from sparkonce.pipeline.stages import start_stage, waiting_for
+
     started = time.monotonic()
     monitor = _Monitor(config, selected)
     sequential = all(s.trigger.kind == "availableNow" for s in selected)
@@ -261,6 +283,8 @@ class _Monitor:
         self.durations: dict[str, collections.deque[float]] = {}
         """Per stage: ``triggerExecution`` ms of its latest batches that read rows."""
         self._last_broker_poll = 0.0
+        self._delta_lag: dict[str, DeltaLagReader] = {}
+        """Per stage reading a Delta table: its lag reader (caches the bytes added per input table version)."""
 
     def update(self, queries: dict[str, StreamingQuery]) -> None:
         for name, query in queries.items():
@@ -313,11 +337,9 @@ class _Monitor:
             lag: tuple[PartitionLag, ...] = ()
             behind = None
             if stage.input == SOURCE:
-                positions = {(t, int(p)): int(o) for t, parts in (end or {}).items() for p, o in parts.items()}
-                keys = sorted(set(positions) | set(self.latest_offsets))
-                lag = tuple(PartitionLag(t, p, positions.get((t, p)), self.latest_offsets.get((t, p))) for t, p in keys)
+                lag = partition_lags(kafka_positions(end), self.latest_offsets)
             else:
-                behind = _versions_behind(self.config.input_table(stage), end)
+                behind = delta_lag_or_none(self._delta_reader(stage), end)
             out.append(
                 StageProgress(
                     stage=stage.name,
@@ -329,12 +351,26 @@ class _Monitor:
                     total_rows=rows,
                     batches=batches,
                     partition_lag=lag,
-                    versions_behind=behind,
+                    versions_behind=None if behind is None else behind.versions_behind,
+                    bytes_behind=None if behind is None else behind.bytes_behind,
                     batch_ms_p50=_percentile(self.durations.get(stage.name), 0.50),
                     batch_ms_p95=_percentile(self.durations.get(stage.name), 0.95),
                 )
             )
         return tuple(out)
+
+    def _delta_reader(self, stage: Stage) -> DeltaLagReader | None:
+        table = self.config.input_table(stage)
+        if table is None:
+            return None
+        reader = self._delta_lag.get(stage.name)
+        if reader is None:
+            try:
+                options = self.config.storage_options()
+            except SparkonceError:
+                return None
+            reader = self._delta_lag[stage.name] = DeltaLagReader(table, storage_options=options)
+        return reader
 
 
 _DURATIONS_KEPT = 1000
@@ -360,19 +396,6 @@ def _end_offset(progress: dict[str, Any]) -> Any:
         except json.JSONDecodeError:
             return None
     return end
-
-
-def _versions_behind(table: str | None, end: Any) -> int | None:
-    if table is None or not isinstance(end, dict) or "reservoirVersion" not in end:
-        return None
-    from sparkonce.delta.log import DeltaLog
-
-    try:
-        latest = DeltaLog(table).commit_versions()[-1]
-    except (SparkonceError, IndexError):
-        return None
-    version, index = int(end["reservoirVersion"]), int(end.get("index", -1))
-    return max(0, latest - version + (1 if index == -1 else 0))
 
 
 __all__ = [

@@ -5,7 +5,8 @@ A kind parses its ``[stages.<name>]`` table (:meth:`Kind.parse`), names the path
 gives the schema and partitioning of the Delta tables it creates (what a downstream stage reads,
 :meth:`Kind.output_schemas`, :meth:`Kind.partition_by`), checks what needs Spark before any data moves
 (:meth:`Kind.check`), starts its streaming query (:meth:`Kind.start`), checks its exactly-once records against its
-checkpoint (:meth:`Kind.verify`), and rebuilds its tables from its input when it can be replayed
+checkpoint (:meth:`Kind.verify`), describes where its outputs stand for ``sparkonce status``
+(:meth:`Kind.describe`), and rebuilds its tables from its input when it can be replayed
 (:meth:`Kind.replay_outputs`).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from sparkonce.pipeline.model import PipelineConfig, Stage, StageKind
@@ -25,6 +27,21 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 S = TypeVar("S", bound=Stage)
+
+
+@dataclass(frozen=True)
+class OutputFacts:
+    """Where one place a stage writes stands (``sparkonce status``), read without Spark."""
+
+    target: str
+    """A Delta table location, or ``postgresql:<table>``."""
+    record_id: str
+    """The txn app id (or ledger app id) the stage records its batches under."""
+    table_version: int | None = None
+    """A Delta table's latest table version (None when it does not exist yet or is not a Delta table)."""
+    last_recorded_batch: int | None = None
+    """The newest batch recorded under ``record_id`` (the ``txn`` version of the latest snapshot); None when
+    none is, or when it is not read (a PostgreSQL ledger is not queried by ``status``)."""
 
 
 class Kind(ABC, Generic[S]):
@@ -104,6 +121,28 @@ class Kind(ABC, Generic[S]):
             for t, record_id in self.txn_records(stage, query_id)
         ]
 
+    def describe(self, stage: S, query_id: str, storage_options: Mapping[str, str]) -> list[OutputFacts]:
+        """Where each place the stage writes stands: by default every table of :meth:`txn_records`, its latest
+        table version and the newest batch recorded there (from its latest snapshot's ``txn`` actions).
+
+        Raises:
+            DeltaLogError: a Delta log cannot be read.
+            StorageError: an object store is unreachable.
+        """
+        from sparkonce.delta.log import DeltaLog
+        from sparkonce.errors import TableNotFoundError
+        from sparkonce.storage import table_location
+
+        facts: list[OutputFacts] = []
+        for table, record_id in self.txn_records(stage, query_id):
+            try:
+                snapshot = DeltaLog(table_location(table, storage_options=dict(storage_options))).snapshot()
+            except TableNotFoundError:
+                facts.append(OutputFacts(table, record_id))
+                continue
+            facts.append(OutputFacts(table, record_id, snapshot.table_version, snapshot.txn_version(record_id)))
+        return facts
+
     def replayable(self, stage: S) -> bool:
         """Whether ``replay`` can rebuild the stage's tables from its input table."""
         return False
@@ -121,4 +160,4 @@ class Kind(ABC, Generic[S]):
         raise PipelineConfigError(f"stages.{stage.name}: a {self.name} stage cannot be replayed")
 
 
-__all__ = ["Kind"]
+__all__ = ["Kind", "OutputFacts"]

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast, get_args
 
-from sparkonce.pipeline.kinds.base import Kind
+from sparkonce.pipeline.kinds.base import Kind, OutputFacts
 from sparkonce.pipeline.model import PipelineConfig, PostgresStage, Stage
 from sparkonce.pipeline.reader import TomlReader
 from sparkonce.pipeline.streams import input_schema, stage_source, start_foreach_batch
@@ -168,6 +168,10 @@ class PostgresKind(Kind[PostgresStage]):
             SinkError: the database is unreachable.
         """
         return [_check_postgres(stage, query_id, committed)]
+
+    def describe(self, stage: PostgresStage, query_id: str, storage_options: Mapping[str, str]) -> list[OutputFacts]:
+        """The target table and its ledger app id; ``status`` does not connect to the database (``check`` does)."""
+        return [OutputFacts(f"postgresql:{stage.pg_table}", f"{query_id}:{stage.pg_table}")]
 
 
 __all__ = ["PostgresKind", "postgres_sink"]
