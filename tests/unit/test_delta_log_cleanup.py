@@ -169,3 +169,27 @@ def test_a_bad_retention_is_named(tmp_path: Path) -> None:
         cleanup_expired_logs(
             table_location(str(path)), {"delta.logRetentionDuration": "forever"}, PROTOCOL, now_ms=NOW_MS
         )
+
+
+def test_the_latest_snapshot_starts_from_the_last_checkpoint_without_listing_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _table(tmp_path, 14, 10)
+    log = DeltaLog(path)
+    full = log.snapshot(13)  # an explicit table version: the full listing
+    assert log.latest_version() == 13
+
+    def no_listing(self: DeltaLog) -> list[str] | None:
+        raise AssertionError("listed _delta_log")
+
+    monkeypatch.setattr(DeltaLog, "_names", no_listing)
+    quick = log.snapshot()
+    assert (quick.table_version, quick.checkpoint_version, quick.notes) == (13, 10, ())
+    assert quick.files == full.files and quick.metadata == full.metadata and quick.txns == full.txns
+    assert log.latest_version() == 13
+    monkeypatch.undo()
+
+    (path / "_delta_log" / f"{10:020d}.checkpoint.parquet").write_bytes(b"PAR1 garbage")
+    fallback = DeltaLog(path).snapshot()  # the checkpoint it names is unreadable: the listing decides
+    assert (fallback.table_version, fallback.checkpoint_version) == (13, None)
+    assert set(fallback.files) == set(full.files)  # replayed from the JSON commits (their actions carry more keys)

@@ -321,8 +321,47 @@ class DeltaLog:
         checkpoints.sort(key=lambda c: (c.table_version, c.kind != "v2"))
         return _Listing(commits, checkpoints, last)
 
+    def _tail_listing(self) -> _Listing | None:
+        """What the latest snapshot needs, found without listing ``_delta_log``: the classic or multi-part checkpoint
+        that ``_last_checkpoint`` names and the Delta commits after it, probed one by one up to the first missing
+        one (as Delta lists from the checkpoint on). A log of a long-lived stream holds 10^5..10^6 files, so a full
+        listing would dominate every open. None when the hint is missing, unreadable, names a V2 checkpoint or
+        files that are not there: then the full listing decides."""
+        try:
+            last = self.read_last_checkpoint()
+        except DeltaLogError:
+            return None
+        if last is None or "v2Checkpoint" in last:
+            return None
+        version = int(last["version"])
+        parts = last.get("parts")
+        if isinstance(parts, int) and parts > 1:
+            names = [f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
+            ref = CheckpointRef(version, "multi-part", tuple(self._join(n) for n in names))
+        else:
+            ref = CheckpointRef(version, "classic", (self._join(f"{version:020d}.checkpoint.parquet"),))
+        if not all(self._exists(path) for path in ref.files):
+            return None
+        commits: set[int] = set()
+        while self._exists(self.commit_path(version + 1 + len(commits))):
+            commits.add(version + 1 + len(commits))
+        return _Listing(commits, [ref], self._join("_last_checkpoint"))
+
+    def _exists(self, path: str) -> bool:
+        if self.location.is_local:
+            return os.path.isfile(path)
+        import pyarrow.fs as pafs
+
+        try:
+            return bool(self.fs.get_file_info(path).type == pafs.FileType.File)
+        except OSError as err:
+            raise self.location.store_error(err) from err
+
     def latest_version(self) -> int:
         """Return the newest table version (the newest JSON commit or checkpoint)."""
+        tail = self._tail_listing()
+        if tail is not None:
+            return max([*tail.commits, tail.checkpoints[0].table_version])
         listing = self._list()
         versions = list(listing.commits) + [c.table_version for c in listing.checkpoints]
         if not versions:
@@ -512,11 +551,23 @@ class DeltaLog:
         corrupt or points at a missing checkpoint, the listing decides; a checkpoint that cannot be read is
         skipped in favour of an older one (noted in :attr:`Snapshot.notes`).
 
+        The latest snapshot starts from ``_last_checkpoint``'s checkpoint without listing ``_delta_log`` when it can
+        (:meth:`_tail_listing`); when that checkpoint turns out unusable the full listing decides.
+
         Raises:
             DeltaLogError: The table version does not exist, or the commits needed to reach it are missing or
                 corrupt.
         """
-        listing = self._list()
+        if table_version is None and (tail := self._tail_listing()) is not None:
+            try:
+                quick = self._snapshot(tail, None)
+            except DeltaLogError:
+                quick = None
+            if quick is not None and quick.checkpoint_version is not None and not quick.notes:
+                return quick
+        return self._snapshot(self._list(), table_version)
+
+    def _snapshot(self, listing: _Listing, table_version: int | None) -> Snapshot:
         latest = max(list(listing.commits) + [c.table_version for c in listing.checkpoints])
         target = latest if table_version is None else table_version
         if target < 0 or target > latest:
