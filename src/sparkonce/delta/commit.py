@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
+from sparkonce.delta.conflicts import ReadSet, check_winners
 from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.log_cleanup import cleanup_expired_logs
@@ -215,6 +216,7 @@ def commit_files(
     new_table_clustering: tuple[str, ...] = (),
     identity: IdentityPlan | None = None,
     change_files: Iterable[WrittenFile] = (),
+    read: ReadSet | None = None,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -236,12 +238,16 @@ def commit_files(
     clustering columns of the table when this commit creates it (:mod:`sparkonce.delta.clustering`). ``identity``:
     the identity columns the files' writers filled (:func:`sparkonce.delta.identity.plan_identity`); the commit moves
     their high-water marks, and is a conflict when a concurrent commit moved them first. ``change_files``: change
-    data files (``_change_data/``, :mod:`sparkonce.delta.cdf`) the commit records as ``cdc`` actions.
+    data files (``_change_data/``, :mod:`sparkonce.delta.cdf`) the commit records as ``cdc`` actions. ``read``:
+    what the transaction read (a rewrite: its table version, files and partitions); every commit after its
+    ``read_version`` is checked against it by Delta's rules (:mod:`sparkonce.delta.conflicts`) before this commit
+    is made on top. None: a blind append, which read the table version this call loads first.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
         UnsupportedFeatureError: the table's protocol asks something of writers that sparkonce does not do.
-        CommitConflictError: lost ``max_attempts`` races in a row, or a file to remove is gone or changed.
+        CommitConflictError: lost ``max_attempts`` races in a row, or a file to remove is gone or changed; its
+            subclasses (``ConcurrentAppendError``, ...) when a concurrent commit conflicts by Delta's rules.
     """
     files = list(files)
     removes = list(removes)
@@ -257,6 +263,10 @@ def commit_files(
     change_files = list(change_files)
     cdcs = [_cdc_action(f) for f in change_files]
     rows = sum(f.num_records for f in files)
+    checked_through = read.read_version if read is not None else None
+    if written_after is None and read is not None:
+        written_after = read.read_version
+    """The table version through which the winning commits were checked against ``read``."""
 
     def landed(attempt: int) -> CommitResult | None:
         """This call's commit, when an attempt that reported a failure made it all the same."""
@@ -328,6 +338,27 @@ def commit_files(
                     cleanup.removed,
                 )
                 return CommitResult(None, True, attempt, 0, 0)
+        if read is None or checked_through is None:
+            read = read or ReadSet(read_version)  # a blind append reads the table version it loads first
+            checked_through = read.read_version
+        try:
+            check_winners(
+                location,
+                read,
+                after=checked_through,
+                through=read_version,
+                removes=(r.path for r in removes),
+                changes_metadata=merge_schema or overwrite_schema,
+            )
+        except CommitConflictError as conflict:  # this call commits nothing: its files are garbage
+            remove_unreferenced_files(
+                location,
+                (f.path for f in [*files, *change_files]),
+                written_after=written_after,
+                purpose=f"conflicting {operation.name} ({type(conflict).__name__})",
+            )
+            raise
+        checked_through = read_version
         metadata = snapshot.metadata()
         table_partitions = tuple(metadata.partition_columns)
         replacing = mode == "overwrite" and overwrite_schema  # Delta: the table's partitioning becomes the given one
