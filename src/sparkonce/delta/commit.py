@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -413,6 +414,7 @@ def commit_files(
         if not made:
             if (done := landed(attempt)) is not None:
                 return done
+            time.sleep(retry_delay(attempt))
             continue
         table_version = TableVersion(read_version + 1)
         log.info(
@@ -430,6 +432,17 @@ def commit_files(
     raise CommitConflictError(
         f"gave up committing to {table_uri} after {max_attempts} attempts lost to concurrent writers (txn {txn})"
     )
+
+
+RETRY_BASE_SECONDS = 0.005
+RETRY_CAP_SECONDS = 0.5
+
+
+def retry_delay(attempt: int) -> float:
+    """The pause after losing the race for a table version on ``attempt``: "full jitter" exponential backoff,
+    uniform in ``[0, min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**(attempt - 1))]``. Many writers that lost the
+    same race then spread out instead of all reloading and retrying the next version at once."""
+    return random.uniform(0.0, min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** min(attempt - 1, 16)))
 
 
 def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_uri: str, operation: str) -> None:
@@ -727,5 +740,6 @@ __all__ = [
     "load_table",
     "metadata_action",
     "protocol_action",
+    "retry_delay",
     "table_exists",
 ]
