@@ -11,8 +11,9 @@ This is where exactly-once lives. For a batch with ``(app_id, txn_version)``:
 3. when the commit fails, first ask whether it landed all the same: every commit carries a fresh
    ``commitInfo.txnId``, and a commit since the first read that carries it is this call's (the store applied the
    log file's PUT and lost its answer, or the retried PUT found the file this call wrote). Then it is done.
-   Otherwise, on a lost race, reload and go back to 1. A concurrent run of the same batch that won makes this one
-   skip; an unrelated writer that won makes this one retry on top of it.
+   Otherwise, on a lost race, wait a jittered backoff, reload and go back to 1. A concurrent run of the same batch
+   that won makes this one skip; an unrelated writer that won makes this one retry on top of it, unless its commit
+   conflicts with what this one read by Delta's rules (:mod:`sparkonce.delta.conflicts`).
 
 The first write to a new table is table version 0, as with Delta's JVM connector: protocol, metadata, the files
 and the txn in one commit, put-if-absent like any other. Of writers racing to create the table exactly one
@@ -225,7 +226,7 @@ def commit_files(
     the protocol, the metadata and the files). ``removes`` (append mode only) are files of the table that the same
     Delta commit removes: a rewrite replaces them with ``files``. Each attempt checks that they are still active
     with the deletion vector they were read with; a concurrent writer that removed or changed one is a conflict,
-    while a concurrent append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add``
+    while a blind append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add``
     and ``remove`` as a rearrangement of rows already in the table (compaction), so streaming readers skip them.
     ``custom_metadata`` names the operation (:func:`sparkonce.delta.writer.commit_metadata`); the commit is written
     as Delta writes that operation (:mod:`sparkonce.delta.log_entry`). ``snapshot``: the table, loaded moments ago

@@ -3,8 +3,9 @@
 The driver picks the files to read (from the Delta log: paths, sizes, partition values, stats), executors read
 them (each row tagged with its file and its position in the file) and write the new files, and the driver makes
 ONE Delta commit of ``remove`` (rewritten files) + ``add`` (new files) (+ ``txn``) through
-:func:`sparkonce.delta.commit.commit_files`, which re-checks on every attempt that the removed files are still
-in the table (a concurrent append is fine, a concurrent rewrite of the same file is a conflict).
+:func:`sparkonce.delta.commit.commit_files`, which checks the commits made since the rewrite read the table by
+Delta's rules (:mod:`sparkonce.delta.conflicts`: a blind append is fine; a rewrite of a file read, or a non-blind
+append into what was read, is a conflict).
 """
 
 from __future__ import annotations
