@@ -316,3 +316,89 @@ def test_a_read_app_txn_committed_concurrently_is_a_conflict(tmp_path: Path) -> 
 def test_every_conflict_is_a_commit_conflict_error() -> None:
     for error in (ConcurrentAppendError, ConcurrentDeleteReadError, ConcurrentDeleteDeleteError, MetadataChangedError):
         assert issubclass(error, CommitConflictError)
+
+
+# -- appenders, OPTIMIZE and DELETE all at once ---------------------------------------------------------------
+
+
+def _file_ids(table: str, path: str) -> list[int]:
+    import pyarrow.parquet as pq
+
+    return [int(i) for i in pq.read_table(str(Path(table) / path), columns=["id"]).column("id").to_pylist()]
+
+
+def _maintenance(
+    table: str, kind: str, writers_done: threading.Event, outcomes: list[tuple[str, list[int], str]]
+) -> None:
+    """OPTIMIZEs (of p0 then p1, ...) or DELETEs (of the first file of p1) until the writers are done, each
+    reading the newest table, as a compaction job or a partition DELETE plans; records (kind, ids deleted, error
+    class or "")."""
+    n = 0
+    while not writers_done.is_set():
+        n += 1
+        part = f"p{n % 2}" if kind == "optimize" else "p1"
+        version = DeltaTable(table).version()
+        files = [f for f in _active(table).values() if f["partition"]["part"] == part]
+        if kind == "delete":
+            files = files[:1]
+        if len(files) < (2 if kind == "optimize" else 1):
+            writers_done.wait(0.05)  # nothing to do yet
+            continue
+        read = ReadSet.of_files(
+            version,
+            [(f["path"], dict(f["partition"])) for f in files],
+            whole_table=False,
+            isolation="SnapshotIsolation" if kind == "optimize" else "WriteSerializable",
+        )
+        ids = [i for f in files for i in _file_ids(table, f["path"])]
+        try:
+            if kind == "optimize":
+                _optimize(table, read, [_removed(f) for f in files], _write(table, ids, part))
+                outcomes.append((kind, [], ""))
+            else:
+                _delete(table, read, [_removed(f) for f in files])
+                outcomes.append((kind, ids, ""))
+        except CommitConflictError as err:
+            outcomes.append((kind, [], getattr(err, "error_class", "?")))
+
+
+def test_appenders_optimize_and_delete_at_once_lose_no_update(tmp_path: Path) -> None:
+    """16 appenders (8 sparkonce streams, 8 delta-rs) x 3 commits, while an OPTIMIZE job and a DELETE job work on
+    the same partitions: no sparkonce append fails; OPTIMIZE fails only when a DELETE removed a file it compacts, a
+    DELETE only by Delta's rules (a file it read gone, or a delta-rs append, not blind, into its partition); the
+    table holds exactly every row whose append reported success, minus the rows of the DELETEs that did. (A
+    delta-rs append may fail by delta-rs's own checker, stricter than Delta's: it counts an append as having read
+    the whole table, so a concurrent DELETE fails it.)"""
+    table = str(tmp_path / "t")
+    _append(table, [-1, -2], "p0")
+    _append(table, [-3, -4], "p1")
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_writer_process, args=(table, p, 8, 3, out)) for p in range(2)]
+    for p in procs:
+        p.start()
+    outcomes: list[tuple[str, list[int], str]] = []
+    done = threading.Event()
+    kinds = ("optimize", "delete")
+    jobs = [threading.Thread(target=_maintenance, args=(table, kind, done, outcomes)) for kind in kinds]
+    for job in jobs:
+        job.start()
+    results = [r for _ in procs for r in out.get(timeout=600)]
+    done.set()
+    for job in jobs:
+        job.join()
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    rs_stricter = "a concurrent transaction deleted data this operation read"
+    assert [r for r in results if r[4] and not (r[0] == "delta-rs" and rs_stricter in r[4])] == []
+    allowed = {
+        "optimize": {"", "DELTA_CONCURRENT_DELETE_READ"},
+        "delete": {"", "DELTA_CONCURRENT_DELETE_READ", "DELTA_CONCURRENT_APPEND"},
+    }
+    assert all(error in allowed[kind] for kind, _, error in outcomes), outcomes
+    assert {kind for kind, _, error in outcomes if not error} == {"optimize", "delete"}  # both jobs committed
+    appended = [-1, -2, -3, -4] + [first + i for _, first, _, _, error in results if not error for i in range(3)]
+    deleted = {i for kind, ids, error in outcomes if kind == "delete" and not error for i in ids}
+    assert _ids(table) == sorted(set(appended) - deleted)
+    assert len(_ids(table)) == len(set(appended) - deleted)  # nothing doubled by a compaction
