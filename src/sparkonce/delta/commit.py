@@ -266,9 +266,9 @@ def commit_files(
     cdcs = [_cdc_action(f) for f in change_files]
     rows = sum(f.num_records for f in files)
     checked_through = read.read_version if read is not None else None
+    """The table version through which the winning commits were checked against ``read``."""
     if written_after is None and read is not None:
         written_after = read.read_version
-    """The table version through which the winning commits were checked against ``read``."""
 
     def landed(attempt: int) -> CommitResult | None:
         """This call's commit, when an attempt that reported a failure made it all the same."""
