@@ -11,12 +11,18 @@ __all__ = [
     "CheckpointError",
     "ClusterError",
     "CommitConflictError",
+    "ConcurrentAppendError",
+    "ConcurrentDeleteDeleteError",
+    "ConcurrentDeleteReadError",
+    "ConcurrentTransactionError",
     "DataFileMissingError",
     "DeltaLogError",
     "DriverError",
+    "MetadataChangedError",
     "MissingExtraError",
     "OptionError",
     "PipelineConfigError",
+    "ProtocolChangedError",
     "SchemaMismatchError",
     "SinkError",
     "SourceOffsetError",
@@ -86,6 +92,50 @@ class SchemaMismatchError(SparkonceError):
 
 class CommitConflictError(SparkonceError):
     """A Delta commit lost to concurrent writers more times than the retry budget allows."""
+
+
+class _DeltaConflict(CommitConflictError):
+    """A concurrent Delta commit conflicts with this transaction under Delta's rules (``ConflictChecker``,
+    WriteSerializable); the message starts with Delta's error class in brackets."""
+
+    error_class = ""
+
+
+class ProtocolChangedError(_DeltaConflict):
+    """Delta's ``ProtocolChangedException``: a concurrent commit changed the table's protocol."""
+
+    error_class = "DELTA_PROTOCOL_CHANGED"
+
+
+class MetadataChangedError(_DeltaConflict):
+    """Delta's ``MetadataChangedException``: a concurrent commit changed the table's metadata."""
+
+    error_class = "DELTA_METADATA_CHANGED"
+
+
+class ConcurrentAppendError(_DeltaConflict):
+    """Delta's ``ConcurrentAppendException``: a concurrent non-blind commit added files this transaction should
+    have read."""
+
+    error_class = "DELTA_CONCURRENT_APPEND"
+
+
+class ConcurrentDeleteReadError(_DeltaConflict):
+    """Delta's ``ConcurrentDeleteReadException``: a concurrent commit removed a file this transaction read."""
+
+    error_class = "DELTA_CONCURRENT_DELETE_READ"
+
+
+class ConcurrentDeleteDeleteError(_DeltaConflict):
+    """Delta's ``ConcurrentDeleteDeleteException``: a concurrent commit removed a file this transaction removes."""
+
+    error_class = "DELTA_CONCURRENT_DELETE_DELETE"
+
+
+class ConcurrentTransactionError(_DeltaConflict):
+    """Delta's ``ConcurrentTransactionException``: a concurrent commit carries the same ``txn`` ``appId``."""
+
+    error_class = "DELTA_CONCURRENT_TRANSACTION"
 
 
 class CheckpointError(SparkonceError):

@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.tables import DeltaTable
-from sparkonce.errors import CommitConflictError, StorageError
+from sparkonce.errors import ConcurrentDeleteReadError, StorageError
 from sparkonce.storage import SESSION_CONF_PREFIX, TableLocation, table_location
 from tests.fixtures_storage import copy_table_to_store
 from tests.integration.conftest import operation_metrics
@@ -294,7 +294,8 @@ def test_a_lost_race_against_a_rewrite_of_the_same_files_is_a_clear_conflict(
     spark: SparkSession, dv_table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The winner removed a file the DELETE rewrites (with its deletion vector): the DELETE stops with a
-    CommitConflictError naming the file, the winner's commit stays the newest, nothing is overwritten."""
+    Delta's DELTA_CONCURRENT_DELETE_READ naming the file, the winner's commit stays the newest, nothing is
+    overwritten."""
     read_version = latest_version(dv_table)
     before = active_dvs(dv_table)
     in_part_6 = next(path for path, dv in before.items() if path.split("/")[0].endswith("=6") and dv is not None)
@@ -310,7 +311,8 @@ def test_a_lost_race_against_a_rewrite_of_the_same_files_is_a_clear_conflict(
         },
     ]
     raced = _race_for_the_next_log_file(monkeypatch, lambda uri, table_version: winner)
-    with pytest.raises(CommitConflictError, match=rf"changed in table_version {read_version + 1}.*=6/"):
+    conflict = rf"^\[DELTA_CONCURRENT_DELETE_READ\].*table_version {read_version + 1} .*=6/"
+    with pytest.raises(ConcurrentDeleteReadError, match=conflict):
         DeltaTable.forPath(spark, dv_table).delete("part in (6, 8)")
     assert raced == [read_version + 1]
     assert latest_version(dv_table) == read_version + 1

@@ -11,8 +11,9 @@ This is where exactly-once lives. For a batch with ``(app_id, txn_version)``:
 3. when the commit fails, first ask whether it landed all the same: every commit carries a fresh
    ``commitInfo.txnId``, and a commit since the first read that carries it is this call's (the store applied the
    log file's PUT and lost its answer, or the retried PUT found the file this call wrote). Then it is done.
-   Otherwise, on a lost race, reload and go back to 1. A concurrent run of the same batch that won makes this one
-   skip; an unrelated writer that won makes this one retry on top of it.
+   Otherwise, on a lost race, wait a jittered backoff, reload and go back to 1. A concurrent run of the same batch
+   that won makes this one skip; an unrelated writer that won makes this one retry on top of it, unless its commit
+   conflicts with what this one read by Delta's rules (:mod:`sparkonce.delta.conflicts`).
 
 The first write to a new table is table version 0, as with Delta's JVM connector: protocol, metadata, the files
 and the txn in one commit, put-if-absent like any other. Of writers racing to create the table exactly one
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -34,6 +36,7 @@ import pyarrow as pa
 
 from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
+from sparkonce.delta.conflicts import ReadSet, check_winners
 from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.log_cleanup import cleanup_expired_logs
@@ -215,6 +218,7 @@ def commit_files(
     new_table_clustering: tuple[str, ...] = (),
     identity: IdentityPlan | None = None,
     change_files: Iterable[WrittenFile] = (),
+    read: ReadSet | None = None,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -222,7 +226,7 @@ def commit_files(
     the protocol, the metadata and the files). ``removes`` (append mode only) are files of the table that the same
     Delta commit removes: a rewrite replaces them with ``files``. Each attempt checks that they are still active
     with the deletion vector they were read with; a concurrent writer that removed or changed one is a conflict,
-    while a concurrent append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add``
+    while a blind append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add``
     and ``remove`` as a rearrangement of rows already in the table (compaction), so streaming readers skip them.
     ``custom_metadata`` names the operation (:func:`sparkonce.delta.writer.commit_metadata`); the commit is written
     as Delta writes that operation (:mod:`sparkonce.delta.log_entry`). ``snapshot``: the table, loaded moments ago
@@ -236,12 +240,16 @@ def commit_files(
     clustering columns of the table when this commit creates it (:mod:`sparkonce.delta.clustering`). ``identity``:
     the identity columns the files' writers filled (:func:`sparkonce.delta.identity.plan_identity`); the commit moves
     their high-water marks, and is a conflict when a concurrent commit moved them first. ``change_files``: change
-    data files (``_change_data/``, :mod:`sparkonce.delta.cdf`) the commit records as ``cdc`` actions.
+    data files (``_change_data/``, :mod:`sparkonce.delta.cdf`) the commit records as ``cdc`` actions. ``read``:
+    what the transaction read (a rewrite: its table version, files and partitions); every commit after its
+    ``read_version`` is checked against it by Delta's rules (:mod:`sparkonce.delta.conflicts`) before this commit
+    is made on top. None: a blind append, which read the table version this call loads first.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
         UnsupportedFeatureError: the table's protocol asks something of writers that sparkonce does not do.
-        CommitConflictError: lost ``max_attempts`` races in a row, or a file to remove is gone or changed.
+        CommitConflictError: lost ``max_attempts`` races in a row, or a file to remove is gone or changed; its
+            subclasses (``ConcurrentAppendError``, ...) when a concurrent commit conflicts by Delta's rules.
     """
     files = list(files)
     removes = list(removes)
@@ -257,6 +265,10 @@ def commit_files(
     change_files = list(change_files)
     cdcs = [_cdc_action(f) for f in change_files]
     rows = sum(f.num_records for f in files)
+    checked_through = read.read_version if read is not None else None
+    """The table version through which the winning commits were checked against ``read``."""
+    if written_after is None and read is not None:
+        written_after = read.read_version
 
     def landed(attempt: int) -> CommitResult | None:
         """This call's commit, when an attempt that reported a failure made it all the same."""
@@ -328,6 +340,27 @@ def commit_files(
                     cleanup.removed,
                 )
                 return CommitResult(None, True, attempt, 0, 0)
+        if read is None or checked_through is None:
+            read = read or ReadSet(read_version)  # a blind append reads the table version it loads first
+            checked_through = read.read_version
+        try:
+            check_winners(
+                location,
+                read,
+                after=checked_through,
+                through=read_version,
+                removes=(r.path for r in removes),
+                changes_metadata=merge_schema or overwrite_schema,
+            )
+        except CommitConflictError as conflict:  # this call commits nothing: its files are garbage
+            remove_unreferenced_files(
+                location,
+                (f.path for f in [*files, *change_files]),
+                written_after=written_after,
+                purpose=f"conflicting {operation.name} ({type(conflict).__name__})",
+            )
+            raise
+        checked_through = read_version
         metadata = snapshot.metadata()
         table_partitions = tuple(metadata.partition_columns)
         replacing = mode == "overwrite" and overwrite_schema  # Delta: the table's partitioning becomes the given one
@@ -382,6 +415,7 @@ def commit_files(
         if not made:
             if (done := landed(attempt)) is not None:
                 return done
+            time.sleep(retry_delay(attempt))
             continue
         table_version = TableVersion(read_version + 1)
         log.info(
@@ -399,6 +433,17 @@ def commit_files(
     raise CommitConflictError(
         f"gave up committing to {table_uri} after {max_attempts} attempts lost to concurrent writers (txn {txn})"
     )
+
+
+RETRY_BASE_SECONDS = 0.005
+RETRY_CAP_SECONDS = 0.5
+
+
+def retry_delay(attempt: int) -> float:
+    """The pause after losing the race for a table version on ``attempt``: "full jitter" exponential backoff,
+    uniform in ``[0, min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2**(attempt - 1))]``. Many writers that lost the
+    same race then spread out instead of all reloading and retrying the next version at once."""
+    return random.uniform(0.0, min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** min(attempt - 1, 16)))
 
 
 def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_uri: str, operation: str) -> None:
@@ -696,5 +741,6 @@ __all__ = [
     "load_table",
     "metadata_action",
     "protocol_action",
+    "retry_delay",
     "table_exists",
 ]

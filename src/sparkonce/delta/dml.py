@@ -115,6 +115,7 @@ def _rewrite(
             raise SchemaMismatchError(f"UPDATE on {table_uri}: column(s) {unknown} are not in the table {columns}")
 
     whole_files: list[TableFile] = []  # removed without reading (a DELETE whose condition covers them)
+    by_partition: list[TableFile] | None = None
     if condition is None:
         candidates = list(snapshot.files)
         if operation == "DELETE":
@@ -214,6 +215,7 @@ def _rewrite(
         metrics=metrics,
         txn=txn,
         change_files=change_files,
+        read=snapshot.read_set([*whole_files, *candidates], whole_table=by_partition is None),
     )
     log.info("%s on %s (txn %s): table_version %s, %s", operation, table_uri, txn, result.table_version, metrics)
     if result.skipped:

@@ -296,6 +296,7 @@ def merge_into(
         merge_schema=bool(new_columns),
         custom_metadata=custom_metadata,
         change_files=change_files,
+        read=snapshot.read_set(candidates, whole_table=True) if snapshot is not None else None,
     )
     log.info("merge into %s (txn %s): table_version %s, %s", table_uri, txn, result.table_version, json.dumps(metrics))
     if result.skipped:

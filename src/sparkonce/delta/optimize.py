@@ -246,6 +246,7 @@ def compact(
         parameters=params,
         metrics=metrics,
         data_change=False,
+        read=snapshot.read_set(removed, whole_table=False, data_change=False),
     )
     log.info("optimize %s: table_version %s, %s", table_uri, result.table_version, metrics)
     return OptimizeResult(

@@ -3,8 +3,9 @@
 The driver picks the files to read (from the Delta log: paths, sizes, partition values, stats), executors read
 them (each row tagged with its file and its position in the file) and write the new files, and the driver makes
 ONE Delta commit of ``remove`` (rewritten files) + ``add`` (new files) (+ ``txn``) through
-:func:`sparkonce.delta.commit.commit_files`, which re-checks on every attempt that the removed files are still
-in the table (a concurrent append is fine, a concurrent rewrite of the same file is a conflict).
+:func:`sparkonce.delta.commit.commit_files`, which checks the commits made since the rewrite read the table by
+Delta's rules (:mod:`sparkonce.delta.conflicts`: a blind append is fine; a rewrite of a file read, or a non-blind
+append into what was read, is a conflict).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sparkonce.delta.commit import (
     commit_files,
     load_table,
 )
+from sparkonce.delta.conflicts import ReadSet
 from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
 from sparkonce.delta.paths import require_fs_path
@@ -123,6 +125,17 @@ class TableSnapshot:
     configuration: dict[str, str | None]
     column_mapping: ColumnMapping | None = None
     """The table's column mapping, for the files a rewrite writes (None: not column-mapped)."""
+
+    def read_set(self, files: Sequence[TableFile], *, whole_table: bool, data_change: bool = True) -> ReadSet:
+        """What a rewrite of this snapshot read, for the conflict check of its commit: ``files``, and the whole
+        table or only their partitions (a scan pruned by partition values). ``data_change=False`` (OPTIMIZE):
+        Delta's SnapshotIsolation, where only the removal of a file read conflicts."""
+        return ReadSet.of_files(
+            self.table_version,
+            ((f.path, f.removed().partition_values) for f in files),
+            whole_table=whole_table,
+            isolation="WriteSerializable" if data_change else "SnapshotIsolation",
+        )
 
     def spark_schema(self) -> StructType:
         from sparkonce.delta.schema import spark_schema
@@ -373,10 +386,12 @@ def commit_rewrite(
     data_change: bool = True,
     custom_metadata: Mapping[str, Any] | None = None,
     change_files: Sequence[WrittenFile] = (),
+    read: ReadSet | None = None,
 ) -> CommitResult:
     """One Delta commit of ``removed`` + ``written`` (+ ``change_files`` as ``cdc`` actions) (+ ``txn``),
     recording Delta's operation name, parameters and metrics in commitInfo's ``sparkonce`` object (delta-rs
-    cannot write them as Delta's own fields)."""
+    cannot write them as Delta's own fields). ``read``: what the rewrite read (:meth:`TableSnapshot.read_set`),
+    for Delta's conflict check against the commits made since."""
     from sparkonce.delta.writer import commit_metadata
 
     extra: dict[str, Any] = {"operationMetrics": dict(metrics)}
@@ -395,6 +410,7 @@ def commit_rewrite(
         removes=[f.removed() for f in removed],
         data_change=data_change,
         change_files=change_files,
+        read=read,
     )
 
 
