@@ -183,3 +183,12 @@ def test_restart_of_an_in_memory_broker_keeps_its_port_and_loses_its_topics(tmp_
         stop_broker(state_dir=state)
     with pytest.raises(BrokerError, match="no broker was started"):
         restart_broker(state_dir=tmp_path / "never")
+
+
+def test_sample_producer_is_idempotent_with_acks_all_by_default(broker: EmbeddedBroker) -> None:
+    topic = broker.unique_topic("idempotent")
+    # Idempotence is on unless turned off: librdkafka then refuses any acks but "all".
+    with pytest.raises(BrokerError, match="acks"):
+        produce_sensor_readings(broker.bootstrap, topic=topic, count=1, client_config={"acks": "1"})
+    weaker = {"acks": "1", "enable.idempotence": "false"}
+    assert produce_sensor_readings(broker.bootstrap, topic=topic, count=3, client_config=weaker).records == 3

@@ -108,7 +108,9 @@ def produce_sensor_readings(
         start_time: event time of the first reading (default: now).
         interval_ms: event-time step between consecutive readings.
         max_lateness_ms: readings jitter back in event time by up to this much (out-of-order arrival).
-        client_config: extra producer settings (they win over the default ``linger.ms`` of 5).
+        client_config: extra producer settings (they win over the defaults: ``linger.ms`` 5, ``acks`` ``all`` and
+            ``enable.idempotence`` true, so a record counts as acknowledged only once every in-sync replica has it
+            and a retried produce is not written twice).
         on_progress: called with the number of records acknowledged so far.
         timeout: seconds to wait for the final acknowledgements.
         stop: when set, stop producing (before ``count``); the records produced so far are awaited and counted
@@ -157,6 +159,8 @@ def produce_sensor_readings(
         producer = Producer(
             {
                 "linger.ms": 5,
+                "acks": "all",
+                "enable.idempotence": "true",
                 **(client_config or {}),
                 "bootstrap.servers": bootstrap,
                 "logger": logging.getLogger("sparkonce.kafka.client"),
