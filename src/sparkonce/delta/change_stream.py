@@ -90,7 +90,8 @@ class ChangeFeedStreamReader(DeltaStreamReader):
         each commit's change files as one position."""
         state = self._table()
         version = start.reservoir_version
-        self._require_feed_on(version)
+        if start.is_starting_version or version <= last_version:  # else nothing to read (the version may not exist)
+            self._require_feed_on(version)
         if start.is_starting_version:
             snapshot = state.snapshot_files(version)
             timestamp = self._timestamp(version)
