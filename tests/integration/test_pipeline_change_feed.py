@@ -18,6 +18,9 @@ from sparkonce.errors import PipelineConfigError
 from sparkonce.pipeline.loader import parse_pipeline
 from sparkonce.pipeline.run import run_pipeline
 from sparkonce.pipeline.verify import verify_pipeline
+from sparkonce_local.chaos import run_driver
+from tests.conftest import REPO
+from tests.delta_helpers import delta_txns
 
 pytestmark = pytest.mark.spark
 
@@ -120,3 +123,31 @@ def test_changes_from_the_kafka_source_or_with_clauses_are_refused_on_load(tmp_p
         parse_pipeline(bad, tmp_path / "p.toml")
     with pytest.raises(PipelineConfigError, match=r"stages\.gold\.input_mode.*'upserts'"):
         parse_pipeline(PIPELINE.replace('"changes"', '"upserts"'), tmp_path / "p.toml")
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("crash_at", ["after_gold_merge:0"])
+def test_gold_killed_mid_run_restarts_and_mirrors_silver(spark: SparkSession, tmp_path: Path, crash_at: str) -> None:
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(PIPELINE.replace("[stages.gold]\n", "[stages.gold]\nmax_files_per_trigger = 1\n"))
+    silver, gold = tmp_path / "tables" / "silver", tmp_path / "tables" / "gold"
+    spark.createDataFrame([(f"d{i}", float(i)) for i in range(10)], SCHEMA).write.format("delta").option(
+        "delta.enableChangeDataFeed", "true"
+    ).save(str(silver))
+    table = DeltaTable.forPath(spark, str(silver))
+    table.update("device_id = 'd1'", {"value": "100.0"})
+    table.delete("device_id = 'd2'")
+    args = ["-m", "sparkonce.cli.main", "run", str(pipeline), "--plain", "--stage=gold"]
+
+    crashed = run_driver(args, crash_at=crash_at, cwd=str(REPO), timeout=600)
+    assert crashed.killed, crashed.stderr[-3000:]
+    table.delete("device_id = 'd3'")  # silver keeps changing while gold is down
+    table.update("device_id = 'd1'", {"value": "101.0"})
+
+    finished = run_driver(args, cwd=str(REPO), timeout=600)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert _rows(gold) == _rows(silver)
+    ck = tmp_path / "checkpoints" / "gold"
+    batches = sorted(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
+    assert [v for _, v in delta_txns(gold)] == batches
+    assert verify_pipeline(parse_pipeline(pipeline.read_text(), pipeline), stages=("gold",)).ok
