@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable as RsTable
 from deltalake import write_deltalake
-from pyspark.errors import AnalysisException, StreamingQueryException
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from sparkonce.delta.catalog import WAREHOUSE_CONF
@@ -206,20 +206,6 @@ def test_changes_whose_files_were_vacuumed_are_refused_naming_the_file_and_table
     RsTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     with pytest.raises(AnalysisException, match=r"(?s)DELTA_FILE_NOT_FOUND_DETAILED.*table version 1 .*VACUUM"):
         _changes(spark, table, 1)
-
-
-def test_a_streaming_change_feed_read_is_refused_for_now(spark: SparkSession, tmp_path: Path) -> None:
-    table = tmp_path / "t"
-    spark.range(1).write.format("delta").option("delta.enableChangeDataFeed", "true").save(str(table))
-    stream = spark.readStream.format("delta").option("readChangeFeed", "true").load(str(table))
-    query = (
-        stream.writeStream.format("console")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    with pytest.raises(StreamingQueryException, match=r"(?s)readChangeFeed.*streaming reads of the change data feed"):
-        query.awaitTermination()
 
 
 def _multiset_diff(a: list[Row], b: list[Row]) -> list[Row]:

@@ -13,7 +13,8 @@ commit's change rows, following Delta's ``CDCReader``:
 
 Every change row gets ``_commit_version`` (long) and ``_commit_timestamp`` (timestamp: the commit's in-commit
 timestamp, else its ``commitInfo.timestamp``, else the commit file's time, as history shows it). The plan is the
-unit the streaming source (a later step) reuses: a list of :class:`ChangeFile` per table version, in commit order.
+unit the streaming source (:mod:`sparkonce.delta.change_stream`) reuses: a list of :class:`ChangeFile` per table
+version, in commit order (:func:`commit_changes`, one commit at a time).
 """
 
 from __future__ import annotations
@@ -234,20 +235,60 @@ def plan_changes(
             it off (``DELTA_MISSING_CHANGE_DATA``), naming ``option``.
         DeltaLogError: a commit of the range is missing from the log (cleaned up) or unreadable.
     """
-    if not cdf_enabled(delta_log.snapshot(start).configuration):
-        raise _not_recorded(start, start, end, table, option)
-    location = delta_log.location
+    require_feed_on(delta_log, start, end=end, table=table, option=option)
     commits = []
     for table_version in range(start, end + 1):
         actions = delta_log.read_actions(table_version)
-        for action in actions:
-            metadata = action.get("metaData")
-            if isinstance(metadata, dict) and not cdf_enabled(metadata.get("configuration") or {}):
-                raise _not_recorded(table_version, start, end, table, option)
-        timestamp = delta_log.commit_entry(table_version, actions).timestamp_ms or 0
-        files = _commit_files(actions, location, table_version, timestamp, partition_names or {})
-        commits.append(CommitChanges(table_version, timestamp, tuple(files)))
+        commits.append(
+            commit_changes(
+                delta_log,
+                table_version,
+                actions,
+                start=start,
+                end=end,
+                table=table,
+                option=option,
+                partition_names=partition_names,
+            )
+        )
     return ChangePlan(start, end, tuple(commits))
+
+
+def commit_changes(
+    delta_log: DeltaLog,
+    table_version: int,
+    actions: list[dict[str, Any]],
+    *,
+    start: int,
+    end: int,
+    table: str,
+    option: str = "startingVersion",
+    partition_names: Mapping[str, str] | None = None,
+) -> CommitChanges:
+    """The change files of the commit of ``table_version`` (its ``actions``), read as part of the range ``start``
+    to ``end`` (for messages). Runs on the driver; the streaming source calls it commit by commit.
+
+    Raises:
+        OptionError: the commit turns the change data feed off (``DELTA_MISSING_CHANGE_DATA``), naming ``option``.
+    """
+    for action in actions:
+        metadata = action.get("metaData")
+        if isinstance(metadata, dict) and not cdf_enabled(metadata.get("configuration") or {}):
+            raise _not_recorded(table_version, start, end, table, option)
+    timestamp = delta_log.commit_entry(table_version, actions).timestamp_ms or 0
+    files = _commit_files(actions, delta_log.location, table_version, timestamp, partition_names or {})
+    return CommitChanges(table_version, timestamp, tuple(files))
+
+
+def require_feed_on(delta_log: DeltaLog, start: int, *, end: int, table: str, option: str) -> None:
+    """Refuse a read of the change data feed from ``start`` when the table at ``start`` does not record it.
+    Runs on the driver (one snapshot of ``start``).
+
+    Raises:
+        OptionError: ``DELTA_MISSING_CHANGE_DATA``, naming ``option`` and the range ``start`` to ``end``.
+    """
+    if not cdf_enabled(delta_log.snapshot(start).configuration):
+        raise _not_recorded(start, start, end, table, option)
 
 
 def _not_recorded(table_version: int, start: int, end: int, table: str, option: str) -> OptionError:
@@ -495,10 +536,12 @@ __all__ = [
     "CommitChanges",
     "change_feed_schema",
     "change_feed_table_schema",
+    "commit_changes",
     "check_files_present",
     "is_change_feed_read",
     "plan_changes",
     "plan_tasks",
     "read_changes",
+    "require_feed_on",
     "resolve_range",
 ]

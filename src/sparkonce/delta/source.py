@@ -85,24 +85,21 @@ class DeltaDataSource(DataSource):
         return DeltaStreamWriter(WriteOptions.parse(self.options), schema, overwrite)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from sparkonce.delta.changes import READ_CHANGE_FEED_OPTION, is_change_feed_read
+        from sparkonce.delta.changes import is_change_feed_read
         from sparkonce.delta.options import METADATA_COLUMN_OPTION
         from sparkonce.delta.stream import DeltaStreamReader
         from sparkonce.errors import OptionError
         from sparkonce.options import lookup
 
-        if is_change_feed_read(self.options):
-            raise OptionError(
-                READ_CHANGE_FEED_OPTION,
-                "true",
-                "streaming reads of the change data feed are not supported yet; read it in batches "
-                '(spark.read.format("delta").option("readChangeFeed", "true") with startingVersion/endingVersion)',
-            )
         if lookup(self.options, METADATA_COLUMN_OPTION) is not None:
             raise OptionError(
                 METADATA_COLUMN_OPTION, lookup(self.options, METADATA_COLUMN_OPTION), "is for batch reads"
             )
 
+        if is_change_feed_read(self.options):
+            from sparkonce.delta.change_stream import ChangeFeedStreamReader
+
+            return ChangeFeedStreamReader(StreamReadOptions.parse(self.options), schema)
         return DeltaStreamReader(StreamReadOptions.parse(self.options), schema)
 
 

@@ -167,9 +167,13 @@ class StreamPartition(FilesPartition):
 
 @dataclass(frozen=True)
 class _Position:
+    """What one offset position covers: one data file (or, for the change data feed, one file of the initial
+    snapshot or all change files of one commit, which are admitted whole)."""
+
     key: tuple[int, int]
     is_snapshot: bool
-    data_file: DataFile
+    files: tuple[Any, ...]
+    size: int
     last_in_version: bool
 
 
@@ -183,9 +187,9 @@ class _Budget:
     def admits(self) -> bool:
         return (self.files is None or self.files > 0) and (self.bytes is None or self.bytes > 0)
 
-    def take(self, size: int) -> None:
+    def take(self, size: int, files: int = 1) -> None:
         if self.files is not None:
-            self.files -= 1
+            self.files -= files
         if self.bytes is not None:
             self.bytes -= size
 
@@ -264,7 +268,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for position in self._positions(begin, last_version):
             if not budget.admits():
                 break
-            budget.take(position.data_file.size)
+            budget.take(position.size, len(position.files))
             last = position
         if last is None:
             return empty_end.to_json()
@@ -286,7 +290,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         _check_order(begin, finish)
         # An end at the base of table version v covers nothing of v: do not read its commit (it may not exist yet).
         last_version = finish.reservoir_version - (1 if finish.index == BASE_INDEX else 0)
-        files = [p.data_file for p in self._positions(begin, last_version) if p.key <= finish.key]
+        files = [f for p in self._positions(begin, last_version) if p.key <= finish.key for f in p.files]
+        return self._plan(files, begin, finish)
+
+    def _plan(self, files: list[Any], begin: DeltaSourceOffset, finish: DeltaSourceOffset) -> list[InputPartition]:
+        """The tasks reading ``files`` (the positions between ``begin`` and ``finish``). Runs on the driver."""
         if files:
             versions = sorted({f.table_version for f in files if f.table_version is not None})
             log.info(
@@ -380,7 +388,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start.is_starting_version:
             snapshot = state.snapshot_files(version)
             for i in range(start.index + 1, len(snapshot)):
-                yield _Position((version, i), True, snapshot[i], i == len(snapshot) - 1)
+                yield _Position((version, i), True, (snapshot[i],), snapshot[i].size, i == len(snapshot) - 1)
             version += 1
             first_index = 0
         else:
@@ -391,7 +399,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise SourceOffsetError(changes.problem)
             files = changes.files
             for i in range(first_index, len(files)):
-                yield _Position((version, i), False, files[i], i == len(files) - 1)
+                yield _Position((version, i), False, (files[i],), files[i].size, i == len(files) - 1)
             version += 1
             first_index = 0
 

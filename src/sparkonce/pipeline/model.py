@@ -27,6 +27,8 @@ DEFAULT_INPUT: dict[str, str] = {"raw": SOURCE, "bronze": "raw", "gold": "bronze
 StageKind = Literal["raw", "bronze", "merge", "transform", "postgres"]
 DriftPolicy = Literal["fail", "add"]
 MergeRule = Literal["latest", "clauses"]
+InputMode = Literal["rows", "changes"]
+"""What a merge stage reads of its input table: its appended rows, or its change data feed (upserts and deletes)."""
 
 LINEAGE_COLUMNS = ("_topic", "_partition", "_offset", "_kafka_timestamp")
 """Columns bronze adds to every row (where in Kafka the record came from); payload fields may not use them."""
@@ -150,6 +152,9 @@ class MergeStage:
     """Rule ``clauses``: WHEN NOT MATCHED [AND insert] THEN INSERT *."""
     partition_by: tuple[str, ...] = ()
     """Partition columns of the table when the stage creates it."""
+    input_mode: InputMode = "rows"
+    """``changes``: the input table's change data feed, applied by ``keys`` (inserts and update post-images
+    upserted, deletes deleted; the table mirrors its input)."""
 
     @property
     def tables(self) -> tuple[str, ...]:
@@ -331,6 +336,7 @@ class PipelineConfig:
 
 __all__ = [
     "DEFAULT_INPUT",
+    "InputMode",
     "LINEAGE_COLUMNS",
     "SOURCE",
     "STAGE_ORDER",

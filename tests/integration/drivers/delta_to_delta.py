@@ -1,11 +1,13 @@
 """Driver program for crash tests: a Delta table streamed into another Delta table through sparkonce.
 
 Usage: python -m tests.integration.drivers.delta_to_delta SOURCE_TABLE TARGET_TABLE CHECKPOINT [--max-files N]
-           [--starting-version V|none] [--starting-timestamp TS]
+           [--starting-version V|none] [--starting-timestamp TS] [--read-change-feed]
 
 Reads the source from table version 0 (``startingVersion``; ``none`` reads the latest snapshot first, then the
 changes) or from ``--starting-timestamp``, with the availableNow trigger, ``--max-files`` files per batch, then
-prints ``DONE`` and exits 0. Crash points are armed by the environment (see sparkonce.crash).
+prints ``DONE`` and exits 0. ``--read-change-feed`` streams the source's change data feed (its change rows land in
+the target with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``). Crash points are armed by the
+environment (see sparkonce.crash).
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ def main() -> None:
     parser.add_argument("--max-files", type=int, default=1)
     parser.add_argument("--starting-version", default="0")
     parser.add_argument("--starting-timestamp", default=None)
+    parser.add_argument("--read-change-feed", action="store_true")
     args = parser.parse_args()
 
     spark = local_session(app_name="delta-to-delta")
     reader = spark.readStream.format("delta").option("maxFilesPerTrigger", args.max_files)
+    if args.read_change_feed:
+        reader = reader.option("readChangeFeed", "true")
     if args.starting_timestamp is not None:
         reader = reader.option("startingTimestamp", args.starting_timestamp)
     elif args.starting_version != "none":
