@@ -4,8 +4,9 @@ return a :class:`DeltaTableBuilder`; ``.tableName``, ``.location``, ``.addColumn
 same as ``CREATE TABLE ... USING delta``) and return its :class:`~sparkonce.delta.tables.DeltaTable`.
 
 Arguments are checked as delta-spark checks them (a ``TypeError`` with delta-spark's message, before anything is
-written). What sparkonce cannot make is refused at ``execute()`` with ``UnsupportedFeatureError``: generated
-columns and clustering.
+written). ``addColumn(..., generatedAlwaysAs=expr)`` makes a generated column
+(:mod:`sparkonce.delta.generated`; an expression sparkonce cannot evaluate is refused at ``execute()``). What
+sparkonce cannot make is refused at ``execute()`` with ``UnsupportedFeatureError``: clustering.
 
 Runs on the driver.
 """
@@ -81,14 +82,15 @@ class DeltaTableBuilder:
             self._raise_type_error("Column data type must be str or DataType.", [dataType])
         if type(nullable) is not bool:
             self._raise_type_error("Column nullable must be bool.", [nullable])
-        if generatedAlwaysAs is not None:
-            if type(generatedAlwaysAs) is not str:
-                self._raise_type_error("Column generation expression must be str.", [generatedAlwaysAs])
-            self._unsupported.append(f"generated column {colName} (sparkonce does not compute generated columns)")
+        if generatedAlwaysAs is not None and type(generatedAlwaysAs) is not str:
+            self._raise_type_error("Column generation expression must be str.", [generatedAlwaysAs])
         if comment is not None and type(comment) is not str:
             self._raise_type_error("Column comment must be str.", [comment])
         parsed = _parse_datatype_string(dataType) if isinstance(dataType, str) else dataType
-        self._fields.append(StructField(colName, parsed, nullable, {"comment": comment} if comment else {}))
+        metadata: dict[str, str] = {"comment": comment} if comment else {}
+        if generatedAlwaysAs is not None:
+            metadata["delta.generationExpression"] = generatedAlwaysAs
+        self._fields.append(StructField(colName, parsed, nullable, metadata))
         return self
 
     def addColumns(self, cols: StructType | list[StructField]) -> DeltaTableBuilder:
@@ -131,7 +133,7 @@ class DeltaTableBuilder:
 
         Raises:
             OptionError: neither a name nor a location was given; a bad ``delta.*`` property.
-            UnsupportedFeatureError: a generated column or clustering.
+            UnsupportedFeatureError: clustering, or a generation expression sparkonce cannot evaluate.
             SqlError: the name is taken, a table to replace is missing, or the location holds another table.
         """
         from pyspark.sql.types import StructType

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce._types import TableVersion
 from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
+from sparkonce.delta.generated import regenerate
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
     TableFile,
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
 log = logging.getLogger(__name__)
+
+_MATCHED = "_sparkonce_matched"
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,14 @@ def _rewrite(
                             if c in assignments
                             else F.col(c)
                             for c in columns
-                        ]
+                        ],
+                        matches.alias(_MATCHED),
                     )
+                    assigned = {c.lower() for c in assignments}
+                    for column in snapshot.generated.columns if snapshot.generated is not None else ():
+                        if column.name.lower() not in assigned and column.sources & assigned:
+                            output = regenerate(output, column, F.col(_MATCHED))
+                    output = output.drop(_MATCHED)
                 out_rows = copied + (changed if assignments is not None else 0)
                 n_files = max(1, math.ceil(max(out_rows, 1) / target_file_rows))
                 if out_rows > 0 or assignments is not None:
@@ -163,6 +172,7 @@ def _rewrite(
                         snapshot.location,
                         snapshot.partition_columns,
                         column_mapping=snapshot.column_mapping,
+                        generated=snapshot.generated,
                     )
         finally:
             rows.unpersist()

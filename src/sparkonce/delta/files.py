@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from sparkonce.delta.cleanup import remove_unreported_files
 from sparkonce.delta.column_mapping import ColumnMapping
+from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.storage import TableLocation
 
 NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
@@ -58,6 +59,9 @@ class FileWriterOptions:
     column_mapping: ColumnMapping | None = None
     """The table's column mapping (None: not column-mapped): files then name columns by physical name and carry
     the field ids, and ``partitionValues`` are keyed by physical name, as Delta writes them."""
+    generated: GeneratedColumns | None = None
+    """The table's generated columns: computed when the data lacks them, checked when given
+    (:meth:`GeneratedColumns.apply`)."""
     written_after: int = -1
     """The table version the driver read before any file was written (-1: no table yet). A Delta commit naming
     the files can only be a later one: cleaning up after a failure reads the commits after it
@@ -223,6 +227,8 @@ class TableFileWriter:
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        if self.options.generated is not None:
+            table = self.options.generated.apply(table)
         mapping = self.options.column_mapping
         for key, values, part in self._split(table):
             if mapping is not None:

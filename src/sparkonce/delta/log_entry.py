@@ -11,7 +11,7 @@ the text of ``offsets/N``, from which a lost checkpoint is rebuilt). Then, in th
 and the ``add`` actions.
 
 Before writing to an existing table, :func:`check_writable` refuses a table whose protocol asks something of a
-writer that sparkonce does not do (CHECK constraints, generated or identity columns, row tracking, ...), naming the
+writer that sparkonce does not do (CHECK constraints, identity columns, row tracking, ...), naming the
 feature, before any data moves.
 
 Runs on the driver.
@@ -239,7 +239,6 @@ def check_writable(
             "write change data for rows it removes or changes",
         )
     for marker, what in (
-        ("delta.generationExpression", "generated columns"),
         ("delta.identity.", "identity columns"),
         ("delta.invariants", "column invariants"),
     ):

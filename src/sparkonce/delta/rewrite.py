@@ -30,6 +30,7 @@ from sparkonce.delta.commit import (
 )
 from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
+from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.paths import require_fs_path
 from sparkonce.delta.reader import DataFile, ScanSchema, check_reader_features, read_files, scan_schema
 from sparkonce.storage import TableLocation, table_location
@@ -122,6 +123,8 @@ class TableSnapshot:
     files: tuple[TableFile, ...]
     configuration: dict[str, str | None]
     column_mapping: ColumnMapping | None = None
+    generated: GeneratedColumns | None = None
+    """The table's generated columns (:mod:`sparkonce.delta.generated`), computed and checked by the writers."""
     """The table's column mapping, for the files a rewrite writes (None: not column-mapped)."""
 
     def spark_schema(self) -> StructType:
@@ -162,6 +165,7 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
         ),
         configuration=configuration,
         column_mapping=ColumnMapping.of(delta_table),
+        generated=GeneratedColumns.of(delta_table, shown=table_uri),
     )
 
 
@@ -285,6 +289,7 @@ def write_rows(
     *,
     max_records_per_file: int | None = None,
     column_mapping: ColumnMapping | None = None,
+    generated: GeneratedColumns | None = None,
 ) -> list[WrittenFile]:
     """Write ``output`` into new data files of the table at ``location`` (on executors, one or more files per
     task, partition directories as Delta lays them out); return them for the Delta commit. Nothing is visible
@@ -294,6 +299,7 @@ def write_rows(
         partition_by=tuple(partition_by),
         max_records_per_file=max_records_per_file,
         column_mapping=column_mapping,
+        generated=generated,
     )
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

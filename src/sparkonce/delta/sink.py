@@ -25,6 +25,7 @@ from sparkonce.crash import crash_point
 from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions
+from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.schema import arrow_schema_for_spark
 from sparkonce.delta.writer import (
@@ -84,15 +85,16 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         check_partition_columns(self.options, self.arrow_schema)
         self.options.location.check_commit_safety()
         if not self.options.location.check_reachable(for_write=True):
-            check_new_table(self.options, self.arrow_schema)
+            self.file_options.generated = check_new_table(self.options, self.arrow_schema)
         else:
             try:
                 table = load_table(self.options.location)
             except TableNotFoundError:
-                check_new_table(self.options, self.arrow_schema)
+                self.file_options.generated = check_new_table(self.options, self.arrow_schema)
                 return  # a _delta_log without commits yet: the first batch creates the table
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = ColumnMapping.of(table)
+            self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)
             self.file_options.written_after = table.version()
             self._snapshot = table
 

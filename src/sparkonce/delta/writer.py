@@ -7,6 +7,7 @@ commit of all files (with a ``txn`` when ``txnAppId``/``txnVersion`` are given).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.generated import GeneratedColumns, has_generation_expressions
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, delta_schema_string, reconcile, table_fields
@@ -132,7 +134,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.options.location.check_commit_safety()
         self.options.location.check_reachable(for_write=True)
         if not table_exists(self.options.location):
-            check_new_table(self.options, self.arrow_schema)
+            self.file_options.generated = check_new_table(self.options, self.arrow_schema)
             return None
         if self.options.save_mode == "error":
             raise OptionError(
@@ -160,6 +162,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             return None
         self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
         self.file_options.column_mapping = ColumnMapping.of(table)
+        self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)
         return None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
@@ -210,15 +213,20 @@ def check_partition_columns(options: WriteOptions, arrow_schema: pa.Schema) -> N
         raise OptionError("partitionBy", ",".join(options.partition_by), f"{missing} are not data columns")
 
 
-def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> None:
+def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> GeneratedColumns | None:
     """Check, before any file is written, that the table this write will create can be created with its
-    properties. Runs on the driver.
+    properties and generated columns; return those. Runs on the driver.
 
     Raises:
-        UnsupportedFeatureError: a property asks every writer for what sparkonce does not do.
+        UnsupportedFeatureError: a property asks every writer for what sparkonce does not do, or a generation
+            expression sparkonce cannot evaluate.
+        SqlError: a generation expression Delta refuses.
     """
-
-    new_table_protocol(delta_schema_string(arrow_schema), options.new_table_properties())
+    schema_string = delta_schema_string(arrow_schema)
+    new_table_protocol(schema_string, options.new_table_properties())
+    if not has_generation_expressions(schema_string):
+        return None
+    return GeneratedColumns.from_fields(json.loads(schema_string)["fields"], arrow_schema, shown=options.path)
 
 
 def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:

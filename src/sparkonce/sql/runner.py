@@ -63,6 +63,7 @@ from sparkonce.sqltext.lexer import Token, split_statements, tokenize
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -468,7 +469,7 @@ class DeltaSql:
                 mode=mode,
                 name=stmt.table.name,
                 location=stmt.table.path if stmt.table.path is not None else stmt.location,
-                schema=self.spark.createDataFrame([], _text(text, stmt.columns)).schema if stmt.columns else None,
+                schema=self._column_schema(_text(text, stmt.columns)) if stmt.columns else None,
                 query=self.query(_text(text, stmt.query)) if stmt.query is not None else None,
                 partitioned_by=stmt.partitioned_by,
                 properties=stmt.properties,
@@ -477,6 +478,28 @@ class DeltaSql:
             ),
         )
         return self._empty()
+
+    def _column_schema(self, columns: str) -> StructType:
+        """A CREATE TABLE column list as Spark's schema; ``GENERATED ALWAYS AS (expr)`` becomes the column's
+        ``delta.generationExpression`` metadata, as Delta stores it."""
+        from pyspark.sql.types import StructField, StructType
+
+        from sparkonce.delta.generated import GENERATION_EXPRESSION_KEY
+        from sparkonce.sqltext.expression import split_generated_columns
+
+        ddl, generated = split_generated_columns(columns)
+        schema = self.spark.createDataFrame([], ddl).schema
+        if not generated:
+            return schema
+        by_name = {name.lower(): expression for name, expression in generated.items()}
+        return StructType(
+            [
+                StructField(f.name, f.dataType, f.nullable, {**f.metadata, GENERATION_EXPRESSION_KEY: by_name[key]})
+                if (key := f.name.lower()) in by_name
+                else f
+                for f in schema.fields
+            ]
+        )
 
     def _convert(self, text: str, stmt: ConvertToDelta) -> DataFrame:
         from sparkonce.delta.create import convert_parquet
