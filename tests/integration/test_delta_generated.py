@@ -155,7 +155,9 @@ def test_sql_create_table_with_generated_always_as(spark: Any, tmp_path: Path) -
             ) USING delta PARTITIONED BY (month)"""
     )
     _append(spark, path, [(1, dt.datetime(2024, 1, 2, 23, 30))], "id BIGINT, ts TIMESTAMP")
-    assert _rows(path, "id", "hour_of_day", "month") == [(1, 23, "2024-01")]
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (2, timestamp'2024-02-03 04:05:06')")
+    spark.sql(f"INSERT INTO delta.`{path}` (ts, id) VALUES (timestamp'2024-03-04 05:06:07', 3)")
+    assert _rows(path, "id", "hour_of_day", "month") == [(1, 23, "2024-01"), (2, 4, "2024-02"), (3, 5, "2024-03")]
     fields = {f["name"]: f for f in json.loads(_rs(path).schema().to_json())["fields"]}
     assert fields["hour_of_day"]["metadata"] == {"delta.generationExpression": "hour(ts)", "comment": "hour"}
     assert fields["month"]["metadata"] == {"delta.generationExpression": "date_format(ts, 'yyyy-MM')"}

@@ -428,8 +428,14 @@ class DeltaSql:
         from sparkonce.delta.create import spark_schema
 
         table_schema = spark_schema(load_table(target.location))
+        from sparkonce.delta.generated import GENERATION_EXPRESSION_KEY
+
         names = [f.name for f in table_schema.fields]
+        generated = {f.name.lower() for f in table_schema.fields if GENERATION_EXPRESSION_KEY in f.metadata}
+        plain = [n for n in names if n.lower() not in generated]
         given = list(stmt.columns) if stmt.columns is not None else names
+        if stmt.columns is None and generated and len(frame.columns) == len(plain):
+            given = plain  # as Delta: generated columns may be left out, the writers compute them
         unknown = [c for c in given if c.lower() not in {n.lower() for n in names}]
         if unknown:
             raise SqlError(f"INSERT INTO {target.shown}: column(s) {unknown} are not columns of the table {names}")
@@ -441,7 +447,11 @@ class DeltaSql:
             )
         by_name = {g.lower(): F.col(f"`{c}`") for g, c in zip(given, frame.columns)}
         frame = frame.select(
-            *[by_name.get(f.name.lower(), F.lit(None)).cast(f.dataType).alias(f.name) for f in table_schema.fields]
+            *[
+                by_name.get(f.name.lower(), F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in table_schema.fields
+                if f.name.lower() in by_name or f.name.lower() not in generated
+            ]
         )
         writer = frame.write.format(FORMAT).mode("overwrite" if stmt.overwrite else "append")
         for key, value in self._txn_options().items():
