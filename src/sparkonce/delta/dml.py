@@ -173,6 +173,7 @@ def _rewrite(
                         snapshot.partition_columns,
                         column_mapping=snapshot.column_mapping,
                         generated=snapshot.generated,
+                        constraints=snapshot.constraints,
                     )
         finally:
             rows.unpersist()

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from sparkonce.delta.cleanup import remove_unreported_files
 from sparkonce.delta.column_mapping import ColumnMapping
+from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.storage import TableLocation
 
@@ -60,6 +61,8 @@ class FileWriterOptions:
     """The table's column mapping (None: not column-mapped): files then name columns by physical name and carry
     the field ids, and ``partitionValues`` are keyed by physical name, as Delta writes them."""
     generated: GeneratedColumns | None = None
+    constraints: CheckConstraints | None = None
+    """The table's CHECK constraints: every row written must pass them (:meth:`CheckConstraints.apply`)."""
     """The table's generated columns: computed when the data lacks them, checked when given
     (:meth:`GeneratedColumns.apply`)."""
     written_after: int = -1
@@ -229,6 +232,8 @@ class TableFileWriter:
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         if self.options.generated is not None:
             table = self.options.generated.apply(table)
+        if self.options.constraints is not None:
+            self.options.constraints.apply(table)
         mapping = self.options.column_mapping
         for key, values, part in self._split(table):
             if mapping is not None:

@@ -241,6 +241,7 @@ def merge_into(
                     partition_by,
                     column_mapping=snapshot.column_mapping if snapshot is not None else None,
                     generated=snapshot.generated if snapshot is not None else None,
+                    constraints=snapshot.constraints if snapshot is not None else None,
                 )
             rewrite_ms = int((time.monotonic() - rewrite_started) * 1000)
         finally:

@@ -28,6 +28,7 @@ from sparkonce.delta.commit import (
     commit_files,
     load_table,
 )
+from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
 from sparkonce.delta.generated import GeneratedColumns
@@ -125,6 +126,8 @@ class TableSnapshot:
     column_mapping: ColumnMapping | None = None
     generated: GeneratedColumns | None = None
     """The table's generated columns (:mod:`sparkonce.delta.generated`), computed and checked by the writers."""
+    constraints: CheckConstraints | None = None
+    """The table's CHECK constraints (:mod:`sparkonce.delta.constraints`), checked by the writers."""
     """The table's column mapping, for the files a rewrite writes (None: not column-mapped)."""
 
     def spark_schema(self) -> StructType:
@@ -166,6 +169,7 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
         configuration=configuration,
         column_mapping=ColumnMapping.of(delta_table),
         generated=GeneratedColumns.of(delta_table, shown=table_uri),
+        constraints=CheckConstraints.of(delta_table, shown=table_uri),
     )
 
 
@@ -290,6 +294,7 @@ def write_rows(
     max_records_per_file: int | None = None,
     column_mapping: ColumnMapping | None = None,
     generated: GeneratedColumns | None = None,
+    constraints: CheckConstraints | None = None,
 ) -> list[WrittenFile]:
     """Write ``output`` into new data files of the table at ``location`` (on executors, one or more files per
     task, partition directories as Delta lays them out); return them for the Delta commit. Nothing is visible
@@ -300,6 +305,7 @@ def write_rows(
         max_records_per_file=max_records_per_file,
         column_mapping=column_mapping,
         generated=generated,
+        constraints=constraints,
     )
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

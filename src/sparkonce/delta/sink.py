@@ -24,6 +24,7 @@ from sparkonce.checkpoint.sdp import earlier_generations
 from sparkonce.crash import crash_point
 from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
+from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions
 from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.options import WriteOptions
@@ -95,6 +96,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = ColumnMapping.of(table)
             self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)
+            self.file_options.constraints = CheckConstraints.of(table, shown=self.options.path)
             self.file_options.written_after = table.version()
             self._snapshot = table
 

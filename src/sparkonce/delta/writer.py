@@ -21,6 +21,7 @@ from sparkonce._version import __version__
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
+from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
 from sparkonce.delta.generated import GeneratedColumns, has_generation_expressions
 from sparkonce.delta.options import WriteOptions
@@ -163,6 +164,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
         self.file_options.column_mapping = ColumnMapping.of(table)
         self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)
+        self.file_options.constraints = CheckConstraints.of(table, shown=self.options.path)
         return None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor

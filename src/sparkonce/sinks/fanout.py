@@ -421,6 +421,7 @@ class FanOutWriter:
         its column mapping."""
         from sparkonce.delta.column_mapping import ColumnMapping
         from sparkonce.delta.commit import load_table, table_exists
+        from sparkonce.delta.constraints import CheckConstraints
         from sparkonce.delta.files import FileWriterOptions
         from sparkonce.delta.generated import GeneratedColumns
 
@@ -433,6 +434,7 @@ class FanOutWriter:
             partition_by=tuple(target.partition_by or table.metadata().partition_columns),
             column_mapping=ColumnMapping.of(table),
             generated=GeneratedColumns.of(table, shown=target.table_name),
+            constraints=CheckConstraints.of(table, shown=target.table_name),
             written_after=table.version(),
         )
 

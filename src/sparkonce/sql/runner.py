@@ -32,6 +32,7 @@ from sparkonce.errors import SqlError
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
     AddColumns,
+    AddConstraint,
     AlterOther,
     AlterProperties,
     ConvertToDelta,
@@ -39,6 +40,7 @@ from sparkonce.sql.statements import (
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DropConstraint,
     DropFeature,
     DropTable,
     GenerateManifest,
@@ -208,6 +210,18 @@ class DeltaSql:
             from sparkonce.delta.alter import drop_feature
 
             drop_feature(target.location, stmt.feature, truncate_history=stmt.truncate_history)
+            return self._empty()
+        if isinstance(stmt, AddConstraint):
+            from sparkonce.delta.constraints import add_constraint
+
+            add_constraint(
+                self.spark, target.location, stmt.name, _text(text, stmt.expression).strip(), shown=target.shown
+            )
+            return self._empty()
+        if isinstance(stmt, DropConstraint):
+            from sparkonce.delta.constraints import drop_constraint
+
+            drop_constraint(self.spark, target.location, stmt.name, if_exists=stmt.if_exists, shown=target.shown)
             return self._empty()
         if isinstance(stmt, AlterOther):
             raise SqlError(f"{stmt.clause} is not supported by sparkonce's Delta SQL on {target.shown}")

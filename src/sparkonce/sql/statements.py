@@ -168,6 +168,24 @@ class DropFeature:
 
 
 @dataclass(frozen=True)
+class AddConstraint:
+    """``ALTER TABLE t ADD CONSTRAINT name CHECK (expr)``."""
+
+    table: TableRef
+    name: str
+    expression: Span
+
+
+@dataclass(frozen=True)
+class DropConstraint:
+    """``ALTER TABLE t DROP CONSTRAINT [IF EXISTS] name``."""
+
+    table: TableRef
+    name: str
+    if_exists: bool
+
+
+@dataclass(frozen=True)
 class AlterOther:
     """Another ``ALTER TABLE`` form: Spark's for its own tables, not supported on a Delta table."""
 
@@ -192,6 +210,8 @@ Statement = (
     | AlterProperties
     | AddColumns
     | DropFeature
+    | AddConstraint
+    | DropConstraint
     | AlterOther
     | GenerateManifest
     | ConvertToDelta
@@ -208,6 +228,8 @@ __all__ = [
     "DescribeDetail",
     "DescribeHistory",
     "DropFeature",
+    "AddConstraint",
+    "DropConstraint",
     "DropTable",
     "GenerateManifest",
     "Insert",
