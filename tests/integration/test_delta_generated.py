@@ -200,3 +200,10 @@ def test_delta_refuses_bad_generation_expressions(spark: Any, tmp_path: Path, ex
 def test_the_generated_column_argument_is_type_checked(spark: Any) -> None:
     with pytest.raises(TypeError, match="Column generation expression must be str"):
         DeltaTable.create(spark).addColumn("g", "INT", generatedAlwaysAs=1)  # type: ignore[arg-type]
+
+
+def test_a_source_column_the_data_lacks_reads_as_null(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    _events_table(spark, path)
+    _append(spark, path, [(7,)], "id BIGINT")
+    assert _rows(path, "id", "ts", "day", "label") == [(7, None, None, "e-7")]

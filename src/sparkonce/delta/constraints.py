@@ -57,6 +57,8 @@ class CheckConstraints:
     write."""
 
     constraints: tuple[CheckConstraint, ...]
+    table_schema: pa.Schema | None = None
+    """The table's columns: a column the data lacks reads as null (as in Delta)."""
 
     @classmethod
     def of(cls, table: DeltaTable, *, shown: str | None = None) -> CheckConstraints | None:
@@ -79,7 +81,7 @@ class CheckConstraints:
             for key, text in configuration.items()
             if key.lower().startswith(PREFIX)
         ]
-        return cls(tuple(found)) if found else None
+        return cls(tuple(found), schema) if found else None
 
     def apply(self, batch: pa.Table) -> None:
         """Check every row of a batch about to be written. Runs on executors.
@@ -91,7 +93,7 @@ class CheckConstraints:
 
         from sparkonce.delta.expressions import Evaluator
 
-        evaluator = Evaluator(batch)
+        evaluator = Evaluator(batch, missing=self.table_schema)
         for constraint in self.constraints:
             result = evaluator.evaluate(constraint.tree)
             ok = pc.fill_null(result, False) if not pa.types.is_null(result.type) else None

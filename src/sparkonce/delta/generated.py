@@ -58,6 +58,8 @@ class GeneratedColumns:
     they write."""
 
     columns: tuple[GeneratedColumn, ...]
+    table_schema: pa.Schema | None = None
+    """The table's columns: a source column the data lacks reads as null (as in Delta)."""
 
     @classmethod
     def of(cls, table: DeltaTable, *, shown: str | None = None) -> GeneratedColumns | None:
@@ -126,7 +128,7 @@ class GeneratedColumns:
                     f"[DELTA_GENERATED_COLUMNS_EXPR_TYPE_MISMATCH] The expression type of the generated column "
                     f"{column.name} is {_spark_type(kind)}, but the column type is {_spark_type(column.arrow_type)}"
                 )
-        return cls(tuple(found))
+        return cls(tuple(found), arrow_schema)
 
     def names(self) -> frozenset[str]:
         return frozenset(c.name.lower() for c in self.columns)
@@ -140,7 +142,7 @@ class GeneratedColumns:
         """
         from sparkonce.delta.expressions import Evaluator
 
-        evaluator = Evaluator(batch)
+        evaluator = Evaluator(batch, missing=self.table_schema)
         present = {name.lower(): i for i, name in enumerate(batch.column_names)}
         for column in self.columns:
             value = evaluator.evaluate(column.tree)
