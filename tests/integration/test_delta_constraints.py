@@ -125,3 +125,16 @@ def test_drop_constraint_lets_the_rows_in(spark: Any, tmp_path: Path) -> None:
     version = _rs(path).version()
     spark.sql(f"ALTER TABLE delta.`{path}` DROP CONSTRAINT IF EXISTS amount_nonneg")
     assert _rs(path).version() == version
+
+
+def test_delta_rs_honours_a_constraint_sparkonce_added(spark: Any, tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from deltalake.exceptions import DeltaError
+
+    path = _table(spark, tmp_path)
+    with pytest.raises(DeltaError, match="failed validation check"):
+        write_deltalake(
+            str(path), pa.table({"id": pa.array([9], pa.int64()), "amount": pa.array([-9], pa.int64())}), mode="append"
+        )
+    assert _amounts(path) == [(1, 5), (2, 0)]

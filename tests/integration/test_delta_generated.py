@@ -207,3 +207,39 @@ def test_a_source_column_the_data_lacks_reads_as_null(spark: Any, tmp_path: Path
     _events_table(spark, path)
     _append(spark, path, [(7,)], "id BIGINT")
     assert _rows(path, "id", "ts", "day", "label") == [(7, None, None, "e-7")]
+
+
+def test_delta_rs_and_sparkonce_write_the_same_generated_table(spark: Any, tmp_path: Path) -> None:
+    """delta-rs computes and checks the generated column of a table sparkonce created, and sparkonce those of a
+    table delta-rs created: the metadata and protocol are the ones both engines read."""
+    import pyarrow as pa
+    from deltalake import DeltaTable as RsTable
+    from deltalake import Field, Schema, write_deltalake
+    from deltalake.exceptions import DeltaError
+
+    ours = tmp_path / "ours"
+    _events_table(spark, ours)
+    utc = dt.UTC
+    rows = pa.table(
+        {
+            "id": pa.array([5], pa.int64()),
+            "ts": pa.array([dt.datetime(2024, 7, 8, 9, tzinfo=utc)], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    write_deltalake(str(ours), rows, mode="append")
+    assert _rows(ours, "id", "day", "label") == [(5, dt.date(2024, 7, 8), "e-5")]
+    wrong = rows.append_column("day", pa.array([dt.date(2020, 1, 1)], pa.date32()))
+    with pytest.raises(DeltaError, match="failed validation check"):
+        write_deltalake(str(ours), wrong, mode="append")
+
+    theirs = tmp_path / "theirs"
+    schema = Schema(
+        [
+            Field("id", "long"),
+            Field("ts", "timestamp"),
+            Field("day", "date", metadata={"delta.generationExpression": "CAST(ts AS DATE)"}),
+        ]
+    )
+    RsTable.create(str(theirs), schema)
+    _append(spark, theirs, [(1, dt.datetime(2024, 1, 2, 23, 30))], "id BIGINT, ts TIMESTAMP")
+    assert _rows(theirs, "id", "day") == [(1, dt.date(2024, 1, 2))]
