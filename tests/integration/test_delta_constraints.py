@@ -138,3 +138,26 @@ def test_delta_rs_honours_a_constraint_sparkonce_added(spark: Any, tmp_path: Pat
             str(path), pa.table({"id": pa.array([9], pa.int64()), "amount": pa.array([-9], pa.int64())}), mode="append"
         )
     assert _amounts(path) == [(1, 5), (2, 0)]
+
+
+def test_a_stream_batch_that_violates_a_constraint_fails_the_query(spark: Any, tmp_path: Path) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    path = _table(spark, tmp_path)
+    before = _rs(path).version()
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "0.json").write_text('{"id": 3, "amount": 1}\n{"id": 4, "amount": -4}\n')
+    query = (
+        spark.readStream.format("json")
+        .schema(SCHEMA)
+        .load(str(inputs))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start(str(path))
+    )
+    with pytest.raises(StreamingQueryException, match=r"CHECK constraint amount_nonneg \(amount >= 0\) violated"):
+        query.awaitTermination()
+    assert _rs(path).version() == before
+    assert _amounts(path) == [(1, 5), (2, 0)]
