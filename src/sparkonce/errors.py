@@ -15,9 +15,11 @@ __all__ = [
     "ConcurrentDeleteDeleteError",
     "ConcurrentDeleteReadError",
     "ConcurrentTransactionError",
+    "ConstraintViolationError",
     "DataFileMissingError",
     "DeltaLogError",
     "DriverError",
+    "ExpressionError",
     "MetadataChangedError",
     "MissingExtraError",
     "OptionError",
@@ -169,3 +171,14 @@ class SinkError(SparkonceError):
 
 class PipelineConfigError(SparkonceError):
     """A pipeline definition file is invalid; the message names the key and the problem."""
+
+
+class ConstraintViolationError(SparkonceError, ValueError):
+    """A row written to a Delta table breaks one of its rules (a generated column's value differs from its
+    generation expression); the message is Delta's ``DELTA_VIOLATE_CONSTRAINT_WITH_VALUES``, and nothing of the
+    write is committed."""
+
+
+class ExpressionError(SparkonceError, ValueError):
+    """A SQL expression that sparkonce evaluates itself (a generated column's) failed on a row, as Spark's ANSI
+    mode fails it (an overflow, a division by zero, a string that does not cast)."""

@@ -254,6 +254,30 @@ def add_columns(
     return _commit_metadata(location, operation, change, max_attempts)
 
 
+def commit_configuration(
+    location: TableLocation,
+    operation: str,
+    parameters: Mapping[str, Any],
+    change: Callable[[Any], dict[str, str]],
+    *,
+    feature: str | None = None,
+    writer_version: int = 0,
+    max_attempts: int = 100,
+) -> TableVersion:
+    """One Delta commit of the table's configuration as ``change(snapshot)`` gives it (``ADD CONSTRAINT``, ``DROP
+    CONSTRAINT``), the protocol upgraded to ``writer_version`` or, on a table-features protocol, to ``feature``."""
+    location.check_commit_safety()
+    current = protocol_action(load_table(location))
+    table_features = int(current["minWriterVersion"]) >= 7 and feature is not None
+    request = {} if table_features or not writer_version else {"minWriterVersion": writer_version}
+
+    def full(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        return change(snapshot), snapshot.schema().to_json(), request
+
+    features = [feature] if table_features and feature is not None else []
+    return _commit_metadata(location, Operation(operation, dict(parameters)), full, max_attempts, features=features)
+
+
 def _commit_metadata(
     location: TableLocation,
     operation: Operation,
@@ -412,4 +436,11 @@ def _upgraded(
     return out
 
 
-__all__ = ["READER_WRITER_FEATURES", "WRITER_FEATURES", "add_columns", "alter_properties", "drop_feature"]
+__all__ = [
+    "READER_WRITER_FEATURES",
+    "WRITER_FEATURES",
+    "add_columns",
+    "alter_properties",
+    "commit_configuration",
+    "drop_feature",
+]

@@ -5,8 +5,9 @@ return a :class:`DeltaTableBuilder`; ``.tableName``, ``.location``, ``.addColumn
 :class:`~sparkonce.delta.tables.DeltaTable`.
 
 Arguments are checked as delta-spark checks them (a ``TypeError`` with delta-spark's message, before anything is
-written). What sparkonce cannot make is refused at ``execute()`` with ``UnsupportedFeatureError``: generated
-columns.
+written). ``addColumn(..., generatedAlwaysAs=expr)`` makes a generated column
+(:mod:`sparkonce.delta.generated`); a generation expression sparkonce cannot evaluate is refused at ``execute()``
+with ``UnsupportedFeatureError``.
 
 Runs on the driver.
 """
@@ -88,6 +89,7 @@ class DeltaTableBuilder:
         if type(nullable) is not bool:
             self._raise_type_error("Column nullable must be bool.", [nullable])
         identity: dict[str, Any] = {}
+        generation: str | None = None
         if generatedAlwaysAs is not None and generatedByDefaultAs is not None:
             raise ValueError(
                 "generatedByDefaultAs and generatedAlwaysAs cannot both be set.",
@@ -100,7 +102,7 @@ class DeltaTableBuilder:
                 self._raise_type_error(
                     "Generated always as expression must be str or IdentityGenerator.", [generatedAlwaysAs]
                 )
-            self._unsupported.append(f"generated column {colName} (sparkonce does not compute generated columns)")
+            generation = generatedAlwaysAs
         elif generatedByDefaultAs is not None:
             if not isinstance(generatedByDefaultAs, IdentityGenerator):
                 self._raise_type_error(
@@ -112,7 +114,9 @@ class DeltaTableBuilder:
         if comment is not None and type(comment) is not str:
             self._raise_type_error("Column comment must be str.", [comment])
         parsed = _parse_datatype_string(dataType) if isinstance(dataType, str) else dataType
-        metadata = {**identity, **({"comment": comment} if comment else {})}
+        metadata: dict[str, Any] = {**identity, **({"comment": comment} if comment else {})}
+        if generation is not None:
+            metadata["delta.generationExpression"] = generation
         self._fields.append(StructField(colName, parsed, nullable, metadata))
         return self
 
@@ -160,7 +164,7 @@ class DeltaTableBuilder:
 
         Raises:
             OptionError: neither a name nor a location was given; a bad ``delta.*`` property.
-            UnsupportedFeatureError: a generated column.
+            UnsupportedFeatureError: a generation expression sparkonce cannot evaluate.
             SqlError: the name is taken, a table to replace is missing, or the location holds another table.
         """
         from pyspark.sql.types import StructType

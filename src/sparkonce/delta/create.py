@@ -104,6 +104,9 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
     properties = _delta_properties(request.properties)
     frame = request.query
     if frame is None and request.schema is not None:
+        from sparkonce.delta.generated import check_spark_schema
+
+        check_spark_schema(request.schema, shown=shown)
         frame = spark.createDataFrame([], request.schema)
     wrote = True
     if exists and not replace:

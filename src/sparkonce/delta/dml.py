@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sparkonce._types import TableVersion
 from sparkonce.delta.cdf import cdf_enabled, with_change_type, write_change_data
 from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
+from sparkonce.delta.generated import regenerate
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
     TableFile,
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
 log = logging.getLogger(__name__)
+
+_MATCHED = "_sparkonce_matched"
 
 
 @dataclass(frozen=True)
@@ -153,21 +156,23 @@ def _rewrite(
                     changes = with_change_type(kept.where(matches), columns, "delete")
                 else:
                     types = {f.name: f.dataType for f in snapshot.spark_schema().fields}
-                    new_values = [
-                        as_column(assignments[c]).cast(types[c]).alias(c) if c in assignments else F.col(c)
-                        for c in columns
-                    ]
                     output = kept.select(
                         *[
                             F.when(matches, as_column(assignments[c]).cast(types[c])).otherwise(F.col(c)).alias(c)
                             if c in assignments
                             else F.col(c)
                             for c in columns
-                        ]
+                        ],
+                        matches.alias(_MATCHED),
                     )
+                    assigned = {c.lower() for c in assignments}
+                    for column in snapshot.generated.columns if snapshot.generated is not None else ():
+                        if column.name.lower() not in assigned and column.sources & assigned:
+                            output = regenerate(output, column, F.col(_MATCHED))
                     changes = with_change_type(kept.where(matches), columns, "update_preimage").unionByName(
-                        with_change_type(kept.where(matches).select(*new_values), columns, "update_postimage")
+                        with_change_type(output.where(F.col(_MATCHED)).select(*columns), columns, "update_postimage")
                     )
+                    output = output.drop(_MATCHED)
                 if cdf_enabled(snapshot.configuration):
                     change_files = write_change_data(
                         changes,
@@ -183,6 +188,8 @@ def _rewrite(
                         snapshot.location,
                         snapshot.partition_columns,
                         column_mapping=snapshot.column_mapping,
+                        generated=snapshot.generated,
+                        constraints=snapshot.constraints,
                     )
         finally:
             rows.unpersist()

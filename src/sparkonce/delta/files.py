@@ -25,6 +25,8 @@ import pyarrow.parquet as pq
 
 from sparkonce.delta.cleanup import remove_unreported_files
 from sparkonce.delta.column_mapping import ColumnMapping
+from sparkonce.delta.constraints import CheckConstraints
+from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityFill
 from sparkonce.storage import TableLocation
 
@@ -66,6 +68,11 @@ class FileWriterOptions:
     the field ids, and ``partitionValues`` are keyed by physical name, as Delta writes them."""
     identity: tuple[IdentityFill, ...] = ()
     """Identity columns the tasks fill (:func:`sparkonce.delta.identity.fill_batches`)."""
+    generated: GeneratedColumns | None = None
+    """The table's generated columns: computed when the data lacks them, checked when given
+    (:meth:`GeneratedColumns.apply`)."""
+    constraints: CheckConstraints | None = None
+    """The table's CHECK constraints: every row written must pass them (:meth:`CheckConstraints.apply`)."""
     written_after: int = -1
     """The table version the driver read before any file was written (-1: no table yet). A Delta commit naming
     the files can only be a later one: cleaning up after a failure reads the commits after it
@@ -231,6 +238,10 @@ class TableFileWriter:
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        if self.options.generated is not None:
+            table = self.options.generated.apply(table)
+        if self.options.constraints is not None:
+            self.options.constraints.apply(table)
         mapping = self.options.column_mapping
         for key, values, part in self._split(table):
             if mapping is not None:

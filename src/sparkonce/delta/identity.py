@@ -360,24 +360,6 @@ def _number(tokens: list[Any], j: int, column: str) -> tuple[int, int]:
         raise SqlError(f"column {column}: {tokens[j].value} is not a whole number") from None
 
 
-def ddl_schema(spark: Any, ddl: str) -> Any:
-    """The ``StructType`` of ``CREATE TABLE``'s column definitions, identity clauses included as Delta's column
-    metadata (:func:`split_identity_clauses`)."""
-    from pyspark.sql.types import StructField, StructType
-
-    text, identity = split_identity_clauses(ddl)
-    schema = spark.createDataFrame([], text).schema
-    if not identity:
-        return schema
-    by_name = {k.lower(): v for k, v in identity.items()}
-    return StructType(
-        [
-            StructField(f.name, f.dataType, f.nullable, {**f.metadata, **by_name.get(f.name.lower(), {})})
-            for f in schema.fields
-        ]
-    )
-
-
 def _extreme(column: IdentityColumn, files: Sequence[Any]) -> int | None:
     """The largest (positive step) or smallest value of the column in the written files, from their statistics."""
     values = []
@@ -425,7 +407,6 @@ __all__ = [
     "IdentityPlan",
     "check_new_columns",
     "column_metadata",
-    "ddl_schema",
     "fill_batches",
     "identity_columns",
     "plan_identity",

@@ -11,7 +11,7 @@ the text of ``offsets/N``, from which a lost checkpoint is rebuilt). Then, in th
 and the ``add`` actions.
 
 Before writing to an existing table, :func:`check_writable` refuses a table whose protocol asks something of a
-writer that sparkonce does not do (CHECK constraints, generated or identity columns, row tracking, ...), naming the
+writer that sparkonce does not do (identity columns, row tracking, ...), naming the
 feature, before any data moves.
 
 Runs on the driver.
@@ -231,11 +231,7 @@ def check_writable(
         _refuse(
             table, operation, "the table is append-only (delta.appendOnly = true): rows cannot be removed or changed"
         )
-    constraints = sorted(k for k in configuration if k.lower().startswith("delta.constraints."))
-    if constraints:
-        _refuse(table, operation, f"the table has CHECK constraints {constraints}, which sparkonce does not enforce")
     for marker, what in (
-        ("delta.generationExpression", "generated columns"),
         ("delta.identity.", "identity columns"),
         ("delta.invariants", "column invariants"),
     ):

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sparkonce._types import TableVersion
 from sparkonce.delta.cdf import cdf_enabled, with_change_type, write_change_data
 from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
+from sparkonce.delta.generated import GeneratedColumns, regenerate
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
     ROW_COLUMN,
@@ -180,7 +181,8 @@ def merge_into(
         location = table_location(table_uri)
     files = list(snapshot.files) if snapshot is not None else []
     target_columns = [f.name for f in target_schema.fields]
-    new_columns = _new_columns(source, target_columns, clauses, schema_evolution, table_uri)
+    generated = snapshot.generated.names() if snapshot is not None and snapshot.generated is not None else frozenset()
+    new_columns = _new_columns(source, target_columns, clauses, schema_evolution, table_uri, generated)
     if new_columns and snapshot is not None and snapshot.column_mapping is not None:
         raise UnsupportedFeatureError(
             f"MERGE with schema evolution on {table_uri}: the table uses column mapping "
@@ -202,7 +204,10 @@ def merge_into(
         marked = source.withColumn(_S_PRESENT, F.lit(True))
         cond = F.expr(condition) if isinstance(condition, str) else condition
         joined = target.join(marked, on=cond, how=_join_type(clauses))
-        actions = _actions(joined, target, marked, clauses, target_schema, new_columns).persist()
+        actions = _actions(joined, target, marked, clauses, target_schema, new_columns)
+        if snapshot is not None and snapshot.generated is not None:
+            actions = _regenerate(actions, snapshot.generated, clauses, marked.columns, target_columns)
+        actions = actions.persist()
         try:
             per_file = _count_actions(actions, clauses)
             scan_ms = int((time.monotonic() - scan_started) * 1000)
@@ -238,6 +243,8 @@ def merge_into(
                     location,
                     partition_by,
                     column_mapping=snapshot.column_mapping if snapshot is not None else None,
+                    generated=snapshot.generated if snapshot is not None else None,
+                    constraints=snapshot.constraints if snapshot is not None else None,
                 )
                 if snapshot is not None and cdf_enabled(snapshot.configuration):
                     change_files = write_change_data(
@@ -462,14 +469,20 @@ def _check_clauses(clauses: Sequence[MergeClause]) -> None:
 
 
 def _new_columns(
-    source: DataFrame, target_columns: Sequence[str], clauses: Sequence[MergeClause], evolve: bool, table_uri: str
+    source: DataFrame,
+    target_columns: Sequence[str],
+    clauses: Sequence[MergeClause],
+    evolve: bool,
+    table_uri: str,
+    generated: frozenset[str] = frozenset(),
 ) -> list[Any]:
     """Source columns that ``*`` clauses add to the table (schema evolution only; without it they are ignored, as
-    in Delta), after checking that the source has every column of the table."""
+    in Delta), after checking that the source has every column of the table but its generated ones (``generated``,
+    lower case: computed when missing)."""
     star = [c for c in clauses if c.assignments is None and c.kind != "delete"]
     if not star:
         return []
-    missing = [c for c in target_columns if c not in source.columns]
+    missing = [c for c in target_columns if c not in source.columns and c.lower() not in generated]
     if missing and not evolve:
         raise SchemaMismatchError(
             f"MERGE into {table_uri}: UPDATE SET * / INSERT * need every target column in the source; missing {missing}"
@@ -652,6 +665,35 @@ def _changes(
         .unionByName(with_change_type(updated, columns, "update_postimage"))
         .unionByName(with_change_type(deleted, columns, "delete"))
     )
+
+
+def _regenerate(
+    actions: DataFrame,
+    generated: GeneratedColumns,
+    clauses: Sequence[MergeClause],
+    source_columns: Sequence[str],
+    target_columns: Sequence[str],
+) -> DataFrame:
+    """The merge's new rows with each generated column recomputed by Spark for the clauses that do not give it: an
+    insert without the column, an update that assigns one of its sources (as Delta does). Runs on the driver."""
+    import pyspark.sql.functions as F
+
+    source = {c.lower() for c in source_columns}
+    targets = {c.lower() for c in target_columns}
+    for column in generated.columns:
+        name = column.name.lower()
+        recompute = []
+        for index, clause in enumerate(clauses):
+            if clause.kind == "delete":
+                continue
+            assigned = {c.lower() for c in clause.assignments} if clause.assignments is not None else source & targets
+            if name in assigned:
+                continue
+            if clause.kind == "insert" or column.sources & assigned:
+                recompute.append(index)
+        if recompute:
+            actions = regenerate(actions, column, F.col(_CLAUSE).isin(recompute))
+    return actions
 
 
 @dataclass

@@ -171,7 +171,8 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
         reader_features.add("deletionVectors")
         writer_features.add("deletionVectors")
     reader, writer = 1, 2
-    if enabled(configuration, "delta.enableChangeDataFeed"):
+    generated = '"delta.generationExpression"' in schema_string  # generated columns: writer 4 or the feature
+    if enabled(configuration, "delta.enableChangeDataFeed") or generated:
         writer = 4
     identity = '"delta.identity.start"' in schema_string  # identity columns: writer 6 (sparkonce.delta.identity)
     if identity:
@@ -190,6 +191,8 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
         writer_features.add("appendOnly")
     if identity:
         writer_features.add("identityColumns")
+    if generated:
+        writer_features.add("generatedColumns")
     protocol: dict[str, Any] = {"minReaderVersion": 3 if reader_features else max(reader, 1), "minWriterVersion": 7}
     if reader_features:
         protocol["readerFeatures"] = sorted(reader_features)

@@ -30,8 +30,10 @@ from sparkonce.delta.commit import (
     load_table,
 )
 from sparkonce.delta.conflicts import ReadSet
+from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
+from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.paths import require_fs_path
 from sparkonce.delta.reader import DataFile, ScanSchema, check_reader_features, read_files, scan_schema
 from sparkonce.storage import TableLocation, table_location
@@ -124,6 +126,10 @@ class TableSnapshot:
     files: tuple[TableFile, ...]
     configuration: dict[str, str | None]
     column_mapping: ColumnMapping | None = None
+    generated: GeneratedColumns | None = None
+    """The table's generated columns (:mod:`sparkonce.delta.generated`), computed and checked by the writers."""
+    constraints: CheckConstraints | None = None
+    """The table's CHECK constraints (:mod:`sparkonce.delta.constraints`), checked by the writers."""
     """The table's column mapping, for the files a rewrite writes (None: not column-mapped)."""
 
     def read_set(self, files: Sequence[TableFile], *, whole_table: bool, data_change: bool = True) -> ReadSet:
@@ -175,6 +181,8 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
         ),
         configuration=configuration,
         column_mapping=ColumnMapping.of(delta_table),
+        generated=GeneratedColumns.of(delta_table, shown=table_uri),
+        constraints=CheckConstraints.of(delta_table, shown=table_uri),
     )
 
 
@@ -298,6 +306,8 @@ def write_rows(
     *,
     max_records_per_file: int | None = None,
     column_mapping: ColumnMapping | None = None,
+    generated: GeneratedColumns | None = None,
+    constraints: CheckConstraints | None = None,
 ) -> list[WrittenFile]:
     """Write ``output`` into new data files of the table at ``location`` (on executors, one or more files per
     task, partition directories as Delta lays them out); return them for the Delta commit. Nothing is visible
@@ -307,6 +317,8 @@ def write_rows(
         partition_by=tuple(partition_by),
         max_records_per_file=max_records_per_file,
         column_mapping=column_mapping,
+        generated=generated,
+        constraints=constraints,
     )
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

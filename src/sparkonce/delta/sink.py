@@ -24,7 +24,9 @@ from sparkonce.checkpoint.sdp import earlier_generations
 from sparkonce.crash import crash_point
 from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
+from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions
+from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityPlan, plan_identity
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.schema import arrow_schema_for_spark, table_fields
@@ -86,17 +88,19 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         check_partition_columns(self.options, self.arrow_schema)
         self.options.location.check_commit_safety()
         if not self.options.location.check_reachable(for_write=True):
-            check_new_table(self.options, self.arrow_schema)
+            self.file_options.generated = check_new_table(self.options, self.arrow_schema)
         else:
             try:
                 table = load_table(self.options.location)
             except TableNotFoundError:
-                check_new_table(self.options, self.arrow_schema)
+                self.file_options.generated = check_new_table(self.options, self.arrow_schema)
                 return  # a _delta_log without commits yet: the first batch creates the table
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = ColumnMapping.of(table)
             self.identity = plan_identity(table_fields(table), self.arrow_schema, table=self.options.path)
             self.file_options.identity = self.identity.fills if self.identity is not None else ()
+            self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)
+            self.file_options.constraints = CheckConstraints.of(table, shown=self.options.path)
             self.file_options.written_after = table.version()
             self._snapshot = table
 

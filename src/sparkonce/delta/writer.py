@@ -7,6 +7,7 @@ commit of all files (with a ``txn`` when ``txnAppId``/``txnVersion`` are given).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.clustering import check_columns, table_clustering
 from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
+from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.generated import GeneratedColumns, has_generation_expressions
 from sparkonce.delta.identity import IdentityPlan, fill_batches, plan_identity
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
@@ -137,7 +140,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.options.location.check_commit_safety()
         self.options.location.check_reachable(for_write=True)
         if not table_exists(self.options.location):
-            check_new_table(self.options, self.arrow_schema)
+            self.file_options.generated = check_new_table(self.options, self.arrow_schema)
             return None
         check_clustering_unchanged(self.options)
         if self.options.save_mode == "error":
@@ -170,6 +173,8 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             table_fields(table), self.arrow_schema, table=self.options.path, tasks=self.options.identity_tasks
         )
         self.file_options.identity = self.identity.fills if self.identity is not None else ()
+        self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)
+        self.file_options.constraints = CheckConstraints.of(table, shown=self.options.path)
         return None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
@@ -222,15 +227,17 @@ def check_partition_columns(options: WriteOptions, arrow_schema: pa.Schema) -> N
         raise OptionError("partitionBy", ",".join(options.partition_by), f"{missing} are not data columns")
 
 
-def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> None:
+def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> GeneratedColumns | None:
     """Check, before any file is written, that the table this write will create can be created with its
-    properties. Runs on the driver.
+    properties and generated columns; return those. Runs on the driver.
 
     Raises:
-        UnsupportedFeatureError: a property asks every writer for what sparkonce does not do.
+        UnsupportedFeatureError: a property asks every writer for what sparkonce does not do, or a generation
+            expression sparkonce cannot evaluate.
+        SqlError: a generation expression Delta refuses.
     """
-
-    new_table_protocol(delta_schema_string(arrow_schema), options.new_table_properties())
+    schema_string = delta_schema_string(arrow_schema)
+    new_table_protocol(schema_string, options.new_table_properties())
     check_columns(
         options.cluster_by,
         delta_fields(arrow_schema),
@@ -238,6 +245,9 @@ def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> None:
         table=options.path,
         configuration=options.new_table_properties(),
     )
+    if not has_generation_expressions(schema_string):
+        return None
+    return GeneratedColumns.from_fields(json.loads(schema_string)["fields"], arrow_schema, shown=options.path)
 
 
 def check_clustering_unchanged(options: WriteOptions) -> None:

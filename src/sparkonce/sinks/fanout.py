@@ -421,7 +421,9 @@ class FanOutWriter:
         its column mapping."""
         from sparkonce.delta.column_mapping import ColumnMapping
         from sparkonce.delta.commit import load_table, table_exists
+        from sparkonce.delta.constraints import CheckConstraints
         from sparkonce.delta.files import FileWriterOptions
+        from sparkonce.delta.generated import GeneratedColumns
 
         location = target.location()
         if not table_exists(location):
@@ -431,6 +433,8 @@ class FanOutWriter:
             location=location,
             partition_by=tuple(target.partition_by or table.metadata().partition_columns),
             column_mapping=ColumnMapping.of(table),
+            generated=GeneratedColumns.of(table, shown=target.table_name),
+            constraints=CheckConstraints.of(table, shown=target.table_name),
             written_after=table.version(),
         )
 

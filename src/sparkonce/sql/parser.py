@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sparkonce.sql.statements import (
     AddColumns,
+    AddConstraint,
     AlterClusterBy,
     AlterOther,
     AlterProperties,
@@ -19,6 +20,7 @@ from sparkonce.sql.statements import (
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DropConstraint,
     DropFeature,
     DropTable,
     GenerateManifest,
@@ -382,7 +384,9 @@ def _create(c: Cursor) -> CreateTable | None:
     )
 
 
-def _alter(c: Cursor) -> AlterProperties | AddColumns | DropFeature | AlterClusterBy | AlterOther:
+def _alter(
+    c: Cursor,
+) -> AlterProperties | AddColumns | DropFeature | AlterClusterBy | AddConstraint | DropConstraint | AlterOther:
     table = parse_table(c)
     if c.take_word("SET TBLPROPERTIES"):
         properties = parse_properties(c)
@@ -413,6 +417,24 @@ def _alter(c: Cursor) -> AlterProperties | AddColumns | DropFeature | AlterClust
         truncate = c.take_word("TRUNCATE HISTORY")
         c.expect_end()
         return DropFeature(table, feature.value, truncate)
+    if c.take_word("ADD CONSTRAINT"):
+        name = c.take()
+        if name.kind not in ("word", "quoted"):
+            raise c.error("ADD CONSTRAINT takes a constraint name")
+        if not c.take_word("CHECK"):
+            raise c.unsupported("ADD CONSTRAINT other than CHECK")
+        c.expect_op("(")
+        expression = c.span_until()
+        c.expect_op(")")
+        c.expect_end()
+        return AddConstraint(table, name.value, expression)
+    if c.take_word("DROP CONSTRAINT"):
+        if_exists = c.take_word("IF EXISTS")
+        name = c.take()
+        if name.kind not in ("word", "quoted"):
+            raise c.error("DROP CONSTRAINT takes a constraint name")
+        c.expect_end()
+        return DropConstraint(table, name.value, if_exists)
     clause = " ".join(t.value.upper() for t in c.tokens[c.pos : c.pos + 2]) or "(nothing)"
     return AlterOther(table, f"ALTER TABLE ... {clause}")
 

@@ -32,6 +32,7 @@ from sparkonce.errors import SqlError
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
     AddColumns,
+    AddConstraint,
     AlterClusterBy,
     AlterOther,
     AlterProperties,
@@ -40,6 +41,7 @@ from sparkonce.sql.statements import (
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DropConstraint,
     DropFeature,
     DropTable,
     GenerateManifest,
@@ -64,6 +66,7 @@ from sparkonce.sqltext.lexer import Token, split_statements, tokenize
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +216,18 @@ class DeltaSql:
             from sparkonce.delta.alter import alter_clustering
 
             alter_clustering(target.location, stmt.columns)
+            return self._empty()
+        if isinstance(stmt, AddConstraint):
+            from sparkonce.delta.constraints import add_constraint
+
+            add_constraint(
+                self.spark, target.location, stmt.name, _text(text, stmt.expression).strip(), shown=target.shown
+            )
+            return self._empty()
+        if isinstance(stmt, DropConstraint):
+            from sparkonce.delta.constraints import drop_constraint
+
+            drop_constraint(self.spark, target.location, stmt.name, if_exists=stmt.if_exists, shown=target.shown)
             return self._empty()
         if isinstance(stmt, AlterOther):
             raise SqlError(f"{stmt.clause} is not supported by sparkonce's Delta SQL on {target.shown}")
@@ -468,8 +483,14 @@ class DeltaSql:
         from sparkonce.delta.create import spark_schema
 
         table_schema = spark_schema(load_table(target.location))
+        from sparkonce.delta.generated import GENERATION_EXPRESSION_KEY
+
         names = [f.name for f in table_schema.fields]
+        generated = {f.name.lower() for f in table_schema.fields if GENERATION_EXPRESSION_KEY in f.metadata}
+        plain = [n for n in names if n.lower() not in generated]
         given = list(stmt.columns) if stmt.columns is not None else names
+        if stmt.columns is None and generated and len(frame.columns) == len(plain):
+            given = plain  # as Delta: generated columns may be left out, the writers compute them
         unknown = [c for c in given if c.lower() not in {n.lower() for n in names}]
         if unknown:
             raise SqlError(f"INSERT INTO {target.shown}: column(s) {unknown} are not columns of the table {names}")
@@ -487,16 +508,17 @@ class DeltaSql:
                 "[DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED] Providing values for GENERATED ALWAYS AS "
                 f"IDENTITY column {always[0]} is not supported."
             )
-        generated = {f.name.lower() for f in identity} - set(by_name)
+        identity_missing = {f.name.lower() for f in identity} - set(by_name)  # the writes generate them
         frame = frame.select(
             *[
                 by_name.get(f.name.lower(), F.lit(None)).cast(f.dataType).alias(f.name)
                 for f in table_schema.fields
-                if f.name.lower() not in generated  # identity columns not given: the write generates them
+                if f.name.lower() in by_name
+                or (f.name.lower() not in generated and f.name.lower() not in identity_missing)
             ]
         )
         writer = frame.write.format(FORMAT).mode("overwrite" if stmt.overwrite else "append")
-        if generated:
+        if identity_missing:
             writer = writer.option(TASKS_OPTION, str(frame.rdd.getNumPartitions()))
         for key, value in self._txn_options().items():
             writer = writer.option(key, value)
@@ -505,7 +527,6 @@ class DeltaSql:
 
     def _create(self, text: str, stmt: CreateTable) -> DataFrame:
         from sparkonce.delta.create import CreateMode, CreateRequest, create_table
-        from sparkonce.delta.identity import ddl_schema
 
         if stmt.query is not None and stmt.columns is not None:
             raise SqlError("CREATE TABLE ... AS SELECT takes its columns from the query: drop the column list")
@@ -524,7 +545,7 @@ class DeltaSql:
                 mode=mode,
                 name=stmt.table.name,
                 location=stmt.table.path if stmt.table.path is not None else stmt.location,
-                schema=ddl_schema(self.spark, _text(text, stmt.columns)) if stmt.columns else None,
+                schema=self._column_schema(_text(text, stmt.columns)) if stmt.columns else None,
                 query=self.query(_text(text, stmt.query)) if stmt.query is not None else None,
                 partitioned_by=stmt.partitioned_by,
                 properties=stmt.properties,
@@ -534,6 +555,31 @@ class DeltaSql:
             ),
         )
         return self._empty()
+
+    def _column_schema(self, columns: str) -> StructType:
+        """A CREATE TABLE column list as Spark's schema; ``GENERATED ALWAYS AS (expr)`` becomes the column's
+        ``delta.generationExpression`` metadata and ``GENERATED ... AS IDENTITY (...)`` its ``delta.identity.*``
+        metadata, as Delta stores them."""
+        from pyspark.sql.types import StructField, StructType
+
+        from sparkonce.delta.generated import GENERATION_EXPRESSION_KEY
+        from sparkonce.delta.identity import split_identity_clauses
+        from sparkonce.sqltext.expression import split_generated_columns
+
+        without_identity, identity = split_identity_clauses(columns)
+        ddl, generated = split_generated_columns(without_identity)
+        schema = self.spark.createDataFrame([], ddl).schema
+        extra: dict[str, dict[str, Any]] = {k.lower(): dict(v) for k, v in identity.items()}
+        for name, expression in generated.items():
+            extra.setdefault(name.lower(), {})[GENERATION_EXPRESSION_KEY] = expression
+        if not extra:
+            return schema
+        return StructType(
+            [
+                StructField(f.name, f.dataType, f.nullable, {**f.metadata, **extra.get(f.name.lower(), {})})
+                for f in schema.fields
+            ]
+        )
 
     def _convert(self, text: str, stmt: ConvertToDelta) -> DataFrame:
         from sparkonce.delta.create import convert_parquet

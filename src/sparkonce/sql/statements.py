@@ -178,6 +178,24 @@ class AlterClusterBy:
 
 
 @dataclass(frozen=True)
+class AddConstraint:
+    """``ALTER TABLE t ADD CONSTRAINT name CHECK (expr)``."""
+
+    table: TableRef
+    name: str
+    expression: Span
+
+
+@dataclass(frozen=True)
+class DropConstraint:
+    """``ALTER TABLE t DROP CONSTRAINT [IF EXISTS] name``."""
+
+    table: TableRef
+    name: str
+    if_exists: bool
+
+
+@dataclass(frozen=True)
 class AlterOther:
     """Another ``ALTER TABLE`` form: Spark's for its own tables, not supported on a Delta table."""
 
@@ -203,6 +221,8 @@ Statement = (
     | AddColumns
     | DropFeature
     | AlterClusterBy
+    | AddConstraint
+    | DropConstraint
     | AlterOther
     | GenerateManifest
     | ConvertToDelta
@@ -220,6 +240,8 @@ __all__ = [
     "DescribeDetail",
     "DescribeHistory",
     "DropFeature",
+    "AddConstraint",
+    "DropConstraint",
     "DropTable",
     "GenerateManifest",
     "Insert",
