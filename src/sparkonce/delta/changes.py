@@ -15,6 +15,9 @@ Every change row gets ``_commit_version`` (long) and ``_commit_timestamp`` (time
 timestamp, else its ``commitInfo.timestamp``, else the commit file's time, as history shows it). The plan is the
 unit the streaming source (:mod:`sparkonce.delta.change_stream`) reuses: a list of :class:`ChangeFile` per table
 version, in commit order (:func:`commit_changes`, one commit at a time).
+
+Why one module of ~550 lines: planning and reading the change data feed share one classification of each commit's
+files (cdc files, else adds and removes, deletion-vector diffs), which both the batch read and the stream use.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ This is where exactly-once lives. For a batch with ``(app_id, txn_version)``:
 The first write to a new table is table version 0, as with Delta's JVM connector: protocol, metadata, the files
 and the txn in one commit, put-if-absent like any other. Of writers racing to create the table exactly one
 wins; the others find the table and go on at step 1 (a replayed batch 0 is then skipped).
+
+Why one module of ~750 lines: :func:`commit_files` is the one commit loop of every writer (txn check, conflict
+check, the first commit, put-if-absent, recovery after an ambiguous failure, checkpoint and log cleanup), and the
+protocol, metadata and add/cdc actions it writes belong to that loop's invariants.
 """
 
 from __future__ import annotations

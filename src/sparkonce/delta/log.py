@@ -11,6 +11,11 @@ Streaming
 writers record ``txn(appId = query id, version = batch id)`` and, for Delta-JVM writers, a ``commitInfo`` with
 ``operation: "STREAMING UPDATE"``; sparkonce's own sink adds a ``sparkonce`` object to ``commitInfo`` (see
 :func:`streaming_info`).
+
+Why one module of ~970 lines: the listing, the commit parser, the checkpoint reader and the snapshot replay share
+the listing, the file access through the table's file system and one wording of errors that name the file; what
+interprets a ``commitInfo`` (:class:`CommitFacts`, :class:`CommitSummary`) is the part to move out first if it
+grows.
 """
 
 from __future__ import annotations

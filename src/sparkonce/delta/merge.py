@@ -19,6 +19,10 @@ and ``DeltaTable.merge(...)``'s builder. For one merge (optionally with ``txn(ap
    changes nothing still commits its ``txn`` (no file action) so a replay is skipped.
 
 So the cost of a merge grows with the files its keys touch, not with the table.
+
+Why one module of ~770 lines: MERGE's planning (clauses, target-file pruning), the join, the clause evaluation,
+schema evolution, generated columns, change data and the commit are the steps of one operation over shared column
+conventions (the clause, file and row marker columns); each step is its own function.
 """
 
 from __future__ import annotations

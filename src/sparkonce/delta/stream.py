@@ -32,6 +32,10 @@ from its end (Delta's JVM source does the same in ``getBatch(None, end)``):
   nothing and its end ``(v, -1, false)`` pins the first table version to read;
 - ``startingTimestamp`` with a commit at or after it: the first such table version (commit timestamps never
   change), capped by the end's table version.
+
+Why one module of ~650 lines: the Delta stream source's offsets, admission control (maxFilesPerTrigger /
+maxBytesPerTrigger) and planning state are one state machine over the same offset tuple; the change feed stream
+(:mod:`sparkonce.delta.change_stream`) extends it.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ name, parameters and metrics are Delta's (recorded in commitInfo's ``sparkonce``
 ``spark.databricks.delta.write.txnAppId`` and ``spark.databricks.delta.write.txnVersion`` set (e.g. inside
 ``foreachBatch``), ``delete``, ``update`` and ``merge`` commit that ``txn`` and are skipped when the table's
 ``txn_version(app_id) >= txnVersion`` already. See docs/delta.md ("The DeltaTable API") for the differences.
+
+Why one module of ~660 lines: delta-spark's ``DeltaTable`` is one public class by contract (its users call its
+methods); each method is a few lines over the module that does the work (merge, dml, optimize, vacuum, history,
+alter).
 """
 
 from __future__ import annotations

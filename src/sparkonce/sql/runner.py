@@ -14,6 +14,9 @@ Expressions, conditions and queries inside a statement are always Spark's to par
 statements they run in order and the last one's DataFrame is returned.
 
 Runs on the driver (the data work of every statement runs on executors).
+
+Why one module of ~730 lines: the executor of every parsed Delta statement, one short method per statement kind over
+the Delta API (:mod:`sparkonce.delta`); the dispatch over statement kinds is what the module is.
 """
 
 from __future__ import annotations
