@@ -102,11 +102,7 @@ class CheckConstraints:
             row = 0 if ok is None else int(pc.index(ok, False).as_py())
             sources = {c.lower() for c in columns_of(constraint.tree)}
             names = sorted(n for n in batch.column_names if n.lower() in sources)
-            lines = "\n".join(f" - {n} : {_shown(batch[n][row].as_py())}" for n in names)
-            raise ConstraintViolationError(
-                f"[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES] CHECK constraint {constraint.name} {constraint.shown()} "
-                f"violated by row with values:\n{lines}"
-            )
+            raise violation(f"{constraint.name} {constraint.shown()}", {n: batch[n][row].as_py() for n in names})
 
 
 def _checked(name: str, text: str, schema: pa.Schema, shown: str) -> CheckConstraint:
@@ -218,8 +214,13 @@ def drop_constraint(
     return commit_configuration(location, "DROP CONSTRAINT", {"name": name.lower(), "expr": old}, change)
 
 
-def _shown(value: Any) -> str:
-    return "null" if value is None else str(value)
+def violation(constraint: str, values: Mapping[str, Any]) -> ConstraintViolationError:
+    """Delta's ``DELTA_VIOLATE_CONSTRAINT_WITH_VALUES`` for the row ``values`` (column -> value) that fails
+    ``constraint`` (its name and expression as Delta shows them); generated columns use it too."""
+    lines = "\n".join(f" - {name} : {'null' if value is None else value}" for name, value in values.items())
+    return ConstraintViolationError(
+        f"[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES] CHECK constraint {constraint} violated by row with values:\n{lines}"
+    )
 
 
 __all__ = [
@@ -230,4 +231,5 @@ __all__ = [
     "CheckConstraints",
     "add_constraint",
     "drop_constraint",
+    "violation",
 ]

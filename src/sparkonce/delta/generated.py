@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sparkonce.errors import ConstraintViolationError, SqlError, UnsupportedFeatureError
+from sparkonce.delta.constraints import violation
+from sparkonce.errors import SqlError, UnsupportedFeatureError
 from sparkonce.sqltext.expression import Expr, columns_of, parse_expression
 
 if TYPE_CHECKING:
@@ -246,15 +247,7 @@ def _check_equal(column: GeneratedColumn, given: pa.Array, expected: pa.Array, b
     for name in names:
         source = by_lower.get(name.lower())
         values[name] = given[row].as_py() if source is None or name == column.name else batch[source][row].as_py()
-    lines = "\n".join(f" - {name} : {_shown(value)}" for name, value in values.items())
-    raise ConstraintViolationError(
-        f"[DELTA_VIOLATE_CONSTRAINT_WITH_VALUES] CHECK constraint Generated Column {column.constraint_sql()} "
-        f"violated by row with values:\n{lines}"
-    )
-
-
-def _shown(value: Any) -> str:
-    return "null" if value is None else str(value)
+    raise violation(f"Generated Column {column.constraint_sql()}", values)
 
 
 __all__ = [
