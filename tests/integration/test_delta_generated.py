@@ -198,7 +198,11 @@ def test_delta_refuses_bad_generation_expressions(spark: Any, tmp_path: Path, ex
 
 
 def test_the_generated_column_argument_is_type_checked(spark: Any) -> None:
-    with pytest.raises(TypeError, match="Column generation expression must be str"):
+    with pytest.raises(
+        TypeError,
+        match=r"^Generated always as expression must be str or IdentityGenerator\. "
+        r"Found 1 with type <class 'int'>$",
+    ):
         DeltaTable.create(spark).addColumn("g", "INT", generatedAlwaysAs=1)  # type: ignore[arg-type]
 
 
