@@ -93,3 +93,23 @@ def test_a_skipped_batch_deletes_its_change_data_files_and_a_commit_records_them
     again = commit_files(str(table), [], data_schema=schema, txn=BatchTxn("app", 1), change_files=[change_file("b")])
     assert again.skipped and not (table / "_change_data" / "b").exists()
     assert (table / "_change_data" / "a").exists()
+
+
+def test_a_delta_jvm_commit_with_cdc_actions_reads_its_change_files_only(fixtures_dir: Path, tmp_path: Path) -> None:
+    """Delta's golden table ``deltalog-getChanges`` (written by Delta 3.1 on the JVM): table version 1 holds an
+    ``AddCDCFile`` beside a ``remove``; as in Delta's CDCReader, the commit's change rows are its cdc file's, and the
+    remove is not read as deletes. The feed is turned on in the copy's first commit (the fixture leaves it off)."""
+    import shutil
+
+    table = tmp_path / "getChanges"
+    shutil.copytree(fixtures_dir / "delta-tables" / "deltalog-getChanges", table)
+    first = table / "_delta_log" / f"{0:020d}.json"
+    first.write_text(
+        first.read_text().replace('"configuration":{}', '"configuration":{"delta.enableChangeDataFeed":"true"}')
+    )
+    plan = plan_changes(DeltaLog(table), 0, 2, table=str(table))
+    files = {
+        c.table_version: [(f.kind, Path(f.data_file.path).name, f.data_file.partition_values) for f in c.files]
+        for c in plan.commits
+    }
+    assert files == {0: [("insert", "1", {})], 1: [("cdc", "2", {"partition_foo": "partition_bar"})], 2: []}
