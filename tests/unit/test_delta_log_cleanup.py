@@ -183,6 +183,7 @@ def test_the_latest_snapshot_starts_from_the_last_checkpoint_without_listing_the
         raise AssertionError("listed _delta_log")
 
     monkeypatch.setattr(DeltaLog, "_names", no_listing)
+    log = DeltaLog(path)  # opening checks the table without listing too
     quick = log.snapshot()
     assert (quick.table_version, quick.checkpoint_version, quick.notes) == (13, 10, ())
     assert quick.files == full.files and quick.metadata == full.metadata and quick.txns == full.txns

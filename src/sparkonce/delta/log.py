@@ -221,6 +221,8 @@ class DeltaLog:
         self.log_dir = self.location.fs_path("_delta_log")
         if not check:  # the caller found the table a moment ago (a task of a read the driver planned)
             return
+        if self._exists(self._join("_last_checkpoint")) or self._exists(self.commit_path(0)):
+            return  # a Delta table, found without listing a log that may hold 10^5..10^6 files
         names = self._names()
         if names is None:
             raise TableNotFoundError(f"{self.location} is not a Delta table: no _delta_log folder")
