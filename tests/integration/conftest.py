@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from sparkonce.delta.catalog import WAREHOUSE_CONF
+from sparkonce.sql import DeltaSql
 from sparkonce_local.demo import table_ids, write_json_batches
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def write_input_files(directory: Path, files: int, rows_per_file: int, *, start: int = 0) -> list[int]:
@@ -17,6 +24,15 @@ def write_input_files(directory: Path, files: int, rows_per_file: int, *, start:
 def delta_ids(table: Path) -> list[int]:
     """All ids of a Delta table read through delta-rs (independent of our reader), sorted."""
     return sorted(table_ids(table))
+
+
+@pytest.fixture
+def sql(spark: SparkSession, tmp_path: Path) -> Iterator[DeltaSql]:
+    """``spark.sql`` as registered, with sparkonce's catalog and managed tables in this test's folder."""
+    assert isinstance(spark.sql, DeltaSql)
+    spark.conf.set(WAREHOUSE_CONF, str(tmp_path / "warehouse"))
+    yield spark.sql
+    spark.conf.unset(WAREHOUSE_CONF)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import glob
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,6 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.errors import AnalysisException
 
-from sparkonce.delta.catalog import WAREHOUSE_CONF
 from sparkonce.delta.clustering import table_clustering
 from sparkonce.delta.log import DeltaLog
 from sparkonce.errors import SqlError, UnsupportedFeatureError
@@ -26,14 +24,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark]
-
-
-@pytest.fixture
-def sql(spark: SparkSession, tmp_path: Path) -> Iterator[DeltaSql]:
-    assert isinstance(spark.sql, DeltaSql)
-    spark.conf.set(WAREHOUSE_CONF, str(tmp_path / "warehouse"))
-    yield spark.sql
-    spark.conf.unset(WAREHOUSE_CONF)
 
 
 def _actions(path: Path, table_version: int) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +12,6 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.errors import AnalysisException
 
-from sparkonce.delta.catalog import WAREHOUSE_CONF
 from sparkonce.errors import SqlError, UnsupportedFeatureError
 from sparkonce.sql import DeltaSql
 
@@ -21,14 +19,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark]
-
-
-@pytest.fixture
-def sql(spark: SparkSession, tmp_path: Path) -> Iterator[DeltaSql]:
-    assert isinstance(spark.sql, DeltaSql)
-    spark.conf.set(WAREHOUSE_CONF, str(tmp_path / "warehouse"))
-    yield spark.sql
-    spark.conf.unset(WAREHOUSE_CONF)
 
 
 def _identity(path: Path, column: str = "id") -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.errors import AnalysisException
 
-from sparkonce.delta.catalog import CATALOG_DIR, WAREHOUSE_CONF
+from sparkonce.delta.catalog import CATALOG_DIR
 from sparkonce.errors import OptionError, SqlError, UnsupportedFeatureError
 from sparkonce.sql import DeltaSql
 
@@ -63,15 +62,6 @@ WHERE operation = 'STREAMING UPDATE'
 GROUP BY operationParameters.txnVersion
 HAVING size(collect_set(operationParameters.txnAppId)) > 1
 """
-
-
-@pytest.fixture
-def sql(spark: SparkSession, tmp_path: Path) -> Iterator[DeltaSql]:
-    """``spark.sql`` as registered, with sparkonce's catalog and managed tables in this test's folder."""
-    assert isinstance(spark.sql, DeltaSql)
-    spark.conf.set(WAREHOUSE_CONF, str(tmp_path / "warehouse"))
-    yield spark.sql
-    spark.conf.unset(WAREHOUSE_CONF)
 
 
 def _stream(spark: SparkSession, source: Path, target: Path, checkpoint: Path) -> str:
