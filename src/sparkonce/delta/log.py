@@ -328,12 +328,10 @@ class DeltaLog:
         checkpoints.sort(key=lambda c: (c.table_version, c.kind != "v2"))
         return _Listing(commits, checkpoints, last)
 
-    def _tail_listing(self) -> _Listing | None:
-        """What the latest snapshot needs, found without listing ``_delta_log``: the classic or multi-part checkpoint
-        that ``_last_checkpoint`` names and the Delta commits after it, probed one by one up to the first missing
-        one (as Delta lists from the checkpoint on). A log of a long-lived stream holds 10^5..10^6 files, so a full
-        listing would dominate every open. None when the hint is missing, unreadable, names a V2 checkpoint or
-        files that are not there: then the full listing decides."""
+    def last_checkpoint_ref(self) -> CheckpointRef | None:
+        """The classic or multi-part checkpoint that ``_last_checkpoint`` names, when every file of it is there;
+        None when the hint is missing, unreadable, names a V2 checkpoint or files that are not there. Found without
+        listing ``_delta_log``."""
         try:
             last = self.read_last_checkpoint()
         except DeltaLogError:
@@ -347,11 +345,19 @@ class DeltaLog:
             ref = CheckpointRef(version, "multi-part", tuple(self._join(n) for n in names))
         else:
             ref = CheckpointRef(version, "classic", (self._join(f"{version:020d}.checkpoint.parquet"),))
-        if not all(self._exists(path) for path in ref.files):
+        return ref if all(self._exists(path) for path in ref.files) else None
+
+    def _tail_listing(self) -> _Listing | None:
+        """What the latest snapshot needs, found without listing ``_delta_log``: the checkpoint
+        :meth:`last_checkpoint_ref` finds and the Delta commits after it, probed one by one up to the first missing
+        one (as Delta lists from the checkpoint on). A log of a long-lived stream holds 10^5..10^6 files, so a full
+        listing would dominate every open. None when there is no such checkpoint: then the full listing decides."""
+        ref = self.last_checkpoint_ref()
+        if ref is None:
             return None
         commits: set[int] = set()
-        while self._exists(self.commit_path(version + 1 + len(commits))):
-            commits.add(version + 1 + len(commits))
+        while self._exists(self.commit_path(ref.table_version + 1 + len(commits))):
+            commits.add(ref.table_version + 1 + len(commits))
         return _Listing(commits, [ref], self._join("_last_checkpoint"))
 
     def _exists(self, path: str) -> bool:

@@ -176,7 +176,7 @@ def cleanup_expired_logs(
     if last is None:
         return LogCleanupResult(table, cutoff, (), skipped="no _last_checkpoint")
     checkpoint_version = int(last["version"])
-    if not any(c.table_version == checkpoint_version for c in delta_log.checkpoints()):
+    if delta_log.last_checkpoint_ref() is None:
         return LogCleanupResult(
             table,
             cutoff,
