@@ -103,31 +103,46 @@ def los_angeles(spark: Any) -> Iterator[Any]:
     spark.conf.set("spark.sql.session.timeZone", before)
 
 
-def _evaluate_on_executors(spark: Any, expression: str, result_type: str) -> list[tuple[int, Any]]:
+def _evaluate_on_executors(spark: Any, expressions: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
+    """Every expression evaluated by sparkonce's evaluator on executors, one column each, in one Spark job."""
     frame = spark.createDataFrame(ROWS, SCHEMA)
-    tree = parse_expression(expression)
+    trees = [parse_expression(expression) for expression, _ in expressions]
+    names = ["id", *(f"c{i}" for i in range(len(expressions)))]
 
     def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from sparkonce.delta.expressions import Evaluator
 
         for batch in batches:
-            table = pa.Table.from_batches([batch])
-            value = Evaluator(table).evaluate(tree)
-            yield pa.RecordBatch.from_arrays([batch.column(0), value], names=["id", "v"])
+            evaluator = Evaluator(pa.Table.from_batches([batch]))
+            values = [evaluator.evaluate(tree) for tree in trees]
+            yield pa.RecordBatch.from_arrays([batch.column(0), *values], names=names)
 
-    rows = frame.mapInArrow(evaluate, f"id INT, v {result_type}").collect()
-    return sorted((r["id"], r["v"]) for r in rows)
+    schema = ", ".join(["id INT", *(f"c{i} {t}" for i, (_, t) in enumerate(expressions))])
+    return sorted(tuple(row) for row in frame.mapInArrow(evaluate, schema).collect())
 
 
-@pytest.mark.parametrize(("expression", "result_type"), EXPRESSIONS)
-def test_the_evaluator_computes_what_spark_computes(los_angeles: Any, expression: str, result_type: str) -> None:
+def test_the_evaluator_computes_what_spark_computes(los_angeles: Any) -> None:
+    """All expressions in one Spark job per side (Spark's ``F.expr`` / sparkonce's evaluator); every mismatch listed."""
     import pyspark.sql.functions as F
 
     spark = los_angeles
-    expected_frame = spark.createDataFrame(ROWS, SCHEMA).select("id", F.expr(expression).alias("v"))
-    assert expected_frame.schema["v"].dataType.simpleString() == result_type.lower().replace("timestamp", "timestamp")
-    expected = sorted((r["id"], r["v"]) for r in expected_frame.collect())
-    assert _evaluate_on_executors(spark, expression, result_type) == expected
+    expected_frame = spark.createDataFrame(ROWS, SCHEMA).select(
+        "id", *(F.expr(expression).alias(f"c{i}") for i, (expression, _) in enumerate(EXPRESSIONS))
+    )
+    types = {f"c{i}": t.lower() for i, (_, t) in enumerate(EXPRESSIONS)}
+    assert {f.name: f.dataType.simpleString() for f in expected_frame.schema.fields[1:]} == types
+    expected = sorted(tuple(row) for row in expected_frame.collect())
+    actual = _evaluate_on_executors(spark, EXPRESSIONS)
+    assert [row[0] for row in actual] == [row[0] for row in expected]
+    mismatches = [
+        (
+            expression,
+            [(e[0], e[i + 1], a[i + 1]) for e, a in zip(expected, actual, strict=True) if e[i + 1] != a[i + 1]],
+        )
+        for i, (expression, _) in enumerate(EXPRESSIONS)
+    ]
+    assert [(expression, rows) for expression, rows in mismatches if rows] == []
+    assert len(EXPRESSIONS) == len({expression for expression, _ in EXPRESSIONS}), "an expression listed twice"
 
 
 @pytest.mark.parametrize(
