@@ -213,3 +213,18 @@ def test_piped_verify_prints_full_rows(runner: CliRunner, tmp_path: Path) -> Non
     row = line_with(result.output, topic, "[0, 8)", "0..4")
     assert row.split() == [topic, "7", "[0,", "8)", "0..4", "5", "0", "3", "0"]
     line_with(result.output, "offsets-missing", f"{topic}-7: 3 offset(s) of [0, 8)")
+
+
+def test_piped_output_ignores_a_columns_variable_of_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """COLUMNS (exported by some shells and test runners) describes a terminal that piped output does not go to."""
+    import io
+
+    from sparkonce.cli.common import _PipeAwareConsole
+
+    monkeypatch.setenv("COLUMNS", "40")
+    out = io.StringIO()
+    _PipeAwareConsole(file=out, highlight=False).print("word " * 30)
+    assert out.getvalue() == "word " * 30 + "\n"
+    narrow = io.StringIO()
+    _PipeAwareConsole(file=narrow, width=40, highlight=False).print("word " * 30)
+    assert len(narrow.getvalue().splitlines()) > 1  # a width set on the console itself still wraps

@@ -115,17 +115,26 @@ _UNWRAPPED_WIDTH = 1_000_000
 
 
 class _PipeAwareConsole(Console):
-    """A console that never wraps when its output is not a terminal (CLI process only)."""
+    """A console that never wraps when its output is not a terminal (CLI process only).
+
+    A ``COLUMNS`` in the environment (exported by some shells, CI runners and test runners) describes a terminal
+    this output does not go to, so it is ignored when piped; only a width set on the console itself applies.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._width_set = kwargs.get("width") is not None
 
     @property
     def size(self) -> ConsoleDimensions:
-        if self._width is None and not self.is_terminal:
+        if not self._width_set and not self.is_terminal:
             return ConsoleDimensions(_UNWRAPPED_WIDTH, super().size.height)
         return super().size
 
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
         self._width, self._height = new_size
+        self._width_set = True
 
 
 console: Console = _PipeAwareConsole(highlight=False)
