@@ -50,6 +50,7 @@ def test_file_sink_glob_sees_duplicates_that_spark_metadata_hides(tmp_path: Path
     assert not result.exactly_once
 
 
+@pytest.mark.sampled(keep=1, group="chaos-naive-baselines")
 def test_naive_delta_append_duplicates_and_sparkonce_does_not_under_the_same_plan(tmp_path: Path) -> None:
     runner = CliRunner()
     work = tmp_path / "naive"
@@ -76,6 +77,7 @@ def test_naive_delta_append_duplicates_and_sparkonce_does_not_under_the_same_pla
     assert real.exactly_once, real
 
 
+@pytest.mark.sampled(keep=1, group="chaos-naive-baselines")
 def test_naive_postgres_append_duplicates_and_the_ledger_sink_does_not(tmp_path: Path) -> None:
     naive = run_chaos(
         ChaosOptions(naive="postgres-append", faults=1, seed=3, records_per_round=300, work_dir=tmp_path / "naive")

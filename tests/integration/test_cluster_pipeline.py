@@ -76,6 +76,7 @@ def _executor_dirs(cluster: ClusterInfo, since: float) -> list[Path]:
     ]
 
 
+@pytest.mark.sampled(keep=1)
 @pytest.mark.parametrize("target", ["task", "executor"])
 def test_executor_side_kill_mid_batch_is_retried_exactly_once(  # type: ignore[no-untyped-def]
     broker, spark_cluster: ClusterInfo, tmp_path: Path, target: Literal["task", "executor"]

@@ -39,6 +39,7 @@ def _assert_commit_process_killed(run: DriverRun, batch_id: int) -> None:
     assert record.pid != run.pgid  # not the Python driver: a process Spark started for the commit
 
 
+@pytest.mark.sampled(keep=1)
 @pytest.mark.parametrize("partition_by", [None, "device"], ids=["unpartitioned", "partitioned"])
 def test_stream_commit_process_killed_after_delta_commit_keeps_its_files(
     tmp_path: Path, partition_by: str | None

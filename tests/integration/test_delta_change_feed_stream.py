@@ -145,6 +145,7 @@ def test_feed_not_on_at_the_starting_version_is_refused(spark: SparkSession, tmp
         _stream(spark, table, tmp_path / "dst", tmp_path / "ck", startingVersion="0")
 
 
+@pytest.mark.sampled(keep=2)
 @pytest.mark.crash
 @pytest.mark.parametrize(
     ("starting_version", "crash_at"),

@@ -169,6 +169,7 @@ def test_streaming_sink_fills_identity(spark: SparkSession, sql: DeltaSql, tmp_p
     assert _ids(target) == ids
 
 
+@pytest.mark.sampled(keep=1)
 @pytest.mark.crash
 @pytest.mark.parametrize("crash_at", ["mid_write:1", "after_delta_commit:1"])
 def test_streaming_identity_survives_a_driver_crash(tmp_path: Path, crash_at: str) -> None:

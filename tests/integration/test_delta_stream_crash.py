@@ -35,6 +35,7 @@ def _delta_commits(table: Path) -> list[dict]:
     return commits
 
 
+@pytest.mark.sampled(keep=1)
 @pytest.mark.parametrize("partition_by", [None, "device"], ids=["unpartitioned", "partitioned"])
 def test_crash_after_delta_commit_before_checkpoint_commit(tmp_path: Path, partition_by: str | None) -> None:
     expected = write_input_files(tmp_path / "input", files=4, rows_per_file=50)

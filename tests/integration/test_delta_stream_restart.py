@@ -136,6 +136,7 @@ def test_a_rerun_batch_plans_the_files_of_the_first_attempt(
 # -- real crashes ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.sampled(keep=2)
 @pytest.mark.crash
 @pytest.mark.parametrize(
     ("mode", "crash_at"),

@@ -35,6 +35,7 @@ def _hits(table: Path) -> dict[str, int]:
     return {r["device"]: r["hits"] for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
 
 
+@pytest.mark.sampled(keep=1)
 @pytest.mark.parametrize("txn", [True, False], ids=["txn-confs", "naive"])
 def test_crash_after_merge_commit_then_restart(tmp_path: Path, txn: bool) -> None:
     ids = write_input_files(tmp_path / "input", files=3, rows_per_file=20)

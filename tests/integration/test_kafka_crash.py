@@ -53,6 +53,7 @@ def _sink_offsets(spark: SparkSession, out: Path, sink: str) -> list[tuple[int, 
     return [(row["partition"], row["offset"]) for row in spark.read.parquet(str(out)).collect()]
 
 
+@pytest.mark.sampled(keep=2)
 @pytest.mark.parametrize(
     ("sink", "batch_id"), [("parquet", 0), ("parquet", 1), ("delta", 1)], ids=["parquet-0", "parquet-1", "delta-1"]
 )

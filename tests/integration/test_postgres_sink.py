@@ -130,6 +130,7 @@ def _run(tmp_path: Path, postgres: LocalPostgres, table: str, crash_at: str | No
 
 
 @pytest.mark.spark
+@pytest.mark.sampled(keep=1)
 @pytest.mark.crash
 @pytest.mark.parametrize(
     "crash_at", ["inside_pg_transaction:1", "after_pg_staging_load:1"], ids=["inside-transaction", "after-staging-load"]
@@ -252,6 +253,7 @@ def test_two_phase_needs_prepared_transactions_on_the_server() -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.sampled(keep=2)
 @pytest.mark.crash
 @pytest.mark.parametrize(
     ("crash_at", "decided", "commit_one_by_hand"),
