@@ -7,8 +7,9 @@ to hand to delta-rs, its storage options, and the file system that reads and wri
 Accepted forms: a plain path (absolute or relative to the working directory), ``file:///abs/path``,
 ``file://localhost/abs/path`` and Hadoop's one-slash ``file:/abs/path`` (Spark, and Spark Declarative Pipelines,
 hand qualified paths over like that), and object-store URIs that delta-rs serves (``s3://bucket/prefix``,
-``s3a://``, ``gs://``, ``az://``, ``abfs://``, ``abfss://``, ``adl://``, ``azure://``). Checkpoints stay on a
-file system the driver sees; :func:`checkpoint_path` turns the local forms into a directory and refuses the rest.
+``s3a://``, ``gs://``, ``az://``, ``abfs://``, ``abfss://``, ``adl://``, ``azure://``). Checkpoints go through
+:mod:`sparkonce.checkpoint.fs` (local, or Spark's Hadoop file systems); :func:`checkpoint_path` turns the local
+forms into a directory and refuses the rest where a local directory is the point.
 
 Storage options use delta-rs's (object_store's) names (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
 ``AWS_ALLOW_HTTP``, ``conditional_put``, ``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_NAME``, ...). What is
@@ -355,9 +356,12 @@ def _with_session_options(given: Mapping[str, str]) -> dict[str, str]:
 def checkpoint_path(path: str | os.PathLike[str]) -> str:
     """A checkpoint location as an absolute local directory (plain path, ``file:///x`` or ``file:/x``).
 
+    Where any Hadoop file system will do, use :func:`sparkonce.checkpoint.fs.checkpoint_fs` instead; this is for
+    the places that need a local directory (``sparkonce run`` pipelines: a stage's run lock is an ``flock`` on a
+    file in its checkpoint).
+
     Raises:
-        StorageError: the location is not on a file system the driver sees (Spark writes checkpoints through
-            Hadoop's file system API, which has no object-store connector here).
+        StorageError: the location has another scheme.
     """
     text = os.fspath(path)
     if not text.strip():
@@ -367,9 +371,10 @@ def checkpoint_path(path: str | os.PathLike[str]) -> str:
     match = _SCHEME_RE.match(text)
     if match is not None:
         raise StorageError(
-            f"checkpoint location {text}: checkpoints must be on a file system the driver sees (a local disk or a "
-            f"shared mount), not {match.group('scheme')}://; keep the table on the object store and the "
-            "checkpoint on local disk (sparkonce rebuild-checkpoint restores a lost one from the table)"
+            f"checkpoint location {text}: this checkpoint must be on a file system the driver sees (a local disk or "
+            f"a shared mount), not {match.group('scheme')}://: sparkonce run locks a stage's checkpoint with a file "
+            "lock in it; keep the table on the object store and the checkpoint on local disk (sparkonce "
+            "rebuild-checkpoint restores a lost one from the table)"
         )
     return os.path.abspath(text)
 

@@ -72,7 +72,7 @@ def test_reset_refuses_without_table_then_clears_and_restarts_clean(tmp_path: Pa
 
     plan = plan_reset(ck, [target], force=True)
     result = apply_reset(plan)
-    assert not ck.exists() and plan.moved_to.is_dir()
+    assert not ck.exists() and Path(plan.moved_to).is_dir()
     assert _ids(target) == []
     assert result.cleared_table_versions[str(target)] == DeltaTable(str(target)).version()
     _stream(source, target, ck)  # fresh checkpoint, source from the start: exactly one copy

@@ -168,10 +168,10 @@ def test_writer_reproduces_spark_4_3_bytes(tmp_path: Path) -> None:
     assert (out / "metadata").read_bytes() == (SPARK43 / "checkpoint" / "metadata").read_bytes()
     for batch_id, offsets in state.offsets.items():
         path = write_offsets(out, batch_id, metadata=offsets.metadata, sources=list(offsets.sources.values()))
-        assert path.read_bytes() == (SPARK43 / "checkpoint" / "offsets" / str(batch_id)).read_bytes()
+        assert Path(path).read_bytes() == (SPARK43 / "checkpoint" / "offsets" / str(batch_id)).read_bytes()
     for batch_id, commit in state.commits.items():
         path = write_commit(out, batch_id, next_batch_watermark_ms=commit.next_batch_watermark_ms or 0)
-        assert path.read_bytes() == (SPARK43 / "checkpoint" / "commits" / str(batch_id)).read_bytes()
+        assert Path(path).read_bytes() == (SPARK43 / "checkpoint" / "commits" / str(batch_id)).read_bytes()
     assert sorted(p.name for p in (out / "offsets").iterdir()) == ["0", "1"]  # no .tmp left behind
 
 

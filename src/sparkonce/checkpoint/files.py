@@ -53,7 +53,7 @@ class StreamMetadata:
     query_id: str
     extra: dict[str, Any]
     raw: str
-    path: Path | None = None
+    path: str | Path | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class OffsetsFile:
     metadata: OffsetSeqMetadata | None
     sources: dict[str, str | None]
     raw: str
-    path: Path | None = None
+    path: str | Path | None = None
 
     def source_offset(self, source_id: str) -> Any:
         """Return one source's offset parsed as JSON (a plain string when it is not JSON, ``None`` for
@@ -105,7 +105,7 @@ class CommitFile:
     state_unique_ids: dict[str, Any] | None
     extra: dict[str, Any]
     raw: str
-    path: Path | None = None
+    path: str | Path | None = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class SourceInitialOffsets:
     """``1`` for ``v1``; ``None`` for the Spark 2.1.0 form without a version line."""
     offset_text: str
     raw: bytes
-    path: Path | None = None
+    path: str | Path | None = None
 
     @property
     def offsets(self) -> Any:
@@ -130,7 +130,7 @@ class SourceInitialOffsets:
             return self.offset_text.strip()
 
 
-def _where(path: Path | None) -> str:
+def _where(path: str | Path | None) -> str:
     return str(path) if path is not None else "<text>"
 
 
@@ -148,7 +148,7 @@ def read_text(path: Path) -> str:
         raise CheckpointError(f"{path}: cannot read: {err.strerror or err}") from err
 
 
-def parse_log_version(line: str, max_version: int, *, path: Path | None = None) -> int:
+def parse_log_version(line: str, max_version: int, *, path: str | Path | None = None) -> int:
     """Parse a ``vN`` version line as Spark's ``MetadataVersionUtil.validateVersion`` does.
 
     Raises:
@@ -171,7 +171,7 @@ def parse_log_version(line: str, max_version: int, *, path: Path | None = None) 
     raise CheckpointError(f"{_where(path)}: malformed log file: expected a version line like 'v1', got {text!r}")
 
 
-def _json_object(text: str, what: str, path: Path | None) -> dict[str, Any]:
+def _json_object(text: str, what: str, path: str | Path | None) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
@@ -183,7 +183,7 @@ def _json_object(text: str, what: str, path: Path | None) -> dict[str, Any]:
     return value
 
 
-def _int_field(data: dict[str, Any], key: str, what: str, path: Path | None) -> int | None:
+def _int_field(data: dict[str, Any], key: str, what: str, path: str | Path | None) -> int | None:
     value = data.get(key)
     if value is None:
         return None
@@ -192,7 +192,7 @@ def _int_field(data: dict[str, Any], key: str, what: str, path: Path | None) -> 
     return value
 
 
-def parse_metadata(text: str, *, path: Path | None = None) -> StreamMetadata:
+def parse_metadata(text: str, *, path: str | Path | None = None) -> StreamMetadata:
     """Parse the checkpoint ``metadata`` file.
 
     Raises:
@@ -205,7 +205,7 @@ def parse_metadata(text: str, *, path: Path | None = None) -> StreamMetadata:
     return StreamMetadata(query_id, {k: v for k, v in data.items() if k != "id"}, text, path)
 
 
-def parse_offsets(text: str, batch_id: int, *, path: Path | None = None) -> OffsetsFile:
+def parse_offsets(text: str, batch_id: int, *, path: str | Path | None = None) -> OffsetsFile:
     """Parse ``offsets/N`` (format v1 or v2).
 
     Raises:
@@ -240,7 +240,7 @@ def parse_offsets(text: str, batch_id: int, *, path: Path | None = None) -> Offs
     return OffsetsFile(batch_id, version, metadata, sources, text, path)
 
 
-def parse_commit(text: str, batch_id: int, *, path: Path | None = None) -> CommitFile:
+def parse_commit(text: str, batch_id: int, *, path: str | Path | None = None) -> CommitFile:
     """Parse ``commits/N``; a file with only the version line means ``{}`` (Spark 2.3.1-style).
 
     Raises:
@@ -264,7 +264,7 @@ def parse_commit(text: str, batch_id: int, *, path: Path | None = None) -> Commi
     )
 
 
-def parse_source_initial_offsets(raw: bytes, *, path: Path | None = None) -> SourceInitialOffsets:
+def parse_source_initial_offsets(raw: bytes, *, path: str | Path | None = None) -> SourceInitialOffsets:
     """Parse a source's initial-offsets file such as Kafka's ``sources/<i>/0``.
 
     Spark skips one leading byte (written as 0x00 for SPARK-19517). After it comes either ``v1`` +

@@ -13,7 +13,6 @@ import gc
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from sparkonce.checkpoint.files import (
@@ -25,10 +24,9 @@ from sparkonce.checkpoint.files import (
     parse_metadata,
     parse_offsets,
     parse_source_initial_offsets,
-    read_text,
 )
+from sparkonce.checkpoint.fs import CheckpointFS, LocalCheckpointFS, checkpoint_fs
 from sparkonce.errors import CheckpointError
-from sparkonce.storage import checkpoint_path
 
 __all__ = ["CheckpointState", "FileProblem", "TempFile", "list_batch_files", "read_checkpoint"]
 
@@ -42,7 +40,7 @@ ProblemKind = Literal["unreadable", "malformed", "missing", "unexpected"]
 class FileProblem:
     """A checkpoint file that could not be used."""
 
-    path: Path
+    path: str
     kind: ProblemKind
     problem: str
 
@@ -51,7 +49,7 @@ class FileProblem:
 class TempFile:
     """A leftover ``.tmp`` file: ``target`` is the file it was going to become, ``writer`` its random id."""
 
-    path: Path
+    path: str
     target: str
     writer: str
     size: int
@@ -67,7 +65,8 @@ class CheckpointState:
     hold those that parsed.
     """
 
-    checkpoint_dir: Path
+    checkpoint_dir: str
+    """The location as read: an absolute local path, or the qualified URI."""
     metadata: StreamMetadata | None
     metadata_present: bool
     offsets: dict[int, OffsetsFile]
@@ -101,33 +100,26 @@ class CheckpointState:
         return not self.offset_ids and not self.commit_ids
 
 
-def list_batch_files(folder: Path) -> tuple[dict[int, str], list[TempFile]]:
+def list_batch_files(folder: str, fs: CheckpointFS | None = None) -> tuple[dict[int, str], list[TempFile]]:
     """Return the batch files (``N`` -> file name in ``folder``) and leftover ``.tmp`` files of one log folder.
 
-    Names stay strings: a checkpoint can hold hundreds of thousands of batch files, and a ``Path`` per file would
-    cost more than listing them.
+    Names stay strings: a checkpoint can hold hundreds of thousands of batch files, and an object per file would
+    cost more than listing them. ``fs`` defaults to the file system of ``folder``.
     """
+    fs = fs or checkpoint_fs(folder)
     temps: list[TempFile] = []
-    try:
-        names = os.listdir(folder)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}, temps
+    names = fs.names(folder)
     batches = {int(name): name for name in names if name.isdigit()}
     for name in names:
         if name.endswith(".tmp"):
-            path = folder / name
+            path = fs.join(folder, name)
             m = _TMP_RE.match(name)
-            try:
-                stat = path.stat()
-            except FileNotFoundError:  # renamed into place by its writer since the listing
+            stat = fs.stat(path)
+            if stat is None:  # renamed into place by its writer since the listing
                 continue
             temps.append(
                 TempFile(
-                    path,
-                    m.group("target") if m else name,
-                    m.group("writer") if m else "",
-                    stat.st_size,
-                    int(stat.st_mtime * 1000),
+                    path, m.group("target") if m else name, m.group("writer") if m else "", stat.size, stat.mtime_ms
                 )
             )
     return batches, temps
@@ -139,54 +131,57 @@ def read_checkpoint(
     """Read ``metadata``, ``offsets/``, ``commits/`` and ``sources/`` of a checkpoint directory.
 
     ``newest_batches`` limits the files parsed to that many newest of ``offsets/`` and of ``commits/`` (Spark
-    itself keeps 100 by default and reads only the newest on restart); every batch file is still listed.
+    itself keeps 100 by default and reads only the newest on restart); every batch file is still listed. A
+    non-local location (``hdfs://``, ``s3a://``, ...) is read through the active Spark session's Hadoop file system.
 
     Raises:
-        CheckpointError: ``checkpoint_dir`` does not exist or is not a folder (the only error raised).
+        CheckpointError: ``checkpoint_dir`` does not exist or is not a folder.
+        StorageError: a non-local location without a Spark session, or of a scheme Hadoop has no file system for.
     """
-    root = Path(checkpoint_path(checkpoint_dir))
-    if not root.is_dir():
-        raise CheckpointError(f"{root}: checkpoint directory not found")
+    fs = checkpoint_fs(checkpoint_dir)
+    if not fs.is_dir(fs.root):
+        raise CheckpointError(f"{fs.root}: checkpoint directory not found")
     # Hundreds of thousands of small, long-lived objects: pause the cyclic GC (nothing here forms cycles), or
     # its repeated full passes make reading grow faster than the number of files.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _read_checkpoint(root, read_sources=read_sources, newest_batches=newest_batches)
+        return _read_checkpoint(fs, read_sources=read_sources, newest_batches=newest_batches)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _read_checkpoint(root: Path, *, read_sources: bool, newest_batches: int | None) -> CheckpointState:
+def _read_checkpoint(fs: CheckpointFS, *, read_sources: bool, newest_batches: int | None) -> CheckpointState:
     """Read the checkpoint; with ``newest_batches``, parse only that many newest files of each log (every batch
-    file is still listed). Files are read by a few threads (the reads release the GIL), parsed in this one."""
+    file is still listed). Local files are read by a few threads (the reads release the GIL), parsed in this one."""
+    root = fs.root
     problems: list[FileProblem] = []
     temps: list[TempFile] = []
 
     metadata: StreamMetadata | None = None
-    metadata_path = root / "metadata"
-    metadata_present = metadata_path.is_file()
+    metadata_path = fs.join(root, "metadata")
+    metadata_present = fs.exists(metadata_path)
     if metadata_present:
         try:
-            metadata = parse_metadata(read_text(metadata_path), path=metadata_path)
+            metadata = parse_metadata(_text(_read_bytes(fs, metadata_path), metadata_path), path=metadata_path)
         except CheckpointError as err:
             problems.append(FileProblem(metadata_path, "malformed", str(err)))
-    _, root_temps = list_batch_files(root)
+    _, root_temps = list_batch_files(root, fs)
     temps.extend(root_temps)
 
-    offsets_dir, commits_dir = root / "offsets", root / "commits"
-    offset_files, offset_temps = list_batch_files(offsets_dir)
-    commit_files, commit_temps = list_batch_files(commits_dir)
+    offsets_dir, commits_dir = fs.join(root, "offsets"), fs.join(root, "commits")
+    offset_files, offset_temps = list_batch_files(offsets_dir, fs)
+    commit_files, commit_temps = list_batch_files(commits_dir, fs)
     temps.extend(offset_temps)
     temps.extend(commit_temps)
     offset_ids, commit_ids = sorted(offset_files), sorted(commit_files)
     wanted_offsets = offset_ids if newest_batches is None else offset_ids[-newest_batches:] if newest_batches else []
     wanted_commits = commit_ids if newest_batches is None else commit_ids[-newest_batches:] if newest_batches else []
-    offset_paths = [offsets_dir / offset_files[b] for b in wanted_offsets]
-    commit_paths = [commits_dir / commit_files[b] for b in wanted_commits]
-    offset_texts = _read_texts(offset_paths)
-    commit_texts = _read_texts(commit_paths)
+    offset_paths = [fs.join(offsets_dir, offset_files[b]) for b in wanted_offsets]
+    commit_paths = [fs.join(commits_dir, commit_files[b]) for b in wanted_commits]
+    offset_texts = _read_texts(fs, offset_paths)
+    commit_texts = _read_texts(fs, commit_paths)
 
     offsets: dict[int, OffsetsFile] = {}
     for batch_id, path, text in zip(wanted_offsets, offset_paths, offset_texts):
@@ -203,26 +198,26 @@ def _read_checkpoint(root: Path, *, read_sources: bool, newest_batches: int | No
             problems.append(FileProblem(path, "malformed", str(err)))
 
     sources: dict[str, dict[int, SourceInitialOffsets]] = {}
-    sources_dir = root / "sources"
-    if read_sources and sources_dir.is_dir():
-        for source in sorted(os.scandir(sources_dir), key=lambda e: e.name):
-            if not source.is_dir():
+    sources_dir = fs.join(root, "sources")
+    if read_sources and fs.is_dir(sources_dir):
+        for name in sorted(fs.names(sources_dir)):
+            source_dir = fs.join(sources_dir, name)
+            if not fs.is_dir(source_dir):
                 continue
-            source_dir = Path(source.path)
-            files, source_temps = list_batch_files(source_dir)
+            files, source_temps = list_batch_files(source_dir, fs)
             temps.extend(source_temps)
             for batch_id in sorted(files):
-                path = source_dir / files[batch_id]
-                try:
-                    raw = path.read_bytes()
-                    parsed = parse_source_initial_offsets(raw, path=path)
-                except OSError as err:
-                    problems.append(FileProblem(path, "unreadable", f"{path}: cannot read: {err}"))
+                path = fs.join(source_dir, files[batch_id])
+                raw = _read_bytes(fs, path)
+                if isinstance(raw, OSError):
+                    problems.append(FileProblem(path, "unreadable", f"{path}: cannot read: {raw}"))
                     continue
+                try:
+                    parsed = parse_source_initial_offsets(raw, path=path)
                 except CheckpointError as err:
                     problems.append(FileProblem(path, "malformed", str(err)))
                     continue
-                sources.setdefault(source.name, {})[batch_id] = parsed
+                sources.setdefault(name, {})[batch_id] = parsed
 
     return CheckpointState(
         checkpoint_dir=root,
@@ -234,7 +229,7 @@ def _read_checkpoint(root: Path, *, read_sources: bool, newest_batches: int | No
         commit_ids=tuple(commit_ids),
         sources=sources,
         problems=tuple(problems),
-        temp_files=tuple(sorted(temps, key=lambda t: str(t.path))),
+        temp_files=tuple(sorted(temps, key=lambda t: t.path)),
         unread_batches=len(offset_ids) - len(wanted_offsets) + len(commit_ids) - len(wanted_commits),
     )
 
@@ -243,25 +238,25 @@ _READ_THREADS = 8
 _PARALLEL_FROM = 64
 
 
-def _read_bytes(path: Path) -> bytes | OSError:
+def _read_bytes(fs: CheckpointFS, path: str) -> bytes | OSError:
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        return fs.read_bytes(path)
     except OSError as err:
         return err
 
 
-def _read_texts(paths: list[Path]) -> list[bytes | OSError]:
-    """The bytes of each file (or the error reading it), read by a few threads when there are many."""
-    if len(paths) < _PARALLEL_FROM:
-        return [_read_bytes(p) for p in paths]
+def _read_texts(fs: CheckpointFS, paths: list[str]) -> list[bytes | OSError]:
+    """The bytes of each file (or the error reading it), read by a few threads when there are many local ones (the
+    JVM's file system is asked one file at a time: py4j calls from threads would each open a connection)."""
+    if len(paths) < _PARALLEL_FROM or not isinstance(fs, LocalCheckpointFS):
+        return [_read_bytes(fs, p) for p in paths]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=_READ_THREADS, thread_name_prefix="checkpoint-read") as pool:
-        return list(pool.map(_read_bytes, paths, chunksize=256))
+        return list(pool.map(lambda p: _read_bytes(fs, p), paths, chunksize=256))
 
 
-def _text(data: bytes | OSError, path: Path) -> str:
+def _text(data: bytes | OSError, path: str) -> str:
     """Decode what :func:`_read_bytes` returned, raising the error :func:`read_text` would.
 
     Raises:

@@ -5,6 +5,9 @@ Runs on the driver. SDP keeps one checkpoint folder per flow under the pipeline 
 flow again from its sources' beginning in the next generation's folder, under a new query id, and leaves the older
 folders in place; it does not truncate a sink. :func:`earlier_generations` finds those older folders so a sink can
 tell "a full refresh of a flow that already wrote here" from a plain first start (``docs/sdp.md``).
+
+Local paths only, on purpose: this runs in the Delta sink's commit (a Python worker, without the driver's JVM and so
+without Hadoop's file systems); the sink refuses a non-local checkpoint it was not handed a query id for.
 """
 
 from __future__ import annotations

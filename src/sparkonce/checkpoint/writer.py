@@ -4,7 +4,8 @@ Used to rebuild a lost checkpoint from a table. Formats follow Spark's ``StreamM
 ``OffsetSeqLog`` and
 ``CommitLog`` serializers (json4s compact JSON: no spaces, UTF-8, fields in declaration order, no trailing
 newline) and are tested against files written by pyspark 4.3. Files are written like Hadoop's
-``CheckpointFileManager``: to ``.<name>.<uuid>.tmp`` first, then renamed, never over an existing file.
+``CheckpointFileManager``: to ``.<name>.<uuid>.tmp`` first, then renamed, never over an existing file, through
+the checkpoint's file system (:mod:`sparkonce.checkpoint.fs`: local, or Hadoop's for ``hdfs://``, ``s3a://``, ...).
 Runs on the driver (or in the CLI process).
 """
 
@@ -12,14 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 from sparkonce.checkpoint.files import VOID_OFFSET, OffsetSeqMetadata
+from sparkonce.checkpoint.fs import checkpoint_fs
 from sparkonce.errors import CheckpointError
-from sparkonce.storage import checkpoint_path
 
 __all__ = [
     "format_commit",
@@ -98,34 +97,20 @@ def format_commit(
     return f"v{log_version}\n{_json(data)}"
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    if path.exists():
-        raise CheckpointError(f"{path}: already exists; checkpoint files are written once and never replaced")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4()}.tmp"
-    try:
-        with open(tmp, "xb") as out:
-            out.write(text.encode("utf-8"))
-            out.flush()
-            os.fsync(out.fileno())
-        if path.exists():
-            raise CheckpointError(f"{path}: written concurrently by another writer")
-        os.rename(tmp, path)
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot write: {err}") from err
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+def _atomic_write(checkpoint_dir: str | os.PathLike[str], relative: str, text: str) -> str:
+    fs = checkpoint_fs(checkpoint_dir)
+    path = fs.join(fs.root, relative)
+    fs.create(path, text.encode("utf-8"))
     return path
 
 
-def write_metadata(checkpoint_dir: str | os.PathLike[str], query_id: str) -> Path:
+def write_metadata(checkpoint_dir: str | os.PathLike[str], query_id: str) -> str:
     """Write ``<checkpoint_dir>/metadata`` for ``query_id`` and return its path.
 
     Raises:
         CheckpointError: The file exists already or cannot be written.
     """
-    return _atomic_write(Path(checkpoint_path(checkpoint_dir)) / "metadata", format_metadata(query_id))
+    return _atomic_write(checkpoint_dir, "metadata", format_metadata(query_id))
 
 
 def write_offsets(
@@ -135,14 +120,14 @@ def write_offsets(
     metadata: OffsetSeqMetadata | None,
     sources: Sequence[str | None] | Mapping[str, str | None],
     log_version: Literal[1, 2] = 1,
-) -> Path:
+) -> str:
     """Write ``<checkpoint_dir>/offsets/<batch_id>`` (see :func:`format_offsets`) and return its path.
 
     Raises:
         CheckpointError: The file exists already or cannot be written.
     """
     text = format_offsets(metadata=metadata, sources=sources, log_version=log_version)
-    return _atomic_write(Path(checkpoint_path(checkpoint_dir)) / "offsets" / str(batch_id), text)
+    return _atomic_write(checkpoint_dir, f"offsets/{batch_id}", text)
 
 
 def write_commit(
@@ -152,7 +137,7 @@ def write_commit(
     next_batch_watermark_ms: int = 0,
     state_unique_ids: Mapping[str, Any] | None = None,
     log_version: Literal[1, 2] = 1,
-) -> Path:
+) -> str:
     """Write ``<checkpoint_dir>/commits/<batch_id>`` (see :func:`format_commit`) and return its path.
 
     Raises:
@@ -163,4 +148,4 @@ def write_commit(
         state_unique_ids=state_unique_ids,
         log_version=log_version,
     )
-    return _atomic_write(Path(checkpoint_path(checkpoint_dir)) / "commits" / str(batch_id), text)
+    return _atomic_write(checkpoint_dir, f"commits/{batch_id}", text)

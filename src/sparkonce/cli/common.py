@@ -77,6 +77,69 @@ class TableParam(click.ParamType[str, Any]):
 TABLE = TableParam()
 
 
+class CheckpointParam(click.ParamType[str, Any]):
+    """A checkpoint location argument, kept as text (CLI process): a local directory (which must exist when
+    ``exists``), or a URI of any Hadoop file system (``hdfs://``, ``s3a://``, ``abfss://``, ``dbfs:``, ...), read
+    through the local Spark session :func:`checkpoint_session` starts."""
+
+    name = "checkpoint"
+
+    def __init__(self, *, exists: bool) -> None:
+        self.exists = exists
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from sparkonce.checkpoint.fs import is_local_checkpoint
+        from sparkonce.storage import checkpoint_path
+
+        text: str = os.fspath(value)
+        try:
+            if not is_local_checkpoint(text):
+                return text
+            local = checkpoint_path(text)
+        except StorageError as err:
+            self.fail(str(err), param, ctx)
+        if self.exists and not os.path.isdir(local):
+            self.fail(f"directory {text!r} does not exist", param, ctx)
+        return text
+
+
+CHECKPOINT = CheckpointParam(exists=False)
+EXISTING_CHECKPOINT = CheckpointParam(exists=True)
+
+
+def _conf(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    conf = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", ctx=ctx, param=param)
+        conf[key.strip()] = setting
+    return conf
+
+
+conf_option = click.option(
+    "--conf",
+    "conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_conf,
+    help="A Spark setting for the local Spark session that reads a non-local checkpoint (hdfs://, s3a://, ...), "
+    "e.g. spark.hadoop.fs.s3a.endpoint=...; repeat for several.",
+)
+
+
+def checkpoint_session(checkpoint: str, conf: dict[str, str]) -> None:
+    """Start a local Spark session when ``checkpoint`` is not local: sparkonce reads it through Hadoop's file system
+    of that session, which gets ``conf`` (``spark.hadoop.*`` settings, ``spark.jars.packages``). CLI process."""
+    from sparkonce.checkpoint.fs import is_local_checkpoint
+
+    if is_local_checkpoint(checkpoint):
+        return
+    from sparkonce.spark import local_session
+
+    local_session(app_name="sparkonce-cli", master="local[1]", shuffle_partitions=1, extra_conf=conf)
+
+
 def _storage_options(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
     options: dict[str, str] = {}
     for item in values:

@@ -16,9 +16,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from sparkonce.cli.common import (
+    EXISTING_CHECKPOINT,
     EXIT_FINDINGS,
     EXIT_OK,
     TABLE,
+    checkpoint_session,
+    conf_option,
     console,
     handle_errors,
     json_option,
@@ -38,7 +41,6 @@ __all__ = ["doctor", "history", "verify"]
 
 JSON_SCHEMA_VERSION = 1
 _STYLE = {"info": "cyan", "warning": "yellow", "error": "bold red"}
-_existing = click.Path(exists=True, file_okay=False, dir_okay=True, path_type=Path)
 
 
 def _exit_code(findings: tuple[Finding, ...]) -> int:
@@ -108,11 +110,12 @@ def _doctor_json(report: DoctorReport) -> dict[str, object]:
 
 
 @click.command()
-@click.argument("checkpoint", type=_existing)
+@click.argument("checkpoint", type=EXISTING_CHECKPOINT)
 @click.option(
     "--table", "tables", multiple=True, type=TABLE, help="A sink table (Delta or file sink; a path or s3://... URI)."
 )
 @storage_option
+@conf_option
 @click.option("--kafka", "kafka", metavar="BOOTSTRAP", help="Check offsets against this Kafka broker.")
 @json_option("Print the report as JSON (see docs/doctor.md).")
 @click.option("--html", "html", type=click.Path(dir_okay=False, path_type=Path), help="Write an HTML report.")
@@ -132,9 +135,10 @@ def _doctor_json(report: DoctorReport) -> dict[str, object]:
 )
 @handle_errors
 def doctor(
-    checkpoint: Path,
+    checkpoint: str,
     tables: tuple[str, ...],
     storage_options: dict[str, str],
+    conf: dict[str, str],
     kafka: str | None,
     as_json: bool,
     html: Path | None,
@@ -142,6 +146,7 @@ def doctor(
     checkpoint_scan: Literal["window", "full"],
 ) -> None:
     """Explain what restarting the query of CHECKPOINT will do, and what is wrong with it."""
+    checkpoint_session(checkpoint, conf)
     report = diagnose(
         checkpoint,
         tables=[table_location(t, storage_options=storage_options) for t in tables],

@@ -2,28 +2,45 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from sparkonce.cli.common import TABLE, console, handle_errors, json_option, print_json, storage_option
+from sparkonce.cli.common import (
+    CHECKPOINT,
+    EXISTING_CHECKPOINT,
+    TABLE,
+    checkpoint_session,
+    conf_option,
+    console,
+    handle_errors,
+    json_option,
+    print_json,
+    storage_option,
+)
 from sparkonce.storage import table_location
 
 
 @click.command("rebuild-checkpoint")
 @click.argument("table", type=TABLE)
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=CHECKPOINT)
 @storage_option
+@conf_option
 @click.option("--query-id", default=None, help="The query whose checkpoint to rebuild (default: the newest).")
 @click.option("--yes", is_flag=True, help="Write the files; without it only the plan is shown.")
 @json_option()
 @handle_errors
 def rebuild_checkpoint(
-    table: str, checkpoint: Path, storage_options: dict[str, str], query_id: str | None, yes: bool, as_json: bool
+    table: str,
+    checkpoint: str,
+    storage_options: dict[str, str],
+    conf: dict[str, str],
+    query_id: str | None,
+    yes: bool,
+    as_json: bool,
 ) -> None:
     """Rebuild a lost CHECKPOINT of a stream writing TABLE, from the offsets its Delta commits recorded."""
     from sparkonce.ops.recover import apply_rebuild, plan_rebuild
 
+    checkpoint_session(checkpoint, conf)
     plan = plan_rebuild(table_location(table, storage_options=storage_options), checkpoint, query_id=query_id)
     written = apply_rebuild(plan) if yes else []
     if as_json:
@@ -45,7 +62,7 @@ def rebuild_checkpoint(
 
 
 @click.command()
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", type=EXISTING_CHECKPOINT)
 @click.option(
     "--table",
     "tables",
@@ -53,16 +70,24 @@ def rebuild_checkpoint(
     help="An output Delta table of the query, a path or URI (repeat for several). Required.",
 )
 @storage_option
+@conf_option
 @click.option("--force", is_flag=True, help="Reset even though the checkpoint was modified in the last minutes.")
 @click.option("--yes", is_flag=True, help="Act; without it only the plan is shown.")
 @json_option()
 @handle_errors
 def reset(
-    checkpoint: Path, tables: tuple[str, ...], storage_options: dict[str, str], force: bool, yes: bool, as_json: bool
+    checkpoint: str,
+    tables: tuple[str, ...],
+    storage_options: dict[str, str],
+    conf: dict[str, str],
+    force: bool,
+    yes: bool,
+    as_json: bool,
 ) -> None:
     """Reset a query safely: clear its output tables (one Delta commit each), then move CHECKPOINT aside."""
     from sparkonce.ops.recover import apply_reset, plan_reset
 
+    checkpoint_session(checkpoint, conf)
     plan = plan_reset(checkpoint, [table_location(t, storage_options=storage_options) for t in tables], force=force)
     result = apply_reset(plan) if yes else None
     if as_json:

@@ -136,6 +136,29 @@ def _pass_session_defaults(writer: Any) -> None:
         writer._jwrite = writer._jwrite.option(TABLE_DEFAULTS_OPTION, json.dumps(defaults))
 
 
+def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:
+    """For a checkpoint on a Hadoop file system (``hdfs://``, ``s3a://``, ...): hand the sink its query id, which the
+    driver reads (or writes first, as Spark would) through the session's Hadoop file system; the sink's commit
+    runs in a Python worker that cannot. A local checkpoint is only checked: the sink reads it itself.
+
+    Raises:
+        StorageError: the location is malformed, or Hadoop has no file system for its scheme.
+        CheckpointError: its ``metadata`` cannot be read or written.
+    """
+    from sparkonce.checkpoint.fs import is_local_checkpoint
+
+    if is_local_checkpoint(checkpoint):
+        from sparkonce.storage import checkpoint_path
+
+        checkpoint_path(checkpoint)  # a malformed file: URI fails here, before Spark starts the query
+        return
+    from sparkonce.checkpoint.query import claim_query_id
+    from sparkonce.delta.options import CHECKPOINT_QUERY_ID_OPTION
+
+    query_id = claim_query_id(checkpoint, spark=writer._spark)
+    writer._jwrite = writer._jwrite.option(CHECKPOINT_QUERY_ID_OPTION, query_id)
+
+
 def _adapt_batch_writer(writer: Any) -> None:
     from pyspark.sql.classic.column import _to_seq
 
@@ -169,14 +192,12 @@ def _wrap_start(cls: type) -> None:
         if format is not None:
             self.format(format)
         checkpoint = options.get("checkpointLocation", getattr(self, "_sparkonce_checkpoint", None))
-        if checkpoint is not None and getattr(self, "_sparkonce_format", None) in _FORMATS:
-            from sparkonce.storage import checkpoint_path
-
-            checkpoint_path(checkpoint)  # refuse an object-store checkpoint before Spark starts the query
         ours = getattr(self, "_sparkonce_format", None) in _FORMATS
         if ours:
             _activate(self._spark)
             _pass_session_defaults(self)
+            if checkpoint is not None:
+                _pass_checkpoint_query_id(self, str(checkpoint))
         columns = getattr(self, "_sparkonce_partition_by", None)
         if columns and ours:
             self._jwrite = self._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))

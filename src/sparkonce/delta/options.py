@@ -21,6 +21,9 @@ TABLE_DEFAULTS_OPTION = "__sparkonce_table_defaults"
 PARTITION_BY_OPTION = "partitionBy"
 METADATA_COLUMN_OPTION = "metadataColumn"
 COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
+CHECKPOINT_QUERY_ID_OPTION = "__sparkonce_checkpoint_query_id"
+"""Set by the ``start()`` shim (``_compat``) for a non-local checkpoint: its query id, read (or written) by the
+driver through Hadoop's file system, since the sink's commit runs in a Python worker that has no JVM."""
 
 
 def table_path(options: Mapping[str, str]) -> str:
@@ -82,6 +85,8 @@ class WriteOptions:
     """The write's number of tasks, for Delta's identity value rule (:data:`sparkonce.delta.identity.TASKS_OPTION`)."""
     cluster_by: tuple[str, ...] = ()
     """The clustering columns of a table this write creates (:mod:`sparkonce.delta.clustering`)."""
+    checkpoint_query_id: str | None = None
+    """The query id of a non-local checkpoint, handed over by the driver (:data:`CHECKPOINT_QUERY_ID_OPTION`)."""
 
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
@@ -129,6 +134,7 @@ class WriteOptions:
             session_table_defaults=tuple(sorted(_session_defaults(options).items())),
             cluster_by=parse_clustering(options),
             identity_tasks=get_int(options, "__identity_tasks", None, minimum=1),
+            checkpoint_query_id=get_str(options, CHECKPOINT_QUERY_ID_OPTION),
         )
 
 
@@ -214,6 +220,7 @@ class StreamReadOptions:
 
 
 __all__ = [
+    "CHECKPOINT_QUERY_ID_OPTION",
     "COMPAT_PARTITION_OPTION",
     "METADATA_COLUMN_OPTION",
     "PARTITION_BY_OPTION",

@@ -19,6 +19,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from sparkonce._types import BatchId
+from sparkonce.checkpoint.fs import is_local_checkpoint
 from sparkonce.checkpoint.query import read_offsets_text, read_query_id
 from sparkonce.checkpoint.sdp import earlier_generations
 from sparkonce.crash import crash_point
@@ -63,7 +64,19 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             )
         if options.txn_app_id is not None:
             raise OptionError("txnAppId", options.txn_app_id, "is for batch writes; a stream uses its query id")
-        checkpoint_path(options.checkpoint_location)  # refuse a location the driver cannot read, before any data
+        if is_local_checkpoint(options.checkpoint_location):
+            checkpoint_path(options.checkpoint_location)  # a malformed file: URI fails here, before any data
+        elif options.checkpoint_query_id is None:
+            # The commit runs in a Python worker, which has no JVM to reach Hadoop's file systems: the query id of a
+            # non-local checkpoint comes from the driver's start() (sparkonce's writeStream shim).
+            raise OptionError(
+                "checkpointLocation",
+                options.checkpoint_location,
+                "is not a local path, and the query was not started through writeStream...start() in a session "
+                "where sparkonce is registered (sparkonce.register(spark)), which reads the query id of a "
+                "Hadoop-file-system checkpoint (hdfs://, s3a://, abfss://, dbfs:, ...) for the sink; start it that "
+                "way, or use a local or shared-mount checkpoint directory",
+            )
         self.options = options
         self.arrow_schema = arrow_schema_for_spark(schema)
         self.mode: CommitMode = "overwrite" if overwrite else "append"
@@ -115,15 +128,19 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # driver
         assert self.options.checkpoint_location is not None
         batch_id = BatchId(batchId)
-        query_id = read_query_id(self.options.checkpoint_location)
+        location = self.options.checkpoint_location
+        local = is_local_checkpoint(location)
+        query_id = self.options.checkpoint_query_id or read_query_id(location)
         files = collect_files(messages)
-        offsets_log = read_offsets_text(self.options.checkpoint_location, batch_id)
+        # offsets/N of a Hadoop-file-system checkpoint is out of this worker's reach: not recorded (a rebuild from
+        # the table then says so); everything else about the commit is the same.
+        offsets_log = read_offsets_text(location, batch_id) if local else None
         metadata = commit_metadata(
             "STREAMING UPDATE",
             {"outputMode": self.output_mode, "queryId": query_id, "epochId": str(batch_id)},
             self.options.user_metadata,
             batchId=batch_id,
-            checkpointLocation=checkpoint_path(self.options.checkpoint_location),
+            checkpointLocation=checkpoint_path(location) if local else location,
             offsetsLog=offsets_log,
         )
         result = commit_files(
@@ -159,6 +176,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             SinkError: an earlier generation wrote the table and ``fullRefresh`` is ``fail`` (the default).
         """
         assert self.options.checkpoint_location is not None
+        if not is_local_checkpoint(self.options.checkpoint_location):
+            return self.mode  # SDP runs its flows without sparkonce's start(): such a sink refuses at its creation
         checkpoint_dir = Path(checkpoint_path(self.options.checkpoint_location))
         earlier = earlier_generations(checkpoint_dir)
         if not earlier or not table_exists(self.options.location):

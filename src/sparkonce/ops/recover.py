@@ -9,7 +9,9 @@ Reset: the safe reset sequence (stop the job, clear the output, remove the check
 earliest offsets), guarded so the output cannot be forgotten: the table is cleared in one Delta commit (time
 travel keeps the old rows), then the checkpoint is moved aside rather than deleted.
 
-Both are plans first (pure functions returning dataclasses); ``apply_*`` acts on a plan.
+Both are plans first (pure functions returning dataclasses); ``apply_*`` acts on a plan. The checkpoint is read and
+written through its file system (:mod:`sparkonce.checkpoint.fs`): a local directory, or any Hadoop file system of the
+active Spark session (``hdfs://``, ``s3a://``, ``abfss://``, ``dbfs:``, ...).
 Runs on the driver (or in the CLI process).
 """
 
@@ -17,16 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from sparkonce.checkpoint.files import parse_offsets
+from sparkonce.checkpoint.fs import CheckpointFS, checkpoint_fs
 from sparkonce.errors import CheckpointError, DeltaLogError
-from sparkonce.storage import TableLocation, checkpoint_path, table_location
+from sparkonce.storage import TableLocation, table_location
 
 SourceKind = Literal["delta", "kafka", "file", "unknown"]
 # A checkpoint touched this recently may belong to a running query.
@@ -37,7 +38,8 @@ RUNNING_WINDOW_SECONDS = 120.0
 class RebuildPlan:
     """What a rebuilt checkpoint will hold."""
 
-    checkpoint_dir: Path
+    checkpoint_dir: str
+    """The checkpoint location: an absolute local path, or the qualified URI (``hdfs://``, ``s3a://``, ...)."""
     table: str
     """The table's location (a path or an object-store URI)."""
     query_id: str
@@ -58,9 +60,9 @@ class RebuildPlan:
 
 @dataclass(frozen=True)
 class ResetPlan:
-    checkpoint_dir: Path
+    checkpoint_dir: str
     tables: tuple[TableLocation, ...]
-    moved_to: Path
+    moved_to: str
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -101,8 +103,9 @@ def plan_rebuild(
     from sparkonce.delta.log import DeltaLog
 
     location = table_location(table)
-    table_path, ck = str(location), Path(checkpoint_path(checkpoint_dir))
-    if ck.exists() and any(ck.iterdir()):
+    fs = checkpoint_fs(checkpoint_dir)
+    table_path, ck = str(location), fs.root
+    if fs.names(ck):
         raise CheckpointError(
             f"{ck} is not empty: a checkpoint is rebuilt only into an empty or new directory (never over one)"
         )
@@ -161,7 +164,7 @@ def plan_rebuild(
     )
 
 
-def apply_rebuild(plan: RebuildPlan) -> list[Path]:
+def apply_rebuild(plan: RebuildPlan) -> list[str]:
     """Write ``metadata``, ``offsets/N-1``, ``commits/N-1``, ``offsets/N``, ``commits/N`` (each once, atomically)."""
     from sparkonce.checkpoint.writer import write_commit, write_metadata, write_offsets
 
@@ -198,19 +201,20 @@ def plan_reset(
     """
     from sparkonce.delta.commit import table_exists
 
-    ck = Path(checkpoint_dir)
+    fs = checkpoint_fs(checkpoint_dir)
+    ck = fs.root
     if not tables:
         raise CheckpointError(
             "a reset needs the query's output table(s) (--table): deleting a checkpoint without clearing its output "
             "re-reads the source and duplicates every row"
         )
-    if not ck.is_dir():
+    if not fs.is_dir(ck):
         raise CheckpointError(f"checkpoint {ck} does not exist")
     locations = tuple(table_location(t) for t in tables)
     for location in locations:
         if not table_exists(location):
             raise DeltaLogError(f"{location} is not a Delta table; only Delta outputs can be cleared safely")
-    newest = max((p.stat().st_mtime for p in ck.rglob("*") if p.is_file()), default=0.0)
+    newest = _newest_mtime_ms(fs, ck) / 1000
     age = (now or time.time()) - newest
     warnings = []
     if age < RUNNING_WINDOW_SECONDS:
@@ -219,7 +223,19 @@ def plan_reset(
             raise CheckpointError(message + " (or pass --force)")
         warnings.append(message)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now or time.time()))
-    return ResetPlan(ck, locations, ck.with_name(f"{ck.name}.reset-{stamp}"), tuple(warnings))
+    return ResetPlan(ck, locations, f"{ck.rstrip('/')}.reset-{stamp}", tuple(warnings))
+
+
+def _newest_mtime_ms(fs: CheckpointFS, folder: str) -> int:
+    """The newest modification time of a file under ``folder`` (0 when it holds none)."""
+    newest = 0
+    for name in fs.names(folder):
+        path = fs.join(folder, name)
+        stat = fs.stat(path)
+        if stat is None:
+            continue
+        newest = max(newest, _newest_mtime_ms(fs, path) if stat.is_dir else stat.mtime_ms)
+    return newest
 
 
 def apply_reset(plan: ResetPlan) -> ResetResult:
@@ -242,7 +258,7 @@ def apply_reset(plan: ResetPlan) -> ResetResult:
         )
         assert result.table_version is not None
         cleared[str(table)] = int(result.table_version)
-    shutil.move(str(plan.checkpoint_dir), str(plan.moved_to))
+    checkpoint_fs(plan.checkpoint_dir).rename(plan.checkpoint_dir, plan.moved_to)
     return ResetResult(plan, cleared)
 
 

@@ -104,6 +104,7 @@ class TomlReader:
         is_uri = value.lower().startswith("file:") or "://" in value
         where = value if is_uri else os.path.join(self.base, os.path.expanduser(value))
         try:
+            # A stage's checkpoint stays local on purpose: sparkonce run holds an flock on a file in it.
             return checkpoint_path(where) if name == "checkpoint" else str(table_location(where))
         except StorageError as err:
             raise self.fail(f"{parent}.{name}", str(err)) from err

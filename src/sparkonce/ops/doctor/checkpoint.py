@@ -6,6 +6,7 @@ Runs on the driver (or in the CLI process); reads nothing itself (works on a :cl
 from __future__ import annotations
 
 import itertools
+import posixpath
 from collections import defaultdict
 
 from sparkonce.checkpoint.reader import CheckpointState
@@ -33,7 +34,7 @@ def checkpoint_findings(state: CheckpointState) -> list[Finding]:
             )
         )
     for problem in state.problems[:_MAX_FILE_FINDINGS]:
-        code = "metadata-corrupt" if problem.path.name == "metadata" else "file-malformed"
+        code = "metadata-corrupt" if posixpath.basename(problem.path) == "metadata" else "file-malformed"
         findings.append(
             Finding(
                 code,
@@ -138,7 +139,7 @@ def checkpoint_findings(state: CheckpointState) -> list[Finding]:
     # Signs of two queries sharing this checkpoint.
     by_target: dict[str, set[str]] = defaultdict(set)
     for tmp in state.temp_files:
-        by_target[f"{tmp.path.parent.name}/{tmp.target}"].add(tmp.writer)
+        by_target[f"{posixpath.basename(posixpath.dirname(tmp.path))}/{tmp.target}"].add(tmp.writer)
     shared = {t: w for t, w in by_target.items() if len(w) > 1}
     if shared:
         findings.append(
