@@ -42,7 +42,7 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.conflicts import ReadSet, check_winners
 from sparkonce.delta.files import WrittenFile
-from sparkonce.delta.identity import REWRITES_KEEPING_VALUES, IdentityPlan
+from sparkonce.delta.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.log_cleanup import cleanup_expired_logs
 from sparkonce.delta.log_entry import (
     BLIND_APPENDS,
@@ -467,7 +467,7 @@ def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_ur
         table=table_uri,
         operation=operation,
         removes_rows=operation != "OPTIMIZE",
-        identity_handled=operation in REWRITES_KEEPING_VALUES,
+        identity_handled=operation in REWRITES_KEEPING_VALUES or operation in IDENTITY_WRITING_REWRITES,
     )
 
 
