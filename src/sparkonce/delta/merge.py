@@ -20,6 +20,9 @@ and ``DeltaTable.merge(...)``'s builder. For one merge (optionally with ``txn(ap
 
 So the cost of a merge grows with the files its keys touch, not with the table.
 
+Identity columns (:mod:`sparkonce.delta.identity`): insert clauses that leave one out get its values, numbered densely
+in the Spark plan after step 3 (:func:`_fill_identity`); the commit moves the high-water marks of those columns only.
+
 Why one module of ~770 lines: MERGE's planning (clauses, target-file pruning), the join, the clause evaluation,
 schema evolution, generated columns, change data and the commit are the steps of one operation over shared column
 conventions (the clause, file and row marker columns); each step is its own function.
