@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from pyspark.errors import AnalysisException
 
 from sparkonce.delta.clustering import table_clustering
 from sparkonce.delta.log import DeltaLog
@@ -83,13 +82,43 @@ def test_builder_and_sql_create_clustered_tables(spark: SparkSession, sql: Delta
             f"CREATE TABLE delta.`{tmp_path / 'nostats'}` (a INT, b INT) USING delta CLUSTER BY (b) "
             "TBLPROPERTIES ('delta.dataSkippingNumIndexedCols' = '1')"
         )
-    with pytest.raises(UnsupportedFeatureError, match="replacing a clustered table"):
-        SparkonceDeltaTable.createOrReplace(spark).tableName("clustered").addColumn("x", "INT").execute()
-    with pytest.raises(AnalysisException, match="does not replace a clustered table's schema"):
-        spark.range(1).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(path))
+    with pytest.raises(
+        SqlError,
+        match=r"^\[DELTA_CLUSTERING_REPLACE_TABLE_WITH_PARTITIONED_TABLE\] Replacing a clustered Delta table with a "
+        r"partitioned table is not allowed\.$",
+    ):
+        SparkonceDeltaTable.createOrReplace(spark).tableName("clustered").addColumn("x", "INT").partitionedBy(
+            "x"
+        ).execute()
     for name in ("both", "bad", "many", "nostats"):
         assert not (tmp_path / name).exists() and not (tmp_path / "warehouse" / name).exists()
     assert DeltaTable(str(path)).version() == 0
+
+    # Replacing, as Delta's ClusteredTableDDLSuite: new clustering columns replace the old ones; a replace without
+    # them (here overwriteSchema) leaves the table clustered by nothing, its features kept.
+    SparkonceDeltaTable.createOrReplace(spark).tableName("clustered").addColumn("x", "INT").addColumn(
+        "y", "STRING"
+    ).clusterBy("y").execute()
+    assert _domain(path, 1)["configuration"] == '{"clusteringColumns":[["y"]]}'
+    spark.range(2).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(path))
+    assert _domain(path, 2)["configuration"] == '{"clusteringColumns":[]}'
+    assert table_clustering(path) == ()
+    assert DeltaTable(str(path)).protocol().writer_features == [
+        "appendOnly",
+        "clustering",
+        "domainMetadata",
+        "invariants",
+    ]
+    assert DeltaTable(str(path)).to_pyarrow_table().column("id").to_pylist() == [0, 1]
+    # A plain table replaced by a clustered one gets the features (writer 7) and the domain.
+    sql(f"CREATE OR REPLACE TABLE delta.`{tmp_path / 'plain'}` (id BIGINT) USING delta")
+    sql(f"CREATE OR REPLACE TABLE delta.`{tmp_path / 'plain'}` (id BIGINT, k INT) USING delta CLUSTER BY (k)")
+    plain = DeltaTable(str(tmp_path / "plain")).protocol()
+    assert (plain.min_writer_version, plain.writer_features) == (
+        7,
+        ["appendOnly", "clustering", "domainMetadata", "invariants"],
+    )
+    assert table_clustering(tmp_path / "plain") == ("k",)
 
 
 def test_optimize_clusters_and_alter_changes_columns(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:

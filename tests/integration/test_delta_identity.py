@@ -76,14 +76,9 @@ def test_builder_identity_filled_by_batch_writes(spark: SparkSession, sql: Delta
         sql("RESTORE TABLE ids TO VERSION AS OF 1")
     assert DeltaTable(str(path)).version() == 3
 
-    # DELETE keeps the other rows' values; MERGE is refused (sparkonce does not generate values there yet).
+    # DELETE keeps the other rows' values (MERGE and UPDATE: test_merge_and_update_on_identity_tables).
     sql("DELETE FROM ids WHERE v = '0'")
     assert len(_ids(path)) == 12
-    source = spark.createDataFrame([("new",)], "v STRING")
-    with pytest.raises(UnsupportedFeatureError, match="identity columns"):
-        SparkonceDeltaTable.forName(spark, "ids").alias("t").merge(
-            source.alias("s"), "t.v = s.v"
-        ).whenNotMatchedInsertAll().execute()
 
     # Builder argument checks, as delta-spark's.
     builder = SparkonceDeltaTable.create(spark)
@@ -209,3 +204,154 @@ def test_streaming_identity_survives_a_driver_crash(tmp_path: Path, crash_at: st
     assert sorted(rows["id"]) == expected  # every row once
     assert [v for v, n in Counter(rows["row_id"]).items() if n > 1] == [] and None not in rows["row_id"]
     assert _identity(table, "row_id")["delta.identity.highWaterMark"] == max(rows["row_id"])
+
+
+def _commit(path: Path, table_version: int) -> list[dict[str, Any]]:
+    text = (path / "_delta_log" / f"{table_version:020d}.json").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _rows(path: Path, *columns: str) -> list[tuple[Any, ...]]:
+    table = DeltaTable(str(path)).to_pyarrow_table()
+    return sorted(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+
+
+def test_merge_and_update_on_identity_tables(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    """Delta's IdentityColumnDMLSuite / IdentityColumnAdmissionSuite rules: MERGE inserts generate the values, updated
+    rows keep theirs, the high-water mark moves only for generated values; assigning an identity column or giving a
+    GENERATED ALWAYS one a value is Delta's error, before anything is committed."""
+    from sparkonce import DeltaTable as SparkonceDeltaTable
+
+    path = tmp_path / "always"
+    table = f"delta.`{path}`"
+    sql(
+        f"CREATE TABLE {table} (id BIGINT GENERATED ALWAYS AS IDENTITY (START WITH 1 INCREMENT BY 2), value INT) "
+        "USING delta"
+    )
+    sql(f"INSERT INTO {table} (value) VALUES (2), (3), (4)")
+    before = dict((v, i) for i, v in _rows(path, "id", "value"))
+    mark = _identity(path)["delta.identity.highWaterMark"]
+    assert mark == max(before.values())
+    spark.createDataFrame([(1, 100), (2, 200), (3, 300)], "value INT, value2 INT").createOrReplaceTempView("src")
+
+    sql(
+        f"""MERGE INTO {table} t USING src s ON t.value = s.value
+        WHEN MATCHED THEN UPDATE SET t.value = s.value2
+        WHEN NOT MATCHED THEN INSERT (value) VALUES (s.value2)"""
+    )
+    # Updated rows keep their ids; the inserted row gets the next value past the mark, which moves in the commit.
+    assert _rows(path, "value", "id") == [(4, before[4]), (100, mark + 2), (200, before[2]), (300, before[3])]
+    merge = _commit(path, 2)
+    assert merge[0]["commitInfo"]["operation"] == "MERGE"
+    (metadata,) = [a["metaData"] for a in merge if "metaData" in a]
+    (id_field,) = [f for f in json.loads(metadata["schemaString"])["fields"] if f["name"] == "id"]
+    assert id_field["metadata"]["delta.identity.highWaterMark"] == mark + 2
+
+    # The DeltaTable API, INSERT * with schema evolution (the source lacks id), a source of three tasks: the
+    # inserted rows are numbered densely past the mark.
+    source = spark.range(0, 5, 1, 3).selectExpr("CAST(id + 10 AS INT) AS value")
+    (
+        SparkonceDeltaTable.forPath(spark, str(path))
+        .alias("t")
+        .merge(source.alias("s"), "t.value = s.value")
+        .whenNotMatchedInsertAll()
+        .withSchemaEvolution()
+        .execute()
+    )
+    new = sorted(i for i, v in _rows(path, "id", "value") if 10 <= v < 100)
+    assert new == [mark + 4, mark + 6, mark + 8, mark + 10, mark + 12]
+    assert _identity(path)["delta.identity.highWaterMark"] == mark + 12
+
+    # UPDATE of other columns keeps ids and the mark (Delta: "Updates should not update high watermark").
+    sql(f"UPDATE {table} SET value = value + 1 WHERE value BETWEEN 10 AND 99")
+    assert sorted(i for i, v in _rows(path, "id", "value") if 10 <= v < 100) == new
+    assert _identity(path)["delta.identity.highWaterMark"] == mark + 12
+    # A MERGE that inserts nothing keeps the mark (its commit has no metaData).
+    version = DeltaTable(str(path)).version()
+    sql(f"MERGE INTO {table} t USING src s ON t.value = s.value2 WHEN MATCHED THEN UPDATE SET t.value = s.value")
+    assert not any("metaData" in a for a in _commit(path, version + 1))
+    assert DeltaTable(str(path)).protocol().min_writer_version == 6
+
+    # Delta's errors, nothing committed.
+    version = DeltaTable(str(path)).version()
+    spark.createDataFrame([(1, 7)], "value INT, id BIGINT").createOrReplaceTempView("with_id")
+    update_error = r"\[DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED\] UPDATE on IDENTITY column id is not supported\."
+    insert_error = (
+        r"\[DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED\] Providing values for GENERATED ALWAYS AS "
+        r"IDENTITY column id is not supported\."
+    )
+    with pytest.raises(SqlError, match=update_error):
+        sql(f"UPDATE {table} SET id = 1 WHERE value = 4")
+    with pytest.raises(SqlError, match=update_error.replace("column id", "column ID")):
+        SparkonceDeltaTable.forPath(spark, str(path)).update(set={"ID": "1"})
+    with pytest.raises(SqlError, match=update_error):
+        sql(f"MERGE INTO {table} t USING with_id s ON t.value = s.value WHEN MATCHED THEN UPDATE SET *")
+    with pytest.raises(SqlError, match=insert_error):
+        sql(f"MERGE INTO {table} t USING with_id s ON t.value = s.value WHEN NOT MATCHED THEN INSERT *")
+    with pytest.raises(SqlError, match=insert_error):
+        sql(
+            f"MERGE INTO {table} t USING with_id s ON t.value = s.value "
+            "WHEN NOT MATCHED THEN INSERT (id, value) VALUES (s.id, s.value)"
+        )
+    assert DeltaTable(str(path)).version() == version
+
+
+def test_merge_by_default_identity_with_change_data(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    """GENERATED BY DEFAULT: a MERGE insert that gives the value keeps it and moves no mark (Delta tracks generated
+    values only); one that leaves it out generates it; the change data feed holds the generated values."""
+    path = tmp_path / "by_default"
+    table = f"delta.`{path}`"
+    sql(
+        f"CREATE TABLE {table} (id BIGINT GENERATED BY DEFAULT AS IDENTITY (START WITH 10 INCREMENT BY -1), "
+        "k INT) USING delta TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    spark.createDataFrame([(1, 500), (2, None)], "k INT, given BIGINT").createOrReplaceTempView("by_default_src")
+    sql(
+        f"""MERGE INTO {table} t USING by_default_src s ON t.k = s.k
+        WHEN NOT MATCHED AND s.given IS NOT NULL THEN INSERT (id, k) VALUES (s.given, s.k)
+        WHEN NOT MATCHED THEN INSERT (k) VALUES (s.k)"""
+    )
+    assert _rows(path, "k", "id") == [(1, 500), (2, 10)]
+    assert _identity(path)["delta.identity.highWaterMark"] == 10  # the generated value; 500 is before start
+    changes = DeltaTable(str(path)).load_cdf(starting_version=1).read_all()
+    assert sorted(
+        zip(
+            changes.column("k").to_pylist(),
+            changes.column("id").to_pylist(),
+            changes.column("_change_type").to_pylist(),
+        )
+    ) == [(1, 500, "insert"), (2, 10, "insert")]
+    with pytest.raises(SqlError, match="DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED"):
+        sql(f"UPDATE {table} SET id = 3")  # BY DEFAULT columns cannot be updated either
+
+
+def test_replacing_identity_tables_starts_identity_afresh(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    """Delta's REPLACE: a new identity column starts from its START (no high-water mark); a replacement without one
+    is a plain table; a plain table replaced by an identity table gets the protocol identity columns need."""
+    path = tmp_path / "replaced"
+    table = f"delta.`{path}`"
+    sql(f"CREATE TABLE {table} (id BIGINT GENERATED ALWAYS AS IDENTITY, v STRING) USING delta")
+    sql(f"INSERT INTO {table} (v) VALUES ('a'), ('b')")
+    assert "delta.identity.highWaterMark" in _identity(path)
+    sql(
+        f"CREATE OR REPLACE TABLE {table} (id BIGINT GENERATED BY DEFAULT AS IDENTITY (START WITH 100 INCREMENT BY "
+        "10), v STRING) USING delta"
+    )
+    assert _identity(path) == {
+        "delta.identity.start": 100,
+        "delta.identity.step": 10,
+        "delta.identity.allowExplicitInsert": True,
+    }
+    sql(f"INSERT INTO {table} (v) VALUES ('c')")
+    assert _rows(path, "id", "v") == [(100, "c")]
+    spark.range(3).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(path))
+    assert _identity(path) == {} and _ids(path) == [0, 1, 2]
+    assert DeltaTable(str(path)).protocol().min_writer_version == 6  # protocols never go down
+
+    plain = tmp_path / "plain"
+    sql(f"CREATE TABLE delta.`{plain}` (v STRING) USING delta")
+    assert DeltaTable(str(plain)).protocol().min_writer_version == 2
+    sql(f"CREATE OR REPLACE TABLE delta.`{plain}` (id BIGINT GENERATED ALWAYS AS IDENTITY, v STRING) USING delta")
+    assert DeltaTable(str(plain)).protocol().min_writer_version == 6
+    sql(f"INSERT INTO delta.`{plain}` (v) VALUES ('x')")
+    assert _ids(plain) == [1]

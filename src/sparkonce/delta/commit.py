@@ -31,7 +31,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote
@@ -42,7 +42,7 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.conflicts import ReadSet, check_winners
 from sparkonce.delta.files import WrittenFile
-from sparkonce.delta.identity import REWRITES_KEEPING_VALUES, IdentityPlan
+from sparkonce.delta.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.log_cleanup import cleanup_expired_logs
 from sparkonce.delta.log_entry import (
     BLIND_APPENDS,
@@ -60,6 +60,7 @@ from sparkonce.errors import (
     DeltaLogError,
     OptionError,
     SchemaMismatchError,
+    SqlError,
     StorageError,
     TableNotFoundError,
     UnsupportedFeatureError,
@@ -382,9 +383,21 @@ def commit_files(
             table=table_uri,
             operation=operation.name,
             removes_rows=data_change and (mode == "overwrite" or bool(removes)),
-            identity_handled=identity is not None or operation.name in REWRITES_KEEPING_VALUES,
+            identity_handled=replacing or identity is not None or operation.name in REWRITES_KEEPING_VALUES,
         )
         new_schema = _schema_change(snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema)
+        replacement: list[dict[str, Any]] = []
+        if replacing and new_schema is not None:
+            new_schema, replacement = _replacement(
+                location,
+                read_version,
+                protocol,
+                dict(metadata.configuration),
+                new_schema,
+                partition_by,
+                new_table_clustering,
+                files,
+            )
         if identity is not None:  # the identity columns' new high-water marks (a conflict if another writer moved them)
             moved = identity.updated_fields(json.loads(new_schema or schema_string)["fields"], files, table=table_uri)
             if moved is not None:
@@ -392,12 +405,13 @@ def commit_files(
         if replacing and (table_partitions != partition_by or table_description not in (None, metadata.description)):
             new_schema = new_schema or schema_string
         removals = _removals(location, read_version, mode, removes, data_change, now)
-        actions: list[dict[str, Any]] = []
+        actions: list[dict[str, Any]] = [a for a in replacement if "protocol" in a]
         if new_schema is not None:
             partitions = partition_by if replacing else None
             comment = table_description if replacing else None
             action = metadata_action(metadata, new_schema, partition_columns=partitions, description=comment)
             actions.append({"metaData": action})
+        actions += [a for a in replacement if "protocol" not in a]
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
         actions += removals + adds + cdcs
@@ -467,7 +481,7 @@ def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_ur
         table=table_uri,
         operation=operation,
         removes_rows=operation != "OPTIMIZE",
-        identity_handled=operation in REWRITES_KEEPING_VALUES,
+        identity_handled=operation in REWRITES_KEEPING_VALUES or operation in IDENTITY_WRITING_REWRITES,
     )
 
 
@@ -635,6 +649,64 @@ def _first_commit(
     if txn is not None:
         actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
     return actions + adds
+
+
+def _replacement(
+    location: TableLocation,
+    read_version: int,
+    protocol: dict[str, Any],
+    configuration: dict[str, str],
+    new_schema: str,
+    partition_by: tuple[str, ...],
+    clustering: tuple[str, ...],
+    files: Sequence[WrittenFile],
+) -> tuple[str, list[dict[str, Any]]]:
+    """The schema and the extra actions of a commit that replaces the table (``CREATE OR REPLACE``, ``REPLACE``,
+    ``overwriteSchema``), as Delta writes them: identity columns of the new schema start afresh (their high-water
+    marks from the rows this commit writes, none without rows); the protocol goes up to what the new schema and
+    clustering need (never down: Delta keeps the features); a clustered table keeps being clustered, by the new
+    ``clustering`` columns or by none (Delta's "Replace clustered table with non-clustered table"). Runs on the
+    driver.
+
+    Raises:
+        SqlError: a clustered table replaced by a partitioned one (Delta's
+            ``DELTA_CLUSTERING_REPLACE_TABLE_WITH_PARTITIONED_TABLE``), or clustering columns the new schema lacks.
+    """
+    from sparkonce.delta import clustering as liquid
+    from sparkonce.delta.alter import _upgraded
+    from sparkonce.delta.identity import HIGH_WATER_MARK, identity_columns
+
+    fields = json.loads(new_schema)["fields"]
+    for f in fields:
+        if HIGH_WATER_MARK in (f.get("metadata") or {}):
+            f["metadata"] = {k: v for k, v in f["metadata"].items() if k != HIGH_WATER_MARK}
+    fresh = identity_columns(fields)
+    if fresh and files:
+        marked = IdentityPlan.tracking(fresh).updated_fields(fields, files, table=str(location))
+        fields = marked if marked is not None else fields
+    schema_string = json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
+    extra: list[dict[str, Any]] = []
+    old = liquid.table_clustering(location, read_version)
+    if old is not None and partition_by:
+        raise SqlError(
+            "[DELTA_CLUSTERING_REPLACE_TABLE_WITH_PARTITIONED_TABLE] Replacing a clustered Delta table with a "
+            "partitioned table is not allowed."
+        )
+    features: tuple[str, ...] = ()
+    if clustering:
+        names = liquid.check_columns(clustering, fields, partition_by, table=str(location), configuration=configuration)
+        extra.append(liquid.domain_action(names, fields))
+        features = liquid.FEATURES
+    elif old:
+        extra.append(liquid.domain_action((), fields))
+    upgraded = _upgraded(protocol, new_table_protocol(schema_string, configuration), {}, location, features)
+    if _normal(upgraded) != _normal(protocol):
+        extra.insert(0, {"protocol": upgraded})
+    return schema_string, extra
+
+
+def _normal(protocol: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: sorted(v) if isinstance(v, list) else v for k, v in protocol.items()}
 
 
 def metadata_action(

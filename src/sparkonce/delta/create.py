@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from sparkonce.delta.catalog import DeltaCatalog, table_key
 from sparkonce.delta.clustering import CLUSTERING_OPTION, check_columns, table_clustering
 from sparkonce.delta.identity import check_new_columns as check_identity_columns
-from sparkonce.errors import SqlError, UnsupportedFeatureError
+from sparkonce.errors import SqlError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,11 +136,10 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
     else:
         if frame is None:
             raise SqlError(f"{shown}: {location} holds no Delta table, and no columns or query were given")
-        if exists and (request.cluster_by or table_clustering(location) is not None):
-            raise UnsupportedFeatureError(
-                f"{request.mode} {shown}: replacing a clustered table, or replacing a table by a clustered one, is not "
-                "supported by sparkonce (change clustering columns with ALTER TABLE ... CLUSTER BY); nothing was "
-                "written"
+        if exists and request.partitioned_by and table_clustering(location) is not None:
+            raise SqlError(
+                "[DELTA_CLUSTERING_REPLACE_TABLE_WITH_PARTITIONED_TABLE] Replacing a clustered Delta table with a "
+                "partitioned table is not allowed."
             )
         check_columns(
             request.cluster_by,

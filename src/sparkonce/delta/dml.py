@@ -29,6 +29,7 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.cdf import cdf_enabled, with_change_type, write_change_data
 from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
 from sparkonce.delta.generated import regenerate
+from sparkonce.delta.identity import check_not_updated
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
     TableFile,
@@ -91,6 +92,7 @@ def update_rows(
 
     Raises:
         SchemaMismatchError: an assignment names a column the table lacks.
+        SqlError: an assignment names an identity column (Delta's ``DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED``).
     """
     return _rewrite(spark, table_uri, "UPDATE", condition, assignments, txn, target_file_rows)
 
@@ -113,6 +115,7 @@ def _rewrite(
     snapshot = open_snapshot(table_uri, operation=operation)
     columns = [f.name for f in snapshot.spark_schema().fields]
     if assignments is not None:
+        check_not_updated(snapshot.identity, assignments)  # Delta: no identity column may be assigned (any case)
         unknown = [c for c in assignments if c not in columns]
         if unknown:
             raise SchemaMismatchError(f"UPDATE on {table_uri}: column(s) {unknown} are not in the table {columns}")

@@ -22,8 +22,12 @@ DEFAULT`` column included, rounded to the column's sequence, as Delta does) in a
 commit that moved a high-water mark since the plan is a conflict (the values may overlap), and nothing is committed.
 
 ``GENERATED ALWAYS`` refuses values in the data (Delta's ``DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED``);
-``BY DEFAULT`` keeps them. ``DELETE``, ``OPTIMIZE`` and metadata-only ``ALTER TABLE`` commits keep every value;
-``MERGE``, ``UPDATE``, ``RESTORE`` and schema replacement of an identity table stay refused
+``BY DEFAULT`` keeps them. ``DELETE``, ``UPDATE`` (which may not assign an identity column, Delta's
+``DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED``: :func:`check_not_updated`), ``OPTIMIZE`` and metadata-only ``ALTER
+TABLE`` commits keep every value. ``MERGE`` (:mod:`sparkonce.delta.merge`) generates the values of the rows its
+``WHEN NOT MATCHED THEN INSERT`` clauses insert without one, numbering them densely in its Spark plan, and moves the
+high-water marks of the columns it generated (:meth:`IdentityPlan.tracking`), as Delta's ``PreprocessTableMerge``
+does. ``RESTORE`` that would take a high-water mark back stays refused
 (:func:`sparkonce.delta.log_entry.check_writable`).
 
 Runs on the driver (planning, commit) and on executors (:func:`fill_batches`).
@@ -32,7 +36,7 @@ Runs on the driver (planning, commit) and on executors (:func:`fill_batches`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +56,12 @@ TASK_BITS = 33
 """Each task's values are the ``2**33`` steps from ``base + step * task * 2**33`` (Spark's
 ``monotonically_increasing_id`` layout)."""
 
-REWRITES_KEEPING_VALUES = frozenset({"OPTIMIZE", "DELETE"})
-"""Operations on an identity table that write no new rows (they keep every row's value): allowed without a plan."""
+REWRITES_KEEPING_VALUES = frozenset({"OPTIMIZE", "DELETE", "UPDATE"})
+"""Operations on an identity table that write no new rows (they keep every row's value): allowed without a plan
+(``UPDATE`` may not assign an identity column: :func:`check_not_updated`)."""
+
+IDENTITY_WRITING_REWRITES = frozenset({"MERGE"})
+"""Rewrites that generate identity values themselves and commit with an :class:`IdentityPlan`."""
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
@@ -120,6 +128,29 @@ def identity_columns(fields: Sequence[Mapping[str, Any]]) -> list[IdentityColumn
     return out
 
 
+def explicit_insert_error(column: str) -> SqlError:
+    """Delta's error for values given to a ``GENERATED ALWAYS AS IDENTITY`` column."""
+    return SqlError(
+        "[DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED] Providing values for GENERATED ALWAYS AS IDENTITY "
+        f"column {column} is not supported."
+    )
+
+
+def check_not_updated(columns: Sequence[IdentityColumn], assigned: Iterable[str]) -> None:
+    """Refuse an ``UPDATE SET`` (or ``MERGE ... UPDATE SET``, ``UPDATE SET *``) that assigns an identity column,
+    ``GENERATED ALWAYS`` or ``BY DEFAULT``, as Delta does (names matched ignoring case). Runs on the driver.
+
+    Raises:
+        SqlError: Delta's ``DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED``, naming the column as assigned.
+    """
+    names = {c.name.lower() for c in columns}
+    for name in assigned:
+        if name.lower() in names:
+            raise SqlError(
+                f"[DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED] UPDATE on IDENTITY column {name} is not supported."
+            )
+
+
 def check_new_columns(fields: Sequence[Mapping[str, Any]], partition_by: Sequence[str], *, table: str) -> None:
     """Check the identity columns of a table to create (Delta's rules: BIGINT only, step not 0, not a partition
     column, not also a generated column).
@@ -145,8 +176,8 @@ def check_new_columns(fields: Sequence[Mapping[str, Any]], partition_by: Sequenc
             )
         if f["name"] in partition_by:
             raise SqlError(
-                f"[DELTA_IDENTITY_COLUMNS_PARTITION_NOT_SUPPORTED] IDENTITY column {f['name']} is not supported "
-                "as a partition column."
+                f"[DELTA_IDENTITY_COLUMNS_PARTITION_NOT_SUPPORTED] PARTITIONED BY IDENTITY column {f['name']} is not "
+                "supported."
             )
 
 
@@ -167,6 +198,13 @@ class IdentityPlan:
 
     fills: tuple[IdentityFill, ...]
     columns: tuple[IdentityColumn, ...]
+
+    @staticmethod
+    def tracking(columns: Iterable[IdentityColumn]) -> IdentityPlan:
+        """The plan of a write whose Spark plan generated ``columns``' values itself (a MERGE's inserts): the
+        commit moves their high-water marks from the files' statistics, as for a write the tasks filled. Other
+        identity columns of the table keep their marks (Delta tracks only the columns it generated)."""
+        return IdentityPlan((), tuple(columns))
 
     def updated_fields(
         self, fields: list[dict[str, Any]], files: Sequence[Any], *, table: str
@@ -224,10 +262,7 @@ def plan_identity(
             fills.append(IdentityFill(column.name, column.base, column.step, tasks))
             continue
         if not column.allow_explicit_insert:
-            raise SqlError(
-                "[DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED] Providing values for GENERATED ALWAYS AS "
-                f"IDENTITY column {column.name} is not supported."
-            )
+            raise explicit_insert_error(column.name)
         if not pa.types.is_int64(data_schema.field(name).type):
             raise SqlError(
                 f"{table}: values for identity column {column.name} must be BIGINT, not {data_schema.field(name).type}"
@@ -397,6 +432,7 @@ def _valid_high_water_mark(column: IdentityColumn, candidate: int) -> int | None
 __all__ = [
     "ALLOW_EXPLICIT_INSERT",
     "HIGH_WATER_MARK",
+    "IDENTITY_WRITING_REWRITES",
     "REWRITES_KEEPING_VALUES",
     "START",
     "STEP",
@@ -406,6 +442,8 @@ __all__ = [
     "IdentityGenerator",
     "IdentityPlan",
     "check_new_columns",
+    "check_not_updated",
+    "explicit_insert_error",
     "column_metadata",
     "fill_batches",
     "identity_columns",

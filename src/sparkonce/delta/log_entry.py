@@ -11,8 +11,8 @@ the text of ``offsets/N``, from which a lost checkpoint is rebuilt). Then, in th
 and the ``add`` actions.
 
 Before writing to an existing table, :func:`check_writable` refuses a table whose protocol asks something of a
-writer that sparkonce does not do (identity columns, row tracking, ...), naming the
-feature, before any data moves.
+writer that sparkonce does not do (row tracking, invariants, a write that would not keep identity columns right,
+...), naming the feature, before any data moves.
 
 Runs on the driver.
 """

@@ -20,6 +20,9 @@ and ``DeltaTable.merge(...)``'s builder. For one merge (optionally with ``txn(ap
 
 So the cost of a merge grows with the files its keys touch, not with the table.
 
+Identity columns (:mod:`sparkonce.delta.identity`): insert clauses that leave one out get its values, numbered densely
+in the Spark plan after step 3 (:func:`_fill_identity`); the commit moves the high-water marks of those columns only.
+
 Why one module of ~770 lines: MERGE's planning (clauses, target-file pruning), the join, the clause evaluation,
 schema evolution, generated columns, change data and the commit are the steps of one operation over shared column
 conventions (the clause, file and row marker columns); each step is its own function.
@@ -41,6 +44,13 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.cdf import cdf_enabled, with_change_type, write_change_data
 from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
 from sparkonce.delta.generated import GeneratedColumns, regenerate
+from sparkonce.delta.identity import (
+    TASK_BITS,
+    IdentityColumn,
+    IdentityPlan,
+    check_not_updated,
+    explicit_insert_error,
+)
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
     ROW_COLUMN,
@@ -69,6 +79,9 @@ ClauseWhen = Literal["matched", "notMatched", "notMatchedBySource"]
 _T_PRESENT = "_sparkonce_target_row"
 _S_PRESENT = "_sparkonce_source_row"
 _CLAUSE = "_sparkonce_clause"
+_ROW_ID = "_sparkonce_row_id"
+"""Spark's ``monotonically_increasing_id`` of each action row (task << 33 | row), numbering the rows whose identity
+values the merge generates."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +206,8 @@ def merge_into(
             f"({snapshot.column_mapping.mode}); sparkonce cannot give the new column(s) "
             f"{[c.name for c in new_columns]} physical names yet"
         )
+    identity = snapshot.identity if snapshot is not None else ()
+    generating = _identity_clauses(identity, clauses, source.columns, target_columns)
     if keys is None:
         keys = equi_keys(condition, target_alias, target_columns, source.columns)
 
@@ -211,11 +226,16 @@ def merge_into(
         actions = _actions(joined, target, marked, clauses, target_schema, new_columns)
         if snapshot is not None and snapshot.generated is not None:
             actions = _regenerate(actions, snapshot.generated, clauses, marked.columns, target_columns)
+        if generating:
+            actions = actions.withColumn(_ROW_ID, F.monotonically_increasing_id())
         actions = actions.persist()
+        cached = actions
         try:
             per_file = _count_actions(actions, clauses)
             scan_ms = int((time.monotonic() - scan_started) * 1000)
             counts = _tally(per_file, clauses)
+            if generating and counts.inserted:
+                actions = _fill_identity(actions, generating)
             touched_paths = sorted(counts.touched)
             by_path = {f.path: f for f in candidates}
             touched = [by_path[p] for p in touched_paths]
@@ -259,7 +279,7 @@ def merge_into(
                     )
             rewrite_ms = int((time.monotonic() - rewrite_started) * 1000)
         finally:
-            actions.unpersist()
+            cached.unpersist()
     finally:
         if not cached_by_caller:
             source.unpersist()
@@ -308,6 +328,7 @@ def merge_into(
         custom_metadata=custom_metadata,
         change_files=change_files,
         read=snapshot.read_set(candidates, whole_table=True) if snapshot is not None else None,
+        identity=IdentityPlan.tracking(generating) if identity else None,
     )
     log.info("merge into %s (txn %s): table_version %s, %s", table_uri, txn, result.table_version, json.dumps(metrics))
     if result.skipped:
@@ -697,6 +718,72 @@ def _regenerate(
                 recompute.append(index)
         if recompute:
             actions = regenerate(actions, column, F.col(_CLAUSE).isin(recompute))
+    return actions
+
+
+def _identity_clauses(
+    identity: Sequence[IdentityColumn],
+    clauses: Sequence[MergeClause],
+    source_columns: Sequence[str],
+    target_columns: Sequence[str],
+) -> dict[IdentityColumn, list[int]]:
+    """Each identity column the merge generates -> the insert clauses (indexes) that leave it out, after Delta's
+    checks (``PreprocessTableMerge``): no update clause may assign an identity column (``UPDATE SET *`` assigns
+    every target column the source has), and no insert clause may give a ``GENERATED ALWAYS`` one (``INSERT *``
+    gives every target column the source has). Names match ignoring case. Runs on the driver, before any data moves.
+
+    Raises:
+        SqlError: ``DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED`` or
+            ``DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED``.
+    """
+    if not identity:
+        return {}
+    source = {c.lower() for c in source_columns}
+    generating: dict[IdentityColumn, list[int]] = {}
+    for index, clause in enumerate(clauses):
+        if clause.kind == "delete":
+            continue
+        given = (
+            list(clause.assignments)
+            if clause.assignments is not None
+            else [c for c in target_columns if c.lower() in source]
+        )
+        if clause.kind == "update":
+            check_not_updated(identity, given)
+            continue
+        lowered = {g.lower() for g in given}
+        for column in identity:
+            if column.name.lower() not in lowered:
+                generating.setdefault(column, []).append(index)
+            elif not column.allow_explicit_insert:
+                raise explicit_insert_error(column.name)
+    return generating
+
+
+def _fill_identity(actions: DataFrame, generating: Mapping[IdentityColumn, Sequence[int]]) -> DataFrame:
+    """The actions with each generated identity column's values: the inserted rows of the clauses that leave it out
+    are numbered densely (0, 1, ... in :data:`_ROW_ID` order, from per-task counts the driver collects) and get
+    ``base + step * n``, ``base`` being the high-water mark read plus step (or start), as one task of Delta's
+    write would give them. Executors compute the values; a value beyond BIGINT fails the merge (Spark's ANSI
+    overflow). Runs on the driver (plans only, one small Spark job over the cached actions)."""
+    import pyspark.sql.functions as F
+
+    numbered = sorted({i for indexes in generating.values() for i in indexes})
+    task = F.shiftrightunsigned(F.col(_ROW_ID), TASK_BITS)
+    per_task = actions.where(F.col(_CLAUSE).isin(numbered)).groupBy(task.alias("task")).count().collect()
+    offsets: list[Any] = []
+    total = 0
+    for row in sorted(per_task, key=lambda r: int(r["task"])):
+        offsets += [F.lit(int(row["task"])), F.lit(total).cast("long")]
+        total += int(row["count"])
+    if not offsets:
+        return actions
+    position = F.element_at(F.create_map(*offsets), task) + F.col(_ROW_ID).bitwiseAND(F.lit((1 << TASK_BITS) - 1))
+    for column, indexes in generating.items():
+        value = F.lit(column.base).cast("long") + F.lit(column.step).cast("long") * position
+        actions = actions.withColumn(
+            column.name, F.when(F.col(_CLAUSE).isin(list(indexes)), value).otherwise(F.col(column.name))
+        )
     return actions
 
 

@@ -37,6 +37,7 @@ from sparkonce.delta.column_mapping import rename_nested, rename_tree
 from sparkonce.delta.commit import load_table
 from sparkonce.delta.deletion_vectors import DeletionVector, keep_mask
 from sparkonce.delta.options import ReadOptions
+from sparkonce.delta.partition_filters import DerivedPartition, derived_partitions, partition_tests
 from sparkonce.delta.paths import data_file_uri, require_fs_path
 from sparkonce.errors import OptionError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation
@@ -236,17 +237,29 @@ def _deletion_vectors(table: DeltaTable, location: TableLocation) -> dict[str, D
     return result
 
 
-def prune(files: Sequence[DataFile], filters: Sequence[Filter], partition_columns: Iterable[str]) -> list[DataFile]:
-    """Keep files whose partition values may satisfy every filter on partition columns."""
+def prune(
+    files: Sequence[DataFile],
+    filters: Sequence[Filter],
+    partition_columns: Iterable[str],
+    derived: Sequence[DerivedPartition] = (),
+) -> list[DataFile]:
+    """Keep files whose partition values may satisfy every filter on partition columns, and every partition filter
+    ``derived`` from a generation expression (:mod:`sparkonce.delta.partition_filters`)."""
     keys = set(partition_columns)
     usable: list[tuple[Filter, str]] = []
     for flt in filters:
         column = _column(flt)
         if column is not None and column in keys:
             usable.append((flt, column))
-    if not usable:
+    tests = [(c, t) for c, t in partition_tests(derived, filters) if c in keys]
+    if not usable and not tests:
         return list(files)
-    return [f for f in files if all(_matches(flt, f.partition_values[column]) for flt, column in usable)]
+    return [
+        f
+        for f in files
+        if all(_matches(flt, f.partition_values[column]) for flt, column in usable)
+        and all(test(f.partition_values[column]) for column, test in tests)
+    ]
 
 
 def _column(flt: Filter) -> str | None:
@@ -428,6 +441,7 @@ class DeltaBatchReader(DataSourceReader):
         self.table_version = table.version()
         self.scan = scan_schema(table, metadata_column=options.metadata_column)
         self.files = snapshot_files(table, options.location, self.scan)
+        self.derived = derived_partitions(json.loads(table.schema().to_json())["fields"], self.scan.partition_columns)
         self.pushed: list[Filter] = []
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # driver
@@ -436,7 +450,7 @@ class DeltaBatchReader(DataSourceReader):
         return filters
 
     def partitions(self) -> Sequence[InputPartition]:  # driver
-        files = prune(self.files, self.pushed, self.scan.partition_columns)
+        files = prune(self.files, self.pushed, self.scan.partition_columns, self.derived)
         log.info(
             "reading %s at table_version %s: %d of %d file(s) after partition pruning",
             self.options.path,

@@ -34,6 +34,7 @@ from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
 from sparkonce.delta.generated import GeneratedColumns
+from sparkonce.delta.identity import IdentityColumn, IdentityPlan, identity_columns
 from sparkonce.delta.paths import require_fs_path
 from sparkonce.delta.reader import DataFile, ScanSchema, check_reader_features, read_files, scan_schema
 from sparkonce.storage import TableLocation, table_location
@@ -130,6 +131,8 @@ class TableSnapshot:
     """The table's generated columns (:mod:`sparkonce.delta.generated`), computed and checked by the writers."""
     constraints: CheckConstraints | None = None
     """The table's CHECK constraints (:mod:`sparkonce.delta.constraints`), checked by the writers."""
+    identity: tuple[IdentityColumn, ...] = ()
+    """The table's identity columns (:mod:`sparkonce.delta.identity`), with the high-water marks read."""
     """The table's column mapping, for the files a rewrite writes (None: not column-mapped)."""
 
     def read_set(self, files: Sequence[TableFile], *, whole_table: bool, data_change: bool = True) -> ReadSet:
@@ -183,6 +186,7 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
         column_mapping=ColumnMapping.of(delta_table),
         generated=GeneratedColumns.of(delta_table, shown=table_uri),
         constraints=CheckConstraints.of(delta_table, shown=table_uri),
+        identity=tuple(identity_columns(json.loads(delta_table.schema().to_json())["fields"])),
     )
 
 
@@ -399,11 +403,13 @@ def commit_rewrite(
     custom_metadata: Mapping[str, Any] | None = None,
     change_files: Sequence[WrittenFile] = (),
     read: ReadSet | None = None,
+    identity: IdentityPlan | None = None,
 ) -> CommitResult:
     """One Delta commit of ``removed`` + ``written`` (+ ``change_files`` as ``cdc`` actions) (+ ``txn``),
     recording Delta's operation name, parameters and metrics in commitInfo's ``sparkonce`` object (delta-rs
     cannot write them as Delta's own fields). ``read``: what the rewrite read (:meth:`TableSnapshot.read_set`),
-    for Delta's conflict check against the commits made since."""
+    for Delta's conflict check against the commits made since. ``identity``: the identity columns whose values
+    the rewrite generated (a MERGE's inserts), whose high-water marks the commit moves."""
     from sparkonce.delta.writer import commit_metadata
 
     extra: dict[str, Any] = {"operationMetrics": dict(metrics)}
@@ -423,6 +429,7 @@ def commit_rewrite(
         data_change=data_change,
         change_files=change_files,
         read=read,
+        identity=identity,
     )
 
 

@@ -251,25 +251,28 @@ def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> Generated
 
 
 def check_clustering_unchanged(options: WriteOptions) -> None:
-    """A write to an existing table: clustering columns given must be the table's, and a clustered table's schema
-    is not replaced (sparkonce does not re-cluster a new schema). Runs on the driver.
+    """A write to an existing table: clustering columns given must be the table's, unless the write replaces the
+    table (``overwriteSchema``: the given clustering columns, or none, become the table's, as Delta's REPLACE
+    does; :func:`sparkonce.delta.commit.commit_files`). Runs on the driver.
 
     Raises:
-        SqlError: other clustering columns (Delta's ``DELTA_CLUSTERING_COLUMNS_MISMATCH``).
-        UnsupportedFeatureError: ``overwriteSchema`` on a clustered table.
+        SqlError: other clustering columns (Delta's ``DELTA_CLUSTERING_COLUMNS_MISMATCH``), or a clustered table
+            replaced by a partitioned one (``DELTA_CLUSTERING_REPLACE_TABLE_WITH_PARTITIONED_TABLE``).
     """
     if not options.cluster_by and not options.overwrite_schema:
         return  # nothing to compare: spare the log replay
     have = table_clustering(options.location)
+    if options.overwrite_schema:
+        if have is not None and options.partition_by:
+            raise SqlError(
+                "[DELTA_CLUSTERING_REPLACE_TABLE_WITH_PARTITIONED_TABLE] Replacing a clustered Delta table with a "
+                "partitioned table is not allowed."
+            )
+        return
     if options.cluster_by and tuple(c.lower() for c in options.cluster_by) != tuple(c.lower() for c in have or ()):
         raise SqlError(
             "[DELTA_CLUSTERING_COLUMNS_MISMATCH] The provided clustering columns do not match the existing "
             f"table's.\n- provided: {list(options.cluster_by)}\n- existing: {list(have or ())} (at {options.path})"
-        )
-    if have is not None and options.overwrite_schema:
-        raise UnsupportedFeatureError(
-            f"overwriteSchema on {options.path}: the table is clustered by {list(have)}; sparkonce does not replace "
-            "a clustered table's schema; nothing was written"
         )
 
 
