@@ -113,11 +113,13 @@ def test_sql_identity_insert_and_explicit_values(spark: SparkSession, sql: Delta
     # Delta's rule with the query's 3 tasks: task p writes 100 - 5 * (p + 3 i): together 100, 95, ..., 60.
     assert _ids(path) == list(range(60, 101, 5))
     assert _identity(path)["delta.identity.highWaterMark"] == 60
-    # BY DEFAULT takes explicit values; one beyond the mark moves it (rounded onto the sequence, as Delta does).
+    # BY DEFAULT takes explicit values, and they never move the mark, even one beyond it (Delta's rule: only
+    # generated values are tracked), so the next generated value follows the mark.
     sql(f"INSERT INTO delta.`{path}` VALUES (-3, 'explicit')")
-    assert _identity(path)["delta.identity.highWaterMark"] == -5
+    assert _identity(path)["delta.identity.highWaterMark"] == 60
     sql(f"INSERT INTO delta.`{path}` (v) VALUES ('next')")
-    assert _ids(path)[:2] == [-10, -3]
+    assert _ids(path)[:2] == [-3, 55]
+    assert _identity(path)["delta.identity.highWaterMark"] == 55
     assert (DeltaTable(str(path)).protocol().min_writer_version, len(_ids(path))) == (6, 11)
     assert DeltaTable(str(path)).to_pyarrow_table().num_rows == 11  # delta-rs reads every row
     with pytest.raises(SqlError, match="DELTA_IDENTITY_COLUMNS_ILLEGAL_STEP"):

@@ -76,16 +76,16 @@ def test_plan_and_high_water_marks() -> None:
     assert plan_identity(_fields(1, 3)[1:], data, table="t") is None
     moved = plan.updated_fields(_fields(1, 3, 4), [_file([7, 10]), _file([13])], table="t")
     assert moved is not None and moved[0]["metadata"][HIGH_WATER_MARK] == 13
-    # BY DEFAULT: an explicit value beyond the mark moves it, rounded onto start + k * step (Delta's rule)...
+    # BY DEFAULT with explicit values: the mark never moves (Delta tracks only the columns it generated), not even
+    # for a value beyond it, and a concurrent move of the mark is no conflict.
     explicit = plan_identity(_fields(1, 3, 4, allow=True), pa.schema([("id", pa.int64())]), table="t")
-    assert explicit is not None and explicit.fills == ()
-    moved = explicit.updated_fields(_fields(1, 3, 4, allow=True), [_file([2, 8])], table="t")
-    assert moved is not None and moved[0]["metadata"][HIGH_WATER_MARK] == 10
-    # ...one before start or below the mark does not.
-    assert explicit.updated_fields(_fields(1, 3, 4, allow=True), [_file([-50, 3])], table="t") is None
-    negative = plan_identity(_fields(-1, -1, allow=True), pa.schema([("id", pa.int64())]), table="t")
-    assert negative is not None
-    moved = negative.updated_fields(_fields(-1, -1, allow=True), [_file([-100, 5])], table="t")
+    assert explicit is not None and explicit.fills == () and explicit.columns == ()
+    assert explicit.updated_fields(_fields(1, 3, 4, allow=True), [_file([2, 8])], table="t") is None
+    assert explicit.updated_fields(_fields(1, 3, 19, allow=True), [_file([200])], table="t") is None
+    # A generated negative-step column: the mark goes to the smallest value written, rounded onto the sequence.
+    negative = plan_identity(_fields(-1, -1, allow=True), pa.schema([("v", pa.string())]), table="t")
+    assert negative is not None and negative.fills == (IdentityFill("id", -1, -1),)
+    moved = negative.updated_fields(_fields(-1, -1, allow=True), [_file([-100, -5])], table="t")
     assert moved is not None and moved[0]["metadata"][HIGH_WATER_MARK] == -100
     # A concurrent commit that moved the mark since the plan: the values may overlap.
     with pytest.raises(CommitConflictError, match="moved its high-water mark"):

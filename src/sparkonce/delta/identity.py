@@ -17,9 +17,11 @@ task its own block, ``base + step * (p * 2**33 + i)`` (Spark's ``monotonically_i
 ``start, start + step, ...``; more tasks leave gaps). Both give values of the form ``start + k * step`` beyond the high-
 water mark, unique across tasks. A retried task writes the same values again (only committed files count), and a
 streaming batch that is replayed after its commit is skipped by its ``txn``. The commit
-(:meth:`IdentityPlan.updated_fields`) moves ``highWaterMark`` to the extreme value written (explicit values of a ``BY
-DEFAULT`` column included, rounded to the column's sequence, as Delta does) in a ``metaData`` action; a concurrent
-commit that moved a high-water mark since the plan is a conflict (the values may overlap), and nothing is committed.
+(:meth:`IdentityPlan.updated_fields`) moves the ``highWaterMark`` of each column it generated to the extreme value
+written (rounded to the column's sequence) in a ``metaData`` action; explicit values of a ``BY DEFAULT`` column never
+move it (Delta tracks only the columns it generated, ``trackHighWaterMarks``); a concurrent commit that moved a
+high-water mark of a generated column since the plan is a conflict (the values may overlap), and nothing is
+committed.
 
 ``GENERATED ALWAYS`` refuses values in the data (Delta's ``DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED``);
 ``BY DEFAULT`` keeps them. ``DELETE``, ``UPDATE`` (which may not assign an identity column, Delta's
@@ -267,7 +269,10 @@ def plan_identity(
             raise SqlError(
                 f"{table}: values for identity column {column.name} must be BIGINT, not {data_schema.field(name).type}"
             )
-    return IdentityPlan(tuple(fills), tuple(columns))
+    # Delta tracks the high-water marks of the columns it generated only (``trackHighWaterMarks``): explicit values
+    # of a BY DEFAULT column never move the mark (``ALTER TABLE ... SYNC IDENTITY`` is how Delta users do that).
+    filled = {fill.name for fill in fills}
+    return IdentityPlan(tuple(fills), tuple(c for c in columns if c.name in filled))
 
 
 def fill_batches(
