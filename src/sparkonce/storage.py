@@ -205,6 +205,33 @@ class TableLocation:
         except (OSError, obstore.exceptions.BaseError) as err:
             raise self.store_error(err) from err
 
+    def delete_tree(self) -> int:
+        """Delete every file under this location (``DROP TABLE`` of a managed table); returns how many.
+        Runs on the driver.
+
+        Raises:
+            StorageError: the store failed or refused a listing or a delete.
+        """
+        if self.is_local:
+            import shutil
+
+            count = sum(len(files) for _, _, files in os.walk(self.uri))
+            shutil.rmtree(self.uri, ignore_errors=True)
+            return count
+        import obstore
+
+        store = _object_store(self)
+        count = 0
+        try:
+            for chunk in obstore.list(store, chunk_size=1000):
+                paths = [meta["path"] for meta in chunk]
+                if paths:
+                    obstore.delete(store, paths)
+                    count += len(paths)
+        except (OSError, obstore.exceptions.BaseError) as err:
+            raise self.store_error(err) from err
+        return count
+
     def check_reachable(self, *, for_write: bool) -> bool:
         """Ask the store about the table, before any data moves; True when ``_delta_log`` exists. Runs on the driver.
 

@@ -411,3 +411,61 @@ def test_cli_optimize_compacts_an_s3_table_with_storage_options(spark: Any, obje
     table = load_table(table_location(uri, storage_options=options))
     assert len(table.file_uris()) == 1
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(30))
+
+
+@pytest.mark.spark
+def test_tables_by_name_with_the_warehouse_and_an_external_table_on_s3(
+    spark: Any, object_store: EmbeddedStore, session_storage: Callable[[dict[str, str]], None], tmp_path: Path
+) -> None:
+    """sparkonce's catalog in an S3 warehouse: a managed table (saveAsTable, toTable, spark.table, forName, DROP TABLE
+    deleting its files) and an external one (CREATE TABLE ... LOCATION 's3://...')."""
+    import deltalake
+    import pyarrow.fs as pafs
+
+    from sparkonce.delta.catalog import CATALOG_DIR, DeltaCatalog
+    from sparkonce.delta.tables import DeltaTable as SoDeltaTable
+
+    warehouse = object_store.unique_uri("warehouse")
+    external = object_store.unique_uri("external")
+    session_storage(object_store.storage_options)
+    spark.conf.set("spark.sparkonce.warehouse.dir", warehouse)
+    try:
+        spark.createDataFrame([(i,) for i in range(4)], "id long").write.format("delta").saveAsTable("s3_managed")
+        assert DeltaCatalog(warehouse).get("default", "s3_managed") is not None
+        managed = f"{warehouse}/s3_managed"
+        assert (
+            deltalake.DeltaTable(managed, storage_options=object_store.storage_options).to_pyarrow_table().num_rows == 4
+        )
+        query = (
+            spark.readStream.format("delta")
+            .table("s3_managed")
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .toTable("s3_copy")
+        )
+        query.awaitTermination()
+        assert sorted(r.id for r in spark.table("s3_copy").collect()) == list(range(4))
+        assert SoDeltaTable.forName(spark, "s3_managed").toDF().count() == 4
+
+        spark.createDataFrame([(9,)], "id long").write.format("delta").save(external)
+        spark.sql(f"CREATE TABLE s3_external USING delta LOCATION '{external}'")
+        assert [r.id for r in spark.sql("SELECT id FROM s3_external").collect()] == [9]
+        names = {r.tableName for r in spark.sql("SHOW TABLES").collect()}
+        assert {"s3_managed", "s3_copy", "s3_external"} <= names
+
+        with pytest.raises(Exception, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
+            spark.sql(f"CREATE TABLE s3_external USING delta LOCATION '{external}'")
+        spark.sql("DROP TABLE s3_managed")  # managed: its files go
+        spark.sql("DROP TABLE s3_external")  # external: its files stay
+        store = table_location(warehouse).filesystem()
+        left = store.get_file_info(pafs.FileSelector("s3_managed", recursive=True, allow_not_found=True))
+        # SeaweedFS keeps the emptied folders and lists them as empty objects: no file with content is left.
+        assert [i.path for i in left if i.is_file and i.size] == []
+        assert not deltalake.DeltaTable.is_deltatable(managed, storage_options=object_store.storage_options)
+        assert store.get_file_info(f"{CATALOG_DIR}/default/s3_external.json").type.name == "NotFound"
+        assert deltalake.DeltaTable(external, storage_options=object_store.storage_options).version() == 0
+    finally:
+        for name in ("s3_managed", "s3_copy", "s3_external"):
+            spark.sql(f"DROP TABLE IF EXISTS {name}")
+        spark.conf.unset("spark.sparkonce.warehouse.dir")

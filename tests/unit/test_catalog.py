@@ -30,8 +30,7 @@ def test_entries_are_files_and_names_are_case_insensitive(tmp_path: Path) -> Non
     assert [t.name for t in catalog.tables("default")] == ["events"]
     catalog.remove(table)
     assert catalog.get("default", "events") is None
-    with pytest.raises(SqlError, match="local warehouse"):
-        DeltaCatalog("s3://bucket/warehouse")
+    assert DeltaCatalog("s3://bucket/warehouse").managed_location("sales", "t") == "s3://bucket/warehouse/sales.db/t"
 
 
 def test_cli_takes_a_table_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

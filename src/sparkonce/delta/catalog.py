@@ -2,7 +2,8 @@
 
 Spark's own catalog cannot hold a Delta table served by a Python data source: it records such a table but hands
 its reads and writes no location (they reach the source without a ``path``). sparkonce therefore keeps its own
-entries, one small JSON file per table under ``<spark.sql.warehouse.dir>/_sparkonce_catalog/<database>/``, and
+entries, one small JSON file per table under ``<spark.sql.warehouse.dir>/_sparkonce_catalog/<database>/`` (a local
+directory or an object store), and
 resolves names itself wherever it takes one (``spark.sql`` statements once :func:`sparkonce.register` ran). A
 *managed* table lives at Spark's default place, ``<warehouse>/<table>`` in the ``default`` database and
 ``<warehouse>/<database>.db/<table>`` in others; an *external* one wherever its ``LOCATION`` says. Names are
@@ -19,9 +20,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
 
 from sparkonce.errors import SqlError
+from sparkonce.storage import table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -102,11 +103,13 @@ def find_named_table(name: str, *, warehouse: str | None = None) -> CatalogTable
 
 
 class DeltaCatalog:
-    """The catalog in one warehouse directory (a local directory: an object-store warehouse is refused)."""
+    """The catalog in one warehouse: a local directory or an object-store URI (``s3://lake/warehouse``, with the
+    session's storage options, :func:`sparkonce.storage.table_location`)."""
 
     def __init__(self, warehouse: str) -> None:
-        self.warehouse = _local_path(warehouse)
-        self.root = os.path.join(self.warehouse, CATALOG_DIR)
+        self.location = table_location(warehouse)
+        self.warehouse = self.location.uri
+        """The warehouse root: an absolute local path, or the object-store URI."""
 
     @classmethod
     def of(cls, spark: SparkSession) -> DeltaCatalog:
@@ -117,72 +120,59 @@ class DeltaCatalog:
 
     def get(self, database: str, name: str) -> CatalogTable | None:
         """The table ``database.name``, or None."""
-        path = self._entry_path(database, name)
+        relative = self._entry(database, name)
         try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
+            with self.location.filesystem().open_input_stream(self.location.fs_path(relative)) as handle:
+                data = json.loads(handle.read())
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as err:
-            raise SqlError(f"catalog entry {path} of table {database}.{name} is unreadable: {err}") from err
+            where = self.location.join(relative)
+            raise SqlError(f"catalog entry {where} of table {database}.{name} is unreadable: {err}") from err
         return CatalogTable(database.lower(), name.lower(), str(data["location"]), bool(data["managed"]))
 
     def managed_location(self, database: str, name: str) -> str:
         """Where a managed table ``database.name`` lives (Spark's default place)."""
-        folder = self.warehouse if database.lower() == DEFAULT_DATABASE else f"{self.warehouse}/{database.lower()}.db"
-        return os.path.join(folder, name.lower())
+        folder = "" if database.lower() == DEFAULT_DATABASE else f"{database.lower()}.db/"
+        return self.location.join(f"{folder}{name.lower()}")
 
     def add(self, database: str, name: str, location: str, *, managed: bool) -> CatalogTable:
-        """Register ``database.name`` at ``location``.
+        """Register ``database.name`` at ``location`` (an atomic create: of two sessions registering one name, one
+        wins).
 
         Raises:
             SqlError: the name is taken (``TABLE_OR_VIEW_ALREADY_EXISTS``) or not a plain identifier.
+            StorageError: the warehouse's store refused the write, or cannot create a file atomically.
         """
-        path = self._entry_path(database, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        relative = self._entry(database, name)
+        self.location.check_commit_safety()
         data = json.dumps({"location": location, "managed": managed}).encode()
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
+        if not self.location.put_if_absent(relative, data):
             raise SqlError(
                 f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{database}`.`{name}` because it "
                 "already exists."
-            ) from None
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            )
         return CatalogTable(database.lower(), name.lower(), location, managed)
 
     def remove(self, table: CatalogTable) -> None:
         """Forget ``table`` (its files stay; see :func:`sparkonce.sql` ``DROP TABLE`` for managed tables)."""
-        os.remove(self._entry_path(table.database, table.name))
+        self.location.filesystem().delete_file(self.location.fs_path(self._entry(table.database, table.name)))
 
     def tables(self, database: str) -> list[CatalogTable]:
         """Every table of ``database``, by name."""
-        folder = os.path.join(self.root, database.lower())
-        names = (
-            sorted(f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json"))
-            if os.path.isdir(folder)
-            else []
-        )
+        import pyarrow.fs as pafs
+
+        folder = self.location.fs_path(f"{CATALOG_DIR}/{database.lower()}")
+        infos = self.location.filesystem().get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        names = sorted(i.base_name[: -len(".json")] for i in infos if i.is_file and i.base_name.endswith(".json"))
         return [t for t in (self.get(database, n) for n in names) if t is not None]
 
-    def _entry_path(self, database: str, name: str) -> str:
+    def _entry(self, database: str, name: str) -> str:
+        """The entry's path relative to the warehouse."""
         for part, what in ((database, "database"), (name, "table")):
             if not _NAME.match(part):
                 raise SqlError(f"{what} name {part!r}: sparkonce's catalog takes letters, digits and _ only")
-        return os.path.join(self.root, database.lower(), f"{name.lower()}.json")
-
-
-def _local_path(warehouse: str) -> str:
-    if "://" not in warehouse and not warehouse.startswith("file:"):
-        return os.path.abspath(warehouse)
-    parts = urlsplit(warehouse)
-    if parts.scheme != "file":
-        raise SqlError(
-            f"spark.sql.warehouse.dir = {warehouse}: sparkonce keeps its catalog of Delta tables in a local "
-            "warehouse directory; name tables by path (delta.`s3://...`) or use a local warehouse"
-        )
-    return unquote(parts.path)
+        return f"{CATALOG_DIR}/{database.lower()}/{name.lower()}.json"
 
 
 __all__ = [

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +65,7 @@ from sparkonce.sqltext.grammar import (
     parse_table,
 )
 from sparkonce.sqltext.lexer import Token, split_statements, tokenize
+from sparkonce.storage import table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -603,7 +603,7 @@ class DeltaSql:
         DeltaCatalog.of(self.spark).remove(target.catalog)
         if target.catalog.managed:
             log.info("DROP TABLE %s: deleting the managed table's files at %s", target.shown, target.location)
-            shutil.rmtree(target.location, ignore_errors=True)
+            table_location(target.location).delete_tree()
         return self._empty()
 
     def _show_tables(self, text: str, stmt: ShowTables) -> DataFrame:
