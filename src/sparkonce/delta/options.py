@@ -21,6 +21,9 @@ TABLE_DEFAULTS_OPTION = "__sparkonce_table_defaults"
 PARTITION_BY_OPTION = "partitionBy"
 METADATA_COLUMN_OPTION = "metadataColumn"
 COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
+CHECKPOINT_PART_SIZE_CONF = "spark.databricks.delta.checkpoint.partSize"
+CHECKPOINT_PART_SIZE_OPTION = "__sparkonce_checkpoint_part_size"
+"""Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.checkpoint.partSize``."""
 
 
 def table_path(options: Mapping[str, str]) -> str:
@@ -82,6 +85,9 @@ class WriteOptions:
     """The write's number of tasks, for Delta's identity value rule (:data:`sparkonce.delta.identity.TASKS_OPTION`)."""
     cluster_by: tuple[str, ...] = ()
     """The clustering columns of a table this write creates (:mod:`sparkonce.delta.clustering`)."""
+    checkpoint_part_size: int | None = None
+    """The most actions per file of a Delta log checkpoint this write's commit makes (Delta's
+    ``spark.databricks.delta.checkpoint.partSize``); None: single-file checkpoints."""
 
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
@@ -129,6 +135,7 @@ class WriteOptions:
             session_table_defaults=tuple(sorted(_session_defaults(options).items())),
             cluster_by=parse_clustering(options),
             identity_tasks=get_int(options, "__identity_tasks", None, minimum=1),
+            checkpoint_part_size=get_int(options, CHECKPOINT_PART_SIZE_OPTION, None, minimum=1),
         )
 
 
