@@ -183,11 +183,10 @@ def committed_txn_version(table: AnyTable, txn: BatchTxn) -> int | None:
 
 
 def table_committed_txn_version(table: str | TableLocation, txn: BatchTxn) -> int | None:
-    """:func:`committed_txn_version` on the newest table version; None when there is no table yet."""
-    location = table_location(table)
-    if not table_exists(location):
-        return None
-    return committed_txn_version(load_table(location), txn)
+    """:func:`committed_txn_version` on the newest table version (the snapshot this process keeps, brought up to
+    date: :func:`sparkonce.delta.table_view.current_table`); None when there is no table yet."""
+    current = current_table(table)
+    return None if current is None else committed_txn_version(current, txn)
 
 
 def _diagnose_log(location: TableLocation) -> DeltaLogError | None:
