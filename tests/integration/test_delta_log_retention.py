@@ -63,3 +63,23 @@ def test_old_log_files_go_at_the_next_checkpoint_and_the_table_reads_the_same(
         match=r"option 'versionAsOf' = '11': is beyond the latest table version 10 of ",
     ):
         spark.read.format("delta").option("versionAsOf", "11").load(table).collect()
+
+
+def test_the_session_part_size_makes_multi_part_checkpoints(spark: SparkSession, tmp_path: Path) -> None:
+    table = str(tmp_path / "t")
+    spark.range(0, 4).repartition(4).write.format("delta").option("delta.checkpointInterval", "1").save(table)
+    spark.conf.set("spark.databricks.delta.checkpoint.partSize", "2")
+    try:
+        spark.range(4, 5).write.format("delta").mode("append").save(table)
+    finally:
+        spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
+    # table version 1: protocol, metaData and an add per data file, at most 2 per part
+    actions = 2 + len(DeltaTable(table).file_uris())
+    count = (actions + 1) // 2
+    parts = [n for n in _log(tmp_path / "t") if ".checkpoint." in n]
+    assert parts == [f"{1:020d}.checkpoint.{i:010d}.{count:010d}.parquet" for i in range(1, count + 1)]
+    assert count >= 3
+    os.remove(tmp_path / "t" / "_delta_log" / f"{0:020d}.json")
+    os.remove(tmp_path / "t" / "_delta_log" / f"{1:020d}.json")
+    assert sorted(DeltaTable(table).to_pyarrow_table().column("id").to_pylist()) == list(range(5))
+    assert sorted(r.id for r in spark.read.format("delta").load(table).collect()) == list(range(5))

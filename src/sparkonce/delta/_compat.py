@@ -29,7 +29,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from sparkonce.delta.catalog import serves_catalog
-from sparkonce.delta.options import COMPAT_PARTITION_OPTION, SAVE_MODE_OPTION, TABLE_DEFAULTS_OPTION
+from sparkonce.delta.options import (
+    CHECKPOINT_PART_SIZE_CONF,
+    CHECKPOINT_PART_SIZE_OPTION,
+    COMPAT_PARTITION_OPTION,
+    SAVE_MODE_OPTION,
+    TABLE_DEFAULTS_OPTION,
+)
 
 _FORMATS: set[str] = set()
 _INSTALLED = False
@@ -127,13 +133,16 @@ def _activate(spark: Any) -> None:
 
 def _pass_session_defaults(writer: Any) -> None:
     """Hand the session's ``spark.databricks.delta.properties.defaults.*`` to the data source (which cannot read
-    the session's configuration): the properties of a table the write creates."""
+    the session's configuration): the properties of a table the write creates; and
+    ``spark.databricks.delta.checkpoint.partSize`` (the most actions per log checkpoint file)."""
     from sparkonce.delta.properties import SESSION_DEFAULTS_PREFIX
 
     conf = writer._spark.conf.getAll
     defaults = {k: v for k, v in conf.items() if k.startswith(SESSION_DEFAULTS_PREFIX)}
     if defaults:
         writer._jwrite = writer._jwrite.option(TABLE_DEFAULTS_OPTION, json.dumps(defaults))
+    if conf.get(CHECKPOINT_PART_SIZE_CONF):  # Delta's limit of actions per log checkpoint file
+        writer._jwrite = writer._jwrite.option(CHECKPOINT_PART_SIZE_OPTION, conf[CHECKPOINT_PART_SIZE_CONF])
 
 
 def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
+    from sparkonce.delta.table_view import AnyTable
 
 PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 FIELD_ID_KEY = "delta.columnMapping.id"
@@ -24,7 +24,7 @@ PARQUET_FIELD_ID = b"PARQUET:field_id"
 """The Arrow field metadata key pyarrow writes as a Parquet field id."""
 
 
-def mapping_mode(table: DeltaTable) -> str:
+def mapping_mode(table: AnyTable) -> str:
     """The table's ``delta.columnMapping.mode`` (``none`` when unset)."""
     return str(table.metadata().configuration.get("delta.columnMapping.mode") or "none")
 
@@ -119,7 +119,7 @@ class ColumnMapping:
     """Logical top-level column name -> :func:`rename_tree` (``to_physical=True``) of its type."""
 
     @classmethod
-    def of(cls, table: DeltaTable) -> ColumnMapping | None:
+    def of(cls, table: AnyTable) -> ColumnMapping | None:
         """The mapping of ``table``'s schema, or None when the table is not column-mapped."""
         mode = mapping_mode(table)
         if mode == "none":

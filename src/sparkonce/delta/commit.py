@@ -2,9 +2,10 @@
 
 This is where exactly-once lives. For a batch with ``(app_id, txn_version)``:
 
-1. load the newest table snapshot; if the table's ``txn_version(app_id) >= txn_version`` the batch is already in
-   the table: skip it (and delete the files this attempt wrote that no Delta commit references:
-   :mod:`sparkonce.delta.cleanup`);
+1. read the newest table snapshot (sparkonce's own, from the newest checkpoint, kept between batches and brought
+   up to date by reading only the commits since: :mod:`sparkonce.delta.table_view`); if the table's
+   ``txn_version(app_id) >= txn_version`` the batch is already in the table: skip it (and delete the files this
+   attempt wrote that no Delta commit references: :mod:`sparkonce.delta.cleanup`);
 2. otherwise commit the files and ``txn(app_id, txn_version)`` as table version ``read_version + 1``, with no
    automatic rebase: sparkonce writes the commit file itself (as Delta writes it, :mod:`sparkonce.delta.log_entry`),
    and the store's put-if-absent makes exactly one writer win that version;
@@ -43,6 +44,8 @@ from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.conflicts import ReadSet, check_winners
 from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
+from sparkonce.delta.log import Snapshot, advance
+from sparkonce.delta.log_checkpoint import write_checkpoint
 from sparkonce.delta.log_cleanup import cleanup_expired_logs
 from sparkonce.delta.log_entry import (
     BLIND_APPENDS,
@@ -55,6 +58,7 @@ from sparkonce.delta.log_entry import (
 )
 from sparkonce.delta.properties import new_table_protocol
 from sparkonce.delta.schema import delta_fields, delta_schema_string, reconcile, table_fields
+from sparkonce.delta.table_view import AnyTable, LogTable, current_table, remember_table
 from sparkonce.errors import (
     CommitConflictError,
     DeltaLogError,
@@ -168,7 +172,7 @@ def _check_table_version(location: TableLocation, table_version: int) -> None:
     delta_log.check_table_version(table_version)
 
 
-def committed_txn_version(table: DeltaTable, txn: BatchTxn) -> int | None:
+def committed_txn_version(table: AnyTable, txn: BatchTxn) -> int | None:
     """The one "is this batch already in the table" check.
 
     Returns:
@@ -180,11 +184,10 @@ def committed_txn_version(table: DeltaTable, txn: BatchTxn) -> int | None:
 
 
 def table_committed_txn_version(table: str | TableLocation, txn: BatchTxn) -> int | None:
-    """:func:`committed_txn_version` on the newest table version; None when there is no table yet."""
-    location = table_location(table)
-    if not table_exists(location):
-        return None
-    return committed_txn_version(load_table(location), txn)
+    """:func:`committed_txn_version` on the newest table version (the snapshot this process keeps, brought up to
+    date: :func:`sparkonce.delta.table_view.current_table`); None when there is no table yet."""
+    current = current_table(table)
+    return None if current is None else committed_txn_version(current, txn)
 
 
 def _diagnose_log(location: TableLocation) -> DeltaLogError | None:
@@ -216,7 +219,7 @@ def commit_files(
     max_attempts: int = 100,
     removes: Iterable[RemovedFile] = (),
     data_change: bool = True,
-    snapshot: DeltaTable | None = None,
+    snapshot: AnyTable | None = None,
     written_after: int | None = None,
     new_table_properties: Mapping[str, str] | None = None,
     table_description: str | None = None,
@@ -224,6 +227,7 @@ def commit_files(
     identity: IdentityPlan | None = None,
     change_files: Iterable[WrittenFile] = (),
     read: ReadSet | None = None,
+    checkpoint_part_size: int | None = None,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -249,6 +253,8 @@ def commit_files(
     what the transaction read (a rewrite: its table version, files and partitions); every commit after its
     ``read_version`` is checked against it by Delta's rules (:mod:`sparkonce.delta.conflicts`) before this commit
     is made on top. None: a blind append, which read the table version this call loads first.
+    ``checkpoint_part_size``: Delta's ``spark.databricks.delta.checkpoint.partSize``, the most actions per file
+    of a checkpoint this commit writes (None: one file).
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -293,7 +299,8 @@ def commit_files(
     for attempt in range(1, max_attempts + 1):
         now = int(time.time() * 1000)
         if snapshot is None or attempt > 1:
-            if not table_exists(location):
+            snapshot = current_table(location)
+            if snapshot is None:
                 if written_after is None:
                     written_after = -1
                 entry = _first_commit(
@@ -321,7 +328,6 @@ def commit_files(
                 if (done := landed(attempt)) is not None:
                     return done
                 continue  # another writer created the table first: commit on top of it (or skip the batch)
-            snapshot = load_table(location)
         read_version = int(snapshot.version())
         if written_after is None:
             written_after = read_version
@@ -404,7 +410,7 @@ def commit_files(
                 new_schema = json.dumps({"type": "struct", "fields": moved}, separators=(",", ":"))
         if replacing and (table_partitions != partition_by or table_description not in (None, metadata.description)):
             new_schema = new_schema or schema_string
-        removals = _removals(location, read_version, mode, removes, data_change, now)
+        removals = _removals(location, snapshot, mode, removes, data_change, now)
         actions: list[dict[str, Any]] = [a for a in replacement if "protocol" in a]
         if new_schema is not None:
             partitions = partition_by if replacing else None
@@ -446,7 +452,18 @@ def commit_files(
             len(removals),
             txn,
         )
-        checkpoint_if_due(location, table_version, dict(metadata.configuration), protocol)
+        after_commit: Snapshot | None = None
+        if isinstance(snapshot, LogTable):  # the state after this commit, without reading the log again
+            after_commit = advance(snapshot.snapshot, table_version, [{"commitInfo": info}, *actions])
+            remember_table(location, after_commit)
+        checkpoint_if_due(
+            location,
+            table_version,
+            dict(metadata.configuration),
+            protocol,
+            snapshot=after_commit,
+            part_size=checkpoint_part_size,
+        )
         return CommitResult(table_version, False, attempt, len(files), rows, len(removals))
     raise CommitConflictError(
         f"gave up committing to {table_uri} after {max_attempts} attempts lost to concurrent writers (txn {txn})"
@@ -485,7 +502,7 @@ def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_ur
     )
 
 
-def protocol_action(table: DeltaTable) -> dict[str, Any]:
+def protocol_action(table: AnyTable) -> dict[str, Any]:
     """The table's ``protocol`` action as the log holds it (feature lists only with reader 3 / writer 7)."""
     protocol = table.protocol()
     out: dict[str, Any] = {
@@ -534,7 +551,7 @@ percent-encoded."""
 
 def _removals(
     location: TableLocation,
-    read_version: int,
+    snapshot: AnyTable,
     mode: CommitMode,
     removes: list[RemovedFile],
     data_change: bool,
@@ -546,7 +563,10 @@ def _removals(
         return []
     from sparkonce.delta.log import DeltaLog
 
-    active = DeltaLog(location).snapshot(read_version).files
+    read_version = snapshot.version()
+    active = (
+        snapshot.snapshot.files if isinstance(snapshot, LogTable) else DeltaLog(location).snapshot(read_version).files
+    )
     if mode == "overwrite":
         removes = [
             RemovedFile(
@@ -735,7 +755,7 @@ def metadata_action(
 
 
 def _schema_change(
-    table: DeltaTable,
+    table: AnyTable,
     table_uri: str,
     data_schema: pa.Schema,
     mode: CommitMode,
@@ -778,12 +798,20 @@ DEFAULT_CHECKPOINT_INTERVAL = 10
 
 
 def checkpoint_if_due(
-    location: TableLocation, table_version: int, configuration: dict[str, str], protocol: dict[str, Any]
+    location: TableLocation,
+    table_version: int,
+    configuration: dict[str, str],
+    protocol: dict[str, Any],
+    *,
+    snapshot: Snapshot | None = None,
+    part_size: int | None = None,
 ) -> None:
-    """Write a Delta checkpoint (delta-rs's classic parquet checkpoint and ``_last_checkpoint``) at the table
-    versions Delta places them: ``table_version % delta.checkpointInterval == 0``, then remove the log files that
-    ``delta.logRetentionDuration`` lets go (:mod:`sparkonce.delta.log_cleanup`). A failure is logged, never raised:
-    the commit has landed, and a missing checkpoint or cleanup only costs readers a longer replay."""
+    """Write a Delta checkpoint (classic parquet, multi-part beyond ``part_size`` actions, and ``_last_checkpoint``:
+    :mod:`sparkonce.delta.log_checkpoint`) at the table versions Delta places them:
+    ``table_version % delta.checkpointInterval == 0``, then remove the log files that ``delta.logRetentionDuration``
+    lets go (:mod:`sparkonce.delta.log_cleanup`). ``snapshot``: the table's state at ``table_version`` when the
+    caller holds it (the commit that made it); else it is read from the log. A failure is logged, never raised: the
+    commit has landed, and a missing checkpoint or cleanup only costs readers a longer replay."""
     try:
         interval = int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
     except ValueError:
@@ -791,9 +819,17 @@ def checkpoint_if_due(
     if interval <= 0 or table_version == 0 or table_version % interval != 0:
         return
     if "v2Checkpoint" in (protocol.get("writerFeatures") or ()):
-        return  # delta-rs writes classic checkpoints only
+        return  # sparkonce writes classic checkpoints only
     try:
-        load_table(location, table_version=table_version).create_checkpoint()
+        if snapshot is None or snapshot.table_version != table_version:
+            current = current_table(location)
+            if current is not None and current.version() == table_version:
+                snapshot = current.snapshot
+            else:  # the log moved on already: rebuild that table version
+                from sparkonce.delta.log import DeltaLog
+
+                snapshot = DeltaLog(location).snapshot(table_version)
+        write_checkpoint(location, snapshot, part_size=part_size)
     except Exception as err:  # the commit stands; readers replay more JSON until the next checkpoint
         log.warning("no Delta checkpoint at table_version %s of %s: %s", table_version, location, err)
         return

@@ -26,9 +26,9 @@ from sparkonce.errors import CommitConflictError, ConstraintViolationError, SqlE
 from sparkonce.sqltext.expression import Expr, columns_of, parse_expression
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
+    from sparkonce.delta.table_view import AnyTable
     from sparkonce.storage import TableLocation
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class CheckConstraints:
     """The table's columns: a column the data lacks reads as null (as in Delta)."""
 
     @classmethod
-    def of(cls, table: DeltaTable, *, shown: str | None = None) -> CheckConstraints | None:
+    def of(cls, table: AnyTable, *, shown: str | None = None) -> CheckConstraints | None:
         """The table's constraints (None when it has none). Runs on the driver.
 
         Raises:

@@ -25,9 +25,10 @@ from sparkonce.errors import SqlError, UnsupportedFeatureError
 from sparkonce.sqltext.expression import Expr, columns_of, parse_expression
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+    from sparkonce.delta.table_view import AnyTable
 
 GENERATION_EXPRESSION_KEY = "delta.generationExpression"
 FEATURE = "generatedColumns"
@@ -63,7 +64,7 @@ class GeneratedColumns:
     """The table's columns: a source column the data lacks reads as null (as in Delta)."""
 
     @classmethod
-    def of(cls, table: DeltaTable, *, shown: str | None = None) -> GeneratedColumns | None:
+    def of(cls, table: AnyTable, *, shown: str | None = None) -> GeneratedColumns | None:
         """The generated columns of a delta-rs table (None when it has none). Runs on the driver.
 
         Raises:

@@ -43,6 +43,7 @@ __all__ = [
     "DeltaLog",
     "Snapshot",
     "Txn",
+    "advance",
     "commit_facts",
     "streaming_info",
 ]
@@ -123,6 +124,8 @@ class Snapshot:
     re-added."""
     tombstone_dvs: tuple[dict[str, Any], ...] = ()
     """Deletion vector descriptors of those ``remove`` actions (their files stay until VACUUM)."""
+    removes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The ``remove`` actions behind :attr:`tombstones`: raw path -> the action (what a checkpoint keeps)."""
     domains: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Metadata domains (``domainMetadata`` actions, tombstones dropped): domain name -> the action."""
     notes: tuple[str, ...] = field(default=())
@@ -282,6 +285,25 @@ class DeltaLog:
         ``commitInfo`` is dated by), or None when it cannot be read."""
         return self._mtime_ms(self.commit_path(table_version))
 
+    def commit_stamp(self, table_version: int) -> tuple[int, int] | None:
+        """The (size, modification time in ns) of the JSON commit of ``table_version``, or None when it is missing:
+        a commit file is written once (put-if-absent), so a different stamp means a different log."""
+        if self.location.is_local:
+            try:
+                st = os.stat(self.commit_path(table_version))
+            except FileNotFoundError:
+                return None
+            return st.st_size, st.st_mtime_ns
+        import pyarrow.fs as pafs
+
+        try:
+            info = self.fs.get_file_info(self.commit_path(table_version))
+        except OSError as err:
+            raise self.location.store_error(err) from err
+        if info.type != pafs.FileType.File:
+            return None
+        return int(info.size or 0), int(info.mtime_ns or 0)
+
     def _mtime_ms(self, path: str) -> int | None:
         try:
             mtime = self.fs.get_file_info(path).mtime
@@ -329,18 +351,25 @@ class DeltaLog:
         return _Listing(commits, checkpoints, last)
 
     def last_checkpoint_ref(self) -> CheckpointRef | None:
-        """The classic or multi-part checkpoint that ``_last_checkpoint`` names, when every file of it is there;
-        None when the hint is missing, unreadable, names a V2 checkpoint or files that are not there. Found without
-        listing ``_delta_log``."""
+        """The classic, multi-part or V2 checkpoint that ``_last_checkpoint`` names (a V2 one by its
+        ``v2Checkpoint.path``), when every file of it is there (a V2 checkpoint's sidecars are checked on reading);
+        None when the hint is missing, unreadable or names files that are not there. Found without listing
+        ``_delta_log``."""
         try:
             last = self.read_last_checkpoint()
         except DeltaLogError:
             return None
-        if last is None or "v2Checkpoint" in last:
+        if last is None:
             return None
         version = int(last["version"])
         parts = last.get("parts")
-        if isinstance(parts, int) and parts > 1:
+        if "v2Checkpoint" in last:  # the V2 checkpoint's top-level file, named in the hint (sidecars: on reading)
+            v2 = last["v2Checkpoint"]
+            name = v2.get("path") if isinstance(v2, dict) else None
+            if not isinstance(name, str) or not _V2_CP_RE.match(name) or int(name[:20]) != version:
+                return None
+            ref = CheckpointRef(version, "v2", (self._join(name),))
+        elif isinstance(parts, int) and parts > 1:
             names = [f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
             ref = CheckpointRef(version, "multi-part", tuple(self._join(n) for n in names))
         else:
@@ -620,9 +649,10 @@ class DeltaLog:
             if missing and not any(v < missing[0] for v in listing.commits) and target < latest:
                 raise self._version_not_found(target, listing, latest)  # the oldest versions left the log
             if missing:
+                why = "".join(f"; {note}" for note in notes if note.startswith("skipped checkpoint"))
                 raise DeltaLogError(
                     f"{self.location}: cannot rebuild table version {target}: no usable checkpoint and the "
-                    f"Delta commit of table version {missing[0]} is missing from _delta_log"
+                    f"Delta commit of table version {missing[0]} is missing from _delta_log{why}"
                 )
         for v in range(start, target + 1):
             state.apply(self.read_actions(v))
@@ -631,18 +661,44 @@ class DeltaLog:
                 f"{self.location}: table version {target} has no "
                 f"{'protocol' if not state.protocol else 'metaData'} action"
             )
-        return Snapshot(
-            table_version=target,
-            metadata=state.metadata,
-            protocol=state.protocol,
-            files=state.files,
-            txns=state.txns,
-            checkpoint_version=checkpoint_version,
-            tombstones=frozenset(state.tombstones),
-            tombstone_dvs=tuple(state.tombstone_dvs),
-            domains={k: v for k, v in state.domains.items() if not v.get("removed")},
-            notes=tuple(notes),
-        )
+        return state.snapshot(target, checkpoint_version, tuple(notes))
+
+    REBASE_AFTER = 1000
+    """Commits an updated snapshot replays past its checkpoint before :meth:`update` starts again from a newer
+    checkpoint."""
+
+    def update(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` brought up to the latest table version by reading only the Delta commits after its table
+        version (Delta's ``update()``): probed one by one up to the first missing one, no listing of ``_delta_log``.
+
+        A long-running stream keeps its snapshot this way instead of rebuilding it every batch. Rebuilt from the
+        newest checkpoint instead (:meth:`snapshot`) when ``_last_checkpoint`` names a checkpoint beyond every commit
+        found (log cleanup removed commits the snapshot needs: it is older than the log's retention), or when the
+        snapshot has replayed more than :attr:`REBASE_AFTER` commits past its own checkpoint and a newer checkpoint
+        exists (its tombstones would otherwise grow with the stream's age). The snapshot passed in is not changed.
+
+        Raises:
+            DeltaLogError: a new commit cannot be read.
+        """
+        found = snapshot.table_version
+        while self._exists(self.commit_path(found + 1)):
+            found += 1
+        try:
+            last = self.read_last_checkpoint()
+        except DeltaLogError:
+            last = None
+        newest_checkpoint = -1 if last is None else int(last["version"])
+        if newest_checkpoint > found:  # the log moved past what the held snapshot can reach by commits
+            return self.snapshot()
+        base = snapshot.checkpoint_version or 0
+        if newest_checkpoint > base and found - base > self.REBASE_AFTER and self.last_checkpoint_ref() is not None:
+            return self.snapshot()
+        if found == snapshot.table_version:
+            return snapshot
+        state = _State.of(snapshot)
+        for table_version in range(snapshot.table_version + 1, found + 1):
+            state.apply(self.read_actions(table_version))
+        return state.snapshot(found, snapshot.checkpoint_version, snapshot.notes)
 
     def check_table_version(self, table_version: int) -> None:
         """Raise when ``table_version`` cannot be read: beyond the latest, or before the oldest the log keeps.
@@ -693,8 +749,13 @@ class DeltaLog:
         if ref.kind == "v2":
             for sidecar in list(state.sidecars):
                 sidecar_path = self._join("_sidecars", unquote(sidecar))
-                for action in _read_checkpoint_file(self, sidecar_path):
-                    state.apply_checkpoint_action(action)
+                try:
+                    for action in _read_checkpoint_file(self, sidecar_path):
+                        state.apply_checkpoint_action(action)
+                except DeltaLogError as err:
+                    raise DeltaLogError(
+                        f"{err} (a sidecar of the V2 checkpoint {self.where(ref.files[0])}, table feature v2Checkpoint)"
+                    ) from err
         return state
 
     # ------------------------------------------------------------------ files
@@ -704,6 +765,14 @@ class DeltaLog:
         from sparkonce.delta.paths import data_file_fs_path
 
         return data_file_fs_path(self.location, raw_path)
+
+
+def advance(snapshot: Snapshot, table_version: int, actions: list[dict[str, Any]]) -> Snapshot:
+    """``snapshot`` with the actions of the Delta commit of ``table_version`` (the next one) applied: the state a
+    writer that made that commit on top of ``snapshot`` knows without reading the log again."""
+    state = _State.of(snapshot)
+    state.apply(actions)
+    return state.snapshot(table_version, snapshot.checkpoint_version, snapshot.notes)
 
 
 class _State:
@@ -716,11 +785,43 @@ class _State:
         self.txns: dict[str, Txn] = {}
         self.sidecars: list[str] = []
         self.tombstones: set[str] = set()
+        self.removes: dict[str, dict[str, Any]] = {}
         self.tombstone_dvs: list[dict[str, Any]] = []
         self.domains: dict[str, dict[str, Any]] = {}
 
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> _State:
+        """A replay state holding ``snapshot`` (copies: the snapshot stays as it is)."""
+        state = cls()
+        state.metadata = snapshot.metadata
+        state.protocol = snapshot.protocol
+        state.files = dict(snapshot.files)
+        state.txns = dict(snapshot.txns)
+        state.tombstones = set(snapshot.tombstones)
+        state.removes = dict(snapshot.removes)
+        state.tombstone_dvs = list(snapshot.tombstone_dvs)
+        state.domains = dict(snapshot.domains)
+        return state
+
+    def snapshot(self, table_version: int, checkpoint_version: int | None, notes: tuple[str, ...]) -> Snapshot:
+        """The :class:`Snapshot` this state holds at ``table_version``."""
+        return Snapshot(
+            table_version=table_version,
+            metadata=self.metadata,
+            protocol=self.protocol,
+            files=self.files,
+            txns=self.txns,
+            checkpoint_version=checkpoint_version,
+            tombstones=frozenset(self.tombstones),
+            removes=self.removes,
+            tombstone_dvs=tuple(self.tombstone_dvs),
+            domains={k: v for k, v in self.domains.items() if not v.get("removed")},
+            notes=notes,
+        )
+
     def _remove(self, remove: dict[str, Any]) -> None:
         self.tombstones.add(remove["path"])
+        self.removes[remove["path"]] = remove
         if isinstance(remove.get("deletionVector"), dict):
             self.tombstone_dvs.append(remove["deletionVector"])
 
@@ -752,6 +853,7 @@ class _State:
                 add = action["add"]
                 self.files[add["path"]] = add
                 self.tombstones.discard(add["path"])
+                self.removes.pop(add["path"], None)
             elif "txn" in action:
                 self._txn(action["txn"])
             elif "metaData" in action:

@@ -30,6 +30,7 @@ Runs on the driver, after the Delta commit and checkpoint it follows; never on e
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -184,10 +185,18 @@ def cleanup_expired_logs(
             skipped=f"_last_checkpoint names table version {checkpoint_version}, whose checkpoint "
             "is missing or incomplete",
         )
-    files = _log_files(delta_log)
+    oldest = _oldest_kept.get(location)
+    if oldest is not None and oldest.mtime_ms > cutoff and _mtime_ms(delta_log, oldest.name) == oldest.mtime_ms:
+        return LogCleanupResult(table, cutoff, (), skipped=f"its oldest log file {oldest.name} is not expired yet")
+    files = _log_files(delta_log, cutoff_ms=cutoff, max_table_version=checkpoint_version - 1)
     expired = expired_log_files(files, cutoff_ms=cutoff, max_table_version=checkpoint_version - 1)
     for name in expired:
         delta_log.fs.delete_file(f"{delta_log.log_dir}/{name}")
+    first_kept = files[len(expired)] if len(files) > len(expired) else None
+    if first_kept is not None and first_kept.mtime_ms > cutoff and first_kept.table_version < checkpoint_version:
+        _oldest_kept[location] = first_kept  # every older file went; every newer one is (made) younger
+    else:
+        _oldest_kept.pop(location, None)
     if expired:
         log.info(
             "removed %d expired log file(s) of %s, table versions %s to %s (last modified before %s ms, %s)",
@@ -201,7 +210,55 @@ def cleanup_expired_logs(
     return LogCleanupResult(table, cutoff, tuple(expired))
 
 
-def _log_files(delta_log: DeltaLog) -> list[LogFile]:
+_oldest_kept: dict[TableLocation, LogFile] = {}
+"""Per table, in this process: the oldest log file the last cleanup kept because it was not expired (every older
+one went). While it is there with the same modification time and still not expired, no log file is: the next
+cleanup does not list ``_delta_log`` (a long-lived stream's checkpoints come every few minutes, expiry daily)."""
+
+
+def _mtime_ms(delta_log: DeltaLog, name: str) -> int | None:
+    """The modification time of the log file ``name`` (None when it is gone)."""
+    if delta_log.location.is_local:
+        try:
+            return os.stat(os.path.join(delta_log.log_dir, name)).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return None
+    import pyarrow.fs as pafs
+
+    info = delta_log.fs.get_file_info(f"{delta_log.log_dir}/{name}")
+    if info.type != pafs.FileType.File or info.mtime is None:
+        return None
+    return int(info.mtime.timestamp() * 1000)
+
+
+def _log_files(delta_log: DeltaLog, *, cutoff_ms: int, max_table_version: int) -> list[LogFile]:
+    """The commits and checkpoint files of ``_delta_log`` with their modification times, sorted by name, up to and
+    including the first that cannot go (modified after ``cutoff_ms`` or beyond ``max_table_version``): the files
+    after it cannot go either (times are made monotonic), and :func:`expired_log_files` decides the same on this
+    prefix as on the whole log.
+
+    On a local disk only the names are listed and only the prefix's files are looked at (a long-lived stream's log
+    holds 10^5 files, of which a cleanup removes a few); on an object store the listing carries the times."""
+    if not delta_log.location.is_local:
+        return _listed_log_files(delta_log)
+    try:
+        names = sorted(n for n in os.listdir(delta_log.log_dir) if n[:20].isdigit() and _LOG_FILE_RE.match(n))
+    except FileNotFoundError:
+        return []
+    found: list[LogFile] = []
+    for name in names:
+        try:
+            mtime_ms = os.stat(os.path.join(delta_log.log_dir, name)).st_mtime_ns // 1_000_000
+        except FileNotFoundError:  # removed meanwhile (a concurrent cleanup)
+            continue
+        entry = LogFile(name, int(name[:20]), mtime_ms)
+        found.append(entry)
+        if entry.mtime_ms > cutoff_ms or entry.table_version > max_table_version:
+            break
+    return found
+
+
+def _listed_log_files(delta_log: DeltaLog) -> list[LogFile]:
     """The commits and checkpoint files of ``_delta_log`` with their modification times, sorted by name."""
     import pyarrow.fs as pafs
 

@@ -24,6 +24,9 @@ COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
 CHECKPOINT_QUERY_ID_OPTION = "__sparkonce_checkpoint_query_id"
 """Set by the ``start()`` shim (``_compat``) for a non-local checkpoint: its query id, read (or written) by the
 driver through Hadoop's file system, since the sink's commit runs in a Python worker that has no JVM."""
+CHECKPOINT_PART_SIZE_CONF = "spark.databricks.delta.checkpoint.partSize"
+CHECKPOINT_PART_SIZE_OPTION = "__sparkonce_checkpoint_part_size"
+"""Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.checkpoint.partSize``."""
 
 
 def table_path(options: Mapping[str, str]) -> str:
@@ -87,6 +90,9 @@ class WriteOptions:
     """The clustering columns of a table this write creates (:mod:`sparkonce.delta.clustering`)."""
     checkpoint_query_id: str | None = None
     """The query id of a non-local checkpoint, handed over by the driver (:data:`CHECKPOINT_QUERY_ID_OPTION`)."""
+    checkpoint_part_size: int | None = None
+    """The most actions per file of a Delta log checkpoint this write's commit makes (Delta's
+    ``spark.databricks.delta.checkpoint.partSize``); None: single-file checkpoints."""
 
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
@@ -135,6 +141,7 @@ class WriteOptions:
             cluster_by=parse_clustering(options),
             identity_tasks=get_int(options, "__identity_tasks", None, minimum=1),
             checkpoint_query_id=get_str(options, CHECKPOINT_QUERY_ID_OPTION),
+            checkpoint_part_size=get_int(options, CHECKPOINT_PART_SIZE_OPTION, None, minimum=1),
         )
 
 

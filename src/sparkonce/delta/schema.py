@@ -13,8 +13,9 @@ import pyarrow as pa
 from sparkonce.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
     from pyspark.sql.types import StructType
+
+    from sparkonce.delta.table_view import AnyTable
 
 
 SPARK_METADATA_KEY = "SPARK::metadata::json"
@@ -56,11 +57,11 @@ def _spark_metadata(field: dict[str, Any]) -> None:
         kind = kind.get("elementType") if kind.get("type") == "array" else kind.get("valueType")
 
 
-def table_fields(table: DeltaTable) -> list[dict[str, Any]]:
+def table_fields(table: AnyTable) -> list[dict[str, Any]]:
     return list(json.loads(table.schema().to_json())["fields"])
 
 
-def table_arrow_schema(table: DeltaTable) -> pa.Schema:
+def table_arrow_schema(table: AnyTable) -> pa.Schema:
     """The table's logical schema as Arrow (partition columns included, in table order)."""
     return pa.schema(table.schema().to_arrow())
 

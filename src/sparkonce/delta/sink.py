@@ -31,6 +31,7 @@ from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityPlan, plan_identity
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.schema import arrow_schema_for_spark, table_fields
+from sparkonce.delta.table_view import LogTable, current_table
 from sparkonce.delta.writer import (
     DeltaFilesMessage,
     abort_write,
@@ -42,11 +43,11 @@ from sparkonce.delta.writer import (
     write_task,
     written_after,
 )
-from sparkonce.errors import OptionError, SinkError, TableNotFoundError
+from sparkonce.errors import OptionError, SinkError
 from sparkonce.storage import checkpoint_path
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             max_records_per_file=options.max_records_per_file,
             compression=options.compression,
         )
-        self._snapshot: DeltaTable | None = None
+        self._snapshot: LogTable | None = None
         self.identity: IdentityPlan | None = None
         self._check_table()
 
@@ -95,19 +96,19 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         """Fail before the first batch when the data cannot go into the existing table.
 
         Spark builds the writer on the driver when the query starts and again for every batch (in a planner process
-        and in its commit process, which live as long as the query): the table loaded here is kept for that
-        batch's commit (never pickled to executors).
+        and in its commit process, which live as long as the query): the table read here is kept for that
+        batch's commit (never pickled to executors). It comes from the snapshot the process keeps between batches,
+        brought up to date by reading only the commits since (:func:`sparkonce.delta.table_view.current_table`).
         """
         check_partition_columns(self.options, self.arrow_schema)
         self.options.location.check_commit_safety()
         if not self.options.location.check_reachable(for_write=True):
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
         else:
-            try:
-                table = load_table(self.options.location)
-            except TableNotFoundError:
+            table = current_table(self.options.location)
+            if table is None:  # a _delta_log without commits yet: the first batch creates the table
                 self.file_options.generated = check_new_table(self.options, self.arrow_schema)
-                return  # a _delta_log without commits yet: the first batch creates the table
+                return
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = ColumnMapping.of(table)
             self.identity = plan_identity(table_fields(table), self.arrow_schema, table=self.options.path)
@@ -119,7 +120,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
-        state["_snapshot"] = None  # a delta-rs table stays in the process that loaded it
+        state["_snapshot"] = None  # the table's snapshot stays in the driver process that read it
         return state
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
@@ -156,12 +157,13 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             written_after=written_after(messages),
             new_table_properties=self.options.new_table_properties(),
             identity=self.identity,
+            checkpoint_part_size=self.options.checkpoint_part_size,
         )
         if result.skipped:
             log.info("batch %s of query %s was already in %s: skipped", batch_id, query_id, self.options.path)
         crash_point("after_delta_commit", batch_id)
 
-    def _take_snapshot(self) -> DeltaTable | None:
+    def _take_snapshot(self) -> LogTable | None:
         """The table as :meth:`_check_table` loaded it, once (a writer commits one batch; a second commit loads)."""
         snapshot, self._snapshot = self._snapshot, None
         return snapshot

@@ -21,7 +21,7 @@ from sparkonce._version import __version__
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.clustering import check_columns, table_clustering
 from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
-from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, load_table, table_exists
+from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
 from sparkonce.delta.generated import GeneratedColumns, has_generation_expressions
@@ -29,10 +29,11 @@ from sparkonce.delta.identity import IdentityPlan, fill_batches, plan_identity
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, delta_schema_string, reconcile, table_fields
+from sparkonce.delta.table_view import current_table
 from sparkonce.errors import OptionError, SchemaMismatchError, SqlError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
+    from sparkonce.delta.table_view import AnyTable
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,8 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         check_partition_columns(self.options, self.arrow_schema)
         self.options.location.check_commit_safety()
         self.options.location.check_reachable(for_write=True)
-        if not table_exists(self.options.location):
+        table = current_table(self.options.location)
+        if table is None:
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
             return None
         check_clustering_unchanged(self.options)
@@ -151,7 +153,6 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             )
         if self.options.save_mode == "ignore":
             return f"mode ignore: the table {self.options.path} already exists"
-        table = load_table(self.options.location)
         self.file_options.written_after = table.version()
         if self.txn is not None:
             committed = committed_txn_version(table, self.txn)
@@ -208,6 +209,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             table_description=self.options.description,
             new_table_clustering=self.options.cluster_by,
             identity=self.identity,
+            checkpoint_part_size=self.options.checkpoint_part_size,
         )
         from sparkonce.crash import crash_point
 
@@ -276,7 +278,7 @@ def check_clustering_unchanged(options: WriteOptions) -> None:
         )
 
 
-def check_target(table: DeltaTable, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:
+def check_target(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:
     """Check data against an existing table, before any file is written; return the partition columns.
 
     Runs on the driver.

@@ -420,15 +420,15 @@ class FanOutWriter:
         """How executors write the target's files: its partition columns and, for an existing column-mapped table,
         its column mapping."""
         from sparkonce.delta.column_mapping import ColumnMapping
-        from sparkonce.delta.commit import load_table, table_exists
         from sparkonce.delta.constraints import CheckConstraints
         from sparkonce.delta.files import FileWriterOptions
         from sparkonce.delta.generated import GeneratedColumns
+        from sparkonce.delta.table_view import current_table
 
         location = target.location()
-        if not table_exists(location):
+        table = current_table(location)  # the snapshot this process keeps, brought up to date
+        if table is None:
             return FileWriterOptions(location=location, partition_by=tuple(target.partition_by))
-        table = load_table(location)
         return FileWriterOptions(
             location=location,
             partition_by=tuple(target.partition_by or table.metadata().partition_columns),
@@ -505,9 +505,10 @@ def _first_line(err: BaseException) -> str:
 
 
 def _table_version(location: TableLocation) -> int | None:
-    from sparkonce.delta.commit import load_table, table_exists
+    from sparkonce.delta.table_view import current_table
 
-    return int(load_table(location).version()) if table_exists(location) else None
+    table = current_table(location)
+    return None if table is None else table.version()
 
 
 __all__ = ["CRASH_POINT", "FanOutResult", "FanOutTarget", "FanOutWriter", "StagedBatch", "TargetOutcome"]
