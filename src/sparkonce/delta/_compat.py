@@ -29,7 +29,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from sparkonce.delta.catalog import serves_catalog
-from sparkonce.delta.options import COMPAT_PARTITION_OPTION, SAVE_MODE_OPTION, TABLE_DEFAULTS_OPTION
+from sparkonce.delta.options import (
+    COMPAT_PARTITION_OPTION,
+    SAVE_MODE_OPTION,
+    SESSION_CONF_OPTION,
+    TABLE_DEFAULTS_OPTION,
+)
 
 _FORMATS: set[str] = set()
 _INSTALLED = False
@@ -126,14 +131,19 @@ def _activate(spark: Any) -> None:
 
 
 def _pass_session_defaults(writer: Any) -> None:
-    """Hand the session's ``spark.databricks.delta.properties.defaults.*`` to the data source (which cannot read
-    the session's configuration): the properties of a table the write creates."""
+    """Hand the session's ``spark.databricks.delta.properties.defaults.*`` (the properties of a table the write
+    creates) and its auto compaction / optimized write confs to the data source (which cannot read the session's
+    configuration)."""
+    from sparkonce.delta.auto_compact import SESSION_CONFS
     from sparkonce.delta.properties import SESSION_DEFAULTS_PREFIX
 
     conf = writer._spark.conf.getAll
     defaults = {k: v for k, v in conf.items() if k.startswith(SESSION_DEFAULTS_PREFIX)}
     if defaults:
         writer._jwrite = writer._jwrite.option(TABLE_DEFAULTS_OPTION, json.dumps(defaults))
+    compaction = {k: v for k, v in conf.items() if k in SESSION_CONFS}
+    if compaction:
+        writer._jwrite = writer._jwrite.option(SESSION_CONF_OPTION, json.dumps(compaction))
 
 
 def _adapt_batch_writer(writer: Any) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from sparkonce.delta.auto_compact import SESSION_CONFS, AutoCompactSettings
 from sparkonce.delta.clustering import parse_option as parse_clustering
 from sparkonce.delta.properties import session_defaults, table_properties
 from sparkonce.errors import OptionError
@@ -18,6 +19,9 @@ FullRefresh = Literal["fail", "truncate"]
 SAVE_MODE_OPTION = "sparkonce.saveMode"
 TABLE_DEFAULTS_OPTION = "__sparkonce_table_defaults"
 """Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.properties.defaults.*`` as JSON."""
+SESSION_CONF_OPTION = "__sparkonce_session_conf"
+"""Set by the writer shims (``_compat``): the session's auto compaction / optimized write confs
+(:data:`sparkonce.delta.auto_compact.SESSION_CONFS`) as JSON."""
 PARTITION_BY_OPTION = "partitionBy"
 METADATA_COLUMN_OPTION = "metadataColumn"
 COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
@@ -82,6 +86,8 @@ class WriteOptions:
     """The write's number of tasks, for Delta's identity value rule (:data:`sparkonce.delta.identity.TASKS_OPTION`)."""
     cluster_by: tuple[str, ...] = ()
     """The clustering columns of a table this write creates (:mod:`sparkonce.delta.clustering`)."""
+    auto_compact: AutoCompactSettings = field(default_factory=AutoCompactSettings)
+    """The session's auto compaction confs when the write started (:mod:`sparkonce.delta.auto_compact`)."""
 
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
@@ -129,6 +135,7 @@ class WriteOptions:
             session_table_defaults=tuple(sorted(_session_defaults(options).items())),
             cluster_by=parse_clustering(options),
             identity_tasks=get_int(options, "__identity_tasks", None, minimum=1),
+            auto_compact=AutoCompactSettings.from_conf(_session_conf(options)),
         )
 
 
@@ -138,6 +145,14 @@ def _session_defaults(options: Mapping[str, str]) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise OptionError(TABLE_DEFAULTS_OPTION, str(raw), "must be a JSON object")
     return session_defaults((str(k), str(v)) for k, v in raw.items())
+
+
+def _session_conf(options: Mapping[str, str]) -> dict[str, str]:
+    """The session confs the writer shim passed (``SESSION_CONF_OPTION``), of :data:`SESSION_CONFS` only."""
+    raw = get_json(options, SESSION_CONF_OPTION) if lookup(options, SESSION_CONF_OPTION) is not None else {}
+    if not isinstance(raw, dict):
+        raise OptionError(SESSION_CONF_OPTION, str(raw), "must be a JSON object")
+    return {str(k): str(v) for k, v in raw.items() if k in SESSION_CONFS}
 
 
 @dataclass(frozen=True)
@@ -218,6 +233,7 @@ __all__ = [
     "METADATA_COLUMN_OPTION",
     "PARTITION_BY_OPTION",
     "SAVE_MODE_OPTION",
+    "SESSION_CONF_OPTION",
     "ReadOptions",
     "SaveMode",
     "StreamReadOptions",
