@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from sparkonce.delta.auto_compact import SESSION_CONFS, AutoCompactSettings
 from sparkonce.delta.clustering import parse_option as parse_clustering
 from sparkonce.delta.properties import session_defaults, table_properties
 from sparkonce.errors import OptionError
@@ -86,8 +85,9 @@ class WriteOptions:
     """The write's number of tasks, for Delta's identity value rule (:data:`sparkonce.delta.identity.TASKS_OPTION`)."""
     cluster_by: tuple[str, ...] = ()
     """The clustering columns of a table this write creates (:mod:`sparkonce.delta.clustering`)."""
-    auto_compact: AutoCompactSettings = field(default_factory=AutoCompactSettings)
-    """The session's auto compaction confs when the write started (:mod:`sparkonce.delta.auto_compact`)."""
+    session_conf: tuple[tuple[str, str], ...] = ()
+    """The session's auto compaction / optimized write confs when the write started, as the writer shim passed
+    them (:class:`sparkonce.delta.auto_compact.AutoCompactSettings` checks them)."""
 
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
@@ -135,7 +135,7 @@ class WriteOptions:
             session_table_defaults=tuple(sorted(_session_defaults(options).items())),
             cluster_by=parse_clustering(options),
             identity_tasks=get_int(options, "__identity_tasks", None, minimum=1),
-            auto_compact=AutoCompactSettings.from_conf(_session_conf(options)),
+            session_conf=tuple(sorted(_session_conf(options).items())),
         )
 
 
@@ -148,11 +148,11 @@ def _session_defaults(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _session_conf(options: Mapping[str, str]) -> dict[str, str]:
-    """The session confs the writer shim passed (``SESSION_CONF_OPTION``), of :data:`SESSION_CONFS` only."""
+    """The session confs the writer shim passed (``SESSION_CONF_OPTION``)."""
     raw = get_json(options, SESSION_CONF_OPTION) if lookup(options, SESSION_CONF_OPTION) is not None else {}
     if not isinstance(raw, dict):
         raise OptionError(SESSION_CONF_OPTION, str(raw), "must be a JSON object")
-    return {str(k): str(v) for k, v in raw.items() if k in SESSION_CONFS}
+    return {str(k): str(v) for k, v in raw.items()}
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from sparkonce.crash import crash_point
 from sparkonce.delta.auto_compact import (
     AUTO_COMPACT_PROPERTY,
     OPTIMIZE_WRITE_CONF,
+    AutoCompactSettings,
     compact_after_commit,
     optimize_write_requested,
 )
@@ -88,7 +89,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self.table_configuration: dict[str, str] = options.new_table_properties()
         """The table's properties (those of the table the first batch creates when there is none yet)."""
         self._check_table()
-        if optimize_write_requested(options.auto_compact, self.table_configuration):
+        self.compaction = AutoCompactSettings.from_conf(dict(options.session_conf))
+        if optimize_write_requested(self.compaction, self.table_configuration):
             log.warning(
                 "%s: optimized writes (delta.autoOptimize.optimizeWrite / %s) are not done by sparkonce's sink: a "
                 "Python data source cannot ask Spark to shuffle rows by partition before the write. Each task "
@@ -98,7 +100,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 OPTIMIZE_WRITE_CONF,
                 AUTO_COMPACT_PROPERTY,
             )
-        self.auto_compact = options.auto_compact.enabled_for(self.table_configuration)
+        self.auto_compact = self.compaction.enabled_for(self.table_configuration)
         """Compact the small files of the partitions the batch wrote to after its commit
         (:mod:`sparkonce.delta.auto_compact`): the session conf when the query started, else the table property."""
 
@@ -169,7 +171,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             log.info("batch %s of query %s was already in %s: skipped", batch_id, query_id, self.options.path)
         crash_point("after_delta_commit", batch_id)
         if self.auto_compact and not result.skipped:
-            compact_after_commit(self.options.location, files, self.options.auto_compact)
+            compact_after_commit(self.options.location, files, self.compaction)
 
     def _take_snapshot(self) -> DeltaTable | None:
         """The table as :meth:`_check_table` loaded it, once (a writer commits one batch; a second commit loads)."""

@@ -1,0 +1,94 @@
+"""Issue 25 item 3: compaction alongside running streams.
+
+A stream (Delta source, one file per batch) appends into a table with auto compaction on: its sink makes an
+OPTIMIZE commit (``auto: true``, ``dataChange=false``) whenever the table holds enough small files. Two streams
+read that table while it is being compacted, restarted between rounds so their offsets straddle the OPTIMIZE
+commits: a Delta->Delta stream and a change data feed stream. Each must deliver every row exactly once. Checked
+with delta-rs, from the log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable as RsTable
+from deltalake import write_deltalake
+from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.spark
+
+MIN_NUM_FILES = "spark.databricks.delta.autoCompact.minNumFiles"
+
+
+@pytest.fixture
+def min_num_files(spark: SparkSession) -> Iterator[None]:
+    """Delta's threshold lowered to 3 small files for this test (the sink gets the session conf at start)."""
+    spark.conf.set(MIN_NUM_FILES, "3")
+    yield
+    spark.conf.unset(MIN_NUM_FILES)
+
+
+def _run(spark: SparkSession, source: Path, target: Path, ck: Path, **options: str) -> None:
+    reader = spark.readStream.format("delta")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    writer = reader.load(str(source)).writeStream.format("delta").option("checkpointLocation", str(ck))
+    if "maxFilesPerTrigger" in options:  # the compacted table: auto compaction on, the feed on
+        writer = writer.option("delta.autoOptimize.autoCompact", "true").option("delta.enableChangeDataFeed", "true")
+    query = writer.trigger(availableNow=True).start(str(target))
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def _ids(table: Path) -> list[int]:
+    return sorted(RsTable(str(table)).to_pyarrow_table(columns=["id"]).column("id").to_pylist())
+
+
+def _log(table: Path) -> list[list[dict[str, Any]]]:
+    return [
+        [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+        for commit in sorted((table / "_delta_log").glob("*.json"))
+    ]
+
+
+def test_compaction_during_delta_and_change_feed_streams_loses_and_duplicates_nothing(
+    spark: SparkSession, tmp_path: Path, min_num_files: None
+) -> None:
+    import pyarrow as pa
+
+    source, compacted = tmp_path / "source", tmp_path / "compacted"
+    copy, changes = tmp_path / "copy", tmp_path / "changes"
+    expected: list[int] = []
+    for round_ in range(2):
+        for i in range(3):  # three small files: three batches of the compacting stream
+            ids = list(range(100 * round_ + 10 * i, 100 * round_ + 10 * i + 5))
+            write_deltalake(str(source), pa.table({"id": pa.array(ids, pa.int64())}), mode="append")
+            expected += ids
+        _run(spark, source, compacted, tmp_path / "ck", maxFilesPerTrigger="1")
+        _run(spark, compacted, copy, tmp_path / "ck-copy", startingVersion="0")
+        _run(spark, compacted, changes, tmp_path / "ck-changes", startingVersion="0", readChangeFeed="true")
+        assert _ids(copy) == sorted(expected)  # exactly once, after every round
+
+    assert _ids(compacted) == sorted(expected)
+    change_rows = RsTable(str(changes)).to_pyarrow_table(columns=["id", "_change_type"]).to_pylist()
+    assert sorted(r["id"] for r in change_rows) == sorted(expected)
+    assert {r["_change_type"] for r in change_rows} == {"insert"}
+
+    commits = _log(compacted)
+    infos = [c[0]["commitInfo"] for c in commits]
+    optimizes = [c for c, info in zip(commits, infos, strict=True) if info["operation"] == "OPTIMIZE"]
+    # 3 small files pass the threshold: after batch 2 (0-based), and after batch 4 (the compacted file + 2)
+    assert [i["operation"] for i in infos] == ["STREAMING UPDATE"] * 3 + ["OPTIMIZE"] + ["STREAMING UPDATE"] * 2 + [
+        "OPTIMIZE",
+        "STREAMING UPDATE",
+    ]
+    for commit in optimizes:
+        assert commit[0]["commitInfo"]["operationParameters"]["auto"] in (True, "true")
+        files = [a.get("add") or a.get("remove") for a in commit if "add" in a or "remove" in a]
+        assert files and all(f["dataChange"] is False for f in files)
+        assert sum(1 for a in commit if "add" in a) == 1 and sum(1 for a in commit if "remove" in a) >= 3
+    assert len(RsTable(str(compacted)).file_uris()) == 2  # the second compaction's file and batch 5's
