@@ -92,3 +92,42 @@ def test_compaction_during_delta_and_change_feed_streams_loses_and_duplicates_no
         assert files and all(f["dataChange"] is False for f in files)
         assert sum(1 for a in commit if "add" in a) == 1 and sum(1 for a in commit if "remove" in a) >= 3
     assert len(RsTable(str(compacted)).file_uris()) == 2  # the second compaction's file and batch 5's
+
+
+def test_scheduled_compaction_of_a_stage_table_while_its_query_runs(spark: SparkSession, tmp_path: Path) -> None:
+    """A pipeline stage's ``optimize = { every_batches = 2 }``, polled as ``sparkonce run`` polls it, against a
+    real query writing the stage's table: compactions at batches 1 and 3, rows unchanged."""
+    import pyarrow as pa
+
+    from sparkonce.pipeline.compaction import ScheduledCompaction
+    from sparkonce.pipeline.loader import parse_pipeline
+    from sparkonce_local.demo_pipeline import quickstart_pipeline
+
+    text = quickstart_pipeline("127.0.0.1:9092").replace(
+        'checkpoint = "checkpoints/raw"\n', 'checkpoint = "checkpoints/raw"\noptimize = { every_batches = 2 }\n'
+    )
+    config = parse_pipeline(text, tmp_path / "p.toml")
+    source, table = tmp_path / "source", Path(config.raw.table)
+    scheduled = ScheduledCompaction.of(spark, config, config.stages[:1])
+    for batches in (2, 4):  # two runs of the query, two batches each, polled after each as the run loop does
+        for i in range(batches - 2, batches):
+            ids = pa.array(range(10 * i, 10 * i + 5), pa.int64())
+            write_deltalake(str(source), pa.table({"id": ids}), mode="append")
+        query = (
+            spark.readStream.format("delta")
+            .option("maxFilesPerTrigger", "1")
+            .load(str(source))
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start(str(table))
+        )
+        query.awaitTermination()
+        assert query.lastProgress["batchId"] == batches - 1
+        scheduled.poll({"raw": query})
+        scheduled.wait()
+    assert scheduled.compactions("raw") == 2
+    operations = [c[0]["commitInfo"]["operation"] for c in _log(table)]
+    assert operations == ["STREAMING UPDATE"] * 2 + ["OPTIMIZE"] + ["STREAMING UPDATE"] * 2 + ["OPTIMIZE"]
+    assert _ids(table) == sorted(i for k in range(4) for i in range(10 * k, 10 * k + 5))
+    assert len(RsTable(str(table)).file_uris()) == 1
