@@ -131,3 +131,24 @@ def test_scheduled_compaction_of_a_stage_table_while_its_query_runs(spark: Spark
     assert operations == ["STREAMING UPDATE"] * 2 + ["OPTIMIZE"] + ["STREAMING UPDATE"] * 2 + ["OPTIMIZE"]
     assert _ids(table) == sorted(i for k in range(4) for i in range(10 * k, 10 * k + 5))
     assert len(RsTable(str(table)).file_uris()) == 1
+
+
+def test_batch_appends_are_auto_compacted_by_the_session_conf(
+    spark: SparkSession, tmp_path: Path, min_num_files: None
+) -> None:
+    """``spark.databricks.delta.autoCompact.enabled`` (no table property): the third one-file append of the
+    partition is followed by the OPTIMIZE commit; the other partition's two files stay."""
+    table = tmp_path / "t"
+    spark.conf.set("spark.databricks.delta.autoCompact.enabled", "true")
+    try:
+        for i, part in enumerate(["a", "b", "a", "b", "a"]):
+            frame = spark.createDataFrame([(i, part)], "id long, part string").coalesce(1)
+            frame.write.format("delta").mode("append").partitionBy("part").save(str(table))
+    finally:
+        spark.conf.unset("spark.databricks.delta.autoCompact.enabled")
+    operations = [c[0]["commitInfo"]["operation"] for c in _log(table)]
+    assert operations == ["WRITE"] * 5 + ["OPTIMIZE"]
+    optimize = _log(table)[-1]
+    assert {a["remove"]["partitionValues"]["part"] for a in optimize if "remove" in a} == {"a"}
+    assert _ids(table) == [0, 1, 2, 3, 4]
+    assert len(RsTable(str(table)).file_uris()) == 3
