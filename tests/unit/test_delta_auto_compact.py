@@ -15,6 +15,7 @@ import pytest
 from sparkonce.delta import optimize
 from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit, partitions_to_compact
 from sparkonce.delta.files import WrittenFile
+from sparkonce.delta.properties import table_properties
 from sparkonce.errors import OptionError
 from sparkonce.storage import table_location
 
@@ -60,6 +61,9 @@ def test_settings_follow_delta_priority_and_refuse_bad_values() -> None:
         AutoCompactSettings().enabled_for({"delta.autoOptimize.autoCompact": "legacy"})
     with pytest.raises(OptionError, match=r"autoCompact\.minNumFiles"):
         AutoCompactSettings.from_conf({"spark.databricks.delta.autoCompact.minNumFiles": "-1"})
+    with pytest.raises(OptionError, match="DELTA_INVALID_AUTO_COMPACT_TYPE"):  # refused when a table is created
+        table_properties({"delta.autoOptimize.autoCompact": "auto"})
+    assert table_properties({"delta.autoOptimize.autoCompact": "TRUE"}) == {"delta.autoOptimize.autoCompact": "TRUE"}
 
 
 def test_only_touched_partitions_with_enough_small_files_are_chosen() -> None:
