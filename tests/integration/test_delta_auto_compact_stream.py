@@ -152,3 +152,35 @@ def test_batch_appends_are_auto_compacted_by_the_session_conf(
     assert {a["remove"]["partitionValues"]["part"] for a in optimize if "remove" in a} == {"a"}
     assert _ids(table) == [0, 1, 2, 3, 4]
     assert len(RsTable(str(table)).file_uris()) == 3
+
+
+@pytest.mark.broker
+def test_sparkonce_run_compacts_a_stage_on_its_schedule(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``sparkonce run --stage raw`` with ``optimize = { every_batches = 2 }``: four batches of 50 records, an
+    OPTIMIZE commit (``auto: false``, ``dataChange=false``) made by the run, every record once in the table."""
+    from click.testing import CliRunner
+
+    from sparkonce.cli.main import cli
+    from sparkonce_local.demo_pipeline import quickstart_pipeline
+    from sparkonce_local.services.producer import produce_sensor_readings
+
+    topic = broker.unique_topic("optimize")
+    produced = produce_sensor_readings(broker.bootstrap, topic=topic, count=200, partitions=1, seed=3)
+    text = quickstart_pipeline(broker.bootstrap, topic=topic, max_offsets_per_trigger=50).replace(
+        'checkpoint = "checkpoints/raw"\n', 'checkpoint = "checkpoints/raw"\noptimize = { every_batches = 2 }\n'
+    )
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(text)
+    ran = CliRunner().invoke(cli, ["run", str(pipeline), "--stage", "raw", "--plain"])
+    assert ran.exit_code == 0, ran.output
+    table = tmp_path / "tables" / "raw"
+    commits = _log(table)
+    operations = [c[0]["commitInfo"]["operation"] for c in commits]
+    assert operations.count("STREAMING UPDATE") == 4 and "OPTIMIZE" in operations
+    for commit in (c for c in commits if c[0]["commitInfo"]["operation"] == "OPTIMIZE"):
+        assert commit[0]["commitInfo"]["operationParameters"]["auto"] in (False, "false")
+        assert all(
+            (a.get("add") or a.get("remove"))["dataChange"] is False for a in commit[1:] if set(a) & {"add", "remove"}
+        )
+    rows = RsTable(str(table)).to_pyarrow_table(columns=["partition", "offset"]).to_pylist()
+    assert len({(r["partition"], r["offset"]) for r in rows}) == len(rows) == produced.records
