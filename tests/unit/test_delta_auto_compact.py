@@ -13,7 +13,12 @@ import pyarrow as pa
 import pytest
 
 from sparkonce.delta import optimize
-from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit, partitions_to_compact
+from sparkonce.delta.auto_compact import (
+    AutoCompactSettings,
+    compact_after_commit,
+    optimize_write_requested,
+    partitions_to_compact,
+)
 from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.properties import table_properties
 from sparkonce.errors import OptionError
@@ -64,6 +69,14 @@ def test_settings_follow_delta_priority_and_refuse_bad_values() -> None:
     with pytest.raises(OptionError, match="DELTA_INVALID_AUTO_COMPACT_TYPE"):  # refused when a table is created
         table_properties({"delta.autoOptimize.autoCompact": "auto"})
     assert table_properties({"delta.autoOptimize.autoCompact": "TRUE"}) == {"delta.autoOptimize.autoCompact": "TRUE"}
+
+
+def test_optimized_writes_requested_by_the_conf_over_the_property() -> None:
+    prop = {"delta.autoOptimize.optimizeWrite": "true"}
+    assert optimize_write_requested(AutoCompactSettings(), prop) is True
+    assert optimize_write_requested(AutoCompactSettings(), {}) is False
+    off = AutoCompactSettings.from_conf({"spark.databricks.delta.optimizeWrite.enabled": "false"})
+    assert optimize_write_requested(off, prop) is False
 
 
 def test_only_touched_partitions_with_enough_small_files_are_chosen() -> None:

@@ -59,6 +59,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_WARNED: set[str] = set()
+"""Tables whose optimized-write warning this process has logged."""
+
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
     """Streaming sink: created on the driver, ``write`` on executors, ``commit``/``abort`` on the driver."""
@@ -90,7 +93,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         """The table's properties (those of the table the first batch creates when there is none yet)."""
         self._check_table()
         self.compaction = AutoCompactSettings.from_conf(dict(options.session_conf))
-        if optimize_write_requested(self.compaction, self.table_configuration):
+        if optimize_write_requested(self.compaction, self.table_configuration) and options.path not in _WARNED:
+            _WARNED.add(options.path)  # once per process: Spark builds the writer again for every batch
             log.warning(
                 "%s: optimized writes (delta.autoOptimize.optimizeWrite / %s) are not done by sparkonce's sink: a "
                 "Python data source cannot ask Spark to shuffle rows by partition before the write. Each task "
