@@ -34,6 +34,7 @@ from sparkonce.delta.options import (
     CHECKPOINT_PART_SIZE_OPTION,
     COMPAT_PARTITION_OPTION,
     SAVE_MODE_OPTION,
+    SESSION_CONF_OPTION,
     TABLE_DEFAULTS_OPTION,
 )
 
@@ -132,9 +133,10 @@ def _activate(spark: Any) -> None:
 
 
 def _pass_session_defaults(writer: Any) -> None:
-    """Hand the session's ``spark.databricks.delta.properties.defaults.*`` to the data source (which cannot read
-    the session's configuration): the properties of a table the write creates; and
-    ``spark.databricks.delta.checkpoint.partSize`` (the most actions per log checkpoint file)."""
+    """Hand the session's ``spark.databricks.delta.properties.defaults.*`` (the properties of a table the write
+    creates), ``spark.databricks.delta.checkpoint.partSize`` (the most actions per log checkpoint file) and its auto
+    compaction / optimized write confs to the data source (which cannot read the session's configuration)."""
+    from sparkonce.delta.auto_compact import SESSION_CONFS
     from sparkonce.delta.properties import SESSION_DEFAULTS_PREFIX
 
     conf = writer._spark.conf.getAll
@@ -143,6 +145,9 @@ def _pass_session_defaults(writer: Any) -> None:
         writer._jwrite = writer._jwrite.option(TABLE_DEFAULTS_OPTION, json.dumps(defaults))
     if conf.get(CHECKPOINT_PART_SIZE_CONF):  # Delta's limit of actions per log checkpoint file
         writer._jwrite = writer._jwrite.option(CHECKPOINT_PART_SIZE_OPTION, conf[CHECKPOINT_PART_SIZE_CONF])
+    compaction = {k: v for k, v in conf.items() if k in SESSION_CONFS}
+    if compaction:
+        writer._jwrite = writer._jwrite.option(SESSION_CONF_OPTION, json.dumps(compaction))
 
 
 def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -34,6 +35,7 @@ from sparkonce.delta.reader import DataFile, ScanSchema, read_files
 from sparkonce.delta.rewrite import (
     WRITTEN_FILES_DDL,
     TableFile,
+    TableSnapshot,
     commit_rewrite,
     files_by_partition_predicate,
     open_snapshot,
@@ -79,14 +81,20 @@ class OptimizeResult:
 
 
 def bin_pack(
-    files: Sequence[TableFile], partition_columns: Sequence[str], target_file_size: int
+    files: Sequence[TableFile],
+    partition_columns: Sequence[str],
+    target_file_size: int,
+    *,
+    min_file_size: int | None = None,
 ) -> list[list[TableFile]]:
-    """Bins of files to rewrite together: per partition, files below ``target_file_size`` (smallest first)
-    packed into bins of at most that many bytes; bins holding a single file are dropped, unless its deletion
-    vector deletes more than :data:`MAX_DELETED_ROWS_RATIO` of its rows (Delta purges those, whatever their size)."""
+    """Bins of files to rewrite together: per partition, files below ``min_file_size`` (default
+    ``target_file_size``; smallest first) packed into bins of at most ``target_file_size`` bytes; bins holding a
+    single file are dropped, unless its deletion vector deletes more than :data:`MAX_DELETED_ROWS_RATIO` of its
+    rows (Delta purges those, whatever their size)."""
+    below = target_file_size if min_file_size is None else min_file_size
     groups: dict[tuple[Any, ...], list[TableFile]] = {}
     for f in files:
-        if f.size < target_file_size or _mostly_deleted(f):
+        if f.size < below or _mostly_deleted(f):
             groups.setdefault(tuple(repr(f.partition_values.get(c)) for c in partition_columns), []).append(f)
     bins: list[list[TableFile]] = []
     for key in sorted(groups):
@@ -209,6 +217,33 @@ def compact(
     )
     if clustered_by:
         written = [dataclasses.replace(f, clustering_provider=PROVIDER) for f in written]
+    params = {
+        "predicate": json.dumps([] if where is None else [sql_text(where)]),
+        "zOrderBy": [] if clustered_by is not None else list(zorder_by),  # compact JSON, as Delta writes it
+        "clusterBy": json.dumps(list(clustered_by or ()), separators=(",", ":")),
+        "auto": False,
+        "targetFileSize": target_file_size,
+    }
+    return commit_compaction(snapshot, files, removed, written, params, started=started)
+
+
+def commit_compaction(
+    snapshot: TableSnapshot,
+    considered: Sequence[TableFile],
+    removed: Sequence[TableFile],
+    written: Sequence[WrittenFile],
+    params: dict[str, Any],
+    *,
+    started: float,
+) -> OptimizeResult:
+    """The OPTIMIZE commit of a compaction planned on ``snapshot``: ``removed`` replaced by ``written``, every
+    action ``dataChange=false``, Delta's ``operationMetrics``; conflicts checked by Delta's rules (only a concurrent
+    removal of a compacted file conflicts). Runs on the driver.
+
+    Raises:
+        CommitConflictError: a concurrent writer removed or changed one of the compacted files.
+    """
+    table_uri = snapshot.table_uri
     sizes = sorted(f.size for f in written)
     removed_sizes = sorted(f.size for f in removed)
     partitions = len({tuple(repr(f.partition_values.get(c)) for c in snapshot.partition_columns) for f in removed})
@@ -225,16 +260,9 @@ def compact(
         "numDeletionVectorsRemoved": sum(1 for f in removed if f.deletion_vector is not None),
         "partitionsOptimized": partitions,
         "numBatches": 1,
-        "totalConsideredFiles": len(files),
-        "totalFilesSkipped": len(files) - len(removed),
+        "totalConsideredFiles": len(considered),
+        "totalFilesSkipped": len(considered) - len(removed),
         "executionTimeMs": 0,
-    }
-    params = {
-        "predicate": json.dumps([] if where is None else [sql_text(where)]),
-        "zOrderBy": [] if clustered_by is not None else list(zorder_by),  # compact JSON, as Delta writes it
-        "clusterBy": json.dumps(list(clustered_by or ()), separators=(",", ":")),
-        "auto": False,
-        "targetFileSize": target_file_size,
     }
     metrics["executionTimeMs"] = int((time.monotonic() - started) * 1000)
     result = commit_rewrite(
@@ -257,7 +285,7 @@ def compact(
         bytes_removed=sum(removed_sizes),
         bytes_added=sum(sizes),
         partitions_optimized=partitions,
-        considered_files=len(files),
+        considered_files=len(considered),
         rows=sum(f.num_records for f in written),
         planned_table_version=snapshot.table_version,
         added_paths=tuple(f.path for f in written),
@@ -313,6 +341,24 @@ def _rewrite_bins(
 
     rows = spark.range(0, len(bins), 1, len(bins)).mapInArrow(rewrite, WRITTEN_FILES_DDL).collect()
     return written_files(rows)
+
+
+def rewrite_bins_in_process(snapshot: TableSnapshot, bins: list[list[TableFile]]) -> list[WrittenFile]:
+    """Each bin read and written into one new file in this process, one bin after the other (what a Spark task
+    of :func:`_rewrite_bins` does). For the sink's auto compaction: a Python data source's commit runs in a
+    process of the driver that has no Spark session to start tasks from."""
+    plan = [[f.data_file(snapshot.location) for f in b] for b in bins]
+    options = FileWriterOptions(
+        location=snapshot.location,
+        partition_by=tuple(snapshot.partition_columns),
+        file_prefix="part-optimized",
+        column_mapping=snapshot.column_mapping,
+    )
+    indexes = pa.RecordBatch.from_arrays([pa.array(range(len(bins)), pa.int64())], names=["id"])
+    written: list[WrittenFile] = []
+    for batch in _bin_task(iter([indexes]), plan, snapshot.scan, options):
+        written += written_files([SimpleNamespace(**row) for row in batch.to_pylist()])
+    return written
 
 
 def _bin_task(

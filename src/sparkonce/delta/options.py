@@ -18,6 +18,9 @@ FullRefresh = Literal["fail", "truncate"]
 SAVE_MODE_OPTION = "sparkonce.saveMode"
 TABLE_DEFAULTS_OPTION = "__sparkonce_table_defaults"
 """Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.properties.defaults.*`` as JSON."""
+SESSION_CONF_OPTION = "__sparkonce_session_conf"
+"""Set by the writer shims (``_compat``): the session's auto compaction / optimized write confs
+(:data:`sparkonce.delta.auto_compact.SESSION_CONFS`) as JSON."""
 PARTITION_BY_OPTION = "partitionBy"
 METADATA_COLUMN_OPTION = "metadataColumn"
 COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
@@ -93,6 +96,9 @@ class WriteOptions:
     checkpoint_part_size: int | None = None
     """The most actions per file of a Delta log checkpoint this write's commit makes (Delta's
     ``spark.databricks.delta.checkpoint.partSize``); None: single-file checkpoints."""
+    session_conf: tuple[tuple[str, str], ...] = ()
+    """The session's auto compaction / optimized write confs when the write started, as the writer shim passed
+    them (:class:`sparkonce.delta.auto_compact.AutoCompactSettings` checks them)."""
 
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
@@ -142,6 +148,7 @@ class WriteOptions:
             identity_tasks=get_int(options, "__identity_tasks", None, minimum=1),
             checkpoint_query_id=get_str(options, CHECKPOINT_QUERY_ID_OPTION),
             checkpoint_part_size=get_int(options, CHECKPOINT_PART_SIZE_OPTION, None, minimum=1),
+            session_conf=tuple(sorted(_session_conf(options).items())),
         )
 
 
@@ -151,6 +158,14 @@ def _session_defaults(options: Mapping[str, str]) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise OptionError(TABLE_DEFAULTS_OPTION, str(raw), "must be a JSON object")
     return session_defaults((str(k), str(v)) for k, v in raw.items())
+
+
+def _session_conf(options: Mapping[str, str]) -> dict[str, str]:
+    """The session confs the writer shim passed (``SESSION_CONF_OPTION``)."""
+    raw = get_json(options, SESSION_CONF_OPTION) if lookup(options, SESSION_CONF_OPTION) is not None else {}
+    if not isinstance(raw, dict):
+        raise OptionError(SESSION_CONF_OPTION, str(raw), "must be a JSON object")
+    return {str(k): str(v) for k, v in raw.items()}
 
 
 @dataclass(frozen=True)
@@ -232,6 +247,7 @@ __all__ = [
     "METADATA_COLUMN_OPTION",
     "PARTITION_BY_OPTION",
     "SAVE_MODE_OPTION",
+    "SESSION_CONF_OPTION",
     "ReadOptions",
     "SaveMode",
     "StreamReadOptions",

@@ -120,6 +120,10 @@ def _checked(name: str, value: str) -> str:
         raise OptionError(name, value, "must be an integer")
     if name == "delta.checkpointInterval" and int(text) <= 0:
         raise OptionError(name, value, "must be a positive integer")
+    if name == "delta.autoOptimize.autoCompact" and text.lower() not in ("true", "false"):
+        raise OptionError(
+            name, value, "[DELTA_INVALID_AUTO_COMPACT_TYPE] Invalid auto-compact type: allowed values are true, false"
+        )
     if kind == _INTERVAL and not _INTERVAL_RE.match(text):
         raise OptionError(name, value, "must be an interval such as 'interval 30 days'")
     return text.lower() if kind == _BOOLEAN else text

@@ -4,7 +4,10 @@ Each micro-batch: executors write data files (``write``); the driver makes ONE D
 and ``txn(appId = query id, version = batch id)`` (``commit``). The query id is read from the checkpoint's
 ``metadata`` file. A replayed batch (Spark re-runs batch N when ``offsets/N`` exists without ``commits/N``) whose
 txn is already in the table is skipped, so a crash between the Delta commit and the checkpoint commit never
-duplicates data. The commit also records the batch's ``offsets/N`` so a lost checkpoint can be rebuilt.
+duplicates data. The commit also records the batch's ``offsets/N`` so a lost checkpoint can be rebuilt. With auto
+compaction on (``delta.autoOptimize.autoCompact``), the commit is followed by an OPTIMIZE commit of the partitions
+the batch wrote to when they hold enough small files (:mod:`sparkonce.delta.auto_compact`); its failure never
+fails the batch.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from sparkonce.checkpoint.fs import is_local_checkpoint
 from sparkonce.checkpoint.query import read_offsets_text, read_query_id
 from sparkonce.checkpoint.sdp import earlier_generations
 from sparkonce.crash import crash_point
+from sparkonce.delta.auto_compact import (
+    AUTO_COMPACT_PROPERTY,
+    OPTIMIZE_WRITE_CONF,
+    AutoCompactSettings,
+    compact_after_commit,
+    optimize_write_requested,
+)
 from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
 from sparkonce.delta.constraints import CheckConstraints
@@ -50,6 +60,9 @@ if TYPE_CHECKING:
     pass
 
 log = logging.getLogger(__name__)
+
+_WARNED: set[str] = set()
+"""Tables whose optimized-write warning this process has logged."""
 
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
@@ -90,7 +103,24 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         )
         self._snapshot: LogTable | None = None
         self.identity: IdentityPlan | None = None
+        self.table_configuration: dict[str, str] = options.new_table_properties()
+        """The table's properties (those of the table the first batch creates when there is none yet)."""
         self._check_table()
+        self.compaction = AutoCompactSettings.from_conf(dict(options.session_conf))
+        if optimize_write_requested(self.compaction, self.table_configuration) and options.path not in _WARNED:
+            _WARNED.add(options.path)  # once per process: Spark builds the writer again for every batch
+            log.warning(
+                "%s: optimized writes (delta.autoOptimize.optimizeWrite / %s) are not done by sparkonce's sink: a "
+                "Python data source cannot ask Spark to shuffle rows by partition before the write. Each task "
+                "writes one file per partition value it holds; turn on auto compaction (%s) or repartition by "
+                "the partition columns before writeStream for fewer files",
+                options.path,
+                OPTIMIZE_WRITE_CONF,
+                AUTO_COMPACT_PROPERTY,
+            )
+        self.auto_compact = self.compaction.enabled_for(self.table_configuration)
+        """Compact the small files of the partitions the batch wrote to after its commit
+        (:mod:`sparkonce.delta.auto_compact`): the session conf when the query started, else the table property."""
 
     def _check_table(self) -> None:
         """Fail before the first batch when the data cannot go into the existing table.
@@ -116,6 +146,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)
             self.file_options.constraints = CheckConstraints.of(table, shown=self.options.path)
             self.file_options.written_after = table.version()
+            self.table_configuration = {k: str(v) for k, v in table.metadata().configuration.items() if v is not None}
             self._snapshot = table
 
     def __getstate__(self) -> dict[str, object]:
@@ -162,6 +193,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         if result.skipped:
             log.info("batch %s of query %s was already in %s: skipped", batch_id, query_id, self.options.path)
         crash_point("after_delta_commit", batch_id)
+        if self.auto_compact and not result.skipped:
+            compact_after_commit(self.options.location, files, self.compaction)
 
     def _take_snapshot(self) -> LogTable | None:
         """The table as :meth:`_check_table` loaded it, once (a writer commits one batch; a second commit loads)."""

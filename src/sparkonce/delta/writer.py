@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from sparkonce._version import __version__
+from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.clustering import check_columns, table_clustering
 from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
@@ -131,7 +132,12 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             else None
         )
         self.identity: IdentityPlan | None = None
+        self.table_configuration: dict[str, str] = options.new_table_properties()
+        """The table's properties (those of the table this write creates when there is none)."""
         self.skip_reason = self._plan()
+        self.compaction = AutoCompactSettings.from_conf(dict(options.session_conf))
+        self.auto_compact = self.compaction.enabled_for(self.table_configuration)
+        """Delta's auto compaction after the commit (:mod:`sparkonce.delta.auto_compact`)."""
 
     def _plan(self) -> str | None:
         """Decide on the driver, before any file is written, whether this write happens at all."""
@@ -154,6 +160,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.options.save_mode == "ignore":
             return f"mode ignore: the table {self.options.path} already exists"
         self.file_options.written_after = table.version()
+        self.table_configuration = {k: str(v) for k, v in table.metadata().configuration.items() if v is not None}
         if self.txn is not None:
             committed = committed_txn_version(table, self.txn)
             if committed is not None:
@@ -194,7 +201,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             "mode": _SAVE_MODE_NAMES.get(save_mode, save_mode),
             "partitionBy": list(self.file_options.partition_by),
         }
-        commit_files(
+        result = commit_files(
             self.options.location,
             files,
             data_schema=self.arrow_schema,
@@ -214,6 +221,8 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         from sparkonce.crash import crash_point
 
         crash_point("after_delta_commit", self.txn.txn_version if self.txn is not None else None)
+        if self.auto_compact and not result.skipped:
+            compact_after_commit(self.options.location, files, self.compaction)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
         abort_write(self.file_options, messages, purpose=f"aborted Delta write to {self.options.path}")

@@ -53,7 +53,7 @@ from typing import Any
 from sparkonce.delta.catalog import WAREHOUSE_ENV
 from sparkonce.errors import PipelineConfigError
 from sparkonce.pipeline.kinds import KINDS, kind_of
-from sparkonce.pipeline.model import SOURCE, PipelineConfig, SourceConfig, Stage, StageKind
+from sparkonce.pipeline.model import SOURCE, CompactionSchedule, PipelineConfig, SourceConfig, Stage, StageKind
 from sparkonce.pipeline.reader import TomlReader
 
 _DEFAULT_KIND: dict[str, StageKind] = {"raw": "raw", "bronze": "bronze", "gold": "merge"}
@@ -106,10 +106,15 @@ class _Parser(TomlReader):
         if not stages:
             raise self.fail("stages", "defines no stage")
         parsed: dict[str, Stage] = {}
+        compaction: list[CompactionSchedule] = []
         for stage_name in stages:
             if not _NAME.match(stage_name):
                 raise self.fail(f"stages.{stage_name}", "a stage name uses letters, digits and underscores")
-            parsed[stage_name] = self.stage(stage_name, self.table(stages, stage_name, "stages"), parsed)
+            stage_data = dict(self.table(stages, stage_name, "stages"))
+            optimize = stage_data.pop("optimize", None)
+            parsed[stage_name] = self.stage(stage_name, stage_data, parsed)
+            if optimize is not None:
+                compaction.append(self.compaction(parsed[stage_name], optimize))
         config = PipelineConfig(
             str(self.file),
             name,
@@ -119,6 +124,7 @@ class _Parser(TomlReader):
             storage_env=self.storage_table(data, "storage_env"),
             warehouse=self.warehouse if self.named else None,
             named_tables=tuple(self.named.values()),
+            compaction=tuple(compaction),
         )
         both = sorted({n.lower() for n, _ in config.storage} & {n.lower() for n, _ in config.storage_env})
         if both:
@@ -134,6 +140,25 @@ class _Parser(TomlReader):
         fields = {k: v for k, v in data.items() if k != "kind"}
         stage: Stage = KINDS[kind].parse(self, name, fields, before)
         return stage
+
+    def compaction(self, stage: Stage, value: Any) -> CompactionSchedule:
+        """A stage's ``optimize = { every_batches = N, zorder_by = [...] }``."""
+        key = f"stages.{stage.name}.optimize"
+        if not isinstance(value, Mapping):
+            raise self.fail(key, f"must be a table such as {{ every_batches = 10 }}, not {value!r}")
+        self.known(value, key, {"every_batches", "zorder_by"})
+        every = self.integer(value, "every_batches", key)
+        if every is None:
+            raise self.fail(f"{key}.every_batches", "missing: compact after how many micro-batches of the stage")
+        if not stage.tables:
+            raise self.fail(key, f"the {stage.kind} stage {stage.name} writes no Delta table to compact")
+        zorder_by = self.names(value, "zorder_by", key, default=())
+        if zorder_by and len(stage.tables) > 1:
+            raise self.fail(
+                f"{key}.zorder_by",
+                f"Z-ordering needs a stage that writes one Delta table; {stage.name} writes {len(stage.tables)}",
+            )
+        return CompactionSchedule(stage.name, every, zorder_by)
 
     def upstream_first(self, stages: Mapping[str, Stage]) -> tuple[Stage, ...]:
         """The stages ordered so each comes after its input; unknown inputs and cycles are errors."""

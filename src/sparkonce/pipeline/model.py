@@ -251,6 +251,18 @@ Stage = RawStage | BronzeStage | MergeStage | TransformStage | PostgresStage
 
 
 @dataclass(frozen=True)
+class CompactionSchedule:
+    """A stage's ``optimize`` table: compact its Delta tables (OPTIMIZE, ``dataChange=false``) after every
+    ``every_batches`` micro-batches of its query, while it runs (:mod:`sparkonce.pipeline.compaction`)."""
+
+    stage: StageName
+    every_batches: int
+    zorder_by: tuple[str, ...] = ()
+    """``OPTIMIZE ... ZORDER BY`` these columns (every file of the table rewritten each time), or plain
+    bin-packing of the small files when empty."""
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """A validated pipeline definition. Paths are absolute."""
 
@@ -269,6 +281,8 @@ class PipelineConfig:
     """The warehouse directory of the catalog that ``table_name`` keys name tables in (None: no table is named)."""
     named_tables: tuple[CatalogTable, ...] = ()
     """The tables given by name, with their locations (``managed`` for a name not registered yet)."""
+    compaction: tuple[CompactionSchedule, ...] = ()
+    """The stages' scheduled compactions (their ``optimize`` tables)."""
 
     def storage_options(self) -> dict[str, str]:
         """The storage options of the pipeline's tables: ``[storage]``, plus ``[storage_env]`` read now.

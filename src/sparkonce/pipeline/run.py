@@ -172,10 +172,12 @@ def _run(
     poll_seconds: float,
     stop_timeout: float,
 ) -> RunResult:
+    from sparkonce.pipeline.compaction import ScheduledCompaction
     from sparkonce.pipeline.stages import start_stage, waiting_for
 
     started = time.monotonic()
     monitor = _Monitor(config, selected)
+    compaction = ScheduledCompaction.of(spark, config, selected)
     sequential = all(s.trigger.kind == "availableNow" for s in selected)
     groups: list[tuple[Stage, ...]] = [(s,) for s in selected] if sequential else [selected]
     queries: dict[str, StreamingQuery] = {}
@@ -200,14 +202,17 @@ def _run(
                 if not pending and not any(q.isActive for q in running):
                     break
                 _check_failed(queries)
+                compaction.poll(queries)
                 monitor.update(queries)
                 if on_progress is not None:
                     on_progress(monitor.snapshot(queries))
                 _wait(stop, [q for q in running if q.isActive] if sequential else [], poll_seconds)
             _check_failed(queries)
+            compaction.poll(queries)  # the batches since the last poll (an availableNow query that ended)
         if stop.is_set():
             _stop_between_batches(list(queries.values()), stop_timeout)
             _check_failed(queries)
+        compaction.wait()
     except BaseException:
         for query in queries.values():
             if query.isActive:
