@@ -16,7 +16,7 @@ from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, broker_offsets
 from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
 from sparkonce.kafka.source import KafkaStreamReader
-from sparkonce_local.services.broker import free_port
+from sparkonce_local.services.broker import free_port, start_broker, stop_broker
 from tests.fixtures_broker import EmbeddedBroker, numbered
 
 if TYPE_CHECKING:
@@ -471,6 +471,41 @@ def test_a_topic_deleted_under_a_running_stream_fails_it_with_sparks_data_loss_e
         "[KAFKA_DATA_LOSS.PARTITIONS_DELETED]" in message and f"Partitions Set({gone}-0) have been deleted." in message
     )
     assert len(spark.table("del").collect()) == 6
+
+
+def test_a_pattern_stream_goes_on_across_a_broker_restart_that_loses_its_topics(
+    spark: SparkSession, tmp_path: Path, memory_query: Any
+) -> None:
+    """An in-memory broker SIGKILLed and restarted under the stream: every topic is gone, then created again.
+
+    The offset requests that meet the restarting broker are retried (``fetchOffset.numRetries``, Spark's 3); the
+    topic comes back as a new partition or with its end gone back, and is read from its new beginning.
+    """
+    from sparkonce_local.services.broker import restart_broker
+
+    state = tmp_path / "own-broker"
+    own = EmbeddedBroker(start_broker(state_dir=state))
+    try:
+        topic = own.create_topic("restarted-a")
+        own.produce(topic, numbered(5), partition=0)
+        df = read_stream(
+            spark, own, subscribePattern="restarted-.*", startingOffsets="earliest", failOnDataLoss="false"
+        )
+        query = memory_query(df, "restarted")
+        query.processAllAvailable()
+        assert _records(spark, "restarted") == [(topic, 0, o, f"v{o}".encode()) for o in range(5)]
+
+        restart_broker(state_dir=state, crash=True)
+        own.create_topic(topic)
+        own.produce(topic, numbered(3, start=100), partition=0)
+        query.processAllAvailable()
+        assert query.exception() is None
+        expected = [(topic, 0, o, f"v{o}".encode()) for o in range(5)]
+        expected += [(topic, 0, o, f"v{100 + o}".encode()) for o in range(3)]
+        assert _records(spark, "restarted") == sorted(expected)
+        query.stop()
+    finally:
+        stop_broker(state_dir=state)
 
 
 # -- bad input ------------------------------------------------------------------------------------------------------

@@ -65,6 +65,18 @@ def test_special_offsets_only_where_allowed() -> None:
 # -- options ------------------------------------------------------------------------------------------------------
 
 
+def test_offset_fetch_retries_are_sparks_options_with_sparks_defaults() -> None:
+    assert (
+        KafkaOptions.parse(BASE).fetch_offset_attempts,
+        KafkaOptions.parse(BASE).fetch_offset_retry_interval_ms,
+    ) == (
+        3,
+        1000,
+    )
+    given = KafkaOptions.parse({**BASE, "fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "0"})
+    assert (given.fetch_offset_attempts, given.fetch_offset_retry_interval_ms) == (5, 0)
+
+
 def test_options_parse_spark_names() -> None:
     options = KafkaOptions.parse(
         {
@@ -118,6 +130,8 @@ def test_assign_parses_partitions() -> None:
         ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, "subscribePattern", "regular expression"),
         ({"kafka.bootstrap.servers": "h:1", "subscribe": "a,,b"}, "subscribe", "non-empty"),
         ({**BASE, "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger", ">= 1"),
+        ({**BASE, "fetchOffset.numRetries": "0"}, "fetchOffset.numRetries", ">= 1"),
+        ({**BASE, "fetchOffset.retryIntervalMs": "-1"}, "fetchOffset.retryIntervalMs", ">= 0"),
         ({**BASE, "minPartitions": "many"}, "minPartitions", "integer"),
         ({**BASE, "failOnDataLoss": "maybe"}, "failOnDataLoss", "true or false"),
         ({**BASE, "kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),

@@ -125,7 +125,8 @@ def _list_topics(admin: AdminClient, options: KafkaOptions) -> dict[str, int]:
 class OffsetPlanner:
     """Asks the brokers for partitions and offsets; runs on the driver only.
 
-    Holds one AdminClient and one Consumer, created on first use and closed by :meth:`close`. Never pickled.
+    Holds one AdminClient, created on first use and closed by :meth:`close`, and opens a Consumer for each fetch
+    (closed right after it, see :meth:`_close_consumer`). Never pickled.
     """
 
     def __init__(self, options: KafkaOptions) -> None:
