@@ -16,7 +16,7 @@ from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, broker_offsets
 from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
 from sparkonce.kafka.source import KafkaStreamReader
-from sparkonce_local.services.broker import free_port
+from sparkonce_local.services.broker import free_port, start_broker, stop_broker
 from tests.fixtures_broker import EmbeddedBroker, numbered
 
 if TYPE_CHECKING:
@@ -407,6 +407,105 @@ def test_executor_detects_records_gone_after_planning(broker: EmbeddedBroker, fa
             list(read_range(settings, stale, schema))
     else:
         assert list(read_range(settings, stale, schema)) == []
+
+
+def _records(spark: SparkSession, table: str) -> list[tuple[str, int, int, bytes]]:
+    return sorted((r["topic"], r["partition"], r["offset"], r["value"]) for r in spark.table(table).collect())
+
+
+def test_a_pattern_stream_goes_on_when_its_topics_are_deleted_and_recreated(
+    spark: SparkSession, broker: EmbeddedBroker, memory_query: Any
+) -> None:
+    """failOnDataLoss=false: a deleted topic drops out, a recreated one is read from its new beginning."""
+    prefix = broker.unique_topic("chg")
+    gone, kept = broker.create_topic(f"{prefix}-a"), broker.create_topic(f"{prefix}-b")
+    broker.produce(gone, numbered(5), partition=0)
+    broker.produce(kept, numbered(5), partition=0)
+    df = read_stream(spark, broker, subscribePattern=f"{prefix}-.*", startingOffsets="earliest", failOnDataLoss="false")
+    query = memory_query(df, "changing")
+    query.processAllAvailable()
+    first = [(gone, 0, o, f"v{o}".encode()) for o in range(5)] + [(kept, 0, o, f"v{o}".encode()) for o in range(5)]
+    assert _records(spark, "changing") == sorted(first)
+
+    # Deleted while the query runs: its partition drops out of the next offsets, the other topic goes on.
+    broker.delete_topic(gone)
+    broker.produce(kept, numbered(3, start=5), partition=0)
+    query.processAllAvailable()
+    after_delete = first + [(kept, 0, o, f"v{o}".encode()) for o in range(5, 8)]
+    assert _records(spark, "changing") == sorted(after_delete)
+    assert query.exception() is None
+
+    # Created again: a new partition for the query, read from its earliest offset.
+    broker.create_topic(gone)
+    broker.produce(gone, numbered(3, start=100), partition=0)
+    query.processAllAvailable()
+    recreated = after_delete + [(gone, 0, o, f"v{100 + o}".encode()) for o in range(3)]
+    assert _records(spark, "changing") == sorted(recreated)
+
+    # Deleted and created again between two batches: its end went back from 3 to 2; read from the new beginning.
+    broker.delete_topic(gone)
+    broker.create_topic(gone)
+    broker.produce(gone, numbered(2, start=200), partition=0)
+    query.processAllAvailable()
+    again = recreated + [(gone, 0, o, f"v{200 + o}".encode()) for o in range(2)]
+    assert _records(spark, "changing") == sorted(again)
+    assert query.exception() is None
+
+
+def test_a_topic_deleted_under_a_running_stream_fails_it_with_sparks_data_loss_error(
+    spark: SparkSession, broker: EmbeddedBroker, memory_query: Any
+) -> None:
+    prefix = broker.unique_topic("del")
+    gone, kept = broker.create_topic(f"{prefix}-a"), broker.create_topic(f"{prefix}-b")
+    broker.produce(gone, numbered(4), partition=0)
+    broker.produce(kept, numbered(2), partition=0)
+    query = memory_query(read_stream(spark, broker, subscribePattern=f"{prefix}-.*", startingOffsets="earliest"), "del")
+    query.processAllAvailable()
+    assert len(spark.table("del").collect()) == 6
+    broker.delete_topic(gone)
+    with pytest.raises(StreamingQueryException, match="SourceOffsetError: data loss") as info:
+        query.awaitTermination(120)
+    message = str(info.value)
+    assert f"data loss in topic '{gone}' partition 0: offsets from 4 are gone" in message
+    assert (
+        "[KAFKA_DATA_LOSS.PARTITIONS_DELETED]" in message and f"Partitions Set({gone}-0) have been deleted." in message
+    )
+    assert len(spark.table("del").collect()) == 6
+
+
+def test_a_pattern_stream_goes_on_across_a_broker_restart_that_loses_its_topics(
+    spark: SparkSession, tmp_path: Path, memory_query: Any
+) -> None:
+    """An in-memory broker SIGKILLed and restarted under the stream: every topic is gone, then created again.
+
+    The offset requests that meet the restarting broker are retried (``fetchOffset.numRetries``, Spark's 3); the
+    topic comes back as a new partition or with its end gone back, and is read from its new beginning.
+    """
+    from sparkonce_local.services.broker import restart_broker
+
+    state = tmp_path / "own-broker"
+    own = EmbeddedBroker(start_broker(state_dir=state))
+    try:
+        topic = own.create_topic("restarted-a")
+        own.produce(topic, numbered(5), partition=0)
+        df = read_stream(
+            spark, own, subscribePattern="restarted-.*", startingOffsets="earliest", failOnDataLoss="false"
+        )
+        query = memory_query(df, "restarted")
+        query.processAllAvailable()
+        assert _records(spark, "restarted") == [(topic, 0, o, f"v{o}".encode()) for o in range(5)]
+
+        restart_broker(state_dir=state, crash=True)
+        own.create_topic(topic)
+        own.produce(topic, numbered(3, start=100), partition=0)
+        query.processAllAvailable()
+        assert query.exception() is None
+        expected = [(topic, 0, o, f"v{o}".encode()) for o in range(5)]
+        expected += [(topic, 0, o, f"v{100 + o}".encode()) for o in range(3)]
+        assert _records(spark, "restarted") == sorted(expected)
+        query.stop()
+    finally:
+        stop_broker(state_dir=state)
 
 
 # -- bad input ------------------------------------------------------------------------------------------------------

@@ -65,6 +65,18 @@ def test_special_offsets_only_where_allowed() -> None:
 # -- options ------------------------------------------------------------------------------------------------------
 
 
+def test_offset_fetch_retries_are_sparks_options_with_sparks_defaults() -> None:
+    assert (
+        KafkaOptions.parse(BASE).fetch_offset_attempts,
+        KafkaOptions.parse(BASE).fetch_offset_retry_interval_ms,
+    ) == (
+        3,
+        1000,
+    )
+    given = KafkaOptions.parse({**BASE, "fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "0"})
+    assert (given.fetch_offset_attempts, given.fetch_offset_retry_interval_ms) == (5, 0)
+
+
 def test_options_parse_spark_names() -> None:
     options = KafkaOptions.parse(
         {
@@ -118,6 +130,8 @@ def test_assign_parses_partitions() -> None:
         ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, "subscribePattern", "regular expression"),
         ({"kafka.bootstrap.servers": "h:1", "subscribe": "a,,b"}, "subscribe", "non-empty"),
         ({**BASE, "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger", ">= 1"),
+        ({**BASE, "fetchOffset.numRetries": "0"}, "fetchOffset.numRetries", ">= 1"),
+        ({**BASE, "fetchOffset.retryIntervalMs": "-1"}, "fetchOffset.retryIntervalMs", ">= 0"),
         ({**BASE, "minPartitions": "many"}, "minPartitions", "integer"),
         ({**BASE, "failOnDataLoss": "maybe"}, "failOnDataLoss", "true or false"),
         ({**BASE, "kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
@@ -283,7 +297,11 @@ def test_start_below_earliest_fails_naming_topic_partition_and_range() -> None:
             min_partitions=None,
         )
     message = str(info.value)
-    assert "topic 'a' partition 0" in message and "[5, 20)" in message and "failOnDataLoss=false" in message
+    assert "topic 'a' partition 0" in message and "[5, 20)" in message
+    assert (
+        "[KAFKA_DATA_LOSS.START_OFFSET_RESET]" in message and "set the source option failOnDataLoss to false" in message
+    )
+    assert message.endswith("Reason: Starting offset for a-0 was 5 but consumer reset to 20.")
 
 
 def test_start_below_earliest_warns_and_goes_on_from_earliest(caplog: pytest.LogCaptureFixture) -> None:
@@ -301,13 +319,15 @@ def test_start_below_earliest_warns_and_goes_on_from_earliest(caplog: pytest.Log
 
 def test_end_before_start_is_data_loss() -> None:
     start, end = PartitionOffsets({A0: 20}), PartitionOffsets({A0: 5})
-    with pytest.raises(SourceOffsetError, match="went back from 20 to 5"):
+    with pytest.raises(SourceOffsetError, match="went back from 20 to 5") as info:
         plan_ranges(start, end, {A0: 0}, fail_on_data_loss=True, min_partitions=None)
+    assert "[KAFKA_DATA_LOSS.PARTITION_OFFSET_CHANGED]" in str(info.value)
+    assert "Reason: Partition a-0 offset was changed from 20 to 5.\nThis could either be" in str(info.value)
     assert plan_ranges(start, end, {A0: 0}, fail_on_data_loss=False, min_partitions=None) == [OffsetRange(A0, 0, 5)]
 
 
 def test_vanished_partition_is_data_loss() -> None:
-    with pytest.raises(SourceOffsetError, match="no longer exists"):
+    with pytest.raises(SourceOffsetError, match="no longer exists") as info:
         plan_ranges(
             PartitionOffsets({A0: 3, B0: 1}),
             PartitionOffsets({A0: 4}),
@@ -315,13 +335,25 @@ def test_vanished_partition_is_data_loss() -> None:
             fail_on_data_loss=True,
             min_partitions=None,
         )
+    message = str(info.value)
+    assert message.startswith("data loss in topic 'b' partition 0: offsets from 1 are gone")
+    assert "\n[KAFKA_DATA_LOSS.PARTITIONS_DELETED] Some data may have been lost because" in message
+    assert message.endswith("Reason: Partitions Set(b-0) have been deleted.")
 
 
 def test_new_partition_not_starting_at_zero_is_data_loss() -> None:
-    with pytest.raises(SourceOffsetError, match="instead of 0"):
+    with pytest.raises(SourceOffsetError, match="instead of 0") as info:
         plan_ranges(
             PartitionOffsets({}), PartitionOffsets({B0: 9}), {B0: 3}, fail_on_data_loss=True, min_partitions=None
         )
+    assert str(info.value).endswith(
+        "[KAFKA_DATA_LOSS.ADDED_PARTITION_DOES_NOT_START_FROM_OFFSET_ZERO] "
+        + "Some data may have been lost because they are not available in Kafka any more;\n"
+        + "either the data was aged out by Kafka or the topic may have been deleted before all the data in the\n"
+        + "topic was processed.\n"
+        + "If you don't want your streaming query to fail on such cases, set the source option failOnDataLoss to "
+        + "false.\nReason: Added partition b-0 starts from 3 instead of 0."
+    )
 
 
 # -- minPartitions ------------------------------------------------------------------------------------------------

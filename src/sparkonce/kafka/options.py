@@ -24,6 +24,8 @@ Names and meanings follow Spark's own Kafka source:
 ``includeHeaders``         default false: add the ``headers`` column
 ``groupIdPrefix``          prefix of the (never committed) consumer group ids, default ``spark-kafka-source``
 ``kafkaConsumer.pollTimeoutMs``  how long an executor waits for records it knows exist (default 120000)
+``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs``  streams: attempts of the driver's offset requests
+                           (default 3) and the wait between them (default 1000 ms), as Spark retries them
 =========================  ==========================================================================
 
 sparkonce adds ``metadataTimeoutMs`` (default 10000: the deadline of driver-side metadata and offset requests,
@@ -76,6 +78,8 @@ _SOURCE_OPTIONS = {
     "kafkaconsumer.polltimeoutms",
     "metadatatimeoutms",
     "confirmlatestoffsets",
+    "fetchoffset.numretries",
+    "fetchoffset.retryintervalms",
 }
 _STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 """Options Spark ignores on batch reads, with a logged warning."""
@@ -84,8 +88,6 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
 _TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 _NOT_YET_SUPPORTED = {
     "maxrecordsperpartition",
-    "fetchoffset.numretries",
-    "fetchoffset.retryintervalms",
 }
 # Client settings the source owns: offsets are tracked by the checkpoint only, never by the consumer.
 _FORBIDDEN_CLIENT = {
@@ -169,6 +171,10 @@ class KafkaOptions:
     poll_timeout_ms: int
     metadata_timeout_ms: int
     confirm_latest_offsets: bool
+    fetch_offset_attempts: int = 3
+    """``fetchOffset.numRetries`` (Spark's default 3): attempts of a stream's offset requests."""
+    fetch_offset_retry_interval_ms: int = 1000
+    """``fetchOffset.retryIntervalMs`` (Spark's default 1000): wait between two attempts."""
     client_config: Mapping[str, str] = field(default_factory=dict)
     """``kafka.*`` options without the prefix (includes ``bootstrap.servers``)."""
 
@@ -289,6 +295,8 @@ class KafkaOptions:
             poll_timeout_ms=get_int(options, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1) or 120_000,
             metadata_timeout_ms=get_int(options, "metadataTimeoutMs", 10_000, minimum=1) or 10_000,
             confirm_latest_offsets=get_bool(options, "confirmLatestOffsets", True),
+            fetch_offset_attempts=get_int(options, "fetchOffset.numRetries", 3, minimum=1) or 3,
+            fetch_offset_retry_interval_ms=get_int(options, "fetchOffset.retryIntervalMs", 1000, minimum=0) or 0,
             client_config=client_config,
         )
         parsed._check_limits()

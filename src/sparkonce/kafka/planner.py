@@ -19,8 +19,8 @@ with 1 ms a candidate below the end (records still being produced) was never ans
 **Data loss** (``failOnDataLoss``): a start offset below the partition's earliest offset (retention, deleted
 records) or above its end (topic recreated), a partition that disappeared, or a new partition that does not
 start at 0. With ``failOnDataLoss=true`` planning raises :class:`~sparkonce.errors.SourceOffsetError` naming
-topic, partition and the missing range; with ``false`` it logs a warning and reads the partition from its
-earliest offset.
+topic, partition and the missing range, with Spark's ``KAFKA_DATA_LOSS`` class and wording; with ``false`` it logs a
+warning and reads the partition from its earliest offset.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from sparkonce.errors import BrokerError, OptionError
 from sparkonce.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions, OffsetSpec
-from sparkonce.kafka.ranges import BY_TIMESTAMP, report_data_loss
+from sparkonce.kafka.ranges import BY_TIMESTAMP, report_data_loss, start_offset_reset
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
@@ -125,13 +125,16 @@ def _list_topics(admin: AdminClient, options: KafkaOptions) -> dict[str, int]:
 class OffsetPlanner:
     """Asks the brokers for partitions and offsets; runs on the driver only.
 
-    Holds one AdminClient and one Consumer, created on first use and closed by :meth:`close`. Never pickled.
+    Holds one AdminClient, created on first use and closed by :meth:`close`, and opens a Consumer for each fetch
+    (closed right after it, see :meth:`_close_consumer`). Never pickled.
     """
 
     def __init__(self, options: KafkaOptions) -> None:
         self.options = options
         self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
+        self._confirmed: dict[TopicPartition, tuple[str, int, int]] = {}
+        """Per partition: (topic id, ListOffsets answer, confirmed end) of the last confirmation."""
 
     # -- clients ---------------------------------------------------------------------------------------------
 
@@ -171,13 +174,23 @@ class OffsetPlanner:
                 raise _config_error(self.options, err) from err
         return self._consumer
 
-    def close(self) -> None:
-        """Close the clients (idempotent)."""
+    def _close_consumer(self) -> None:
+        """Close the fetching consumer after each use instead of keeping it between plannings.
+
+        librdkafka (confluent-kafka 2.16) crashes the whole process (SIGSEGV in ``rd_kafka_metadata_cache_find``)
+        when a consumer still holds a topic that the embedded broker deletes: the Fetch answer names the topic by
+        id only and the metadata refresh it triggers dereferences the missing name. A closed consumer holds
+        nothing, so a topic deleted between two plannings cannot take the stream's planner worker down.
+        """
         if self._consumer is not None:
             try:
                 self._consumer.close()
             finally:
                 self._consumer = None
+
+    def close(self) -> None:
+        """Close the clients (idempotent)."""
+        self._close_consumer()
         self._admin = None
 
     # -- discovery -------------------------------------------------------------------------------------------
@@ -209,11 +222,50 @@ class OffsetPlanner:
         return self._list_offsets(tps, "earliest")
 
     def latest(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """End offset (the next offset to be written) of each partition, confirmed by a fetch when enabled."""
+        """End offset (the next offset to be written) of each partition, confirmed by a fetch when enabled.
+
+        A partition whose ListOffsets answer and topic id are those of its last confirmation keeps the confirmed
+        end without a fetch: a new record batch moves the answer (on the embedded broker it is the last batch's
+        base offset + 1), a recreated topic has a new id. So an idle stream's plannings send no fetch, and a topic
+        deleted while the stream idles cannot meet a fetch in flight (see :meth:`_close_consumer`).
+        """
         candidates = self._list_offsets(tps, "latest")
         if not self.options.confirm_latest_offsets or not candidates:
             return candidates
-        return self._confirm_with_fetch(candidates)
+        topic_ids = self._topic_ids({tp.topic for tp in candidates})
+        result: dict[TopicPartition, int] = {}
+        unconfirmed: dict[TopicPartition, int] = {}
+        for tp, candidate in candidates.items():
+            known = self._confirmed.get(tp)
+            topic_id = topic_ids.get(tp.topic)
+            if known is not None and topic_id is not None and known[:2] == (topic_id, candidate):
+                result[tp] = known[2]  # no record batch appended since the last confirmation, same topic
+            else:
+                unconfirmed[tp] = candidate
+        if unconfirmed:
+            confirmed = self._confirm_with_fetch(unconfirmed)
+            for tp, end in confirmed.items():
+                topic_id = topic_ids.get(tp.topic)
+                if topic_id is not None:
+                    self._confirmed[tp] = (topic_id, unconfirmed[tp], end)
+            result.update(confirmed)
+        return result
+
+    def _topic_ids(self, topics: set[str]) -> dict[str, str]:
+        """Topic name -> topic id (a recreated topic gets a new one); topics that failed to answer are left out."""
+        from confluent_kafka import KafkaException, TopicCollection
+
+        futures = self._get_admin().describe_topics(
+            TopicCollection(sorted(topics)), request_timeout=self.options.metadata_timeout_s
+        )
+        ids: dict[str, str] = {}
+        for name, future in futures.items():
+            try:
+                description = future.result(timeout=self.options.metadata_timeout_s + 1.0)
+            except KafkaException:
+                continue  # deleted meanwhile: no reuse, the fetch (or planning) finds out
+            ids[name] = str(description.topic_id)
+        return ids
 
     def _list_offsets(self, tps: Iterable[TopicPartition], which: str) -> dict[TopicPartition, int]:
         from confluent_kafka import IsolationLevel, KafkaException
@@ -297,7 +349,7 @@ class OffsetPlanner:
                     confirmed[tp] = end
                     pending.discard(tp)
         finally:
-            consumer.unassign()
+            self._close_consumer()
         return confirmed
 
     # -- resolution ------------------------------------------------------------------------------------------
@@ -352,6 +404,7 @@ class OffsetPlanner:
                         earliest[tp],
                         f"{option} asks for {tp} at offset {offset}, but the earliest available offset is "
                         f"{earliest[tp]}",
+                        reason=start_offset_reset(tp, offset, earliest[tp]),
                     )
                     offset = earliest[tp]
                 resolved[tp] = offset
@@ -498,7 +551,7 @@ class OffsetPlanner:
                 if offset >= end - 1:
                     return
         finally:
-            consumer.unassign()
+            self._close_consumer()
 
 
 def _check_named(spec: OffsetSpec, named_offsets: PartitionOffsets, tps: list[TopicPartition]) -> None:

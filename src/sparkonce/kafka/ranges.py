@@ -21,15 +21,58 @@ BY_TIMESTAMP: int = -3
 """Marker in a stream's initial offsets: start at the ``startingTimestamp`` / ``startingOffsetsByTimestamp``
 lookup, bounded by batch 0's end (so a re-run batch 0 resolves it to the same offset)."""
 
-_FAIL_HINT = (
-    "Some data may have been lost: the records were deleted (retention) or the topic was recreated. "
-    "If you want the query to go on from the earliest available offset, set failOnDataLoss=false."
+_SPARK_DATA_LOSS = (
+    "Some data may have been lost because they are not available in Kafka any more;\n"
+    "either the data was aged out by Kafka or the topic may have been deleted before all the data in the\n"
+    "topic was processed.\n"
+    "If you don't want your streaming query to fail on such cases, set the source option failOnDataLoss to false.\n"
+    "Reason:"
 )
+"""Spark's ``KAFKA_DATA_LOSS`` message (its Kafka connector's ``kafka-error-conditions.json``); each case below adds
+its sub-class and reason, worded as Spark words them."""
 _WARN_HINT = "Some data may have been lost; going on from the earliest available offset (failOnDataLoss=false)."
 
+DataLossReason = tuple[str, str]
+"""Spark's ``KAFKA_DATA_LOSS`` sub-class and its reason text."""
 
-def report_data_loss(fail: bool, tp: TopicPartition, lost_start: int, lost_end: int | None, message: str) -> None:
+
+def partitions_deleted(tp: TopicPartition) -> DataLossReason:
+    """Spark's reason when a partition of the previous offsets is gone (topic deleted)."""
+    return "PARTITIONS_DELETED", f"Partitions Set({tp}) have been deleted."
+
+
+def added_partition_not_at_zero(tp: TopicPartition, start: int) -> DataLossReason:
+    """Spark's reason when a partition new since the previous offsets does not start at 0."""
+    return "ADDED_PARTITION_DOES_NOT_START_FROM_OFFSET_ZERO", f"Added partition {tp} starts from {start} instead of 0."
+
+
+def offset_changed(tp: TopicPartition, previous: int, new: int) -> DataLossReason:
+    """Spark's reason when a partition's offset went back (the topic was recreated)."""
+    return (
+        "PARTITION_OFFSET_CHANGED",
+        f"Partition {tp} offset was changed from {previous} to {new}.\n"
+        "This could either be a user error that the start offset is set too high and this is the first batch, or "
+        "the kafka topic-partition is broken, and some data may have been missed.",
+    )
+
+
+def start_offset_reset(tp: TopicPartition, offset: int, earliest: int) -> DataLossReason:
+    """Spark's reason when a start offset is below the partition's earliest offset (records deleted)."""
+    return "START_OFFSET_RESET", f"Starting offset for {tp} was {offset} but consumer reset to {earliest}."
+
+
+def report_data_loss(
+    fail: bool,
+    tp: TopicPartition,
+    lost_start: int,
+    lost_end: int | None,
+    message: str,
+    *,
+    reason: DataLossReason,
+) -> None:
     """Raise (``failOnDataLoss=true``) or warn about missing records ``[lost_start, lost_end)`` of ``tp``.
+
+    The error names topic, partition and range, then carries Spark's ``[KAFKA_DATA_LOSS.<reason>]`` message.
 
     Raises:
         SourceOffsetError: when ``fail`` is true.
@@ -37,7 +80,8 @@ def report_data_loss(fail: bool, tp: TopicPartition, lost_start: int, lost_end: 
     missing = f"[{lost_start}, {lost_end})" if lost_end is not None else f"from {lost_start}"
     text = f"data loss in topic {tp.topic!r} partition {tp.partition}: offsets {missing} are gone: {message}."
     if fail:
-        raise SourceOffsetError(f"{text} {_FAIL_HINT}")
+        sub_class, why = reason
+        raise SourceOffsetError(f"{text}\n[KAFKA_DATA_LOSS.{sub_class}] {_SPARK_DATA_LOSS} {why}")
     log.warning("%s %s", text, _WARN_HINT)
 
 
@@ -121,11 +165,25 @@ def plan_ranges(
     """
     ranges: list[OffsetRange] = []
     for tp in sorted(start.partitions() - end.partitions()):
-        report_data_loss(fail_on_data_loss, tp, start[tp], None, f"partition {tp} no longer exists")
+        report_data_loss(
+            fail_on_data_loss,
+            tp,
+            start[tp],
+            None,
+            f"partition {tp} no longer exists",
+            reason=partitions_deleted(tp),
+        )
     for tp in sorted(end.partitions()):
         until = end[tp]
         if tp not in earliest:
-            report_data_loss(fail_on_data_loss, tp, start.get(tp, 0) or 0, until, f"partition {tp} no longer exists")
+            report_data_loss(
+                fail_on_data_loss,
+                tp,
+                start.get(tp, 0) or 0,
+                until,
+                f"partition {tp} no longer exists",
+                reason=partitions_deleted(tp),
+            )
             continue
         first = earliest[tp]
         if tp not in start:
@@ -137,6 +195,7 @@ def plan_ranges(
                     0,
                     first,
                     f"new partition {tp} starts at offset {first} instead of 0",
+                    reason=added_partition_not_at_zero(tp, first),
                 )
         else:
             begin = start[tp]
@@ -147,6 +206,7 @@ def plan_ranges(
                     until,
                     begin,
                     f"the end offset of {tp} went back from {begin} to {until}, the topic was probably recreated",
+                    reason=offset_changed(tp, begin, until),
                 )
                 begin = first
             elif begin < first:
@@ -156,6 +216,7 @@ def plan_ranges(
                     begin,
                     first,
                     f"the batch starts {tp} at offset {begin}, but the earliest available offset is {first}",
+                    reason=start_offset_reset(tp, begin, first),
                 )
                 begin = first
         if until > begin:
@@ -197,9 +258,14 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
 
 __all__ = [
     "BY_TIMESTAMP",
+    "DataLossReason",
+    "added_partition_not_at_zero",
+    "offset_changed",
+    "partitions_deleted",
     "plan_ranges",
     "rate_limit",
     "report_data_loss",
     "resolve_start",
     "split_ranges",
+    "start_offset_reset",
 ]

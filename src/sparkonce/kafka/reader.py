@@ -184,7 +184,7 @@ def _handle_out_of_range(consumer: Consumer, settings: ReadSettings, rng: Offset
     from confluent_kafka import KafkaException
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-    from sparkonce.kafka.ranges import report_data_loss
+    from sparkonce.kafka.ranges import offset_changed, report_data_loss, start_offset_reset
 
     ktp = KafkaTopicPartition(rng.tp.topic, rng.tp.partition)
     try:
@@ -200,6 +200,7 @@ def _handle_out_of_range(consumer: Consumer, settings: ReadSettings, rng: Offset
             next_offset,
             rng.end,
             f"offset {next_offset} of {rng} is beyond the partition's end {high}",
+            reason=offset_changed(rng.tp, next_offset, high),
         )
         return rng.end
     report_data_loss(
@@ -208,6 +209,7 @@ def _handle_out_of_range(consumer: Consumer, settings: ReadSettings, rng: Offset
         next_offset,
         min(low, rng.end),
         f"offset {next_offset} of {rng} is below the partition's earliest offset {low}",
+        reason=start_offset_reset(rng.tp, next_offset, low),
     )
     if low >= rng.end:
         return rng.end

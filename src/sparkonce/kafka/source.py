@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -31,7 +31,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from sparkonce.crash import crash_point
-from sparkonce.errors import OptionError
+from sparkonce.errors import BrokerError, OptionError
 from sparkonce.extras import require
 from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class KafkaInputPartition(InputPartition):
@@ -225,6 +227,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planner = OffsetPlanner(self.options)
         return self._planner
 
+    def _with_retries(self, body: Callable[[], T]) -> T:
+        """Run the offset requests in ``body``, retrying a :class:`~sparkonce.errors.BrokerError` as Spark does.
+
+        Spark's Kafka source makes ``fetchOffset.numRetries`` attempts (default 3), waits
+        ``fetchOffset.retryIntervalMs`` (default 1000 ms) between them and starts over with new clients: a
+        broker restarting under the stream (the embedded one answers ListOffsets with -1001 right after a
+        restart) costs a retry, not the query. Runs on the driver.
+        """
+        attempts = self.options.fetch_offset_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                return body()
+            except BrokerError as err:
+                if attempt >= attempts:
+                    raise
+                log.warning("attempt %d of %d getting Kafka offsets failed, retrying: %s", attempt, attempts, err)
+                self.stop()
+                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
     # -- offsets ---------------------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
@@ -239,8 +261,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         :data:`~sparkonce.kafka.ranges.BY_TIMESTAMP`: batch 0 starts at the first record at or after the
         timestamp *before batch 0's end*, which is the same offset whenever batch 0 is planned again.
         """
-        tps = self.planner.discover()
-        start = self.planner.resolve(self.options.starting_for("stream"), tps, keep_special=True)
+        start = self._with_retries(
+            lambda: self.planner.resolve(
+                self.options.starting_for("stream"), self.planner.discover(), keep_special=True
+            )
+        )
         log.info("initial offsets: %s", start.dumps())
         return start.to_json()
 
@@ -274,8 +299,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._available_now and self._available_now_target is not None:
             latest = dict(self._available_now_target)
         else:
-            tps = self.planner.discover()
-            latest = self.planner.latest(tps)
+            latest = self._with_retries(lambda: self.planner.latest(self.planner.discover()))
             if self._available_now:
                 self._available_now_target = dict(latest)
         self._latest = PartitionOffsets(latest)
@@ -285,7 +309,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("read limit %r is not supported by sparkonce.kafka; reading all available records", limit)
             return PartitionOffsets(latest).to_json()
         need_earliest = [tp for tp in latest if tp not in start_offsets or start_offsets[tp] == EARLIEST]
-        earliest = self.planner.earliest(need_earliest) if need_earliest else {}
+        earliest = self._with_retries(lambda: self.planner.earliest(need_earliest)) if need_earliest else {}
         begin = self._resolve_markers(start_offsets, latest, earliest)
         minimum = self.options.min_offsets_per_trigger if not self._available_now else None
         if minimum is not None and self._delay_batch(minimum, begin, latest):
@@ -330,7 +354,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end_offsets = PartitionOffsets.from_json(end, what="end offsets")
         if start_offsets == end_offsets:
             return []
-        earliest = self.planner.earliest(end_offsets.partitions())
+        earliest = self._with_retries(lambda: self.planner.earliest(end_offsets.partitions()))
         # Initial-offset markers: -1 reads nothing in this batch (its end is where "latest" was resolved);
         # a timestamp start is looked up below the batch's end, so a re-run finds the same offset.
         begin = self._resolve_markers(start_offsets, dict(end_offsets.offsets), earliest)
