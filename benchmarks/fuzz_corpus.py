@@ -179,6 +179,13 @@ def main() -> int:
         print(f"{'total':<18}" + "".join(f"{totals[o]:>14}" for o in OUTCOMES))
         print("clear errors by type (per read): " + ", ".join(f"{k} {v}" for k, v in result.errors.most_common()))
         bad += result.bad
+        from sparkonce.delta.commit import load_table
+
+        for table in world.tables:  # delta-rs still works after the panics it may have raised on damaged files
+            try:
+                load_table(str(table)).version()
+            except BaseException as err:
+                bad.append(f"the undamaged table {table} no longer opens after the corpus: {type(err).__name__}: {err}")
         if args.records:
             started = time.perf_counter()
             outcomes, record_bad = run_records(args.seed, args.records, Path(tmp))
