@@ -50,10 +50,14 @@ def test_bronze_quarantines_every_failure_with_its_reason(spark, tmp_path: Path)
         '{"device_id":"sensor-001","reading_time":"2026-05-14T09:00:00.000Z","value":"n/a"}',
         "[1, 2]",
         None,
+        GOOD + "}",  # from_json reads the first object and ignores what follows: quarantined all the same
+        GOOD + "," + GOOD,
+        GOOD + "]",
+        " " + GOOD + "\n",
     ]
     good, bad, added = parse_raw(_raw(spark, values), stage, batch_id=7)
     assert added == ()
-    assert [r["_offset"] for r in good.collect()] == [0]
+    assert sorted(r["_offset"] for r in good.collect()) == [0, 10]
     reasons = {r["offset"]: r["reason"] for r in bad.collect()}
     assert reasons == {
         1: "malformed JSON: not a JSON object",
@@ -62,6 +66,9 @@ def test_bronze_quarantines_every_failure_with_its_reason(spark, tmp_path: Path)
         4: "wrong type: value=n/a is not DOUBLE",
         5: "malformed JSON: not a JSON object",
         6: "null value",
+        7: "malformed JSON: text after the JSON object",
+        8: "malformed JSON: text after the JSON object",
+        9: "malformed JSON: text after the JSON object",
     }
     row = bad.where("offset = 4").collect()[0]
     assert (row["topic"], row["partition"], row["batch_id"]) == ("t", 0, 7)

@@ -222,10 +222,13 @@ def parse_offsets(text: str, batch_id: int, *, path: str | Path | None = None) -
     metadata: OffsetSeqMetadata | None = None
     if lines[1].strip():
         data = _json_object(lines[1].strip(), "offset metadata", path)
+        conf = data.get("conf") or {}
+        if not isinstance(conf, dict):
+            raise CheckpointError(f"{_where(path)}: offset metadata field 'conf' is not a JSON object: {conf!r}")
         metadata = OffsetSeqMetadata(
             batch_watermark_ms=_int_field(data, "batchWatermarkMs", "offset metadata", path) or 0,
             batch_timestamp_ms=_int_field(data, "batchTimestampMs", "offset metadata", path) or 0,
-            conf={str(k): str(v) for k, v in (data.get("conf") or {}).items()},
+            conf={str(k): str(v) for k, v in conf.items()},
             extra={k: v for k, v in data.items() if k not in _METADATA_KEYS},
         )
     sources: dict[str, str | None] = {}

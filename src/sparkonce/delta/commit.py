@@ -155,6 +155,15 @@ def load_table(table: str | TableLocation, *, table_version: int | None = None) 
         raise _diagnose_log(location) or DeltaLogError(
             f"cannot read the Delta log of {location}{where}: {first_line}"
         ) from err
+    except BaseException as err:
+        # delta-rs panics (pyo3's PanicException, a BaseException) on some damaged Parquet checkpoints, e.g. the
+        # parquet crate's "Decoder for dict should have been set": a damaged log, not a crash of the caller.
+        if type(err).__name__ != "PanicException":
+            raise
+        panic = str(err).splitlines()[0] if str(err) else "panic"
+        raise _diagnose_log(location) or DeltaLogError(
+            f"cannot read the Delta log of {location}: delta-rs failed on it ({panic})"
+        ) from err
 
 
 def _check_table_version(location: TableLocation, table_version: int) -> None:

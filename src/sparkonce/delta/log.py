@@ -48,6 +48,9 @@ __all__ = [
     "streaming_info",
 ]
 
+_MAX_CHECKPOINT_PARTS = 1_000_000
+"""The most parts a ``_last_checkpoint`` may name (Delta writes one part per ``checkpoint.partSize`` actions, 1,000,000
+by default: this is a table of 10^12 files); more is a damaged file, not a table."""
 _CLASSIC_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _MULTI_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 _V2_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
@@ -159,13 +162,13 @@ def streaming_info(commit_info: dict[str, Any], txns: Iterable[Txn] = ()) -> tup
     """
     ours = commit_info.get("sparkonce")
     if isinstance(ours, dict):
-        params = ours.get("operationParameters") or {}
+        params = _object(ours.get("operationParameters"))
         query_id = params.get("queryId") or params.get("txnAppId")
         batch = ours.get("batchId", params.get("epochId", params.get("txnVersion")))
         batch_id = _as_int(batch)
         if query_id is not None and batch_id is not None:
             return str(query_id), batch_id
-    params = commit_info.get("operationParameters") or {}
+    params = _object(commit_info.get("operationParameters"))
     if commit_info.get("operation") == "STREAMING UPDATE" and "queryId" in params:
         return str(params["queryId"]), _as_int(params.get("epochId"))
     txn_list = list(txns)
@@ -187,6 +190,12 @@ def _txn(txn: Any) -> Txn:
     return Txn(app_id, version, _as_int(txn.get("lastUpdated")))
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A ``commitInfo`` field that should be a JSON object (``operationParameters``, ``operationMetrics``); ``{}``
+    when it is absent or not an object (``commitInfo`` is informational: a damaged field reads as a missing one)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _as_int(value: Any) -> int | None:
     if type(value) is int:
         return value
@@ -194,7 +203,7 @@ def _as_int(value: Any) -> int | None:
         return None
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a NaN or infinite float
         return None
 
 
@@ -467,8 +476,11 @@ class DeltaLog:
             data = json.loads(text)
         except json.JSONDecodeError as err:
             raise DeltaLogError(f"{path}: not valid JSON ({err.msg} at char {err.pos})") from err
-        if not isinstance(data, dict) or not isinstance(data.get("version"), int):
-            raise DeltaLogError(f"{path}: expected a JSON object with an integer 'version'")
+        if not isinstance(data, dict) or type(data.get("version")) is not int or data["version"] < 0:
+            raise DeltaLogError(f"{path}: expected a JSON object with a non-negative integer 'version'")
+        parts = data.get("parts")
+        if parts is not None and (type(parts) is not int or not 0 < parts <= _MAX_CHECKPOINT_PARTS):
+            raise DeltaLogError(f"{path}: 'parts' must be an integer from 1 to {_MAX_CHECKPOINT_PARTS}, not {parts!r}")
         return data
 
     # ------------------------------------------------------------------ commits
@@ -928,11 +940,11 @@ def commit_facts(commit_info: dict[str, Any], txns: Sequence[Txn]) -> CommitFact
     change them."""
     ours = commit_info.get("sparkonce")
     operation = commit_info.get("operation")
-    params = commit_info.get("operationParameters") or {}
-    metrics = commit_info.get("operationMetrics") or {}
+    params = _object(commit_info.get("operationParameters"))
+    metrics = _object(commit_info.get("operationMetrics"))
     if isinstance(ours, dict):
         operation = ours.get("operation", operation)
-        params = ours.get("operationParameters") or params
+        params = _object(ours.get("operationParameters")) or params
         if isinstance(ours.get("operationMetrics"), dict):
             metrics = ours["operationMetrics"]  # Delta's metric names for MERGE, DELETE, UPDATE, OPTIMIZE, ...
     timestamp = _as_int(commit_info.get("inCommitTimestamp", commit_info.get("timestamp")))
@@ -985,6 +997,10 @@ def _action_problem(action: dict[str, Any]) -> str | None:
     for key in ("metaData", "protocol", "commitInfo"):
         if key in action and not isinstance(action[key], dict):
             return f"{key!r} action is not a JSON object"
+    if "domainMetadata" in action and not (
+        isinstance(action["domainMetadata"], dict) and isinstance(action["domainMetadata"].get("domain"), str)
+    ):
+        return "'domainMetadata' action has no string 'domain'"
     if "sidecar" in action and not (
         isinstance(action["sidecar"], dict) and isinstance(action["sidecar"].get("path"), str)
     ):
@@ -1057,7 +1073,10 @@ def _read_checkpoint_file(delta_log: DeltaLog, fs_path: str) -> Iterator[dict[st
         except (UnicodeDecodeError, ValueError) as err:  # a string column with bytes that are not UTF-8
             raise DeltaLogError(f"{path}: column {name!r} of the Parquet checkpoint is unreadable ({err})") from err
         for value in values:
-            yield {name: _normalize(value, arrow_type)}
+            action = {name: _normalize(value, arrow_type)}
+            if (problem := _action_problem(action)) is not None:
+                raise DeltaLogError(f"{path}: a {name!r} row of the Parquet checkpoint: {problem}")
+            yield action
 
 
 def _normalize(value: Any, arrow_type: Any) -> Any:

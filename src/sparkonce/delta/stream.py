@@ -81,6 +81,14 @@ UNRESOLVED_VERSION = -1
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000
 
 
+_OFFSET_FIELDS: tuple[tuple[str, type, str], ...] = (
+    ("reservoirId", str, "string"),
+    ("reservoirVersion", int, "integer"),
+    ("index", int, "integer"),
+    ("isStartingVersion", bool, "boolean"),
+)
+
+
 @dataclass(frozen=True)
 class DeltaSourceOffset:
     """A position in a Delta table's stream of added files, shaped like Delta's ``DeltaSourceOffset``.
@@ -127,20 +135,23 @@ class DeltaSourceOffset:
         if not isinstance(data, dict):
             raise SourceOffsetError(f"Delta source offset {data!r} is not a JSON object")
         source_version = data.get("sourceVersion")
-        if source_version != SOURCE_VERSION:
+        if type(source_version) is not int or source_version != SOURCE_VERSION:
             raise SourceOffsetError(
                 f"Delta source offset {json.dumps(data)} has sourceVersion {source_version!r}; sparkonce reads "
                 f"sourceVersion {SOURCE_VERSION} (offsets with schema-tracking indexes need the Delta JVM connector)"
             )
-        try:
-            offset = cls(
-                reservoir_id=str(data["reservoirId"]),
-                reservoir_version=int(data["reservoirVersion"]),
-                index=int(data["index"]),
-                is_starting_version=bool(data["isStartingVersion"]),
-            )
-        except (KeyError, TypeError, ValueError) as err:
-            raise SourceOffsetError(f"Delta source offset {json.dumps(data)} is malformed: {err}") from err
+        for key, kind, name in _OFFSET_FIELDS:
+            value = data.get(key)
+            if type(value) is not kind:  # exact: a bool is no version, a float no index, None no id
+                raise SourceOffsetError(
+                    f"Delta source offset {json.dumps(data)} is malformed: {key!r} must be a JSON {name}, not {value!r}"
+                )
+        offset = cls(
+            reservoir_id=data["reservoirId"],
+            reservoir_version=data["reservoirVersion"],
+            index=data["index"],
+            is_starting_version=data["isStartingVersion"],
+        )
         unresolved = (offset.reservoir_version, offset.index) == (UNRESOLVED_VERSION, BASE_INDEX)
         if offset.index < BASE_INDEX or (offset.reservoir_version < 0 and not unresolved):
             raise SourceOffsetError(f"Delta source offset {json.dumps(data)} has a negative table version or index")

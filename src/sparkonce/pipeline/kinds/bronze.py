@@ -267,6 +267,12 @@ def _classify(raw: DataFrame, stage: BronzeStage, fields: list[StructField]) -> 
     reason = (
         F.when(F.col("value").isNull(), F.lit("null value"))
         .when(F.json_object_keys("value").isNull(), F.lit("malformed JSON: not a JSON object"))
+        # from_json and json_object_keys read the first JSON value and ignore what follows ('{...}}', '{...}x'):
+        # as the first element of an array closed by ",0]" it must leave exactly two elements.
+        .when(
+            F.coalesce(F.json_array_length(F.concat(F.lit("["), F.col("value"), F.lit(",0]"))), F.lit(0)) != 2,
+            F.lit("malformed JSON: text after the JSON object"),
+        )
         .when(corrupt, F.concat(F.lit("wrong type: "), F.concat_ws("; ", *wrong)))
     )
     if missing:
