@@ -124,6 +124,8 @@ def chaos(
         if kind not in FAULT_KINDS:
             raise OptionError("--kinds", kind, f"must be among {', '.join(FAULT_KINDS)}")
     if network:
+        if pipeline is not None:
+            raise OptionError("--network", str(pipeline), "needs the quickstart setup (its links get fault proxies)")
         chosen = (*chosen, *(k for k in NETWORK_KINDS if k not in chosen))
     options = ChaosOptions(
         pipeline=pipeline,

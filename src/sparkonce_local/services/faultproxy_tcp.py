@@ -70,10 +70,10 @@ class TcpProxyServer:
                 self._paused.wait(left)
 
     def _serve(self, client: socket.socket) -> None:
-        where = f"client port {client.getpeername()[1]}"
         how: Literal["eof", "reset"] = "eof"
         upstream: socket.socket | None = None
         try:
+            where = f"client port {client.getpeername()[1]}"
             self._hold()  # a paused peer does not take new connections either (the client's stays open)
             upstream = socket.create_connection(self.upstream, timeout=CONNECT_TIMEOUT)
             upstream.settimeout(None)
