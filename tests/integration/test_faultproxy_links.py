@@ -12,6 +12,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from sparkonce.errors import SinkError
+from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
 from sparkonce_local.chaos.reconcile import read_topic
 from sparkonce_local.services.broker import create_topic, free_port, start_broker, stop_broker
 from sparkonce_local.services.faultproxy import TcpFaultProxy
@@ -108,3 +110,19 @@ def test_a_query_through_a_paused_link_completes_on_the_same_connection(
         rule = proxy.pause(2.0, direction="up")
         assert conn.execute("SELECT pg_backend_pid()").fetchone() == (pid,)
     assert rule.fired == 1
+
+
+def test_the_sink_connects_again_after_a_reset_connection_and_gives_up_after_its_attempts(
+    postgres: LocalPostgres, proxied_postgres: tuple[str, TcpFaultProxy]
+) -> None:
+    dsn, proxy = proxied_postgres
+    table = postgres.unique_name("links")
+    sink = PostgresSink(PostgresSinkOptions(dsn=dsn, table=table, app_id="links", ledger_table=f"{table}_ledger"))
+    rule = proxy.reset_connections(count=2, direction="up")  # the first two connection attempts are reset
+    sink.check()
+    assert rule.fired == 2
+    assert postgres.fetch(f"SELECT count(*) FROM {table}_ledger") == [(0,)]
+    rule = proxy.reset_connections(count=4, direction="up")
+    with pytest.raises(SinkError, match="unreachable after 4 attempts"):
+        sink.check()
+    assert rule.fired == 4
