@@ -110,7 +110,7 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
     from sparkonce_local.demo_pipeline import write_quickstart_pipeline
     from sparkonce_local.services.broker import start_broker, stop_broker
     from sparkonce_local.services.faultproxy import TcpFaultProxy
-    from sparkonce_local.services.postgres import start_postgres
+    from sparkonce_local.services.postgres import start_postgres, stop_postgres
     from sparkonce_local.services.process import LOOPBACK, free_port
     from sparkonce_local.services.storage import start_storage, stop_storage
 
@@ -132,6 +132,7 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
             stop_storage(state_dir=storage_dir)
         raise
     proxy: FaultProxy | None = None
+    postgres: PostgresServer | None = None
     try:
         tables, storage_options = "tables", None
         if store is not None and options.storage == "s3":
@@ -178,6 +179,9 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
             link.close()
         if proxy is not None:
             proxy.close()
+        if postgres is not None:
+            with contextlib.suppress(SparkonceError):
+                stop_postgres(postgres)
         stop_broker(state_dir=broker_dir)
         if storage_dir is not None:
             stop_storage(state_dir=storage_dir)

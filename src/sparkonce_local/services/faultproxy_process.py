@@ -18,7 +18,6 @@ import select
 import socket
 import struct
 import sys
-import threading
 import time
 import uuid
 from typing import BinaryIO
@@ -31,6 +30,7 @@ from sparkonce_local.services.faultrules import (
     CloseHow,
     RuleBook,
     RuleKind,
+    listen,
     serve_control,
 )
 from sparkonce_local.services.http1 import (
@@ -55,19 +55,7 @@ class _ProxyServer:
     def __init__(self, rules: RuleBook, upstream_host: str, upstream_port: int) -> None:
         self.rules = rules
         self.upstream = (upstream_host, upstream_port)
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, name="fault-proxy", daemon=True).start()
-
-    # -- forwarding ------------------------------------------------------------------------------------------------
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), name="fault-proxy-conn", daemon=True).start()
+        self.port = listen(self._serve, name="fault-proxy-conn")
 
     def _serve(self, client: socket.socket) -> None:
         upstream: socket.socket | None = None

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Literal
 
-from sparkonce_local.services.faultrules import RuleBook
+from sparkonce_local.services.faultrules import RuleBook, listen
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +46,7 @@ class TcpProxyServer:
         self.upstream = (upstream_host, upstream_port)
         self._paused = threading.Condition()
         self._paused_until = 0.0
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, name="fault-proxy-tcp", daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), name="fault-proxy-tcp-conn", daemon=True).start()
+        self.port = listen(self._serve, name="fault-proxy-tcp-conn")
 
     def _pause(self, seconds: float) -> None:
         with self._paused:

@@ -15,6 +15,7 @@ import re
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -152,7 +153,7 @@ class RuleBook:
         ``where``; None if none."""
         return self._claim_first(lambda r: r.remaining > 0 and r.direction in ("any", direction), where)
 
-    def _claim_first(self, match: Any, where: str) -> Rule | None:
+    def _claim_first(self, match: Callable[[Rule], bool], where: str) -> Rule | None:
         with self._changed:
             for rule in self._rules.values():
                 if match(rule):
@@ -189,18 +190,28 @@ def _control_connection(rules: RuleBook, conn: socket.socket) -> None:
             conn.sendall((json.dumps(answer) + "\n").encode("utf-8"))
 
 
+def listen(handle: Callable[[socket.socket], None], *, name: str) -> int:
+    """Listen on ``127.0.0.1`` (a free port, returned) and serve each connection with ``handle`` in a thread of its
+    own, named ``name``."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), name=name, daemon=True).start()
+
+    threading.Thread(target=accept, name=f"{name}-accept", daemon=True).start()
+    return int(server.getsockname()[1])
+
+
 def serve_control(rules: RuleBook, proxy_port: int) -> None:
     """The rest of a proxy process's life: open the control port, print ``PORTS <proxy port> <control port>``
     (both on 127.0.0.1), serve control connections, and return when stdin ends (the parent closed it or ended)."""
-    control = socket.create_server(("127.0.0.1", 0))
-
-    def accept_control() -> None:
-        while True:
-            conn, _ = control.accept()
-            threading.Thread(target=_control_connection, args=(rules, conn), daemon=True).start()
-
-    threading.Thread(target=accept_control, name="fault-proxy-control", daemon=True).start()
-    print(f"PORTS {proxy_port} {control.getsockname()[1]}", flush=True)
+    control_port = listen(lambda conn: _control_connection(rules, conn), name="fault-proxy-control")
+    print(f"PORTS {proxy_port} {control_port}", flush=True)
     sys.stdin.read()
 
 
@@ -215,5 +226,6 @@ __all__ = [
     "Rule",
     "RuleBook",
     "RuleKind",
+    "listen",
     "serve_control",
 ]
