@@ -100,7 +100,11 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
     # tables on the object store (--storage s3), so the store restart hits the Delta commits too. The driver_kill
     # arms the crash point on the next driver; the worker kills land when a task runs (at least one of three); the
     # commit process of a Delta sink dies right after its Delta commit while the driver lives (Spark aborts); the
-    # store applies a Delta commit's PUT and its answer is lost (the fault proxy between Spark and the store).
+    # store applies a Delta commit's PUT and its answer is lost (the fault proxy between Spark and the store). Then
+    # a network fault on every link (fault proxies in front of the broker, which advertises its own, PostgreSQL and
+    # the store): a reset, a paused and a slowed broker link, a dropped PostgreSQL connection, 503s and 500s. (A
+    # second PostgreSQL fault can find no PostgreSQL traffic for minutes on a loaded machine: the PostgreSQL stage's
+    # pauses and latency are tested in test_faultproxy_links.py.)
     plan = SoakPlan.from_json(
         {
             "plan_version": 1,
@@ -114,6 +118,12 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
                 {"kind": "worker_kill", "delay": 1.0},
                 {"kind": "commit_process_kill", "delay": 0.5},
                 {"kind": "store_lost_response", "delay": 0.5},
+                {"kind": "broker_net_reset", "delay": 0.5},
+                {"kind": "store_slowdown", "delay": 0.5, "count": 3},
+                {"kind": "postgres_net_drop", "delay": 0.5},
+                {"kind": "broker_net_pause", "delay": 0.5, "downtime": 2.0},
+                {"kind": "store_error", "delay": 0.5, "count": 2},
+                {"kind": "net_latency", "delay": 0.5, "link": "broker", "count": 10, "seconds": 0.05},
                 {"kind": "driver_kill", "delay": 2.0},
                 {"kind": "storage_restart", "delay": 5.0, "downtime": 1.0},
                 {"kind": "worker_kill", "delay": 0.5},
@@ -136,6 +146,8 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
     assert (by_kind["broker_restart"], by_kind["postgres_restart"], by_kind["storage_restart"]) == (1, 1, 1)
     assert (by_kind["driver_kill"], by_kind["commit_process_kill"], by_kind["store_lost_response"]) == (1, 1, 1)
     assert by_kind["worker_kill"] >= 1
+    network = ("broker_net_reset", "broker_net_pause", "net_latency", "postgres_net_drop")
+    assert [by_kind[k] for k in (*network, "store_slowdown", "store_error")] == [1] * 6
     (commit_kill,) = [e for e in result.events if e.kind == "commit_process_kill"]
     assert commit_kill.injected and "after its Delta commit" in commit_kill.note and "alive" in commit_kill.note
     assert result.injected_by_point == {"after_delta_commit": 1}

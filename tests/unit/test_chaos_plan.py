@@ -16,9 +16,13 @@ import pytest
 
 from sparkonce.errors import OptionError
 from sparkonce_local.chaos.plan import (
+    DEFAULT_KINDS,
     DRIVER_EVERY,
+    FAULT_KINDS,
+    LINK_OF,
     NAIVE_KINDS,
     NAIVE_WINDOW,
+    NETWORK_KINDS,
     POINTS_BY_STAGE,
     FaultPlan,
     SoakPlan,
@@ -210,6 +214,36 @@ def test_soak_plan_kinds_and_bad_options() -> None:
                 "crash_points": [],
             }
         )
+
+
+def test_network_kinds_are_drawn_only_when_asked_for_and_only_on_links_with_a_proxy() -> None:
+    assert not set(NETWORK_KINDS) & set(DEFAULT_KINDS) and set(DEFAULT_KINDS) | set(NETWORK_KINDS) == set(FAULT_KINDS)
+    assert not {f.kind for f in make_plan(seed=3, faults=60, stages=STAGES).faults} & set(NETWORK_KINDS)
+    everything = (*DEFAULT_KINDS, *NETWORK_KINDS)
+    no_links = make_plan(seed=3, faults=60, stages=STAGES, kinds=everything)
+    assert not {f.kind for f in no_links.faults} & set(NETWORK_KINDS)
+    two = make_plan(seed=3, faults=200, stages=STAGES, kinds=NETWORK_KINDS, links=("broker", "postgres"))
+    assert {f.kind for f in two.faults} == set(NETWORK_KINDS) - {"store_slowdown", "store_error"}
+    for fault in two.faults:
+        assert fault.link in (None, "broker", "postgres")
+        if LINK_OF.get(fault.kind) == "postgres":
+            assert fault.stage == "postgres"
+        if fault.kind.endswith("_net_pause"):
+            assert 1.0 <= fault.downtime <= 20.0
+        if fault.kind == "net_latency":
+            assert 20 <= fault.count <= 200 and 0.05 <= fault.seconds <= 0.5
+    assert FaultPlan.from_json(json.loads(two.dumps())) == two
+    soak = make_soak_plan(seed=4, faults=300, kinds=NETWORK_KINDS, links=("broker", "postgres", "store"))
+    assert {f.kind for f in soak.faults} == set(NETWORK_KINDS)
+    assert {f.link for f in soak.faults if f.kind == "net_latency"} == {"broker", "postgres", "store"}
+    assert all(1 <= f.count <= 8 for f in soak.faults if f.kind in ("store_slowdown", "store_error"))
+    assert SoakPlan.from_json(json.loads(soak.dumps())) == soak
+    with pytest.raises(OptionError, match="links"):
+        make_plan(seed=1, faults=1, stages=("raw",), kinds=("postgres_net_reset",), links=("broker", "postgres"))
+    bad = json.loads(two.dumps())
+    bad["rounds"][0]["fault"]["link"] = "carrier-pigeon"
+    with pytest.raises(OptionError, match=r"rounds\[0\]\.fault\.link"):
+        FaultPlan.from_json(bad)
 
 
 def test_check_topic_values_allows_a_refused_produce_at_most_once() -> None:

@@ -49,3 +49,12 @@ def test_soak_refuses_a_pipeline_file_and_a_naive_kind(tmp_path: Path) -> None:
     assert done.exit_code == 2
     assert "soak" in done.output and "naive" in done.output
     assert not (tmp_path / "w").exists()
+
+
+def test_network_faults_refuse_a_pipeline_file(tmp_path: Path) -> None:
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text('name = "x"\n')
+    done = CliRunner().invoke(cli, ["chaos", str(pipeline), "--network", "--work-dir", str(tmp_path / "w")])
+    assert done.exit_code == 2
+    assert "--network" in done.output and "quickstart" in done.output
+    assert not (tmp_path / "w").exists()

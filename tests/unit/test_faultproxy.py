@@ -189,6 +189,18 @@ def test_an_error_answer_never_reaches_the_store_and_keeps_the_connection(
     assert rule.fired == 1
 
 
+def test_a_delayed_request_reaches_the_store_unchanged_and_counts(store: ScriptedStore, proxy: FaultProxy) -> None:
+    rule = proxy.delay_requests("GET", r"/slow$", 0.2, count=2)
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+    for path in ("/b/slow", "/b/fast", "/b/slow", "/b/slow"):
+        conn.request("GET", path)
+        assert conn.getresponse().read() == b"ok " + path.encode()
+    conn.close()
+    status = rule.status()
+    assert (status.fired, status.paths, status.seconds) == (2, ("/b/slow", "/b/slow"), 0.2)
+    assert len(store.requests) == 4
+
+
 def test_expect_continue_is_answered_by_the_proxy(store: ScriptedStore, proxy: FaultProxy) -> None:
     with _connect(proxy) as conn:
         conn.sendall(b"PUT /b/k HTTP/1.1\r\nHost: s\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")
@@ -245,7 +257,7 @@ def test_bad_rules_are_refused(proxy: FaultProxy) -> None:
     with pytest.raises(OptionError, match="count"):
         proxy.lose_responses("PUT", r"x", count=0)
     with socket.create_connection(("127.0.0.1", int(proxy.control_address.split(":")[1])), timeout=30) as raw:
-        raw.sendall(b'{"op": "arm", "kind": "latency", "path": "x"}\n')
+        raw.sendall(b'{"op": "arm", "kind": "pause", "path": "x", "seconds": 1}\n')
         assert b"unknown rule kind" in raw.makefile("rb").readline()
     with pytest.raises(FaultProxyError, match="KeyError"):
         proxy.rule(99)

@@ -5,7 +5,8 @@ then the PostgreSQL stage when the spec has one (the bronze table into PostgreSQ
 :class:`sparkonce.sinks.postgres.PostgresSink`, or the naive append); exits 0 once everything is drained. With a
 naive kind, the stage it names is replaced by the naive sink (:mod:`sparkonce_local.chaos.naive`). Crash points are
 armed by the environment (:mod:`sparkonce.crash`). In soak mode (``DriverSpec.soak_stop``) it runs pass after
-pass: ``availableNow`` first, then every stage at once on a ``processingTime`` trigger, until the stop file.
+pass: ``availableNow`` first (until one succeeds: it makes every table), then every stage at once on a
+``processingTime`` trigger, until the stop file.
 """
 
 from __future__ import annotations
@@ -50,10 +51,12 @@ def run(spec: DriverSpec) -> None:
         return
     stop = Path(spec.soak_stop)
     passes = failed = 0
+    drained_once = False
     while True:
         last = stop.exists()  # the producer stopped before the stop file was written: this pass sees every record
         passes += 1
-        continuous = passes > 1 and not last
+        # Continuous passes start every stage at once: only after an availableNow pass made every table.
+        continuous = drained_once and not last
         started = time.monotonic()
         try:
             if continuous:
@@ -70,6 +73,7 @@ def run(spec: DriverSpec) -> None:
             time.sleep(min(5.0, 0.2 * failed))  # back off while a service is still coming back
             continue
         failed = 0
+        drained_once = True
         kind = "continuous" if continuous else "availableNow"
         print(f"pass {passes} ({kind}) done in {time.monotonic() - started:.1f}s", flush=True)
         if last:

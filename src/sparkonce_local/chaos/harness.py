@@ -26,9 +26,12 @@ from pathlib import Path
 from sparkonce.crash import ENV_ARM, ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_RECORD, ENV_TARGET, read_crash_records
 from sparkonce.errors import OptionError
 from sparkonce_local.chaos.model import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundCallback, RoundResult
+from sparkonce_local.chaos.network import inject_network
 from sparkonce_local.chaos.plan import (
     DURING_COMMITS,
     FAULT_KINDS,
+    LINK_OF,
+    NETWORK_KINDS,
     RESTART_KINDS,
     STORE_KINDS,
     Fault,
@@ -42,6 +45,7 @@ from sparkonce_local.chaos.testbed import (
     START_TIME,
     ChaosSetup,
     chaos_work_dir,
+    links_of,
     log_tail,
     reconcile_tables,
     restart_service,
@@ -76,10 +80,22 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
             naive=options.naive,
             records_per_round=options.records_per_round,
             services=options.pipeline is None,
+            links=links_of(setup),
         )
         missing = {f.kind for f in plan.faults if f.kind in STORE_KINDS} if setup.storage_dir is None else set()
         if missing:
             raise OptionError("plan", sorted(missing), "needs the broker on the object store, which this run has not")
+        unlinked = {
+            f.kind
+            for f in plan.faults
+            if f.kind in NETWORK_KINDS and (f.link or LINK_OF[f.kind]) not in links_of(setup)
+        }
+        if unlinked:
+            raise OptionError(
+                "plan",
+                sorted(unlinked),
+                "needs a fault proxy on its link (the store's: --storage s3, quickstart setup)",
+            )
         if plan.naive != options.naive:
             raise OptionError("plan", plan.naive, f"was made for naive={plan.naive}, the run asks for {options.naive}")
         rounds: list[RoundResult] = []
@@ -247,6 +263,8 @@ def _inject_timed(
         return False, "missed: the driver ended before a Python worker ran"
     if fault.kind in RESTART_KINDS:
         return restart_service(setup, fault)
+    if fault.kind in NETWORK_KINDS:
+        return inject_network(setup, fault, deadline, alive=lambda: proc.poll() is None)
     return False, f"missed: unknown kind {fault.kind}"
 
 

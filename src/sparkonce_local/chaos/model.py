@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from sparkonce_local.chaos.plan import (
-    FAULT_KINDS,
+    DEFAULT_KINDS,
     Fault,
     FaultEvent,
     FaultKind,
@@ -41,7 +41,9 @@ class ChaosOptions:
     work_dir: Path = Path(".sparkonce") / "chaos"
     records_per_round: int = 400
     partitions: int = 2
-    kinds: tuple[FaultKind, ...] = FAULT_KINDS
+    kinds: tuple[FaultKind, ...] = DEFAULT_KINDS
+    """The kinds a plan is drawn from; the network kinds (:data:`~sparkonce_local.chaos.plan.NETWORK_KINDS`) put a
+    fault proxy on the broker's and PostgreSQL's links."""
     deadline: float = 3600.0
     """Seconds for the whole run; past it the driver is killed and the run reports it did not drain."""
     rate: float = 20.0

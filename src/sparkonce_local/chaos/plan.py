@@ -23,6 +23,15 @@ FaultKind = Literal[
     "crash_point",
     "commit_process_kill",
     "store_lost_response",
+    "broker_net_drop",
+    "broker_net_reset",
+    "broker_net_pause",
+    "postgres_net_drop",
+    "postgres_net_reset",
+    "postgres_net_pause",
+    "store_slowdown",
+    "store_error",
+    "net_latency",
 ]
 """``driver_kill``: SIGKILL of the driver's process group (Python driver, JVM, its Python workers) at a random
 moment; ``worker_kill``: SIGKILL of one executor Python worker (a child of ``pyspark.daemon``) while it runs a
@@ -35,8 +44,45 @@ driver group dies when the run reaches a named :mod:`sparkonce.crash` point for 
 right after its Delta commit landed (the ``after_delta_commit`` point armed in the running driver, target
 ``process``), while the driver lives: Spark aborts the batch and fails the query; ``store_lost_response`` (soak
 mode, tables on the object store): the object store applies the PUT of a Delta table's next ``_delta_log`` commit
-file and its answer is lost (a fault proxy between Spark and the store closes the connection)."""
+file and its answer is lost (a fault proxy between Spark and the store closes the connection).
+
+The network kinds act on a fault proxy on a link (:data:`NETWORK_KINDS`; the harness puts a TCP fault proxy in
+front of the broker and of PostgreSQL, which every client of the run goes through, when one of them can be drawn):
+``broker_net_drop`` / ``postgres_net_drop``: the next chunk of bytes on the link is dropped and its connection
+ends on both sides (FIN); ``broker_net_reset`` / ``postgres_net_reset``: the same with a TCP reset;
+``broker_net_pause`` / ``postgres_net_pause``: the link stops forwarding for ``downtime`` seconds, its connections
+open (a peer that stops answering); ``store_slowdown`` / ``store_error`` (tables on the object store): the next
+``count`` requests to the store are answered ``503 SlowDown`` / ``500 InternalError`` by the store's fault proxy
+and never reach it; ``net_latency``: the next ``count`` chunks (a request, on the store's link) on ``link`` wait
+``seconds`` each."""
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+NETWORK_KINDS: tuple[FaultKind, ...] = (
+    "broker_net_drop",
+    "broker_net_reset",
+    "broker_net_pause",
+    "postgres_net_drop",
+    "postgres_net_reset",
+    "postgres_net_pause",
+    "store_slowdown",
+    "store_error",
+    "net_latency",
+)
+"""Kinds injected through a fault proxy on a link; drawn only when asked for (``--network`` or ``--kinds``)."""
+DEFAULT_KINDS: tuple[FaultKind, ...] = tuple(k for k in FAULT_KINDS if k not in NETWORK_KINDS)
+"""The kinds a run draws from unless told otherwise (every kind but the network ones)."""
+LINK_OF: dict[FaultKind, str] = {
+    "broker_net_drop": "broker",
+    "broker_net_reset": "broker",
+    "broker_net_pause": "broker",
+    "postgres_net_drop": "postgres",
+    "postgres_net_reset": "postgres",
+    "postgres_net_pause": "postgres",
+    "store_slowdown": "store",
+    "store_error": "store",
+    "store_lost_response": "store",
+}
+"""The link a network kind acts on (``net_latency``: the fault's own ``link``)."""
+LINKS: tuple[str, ...] = ("broker", "postgres", "store")
 SOAK_ONLY_KINDS: tuple[FaultKind, ...] = ("commit_process_kill", "store_lost_response")
 """Kinds injected into a running driver, which only soak mode has (rounds mode leaves them out)."""
 
@@ -92,15 +138,45 @@ class Fault:
     hit: int = 1
     """``crash_point``: fires the hit-th time the point is reached in the round."""
     downtime: float = 0.0
-    """The :data:`RESTART_KINDS`: seconds the service stays down."""
+    """The :data:`RESTART_KINDS`: seconds the service stays down; ``*_net_pause``: seconds the link is paused."""
+    link: str | None = None
+    """``net_latency``: the link it slows down (``broker``, ``postgres`` or ``store``)."""
+    count: int = 1
+    """``store_slowdown`` / ``store_error``: requests answered with the error; ``net_latency``: chunks delayed."""
+    seconds: float = 0.0
+    """``net_latency``: the delay added to each chunk or request."""
 
     @property
     def label(self) -> str:
         if self.kind == "crash_point":
             return f"crash_point {self.point} #{self.hit}"
-        if self.kind in RESTART_KINDS:
+        if self.kind in RESTART_KINDS or self.kind.endswith("_net_pause"):
             return f"{self.kind} at {self.stage}+{self.delay:.2f}s, down {self.downtime:.2f}s"
+        if self.kind == "net_latency":
+            return f"net_latency on {self.link} at {self.stage}+{self.delay:.2f}s, {self.count} x {self.seconds:.2f}s"
+        if self.kind in ("store_slowdown", "store_error"):
+            return f"{self.kind} at {self.stage}+{self.delay:.2f}s, {self.count} request(s)"
         return f"{self.kind} at {self.stage}+{self.delay:.2f}s"
+
+    @classmethod
+    def from_json(cls, item: Mapping[str, Any], where: str) -> Fault:
+        """Parse a fault written by ``asdict``; OptionError naming ``where`` on an unknown kind or link."""
+        if item.get("kind") not in FAULT_KINDS:
+            raise OptionError(f"{where}.kind", item.get("kind"), f"must be one of {FAULT_KINDS}")
+        link = item.get("link")
+        if link is not None and link not in LINKS:
+            raise OptionError(f"{where}.link", link, f"must be one of {LINKS}")
+        return cls(
+            kind=item["kind"],
+            stage=item.get("stage"),
+            delay=float(item.get("delay", 0.0)),
+            point=item.get("point"),
+            hit=int(item.get("hit", 1)),
+            downtime=float(item.get("downtime", 0.0)),
+            link=link,
+            count=int(item.get("count", 1)),
+            seconds=float(item.get("seconds", 0.0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -144,20 +220,7 @@ class FaultPlan:
             rounds = []
             for index, item in enumerate(data["rounds"]):
                 fault = item.get("fault")
-                parsed = None
-                if fault is not None:
-                    if fault.get("kind") not in FAULT_KINDS:
-                        raise OptionError(
-                            f"{source}: rounds[{index}].fault.kind", fault.get("kind"), f"must be one of {FAULT_KINDS}"
-                        )
-                    parsed = Fault(
-                        kind=fault["kind"],
-                        stage=fault.get("stage"),
-                        delay=float(fault.get("delay", 0.0)),
-                        point=fault.get("point"),
-                        hit=int(fault.get("hit", 1)),
-                        downtime=float(fault.get("downtime", 0.0)),
-                    )
+                parsed = None if fault is None else Fault.from_json(fault, f"{source}: rounds[{index}].fault")
                 rounds.append(Round(int(item["records"]), parsed))
             return cls(
                 seed=int(data["seed"]),
@@ -193,11 +256,12 @@ def make_plan(
     seed: int,
     faults: int,
     stages: Sequence[str],
-    kinds: Sequence[FaultKind] = FAULT_KINDS,
+    kinds: Sequence[FaultKind] = DEFAULT_KINDS,
     naive: NaiveKind | None = None,
     records_per_round: int = 400,
     clean_rounds: int = 1,
     services: bool = True,
+    links: Sequence[str] = (),
 ) -> FaultPlan:
     """The seeded plan: ``faults`` rounds with one fault each, then ``clean_rounds`` rounds without.
 
@@ -206,6 +270,8 @@ def make_plan(
     ``postgres_restart`` only when there is a ``postgres`` stage, and no service restart at all without
     ``services`` (a pipeline file: the harness runs no service of its own). A naive run's first fault is the crash
     point in the window where that sink duplicates (:data:`NAIVE_WINDOW`), so its failure is certain for every seed.
+    A network kind applies only when its link has a fault proxy (``links``); a PostgreSQL one anchors on the
+    ``postgres`` stage (the only one that talks to PostgreSQL).
 
     Raises:
         OptionError: ``faults`` < 0, ``records_per_round`` < 1, an unknown kind, or no kind applies.
@@ -220,8 +286,9 @@ def make_plan(
     usable = [k for k in kinds if (k != "postgres_restart" or "postgres" in stages) and k not in SOAK_ONLY_KINDS]
     if not services:
         usable = [k for k in usable if k not in RESTART_KINDS]
+    usable = [k for k in usable if _link_applies(k, links, stages)]
     if faults and not usable:
-        raise OptionError("kinds", list(kinds), f"none applies to stages {list(stages)}")
+        raise OptionError("kinds", list(kinds), f"none applies to stages {list(stages)} and links {list(links)}")
     points = [p for stage in stages for p in POINTS_BY_STAGE.get(stage, ())]
     if naive == "file-sink-glob":
         points = ["before_offsets", "after_offsets", "mid_read", "after_commits"]
@@ -246,11 +313,41 @@ def make_plan(
             fault = Fault(
                 kind, stage=stage, delay=round(rng.uniform(0.0, 1.5), 2), downtime=round(rng.uniform(0.5, 4), 2)
             )
+        elif kind in NETWORK_KINDS:
+            if LINK_OF.get(kind) == "postgres":
+                stage = "postgres"
+            fault = network_fault(kind, rng, links, stage=stage, delay=round(rng.uniform(0.0, 1.0), 2), pause=20.0)
         else:
             fault = Fault(kind, stage=stage, delay=round(rng.uniform(0.0, 1.5 if stage == "raw" else 0.8), 2))
         rounds.append(Round(records(), fault))
     rounds.extend(Round(records() if not rounds else 0, None) for _ in range(clean_rounds))
     return FaultPlan(seed=seed, naive=naive, stages=tuple(stages), rounds=tuple(rounds))
+
+
+def _link_applies(kind: FaultKind, links: Sequence[str], stages: Sequence[str]) -> bool:
+    """A kind that needs no fault proxy, or whose link has one (``net_latency``: any link)."""
+    if kind == "net_latency":
+        return bool(links)
+    if kind not in NETWORK_KINDS:
+        return True
+    link = LINK_OF[kind]
+    return link in links and (link != "postgres" or "postgres" in stages)
+
+
+def network_fault(
+    kind: FaultKind, rng: random.Random, links: Sequence[str], *, stage: str | None, delay: float, pause: float
+) -> Fault:
+    """A network kind's fault with its seeded parameters: a pause of 1 to ``pause`` seconds, a burst of 1 to 8
+    error answers, or 0.05 to 0.5 s of latency on 20 to 200 chunks (5 to 50 requests on the store's link)."""
+    if kind.endswith("_net_pause"):
+        return Fault(kind, stage=stage, delay=delay, downtime=round(rng.uniform(1.0, pause), 2))
+    if kind in ("store_slowdown", "store_error"):
+        return Fault(kind, stage=stage, delay=delay, count=rng.randint(1, 8))
+    if kind == "net_latency":
+        link = rng.choice(list(links))
+        count = rng.randint(5, 50) if link == "store" else rng.randint(20, 200)
+        return Fault(kind, stage=stage, delay=delay, link=link, count=count, seconds=round(rng.uniform(0.05, 0.5), 2))
+    return Fault(kind, stage=stage, delay=delay)
 
 
 SOAK_WEIGHTS: dict[FaultKind, int] = {
@@ -260,8 +357,18 @@ SOAK_WEIGHTS: dict[FaultKind, int] = {
     "storage_restart": 1,
     "commit_process_kill": 1,
     "store_lost_response": 1,
+    "broker_net_drop": 2,
+    "broker_net_reset": 2,
+    "broker_net_pause": 1,
+    "postgres_net_drop": 1,
+    "postgres_net_reset": 1,
+    "postgres_net_pause": 1,
+    "store_slowdown": 2,
+    "store_error": 1,
+    "net_latency": 2,
 }
-"""How often each timed kind is drawn in soak mode (a worker kill costs the least time, a store restart the most)."""
+"""How often each timed kind is drawn in soak mode (a worker kill costs the least time, a store restart the most;
+the network kinds are drawn only when asked for)."""
 DRIVER_EVERY = 100
 """Soak mode: every this-many-th fault is a ``driver_kill``. A new driver costs a JVM start and a first pass (30 to
 70 s here), during which no worker can be killed, and the crash point armed on it costs another."""
@@ -303,15 +410,7 @@ class SoakPlan:
                 raise OptionError(f"{source}: mode", data.get("mode"), f"must be soak (plan_version {PLAN_VERSION})")
 
             def fault(item: Mapping[str, Any], where: str) -> Fault:
-                if item.get("kind") not in FAULT_KINDS:
-                    raise OptionError(f"{source}: {where}.kind", item.get("kind"), f"must be one of {FAULT_KINDS}")
-                return Fault(
-                    kind=item["kind"],
-                    delay=float(item.get("delay", 0.0)),
-                    point=item.get("point"),
-                    hit=int(item.get("hit", 1)),
-                    downtime=float(item.get("downtime", 0.0)),
-                )
+                return Fault.from_json(item, f"{source}: {where}")
 
             return cls(
                 seed=int(data["seed"]),
@@ -327,15 +426,17 @@ def make_soak_plan(
     *,
     seed: int,
     faults: int,
-    kinds: Sequence[FaultKind] = FAULT_KINDS,
+    kinds: Sequence[FaultKind] = DEFAULT_KINDS,
     rate: float = 20.0,
     driver_every: int = DRIVER_EVERY,
     stages: Sequence[str] = ("raw", "bronze", "gold", "postgres"),
     tables_on_store: bool = False,
+    links: Sequence[str] = (),
 ) -> SoakPlan:
     """The seeded soak plan: ``faults`` faults, every ``driver_every``-th a ``driver_kill``, the others drawn from
     the timed kinds by :data:`SOAK_WEIGHTS`; one crash point per ``driver_kill`` when ``crash_point`` is a kind.
-    ``store_lost_response`` applies only with ``tables_on_store`` (the Delta tables on the object store).
+    ``store_lost_response`` applies only with ``tables_on_store`` (the Delta tables on the object store), a network
+    kind only when its link has a fault proxy (``links``).
 
     Raises:
         OptionError: ``faults`` < 0, ``rate`` <= 0, ``driver_every`` < 1, an unknown kind, or no kind applies.
@@ -355,6 +456,7 @@ def make_soak_plan(
         if k in kinds
         and (k != "postgres_restart" or "postgres" in stages)
         and (k != "store_lost_response" or tables_on_store)
+        and _link_applies(k, links, stages)
     ]
     driver = "driver_kill" in kinds
     if faults and not timed and not driver:
@@ -372,6 +474,9 @@ def make_soak_plan(
             kind = "driver_kill"
         else:
             kind = rng.choices(timed, weights=[SOAK_WEIGHTS[k] for k in timed])[0]
+        if kind in NETWORK_KINDS:
+            drawn.append(network_fault(kind, rng, links, stage=None, delay=round(rng.uniform(0.1, 1.0), 2), pause=30.0))
+            continue
         downtime = round(rng.uniform(0.1, 1.5), 2) if kind in RESTART_KINDS else 0.0
         drawn.append(Fault(kind, delay=round(rng.uniform(0.1, 1.0), 2), downtime=downtime))
     points = [p for stage in stages for p in POINTS_BY_STAGE.get(stage, ()) if p != DURING_COMMITS]
@@ -384,6 +489,11 @@ def make_soak_plan(
 
 
 __all__ = [
+    "DEFAULT_KINDS",
+    "LINKS",
+    "LINK_OF",
+    "NETWORK_KINDS",
+    "network_fault",
     "FaultEvent",
     "DRIVER_EVERY",
     "DURING_COMMITS",

@@ -40,9 +40,11 @@ from sparkonce.crash import (
 )
 from sparkonce.errors import OptionError
 from sparkonce_local.chaos.model import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundResult
+from sparkonce_local.chaos.network import inject_network
 from sparkonce_local.chaos.paced import PacedProducer
 from sparkonce_local.chaos.plan import (
     FAULT_KINDS,
+    NETWORK_KINDS,
     RESTART_KINDS,
     STORE_KINDS,
     Fault,
@@ -55,6 +57,7 @@ from sparkonce_local.chaos.reconcile import checkpoint_batches, missing_values, 
 from sparkonce_local.chaos.testbed import (
     ChaosSetup,
     chaos_work_dir,
+    links_of,
     log_tail,
     reconcile_tables,
     restart_service,
@@ -93,7 +96,10 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
     work_dir = chaos_work_dir(options.work_dir)
     plan = options.plan if isinstance(options.plan, SoakPlan) else None
     # The broker's log is on the object store in soak mode (a restart must keep the topic): storage is always on.
-    setup = set_up(dataclasses.replace(options, plan=None, kinds=FAULT_KINDS, faults=max(1, options.faults)), work_dir)
+    # The broker's and PostgreSQL's links get a fault proxy when a network kind can be drawn.
+    network = {f.kind for f in plan.faults} if plan is not None else set(options.kinds)
+    kinds = (*STORE_KINDS, *(k for k in NETWORK_KINDS if k in network))
+    setup = set_up(dataclasses.replace(options, plan=None, kinds=kinds, faults=max(1, options.faults)), work_dir)
     driver: _Driver | None = None
     try:
         if plan is None:
@@ -104,6 +110,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                 rate=options.rate,
                 stages=tuple(setup.checkpoints),
                 tables_on_store=options.storage == "s3",
+                links=links_of(setup),
             )
         stop_file = work_dir / "rounds" / "stop"
         setup.spec = dataclasses.replace(setup.spec, soak_stop=str(stop_file), master=SOAK_MASTER)
@@ -134,7 +141,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                 at = time.monotonic()
                 injected, note = _inject(setup, driver, fault, deadline)
                 end = time.monotonic()
-                if injected and fault.kind in STORE_KINDS:
+                if injected and fault.kind in (*STORE_KINDS, "broker_net_pause"):
                     outages.append((at, end))
                 record(FaultEvent(index, fault.kind, round(at - started, 2), round(end - at, 2), injected, note))
             fault_seconds = time.monotonic() - injecting
@@ -226,6 +233,8 @@ def _inject(setup: ChaosSetup, driver: _Driver, fault: Fault, deadline: float) -
         return driver.kill_commit_process(min(deadline, time.monotonic() + COMMIT_WAIT))
     if fault.kind == "store_lost_response":
         return _lose_commit_answer(setup, min(deadline, time.monotonic() + COMMIT_WAIT))
+    if fault.kind in NETWORK_KINDS:
+        return inject_network(setup, fault, min(deadline, time.monotonic() + COMMIT_WAIT), alive=lambda: True)
     return False, f"missed: {fault.kind} is not a soak kind"
 
 

@@ -5,7 +5,9 @@ mode (:mod:`.soak`).
 With a pipeline file the bed is that file's own setup; without one it is the quickstart's: an embedded broker
 (its log on the embedded object store when a broker or store restart can be drawn, or the tables are on it),
 PostgreSQL, the quickstart pipeline written into the work directory, and the fault proxy in front of the store
-when the tables live there. Runs in the calling process (the CLI).
+when the tables live there; when a network kind can be drawn, a TCP fault proxy in front of the broker (which
+advertises it, so every Kafka client of the run goes through it) and one in front of PostgreSQL (the driver's
+DSN). Runs in the calling process (the CLI).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from urllib.parse import urlsplit
 
 from sparkonce.errors import OptionError, SparkonceError
 from sparkonce_local.chaos.model import ChaosOptions, RoundResult
-from sparkonce_local.chaos.plan import STORE_KINDS, Fault
+from sparkonce_local.chaos.plan import NETWORK_KINDS, STORE_KINDS, Fault
 from sparkonce_local.chaos.reconcile import (
     TableCheck,
     check_bronze,
@@ -40,7 +42,7 @@ from sparkonce_local.services.process import log_tail as file_tail
 
 if TYPE_CHECKING:
     from sparkonce.pipeline.model import PipelineConfig
-    from sparkonce_local.services.faultproxy import FaultProxy
+    from sparkonce_local.services.faultproxy import FaultProxy, TcpFaultProxy
     from sparkonce_local.services.postgres import PostgresServer
 
 
@@ -68,6 +70,8 @@ class ChaosSetup:
     """The object store holding the broker's log (when a broker or store restart can be drawn)."""
     proxy: FaultProxy | None = None
     """With the tables on the object store: the fault proxy between Spark and the store (``store_lost_response``)."""
+    links: dict[str, TcpFaultProxy] = field(default_factory=dict)
+    """With a network kind: the TCP fault proxies on the ``broker`` and ``postgres`` links."""
     produced: list[tuple[int, int]] = field(default_factory=list)
     deliveries: tuple[Counter[bytes], Counter[bytes]] | None = None
     """Soak mode: the values acknowledged, and those refused or never answered (see ``check_topic_values``)."""
@@ -105,19 +109,30 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
         return ChaosSetup(work_dir, pipeline_file, config, config.source.bootstrap_servers, spec, checkpoints)
     from sparkonce_local.demo_pipeline import write_quickstart_pipeline
     from sparkonce_local.services.broker import start_broker, stop_broker
-    from sparkonce_local.services.postgres import start_postgres
+    from sparkonce_local.services.faultproxy import TcpFaultProxy
+    from sparkonce_local.services.postgres import start_postgres, stop_postgres
+    from sparkonce_local.services.process import LOOPBACK, free_port
     from sparkonce_local.services.storage import start_storage, stop_storage
 
     broker_dir = work_dir / "broker"
     storage_dir = work_dir / "storage" if wants_store(options) else None
     store = start_storage(state_dir=storage_dir) if storage_dir is not None else None
+    links: dict[str, TcpFaultProxy] = {}
     try:
-        info = start_broker(state_dir=broker_dir, store=store)
+        if wants_network(options):
+            port = free_port()
+            links["broker"] = TcpFaultProxy(LOOPBACK, port)
+            info = start_broker(state_dir=broker_dir, store=store, port=port, advertise=links["broker"].address)
+        else:
+            info = start_broker(state_dir=broker_dir, store=store)
     except BaseException:
+        for link in links.values():
+            link.close()
         if storage_dir is not None:
             stop_storage(state_dir=storage_dir)
         raise
     proxy: FaultProxy | None = None
+    postgres: PostgresServer | None = None
     try:
         tables, storage_options = "tables", None
         if store is not None and options.storage == "s3":
@@ -150,13 +165,23 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
                 broker_dir=broker_dir,
                 storage_dir=storage_dir,
                 proxy=proxy,
+                links=links,
             )
         # A temporary cluster directory (removed on stop): when run as root, the server runs as the postgres OS user,
         # which cannot enter a private work directory.
         postgres = start_postgres()
+        dsn = postgres.dsn
+        if links:
+            links["postgres"] = TcpFaultProxy(postgres.host, postgres.port)
+            dsn = dsn.replace(f":{postgres.port}/", f":{links['postgres'].port}/")
     except BaseException:
+        for link in links.values():
+            link.close()
         if proxy is not None:
             proxy.close()
+        if postgres is not None:
+            with contextlib.suppress(SparkonceError):
+                stop_postgres(postgres)
         stop_broker(state_dir=broker_dir)
         if storage_dir is not None:
             stop_storage(state_dir=storage_dir)
@@ -166,12 +191,22 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
     spec = DriverSpec(
         pipeline=str(pipeline_file),
         naive=options.naive,
-        postgres_dsn=postgres.dsn,
+        postgres_dsn=dsn,
         postgres_checkpoint=checkpoints["postgres"],
         postgres_commit_protocol=options.pg_commit_protocol,
     )
     return ChaosSetup(
-        work_dir, pipeline_file, config, info.bootstrap, spec, checkpoints, broker_dir, postgres, storage_dir, proxy
+        work_dir,
+        pipeline_file,
+        config,
+        info.bootstrap,
+        spec,
+        checkpoints,
+        broker_dir,
+        postgres,
+        storage_dir,
+        proxy,
+        links,
     )
 
 
@@ -186,6 +221,20 @@ def wants_store(options: ChaosOptions) -> bool:
     return drawn > 0 and any(k in STORE_KINDS for k in options.kinds)
 
 
+def wants_network(options: ChaosOptions) -> bool:
+    """True when the run can inject a network fault on the broker's or PostgreSQL's link (they then get a TCP
+    fault proxy each; the store's link has one whenever the tables are on the store)."""
+    if options.plan is not None:
+        return any(f.kind in NETWORK_KINDS for f in options.plan.faults)
+    drawn = options.faults - (1 if options.naive is not None else 0)
+    return drawn > 0 and any(k in NETWORK_KINDS for k in options.kinds)
+
+
+def links_of(setup: ChaosSetup) -> tuple[str, ...]:
+    """The links of the run that have a fault proxy."""
+    return (*setup.links, *(("store",) if setup.proxy is not None else ()))
+
+
 def tear_down(setup: ChaosSetup) -> None:
     from sparkonce_local.services.broker import stop_broker
     from sparkonce_local.services.postgres import stop_postgres
@@ -193,6 +242,8 @@ def tear_down(setup: ChaosSetup) -> None:
 
     if setup.proxy is not None:
         setup.proxy.close()
+    for link in setup.links.values():
+        link.close()
     if setup.postgres is not None:
         with contextlib.suppress(SparkonceError):
             stop_postgres(setup.postgres)
@@ -279,9 +330,9 @@ def reconcile_tables(setup: ChaosSetup, options: ChaosOptions) -> tuple[list[Tab
                 )
             )
         if setup.postgres is not None and setup.spec.postgres_dsn is not None:
-            checks.append(
+            checks.append(  # read directly, not through the link's fault proxy
                 check_postgres(
-                    setup.spec.postgres_dsn, setup.spec.postgres_table, config.bronze.table, storage_options=storage
+                    setup.postgres.dsn, setup.spec.postgres_table, config.bronze.table, storage_options=storage
                 )
             )
     return checks, len(topic)
@@ -304,6 +355,8 @@ __all__ = [
     "reconcile_tables",
     "restart_service",
     "set_up",
+    "links_of",
     "tear_down",
+    "wants_network",
     "wants_store",
 ]

@@ -19,7 +19,7 @@ from sparkonce.cli.common import (
     print_json,
     to_jsonable,
 )
-from sparkonce_local.chaos.plan import FAULT_KINDS, NAIVE_KINDS
+from sparkonce_local.chaos.plan import DEFAULT_KINDS, FAULT_KINDS, NAIVE_KINDS, NETWORK_KINDS
 
 
 @click.command()
@@ -35,9 +35,15 @@ from sparkonce_local.chaos.plan import FAULT_KINDS, NAIVE_KINDS
 )
 @click.option(
     "--kinds",
-    default=",".join(FAULT_KINDS),
+    default=",".join(DEFAULT_KINDS),
     show_default=True,
-    help="Comma-separated fault kinds to draw from.",
+    help=f"Comma-separated fault kinds to draw from (all: {', '.join(FAULT_KINDS)}).",
+)
+@click.option(
+    "--network",
+    is_flag=True,
+    help="Also draw the network faults (a fault proxy on the broker's and PostgreSQL's links, and on the store's "
+    f"with --storage s3): {', '.join(NETWORK_KINDS)}.",
 )
 @click.option("--records", type=click.IntRange(1), default=400, show_default=True, help="Records produced per round.")
 @click.option(
@@ -84,6 +90,7 @@ def chaos(
     naive: str | None,
     plan_file: Path | None,
     kinds: str,
+    network: bool,
     records: int,
     work_dir: Path,
     soak: bool,
@@ -116,6 +123,10 @@ def chaos(
     for kind in chosen:
         if kind not in FAULT_KINDS:
             raise OptionError("--kinds", kind, f"must be among {', '.join(FAULT_KINDS)}")
+    if network:
+        if pipeline is not None:
+            raise OptionError("--network", str(pipeline), "needs the quickstart setup (its links get fault proxies)")
+        chosen = (*chosen, *(k for k in NETWORK_KINDS if k not in chosen))
     options = ChaosOptions(
         pipeline=pipeline,
         faults=faults,

@@ -70,6 +70,9 @@ class BrokerInfo:
     """tansu's ``--storage-engine``: ``memory://tansu/``, or ``s3://BUCKET/`` on the embedded object store."""
     store_endpoint: str | None = None
     """The object store's S3 endpoint when the engine is ``s3://``."""
+    advertised: str | None = None
+    """``host:port`` the broker advertises to clients instead of its own (a fault proxy in front of it); then
+    :attr:`bootstrap` is that address too."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ def start_broker(
     port: int | None = None,
     store: StorageInfo | None = None,
     bucket: str = DEFAULT_BUCKET,
+    advertise: str | None = None,
     timeout: float = 15.0,
 ) -> BrokerInfo:
     """Start a detached tansu broker on loopback and wait until it answers metadata requests.
@@ -145,6 +149,9 @@ def start_broker(
         store: keep the broker's log in ``bucket`` of this embedded object store (created when missing), so it
             survives a restart of the broker; in memory when None.
         bucket: the bucket of the log when ``store`` is given.
+        advertise: ``host:port`` to advertise to clients instead of the broker's own address (a TCP fault proxy
+            in front of it, already listening: a Kafka client connects to the addresses of the Metadata response,
+            so only an advertised proxy sees every connection); it is then the bootstrap address too.
         timeout: seconds to wait for the broker to become ready.
 
     Returns:
@@ -161,19 +168,38 @@ def start_broker(
         store.create_bucket(bucket, exist_ok=True)
         access = _StoreAccess(store.endpoint, store.access_key, store.secret_key, store.region)
         engine = f"s3://{bucket}/"
-    return _start(Path(state_dir).resolve(), port=port, engine=engine, access=access, timeout=timeout)
+    return _start(
+        Path(state_dir).resolve(), port=port, engine=engine, access=access, advertise=advertise, timeout=timeout
+    )
 
 
-def _start(state: Path, *, port: int | None, engine: str, access: _StoreAccess | None, timeout: float) -> BrokerInfo:
+def _start(
+    state: Path,
+    *,
+    port: int | None,
+    engine: str,
+    access: _StoreAccess | None,
+    advertise: str | None,
+    timeout: float,
+) -> BrokerInfo:
     DAEMON.refuse_if_running(state)
     binary = tansu_binary()
     state.mkdir(parents=True, exist_ok=True)
     chosen = port if port is not None else free_port()
-    bootstrap = f"{LOOPBACK}:{chosen}"
-    url = f"tcp://{bootstrap}"
+    url = f"tcp://{LOOPBACK}:{chosen}"
+    bootstrap = advertise or f"{LOOPBACK}:{chosen}"
     log_path = state / _LOG_FILE
     proc = DAEMON.spawn(
-        [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", engine],
+        [
+            str(binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            f"tcp://{bootstrap}",
+            "--storage-engine",
+            engine,
+        ],
         log_file=log_path,
         env={**os.environ, "RUST_BACKTRACE": "0", **(access.env() if access else {})},
     )
@@ -187,6 +213,7 @@ def _start(state: Path, *, port: int | None, engine: str, access: _StoreAccess |
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         storage_engine=engine,
         store_endpoint=access.endpoint if access else None,
+        advertised=advertise,
     )
     DAEMON.launch(
         state,
@@ -232,7 +259,9 @@ def restart_broker(
         kill_broker(state_dir=state)
     else:
         DAEMON.stop(state, timeout=10.0, keep_info=True)
-    return _start(state, port=info.port, engine=info.storage_engine, access=access, timeout=timeout)
+    return _start(
+        state, port=info.port, engine=info.storage_engine, access=access, advertise=info.advertised, timeout=timeout
+    )
 
 
 def wait_until_ready(bootstrap: str, *, timeout: float = 15.0, process: subprocess.Popen[bytes] | None = None) -> None:
@@ -354,6 +383,7 @@ def _encode(info: BrokerInfo) -> dict[str, Any]:
         "binary": str(info.binary),
         "started_at": info.started_at,
         "storage_engine": info.storage_engine,
+        "advertised": info.advertised,
     }
 
 
@@ -368,6 +398,7 @@ def _decode(state: Path, data: dict[str, Any]) -> BrokerInfo:
         started_at=str(data["started_at"]),
         storage_engine=str(data.get("storage_engine", MEMORY_ENGINE)),
         store_endpoint=data["store"]["endpoint"] if data.get("store") else None,
+        advertised=data.get("advertised"),
     )
 
 

@@ -8,10 +8,12 @@ out) and does one thing to each of them:
   proxy reads the store's whole answer and closes the client's connection instead of sending it (an end of stream,
   or with ``close="reset"`` a TCP reset), as when a store or a network loses the answer to a PUT it applied;
 * ``answer`` (:meth:`ProxyControl.answer_errors`): the request never reaches the store; the proxy answers it with
-  an S3 error (``503 SlowDown`` or ``500 InternalError``) and keeps the connection open.
+  an S3 error (``503 SlowDown`` or ``500 InternalError``) and keeps the connection open;
+* ``latency`` (:meth:`ProxyControl.delay_requests`): the request waits ``seconds`` before it goes on.
 
-Each rule counts how often it fired and on which paths; it ends after ``count`` firings or when disarmed. More
-kinds (latency, a paused peer, resets of the request) fit the same shape: a kind, a match, a count.
+Each rule counts how often it fired and on which paths; it ends after ``count`` firings or when disarmed.
+:class:`TcpFaultProxy` is the same for any TCP protocol (the broker's, PostgreSQL's), its rules firing on chunks
+of bytes: added latency, dropped or reset connections, a paused peer (:mod:`sparkonce_local.services.faultproxy_tcp`).
 
 The proxy is a process of its own (:class:`FaultProxy` starts it, listening on 127.0.0.1 only; it ends with its
 parent), because some clients (delta-rs's file system handler) hold Python's GIL while they wait for an answer.
@@ -27,9 +29,10 @@ test in its environment), and every connection sees the same rules::
 
     ProxyControl(address).lose_responses("PUT", r"\\.json$", count=2)   # another process, same proxy
 
-This module is the control side (any process); the proxy process itself (rules, forwarding threads, control port)
-is :mod:`sparkonce_local.services.faultproxy_process`, and the HTTP/1.1 framing it forwards with is
-:mod:`sparkonce_local.services.http1`.
+This module is the control side (any process); the proxy process itself is
+:mod:`sparkonce_local.services.faultproxy_process` (HTTP forwarding, with the framing of
+:mod:`sparkonce_local.services.http1`) or :mod:`sparkonce_local.services.faultproxy_tcp`, and its rules and control
+port are :mod:`sparkonce_local.services.faultrules`.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sparkonce.errors import OptionError, SparkonceError
-from sparkonce_local.services.faultproxy_process import ERROR_ANSWERS, CloseHow, RuleKind
+from sparkonce_local.services.faultrules import ERROR_ANSWERS, MAX_SECONDS, CloseHow, Direction, RuleKind
 
 
 class FaultProxyError(SparkonceError):
@@ -65,7 +68,9 @@ class RuleStatus:
     remaining: int
     """Firings left (0 once it fired ``count`` times or was disarmed)."""
     paths: tuple[str, ...]
-    """The request targets it fired on, in order."""
+    """HTTP: the request targets it fired on, in order; TCP: the client connections."""
+    direction: Direction = "any"
+    seconds: float = 0.0
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RuleStatus:
@@ -77,6 +82,8 @@ class RuleStatus:
             int(data["fired"]),
             int(data["remaining"]),
             tuple(data["paths"]),
+            cast(Direction, data.get("direction", "any")),
+            float(data.get("seconds", 0.0)),
         )
 
 
@@ -153,6 +160,37 @@ class ProxyControl:
             raise OptionError("status", status, f"the proxy answers one of {sorted(ERROR_ANSWERS)}")
         return self._arm({"kind": "answer", "method": method, "path": path, "count": count, "status": status})
 
+    def delay_requests(self, method: str, path: str, seconds: float, count: int = 1) -> ArmedRule:
+        """HTTP: arm a rule: the next ``count`` requests with ``method`` (``*``: any) whose path matches ``path``
+        wait ``seconds`` in the proxy before they go on to the store."""
+        return self._arm(
+            {"kind": "latency", "method": method, "path": path, "count": count, "seconds": _seconds(seconds)}
+        )
+
+    def add_latency(self, seconds: float, count: int = 1, *, direction: Direction = "any") -> ArmedRule:
+        """TCP: arm a rule: each of the next ``count`` chunks going ``direction`` waits ``seconds``."""
+        return self._arm_tcp("latency", count, direction, seconds=_seconds(seconds))
+
+    def drop_connections(self, count: int = 1, *, direction: Direction = "any") -> ArmedRule:
+        """TCP: arm a rule: the next ``count`` chunks going ``direction`` are dropped and their connections end
+        (FIN to both sides)."""
+        return self._arm_tcp("close", count, direction)
+
+    def reset_connections(self, count: int = 1, *, direction: Direction = "any") -> ArmedRule:
+        """TCP: arm a rule: the next ``count`` chunks going ``direction`` are dropped and their connections are
+        reset (RST to both sides)."""
+        return self._arm_tcp("reset", count, direction)
+
+    def pause(self, seconds: float, count: int = 1, *, direction: Direction = "any") -> ArmedRule:
+        """TCP: arm a rule: the next ``count`` chunks going ``direction`` each stop all forwarding for ``seconds``
+        (connections stay open; new ones wait), as a peer that stops answering."""
+        return self._arm_tcp("pause", count, direction, seconds=_seconds(seconds))
+
+    def _arm_tcp(self, kind: RuleKind, count: int, direction: Direction, *, seconds: float = 0.0) -> ArmedRule:
+        if direction not in ("up", "down", "any"):
+            raise OptionError("direction", direction, "must be 'up', 'down' or 'any'")
+        return self._arm({"kind": kind, "path": "", "count": count, "direction": direction, "seconds": seconds})
+
     def rule(self, rule_id: int) -> ArmedRule:
         """A rule armed by any connection (its id is :attr:`ArmedRule.rule_id`)."""
         self._ask({"op": "status", "rule": rule_id})
@@ -202,6 +240,12 @@ class ProxyControl:
         self.close()
 
 
+def _seconds(seconds: float) -> float:
+    if not 0 < seconds <= MAX_SECONDS:
+        raise OptionError("seconds", seconds, f"must be > 0 and <= {MAX_SECONDS:.0f}")
+    return float(seconds)
+
+
 class FaultProxy(ProxyControl):
     """A fault proxy in its own process, in front of ``upstream_host:upstream_port`` (the store's S3 port), and a
     control connection to it.
@@ -213,9 +257,12 @@ class FaultProxy(ProxyControl):
         FaultProxyError: the proxy process did not start.
     """
 
+    MODE = "http"
+
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        command = ["-m", "sparkonce_local.services.faultproxy_process", self.MODE, upstream_host, str(upstream_port)]
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkonce_local.services.faultproxy_process", upstream_host, str(upstream_port)],
+            [sys.executable, *command],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -263,6 +310,29 @@ class FaultProxy(ProxyControl):
         return self
 
 
+class TcpFaultProxy(FaultProxy):
+    """A TCP fault proxy in its own process (:mod:`sparkonce_local.services.faultproxy_tcp`), in front of
+    ``upstream_host:upstream_port`` (the broker's or PostgreSQL's port), and a control connection to it: its rules
+    are :meth:`add_latency`, :meth:`drop_connections`, :meth:`reset_connections` and :meth:`pause`.
+
+    Clients connect to :attr:`address` instead of the server's. A Kafka broker must advertise that address as its
+    listener (clients connect to the addresses of the Metadata response, not to the bootstrap one).
+
+    Raises:
+        FaultProxyError: the proxy process did not start.
+    """
+
+    MODE = "tcp"
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:<port>``, the address clients connect to instead of the server's."""
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> TcpFaultProxy:
+        return self
+
+
 __all__ = [
     "ERROR_ANSWERS",
     "ArmedRule",
@@ -270,4 +340,5 @@ __all__ = [
     "FaultProxyError",
     "ProxyControl",
     "RuleStatus",
+    "TcpFaultProxy",
 ]

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+CONNECT_ATTEMPTS = 4
+"""Connection attempts of the driver side of the sink before PostgreSQL counts as unreachable."""
+CONNECT_BACKOFF_SECONDS = 0.5
+"""The pause after the first failed connection attempt; it doubles after each next one (0.5, 1, 2 s)."""
+
 CRASH_INSIDE_TRANSACTION: CrashPoint = "inside_pg_transaction"
 """Crash point: target rows, ledger row and staging delete done; the database transaction is not committed."""
 CRASH_AFTER_STAGING: CrashPoint = "after_pg_staging_load"
@@ -336,12 +341,31 @@ class PostgresSink:
     # -- driver: tables --------------------------------------------------------------------------------------------
 
     def _connect(self) -> Any:
+        """A new autocommit connection; a failed attempt (refused, reset, timed out) is tried again, at most
+        :data:`CONNECT_ATTEMPTS` times in all with doubling pauses (:data:`CONNECT_BACKOFF_SECONDS` first): opening
+        a connection sends nothing a retry could repeat."""
         import psycopg
 
-        try:
-            return psycopg.connect(self.options.dsn, autocommit=True, connect_timeout=self.options.connect_timeout)
-        except psycopg.OperationalError as err:
-            raise SinkError(f"PostgreSQL at {self.options.address} is unreachable: {_first_line(err)}") from err
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            try:
+                return psycopg.connect(self.options.dsn, autocommit=True, connect_timeout=self.options.connect_timeout)
+            except psycopg.OperationalError as err:
+                if attempt == CONNECT_ATTEMPTS:
+                    raise SinkError(
+                        f"PostgreSQL at {self.options.address} is unreachable after {attempt} attempts: "
+                        f"{_first_line(err)}"
+                    ) from err
+                pause = CONNECT_BACKOFF_SECONDS * 2 ** (attempt - 1)
+                log.warning(
+                    "PostgreSQL at %s: connection attempt %d of %d failed (%s); again in %.1fs",
+                    self.options.address,
+                    attempt,
+                    CONNECT_ATTEMPTS,
+                    _first_line(err),
+                    pause,
+                )
+                time.sleep(pause)  # backoff before the next connection attempt
+        raise AssertionError("unreachable")
 
     @contextlib.contextmanager
     def _sql_errors(self, doing: str) -> Iterator[None]:
