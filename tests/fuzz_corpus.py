@@ -404,7 +404,7 @@ def _check_checkpoint(target: Target, damaged: bytes | None, world: World) -> st
     state = read_checkpoint(target.root)
     if damaged is None:
         return None
-    named = {p.path for p in state.problems}
+    named = {Path(p.path) for p in state.problems}
     path = target.path
     if path in named:
         return REPORTED
@@ -470,7 +470,7 @@ def _check_delta_source(world: World) -> None:
     from sparkonce.delta.stream import DeltaSourceOffset, DeltaStreamReader
 
     state = read_checkpoint(world.delta_cp)
-    problems = [p for p in state.problems if p.path.parent.name == "offsets"]
+    problems = [p for p in state.problems if Path(p.path).parent.name == "offsets"]
     if problems:
         raise _as_checkpoint_error(problems[0].problem)
     reader = DeltaStreamReader(StreamReadOptions.parse({"path": str(world.sink)}), world.schemas[world.sink])
