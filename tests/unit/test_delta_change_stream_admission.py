@@ -92,3 +92,13 @@ def test_an_offset_inside_a_change_data_commit_is_refused_and_its_last_index_mea
     inside = {**done, "index": 0}
     with pytest.raises(SourceOffsetError, match=r"points inside the changes of table version 2"):
         reader.latestOffset(inside, ReadMaxFiles(10))
+
+
+def test_a_column_type_change_mid_stream_stops_it_naming_the_table_version(table: Path) -> None:
+    reader = _reader(table)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxFiles(1000))
+    changed = pa.table({"id": ["x"], "part": ["p0"]})  # id: long -> string
+    write_deltalake(table, changed, mode="overwrite", schema_mode="overwrite", partition_by=["part"])  # 4
+    with pytest.raises(SourceOffsetError, match=r"changed incompatibly at table version 4.*'id' changed type"):
+        reader.latestOffset(end, ReadMaxFiles(1000))
