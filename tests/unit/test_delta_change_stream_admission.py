@@ -102,3 +102,21 @@ def test_a_column_type_change_mid_stream_stops_it_naming_the_table_version(table
     write_deltalake(table, changed, mode="overwrite", schema_mode="overwrite", partition_by=["part"])  # 4
     with pytest.raises(SourceOffsetError, match=r"changed incompatibly at table version 4.*'id' changed type"):
         reader.latestOffset(end, ReadMaxFiles(1000))
+
+
+def test_an_overwrite_split_across_batches_delivers_its_deletes_before_its_inserts(table: Path) -> None:
+    reader = _reader(table)
+    done = reader.latestOffset(reader.initialOffset(), ReadMaxFiles(1000))
+    write_deltalake(table, _rows([100, 101]), mode="overwrite")  # 4: every file removed, 2 added, no change data
+    commit = [json.loads(line) for line in (table / "_delta_log" / f"{4:020}.json").read_text().splitlines()]
+    assert not any("cdc" in a for a in commit)
+    removes = sum("remove" in a for a in commit)
+    kinds = []
+    offset = done
+    while _key(offset) != (5, -1, False):
+        end = reader.latestOffset(offset, ReadMaxFiles(1))
+        assert end != offset
+        kinds += [f.kind for p in reader.partitions(offset, end) for f in p.files]  # type: ignore[attr-defined]
+        offset = end
+    assert kinds == ["delete"] * removes + ["insert"] * 2
+    assert removes > 1

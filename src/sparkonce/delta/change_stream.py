@@ -13,7 +13,9 @@ same unresolved initial offset, the same ``startingVersion``/``startingTimestamp
   whole, never split across batches (the first commit of a batch whatever ``maxFilesPerTrigger`` or
   ``maxBytesPerTrigger`` say; a later one only when all its files and bytes fit in what the batch has left, as
   Delta's ``AdmissionLimits.admit(Seq)``); plain adds and removes (appends, whole-file deletes) are admitted file
-  by file like the plain source, so an offset may point inside such a commit: ``(v, i, false)``. A batch ending
+  by file like the plain source, so an offset may point inside such a commit: ``(v, i, false)``; its removes come
+  before its adds (Delta keeps log order), so a key that an overwrite rewrites, split across batches, is deleted
+  before it is upserted again. A batch ending
   on a commit's last file ends at ``(v + 1, -1, false)`` (Delta keeps ``(v, last index, false)`` after a change
   data commit; both are read here as "commit v done").
 - Commits that change no data (OPTIMIZE, ``dataChange = false``; a MERGE that changed no row) give nothing.
@@ -121,6 +123,9 @@ class ChangeFeedStreamReader(DeltaStreamReader):
                     size = sum(f.data_file.size for f in files)
                     yield _Position((version, len(files) - 1), False, files, size, True, whole=True)
             else:
+                # Deletes first: a key an overwrite rewrites, split across batches, is deleted then upserted, so a
+                # consumer applying each batch by key (a changes-fed merge stage) ends with the commit's state.
+                files = tuple(sorted(files, key=lambda f: f.kind != "delete"))
                 for i in range(first_index + 1, len(files)):
                     yield _Position((version, i), False, (files[i],), files[i].data_file.size, i == len(files) - 1)
             version += 1
