@@ -23,19 +23,24 @@ def quickstart_pipeline(
     max_offsets_per_trigger: int = 500,
     tables: str = "tables",
     storage_options: Mapping[str, str] | None = None,
+    changes_stage: bool = False,
 ) -> str:
     """The TOML text of the demo pipeline (paths relative to the file).
 
     ``tables`` is the folder (or object-store URI, e.g. ``s3://quickstart/tables``) holding the four tables;
-    ``storage_options`` become the file's ``[storage]`` table.
+    ``storage_options`` become the file's ``[storage]`` table. ``changes_stage``: one more merge stage,
+    ``gold_changes``, fed by gold's change data feed (``input_mode = "changes"``), which mirrors gold.
     """
     storage = "".join(f"{name} = {json.dumps(value)}\n" for name, value in (storage_options or {}).items())
-    return _QUICKSTART.format(
+    text = _QUICKSTART.format(
         bootstrap=bootstrap,
         topic=topic,
         max_offsets_per_trigger=max_offsets_per_trigger,
         tables=tables.rstrip("/"),
-    ) + (f"\n[storage]\n{storage}" if storage else "")
+    )
+    if changes_stage:
+        text += _CHANGES_STAGE.format(tables=tables.rstrip("/"))
+    return text + (f"\n[storage]\n{storage}" if storage else "")
 
 
 _QUICKSTART = """# The sparkonce quickstart pipeline: Kafka -> raw -> bronze (+ quarantine) -> gold.
@@ -70,6 +75,17 @@ merge = "latest"
 trigger = {{ availableNow = true }}
 """
 
+_CHANGES_STAGE = """
+[stages.gold_changes]
+kind = "merge"
+input = "gold"
+input_mode = "changes"
+table = "{tables}/gold_changes"
+checkpoint = "checkpoints/gold_changes"
+keys = ["device_id"]
+trigger = {{ availableNow = true }}
+"""
+
 
 def write_quickstart_pipeline(
     work_dir: Path,
@@ -79,6 +95,7 @@ def write_quickstart_pipeline(
     tables: str = "tables",
     storage_options: Mapping[str, str] | None = None,
     max_offsets_per_trigger: int = 500,
+    changes_stage: bool = False,
 ) -> Path:
     """Write the demo pipeline file into ``work_dir`` and return its path (see :func:`quickstart_pipeline`)."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -89,6 +106,7 @@ def write_quickstart_pipeline(
         tables=tables,
         storage_options=storage_options,
         max_offsets_per_trigger=max_offsets_per_trigger,
+        changes_stage=changes_stage,
     )
     path.write_text(text, encoding="utf-8")
     return path

@@ -82,6 +82,10 @@ def test_gold_fed_by_silver_changes_mirrors_silver_after_every_run(spark: SparkS
         assert _rows(gold) == _rows(silver)
         report = verify_pipeline(config, stages=("gold",))
         assert report.ok and [t.committed_batches > 0 for t in report.targets] == [True]
+        # verify compared gold with silver at the table version the newest batch read the feed through
+        assert [(t.state_differences, t.input_table_version) for t in report.targets] == [
+            (0, RsTable(str(silver)).version())
+        ]
 
     run_gold()  # the snapshot, as inserts
     assert RsTable(str(silver)).metadata().configuration.get("delta.enableChangeDataFeed") == "true"
@@ -113,6 +117,10 @@ def test_gold_fed_by_silver_changes_mirrors_silver_after_every_run(spark: SparkS
     assert _rows(gold) == [("d1", 100.0), ("d40", 40.0), ("d5", 55.0)]
 
     run_gold()  # nothing new: no batch, gold unchanged
+
+    RsTable(str(gold)).delete("device_id = 'd40'")  # not through the stage: gold no longer mirrors silver
+    (found,) = verify_pipeline(config, stages=("gold",)).targets
+    assert (found.ok, found.state_differences, found.missing, found.duplicated) == (False, 1, (), ())
 
 
 def test_changes_from_the_kafka_source_or_with_clauses_are_refused_on_load(tmp_path: Path) -> None:

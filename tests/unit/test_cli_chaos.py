@@ -58,3 +58,22 @@ def test_network_faults_refuse_a_pipeline_file(tmp_path: Path) -> None:
     assert done.exit_code == 2
     assert "--network" in done.output and "quickstart" in done.output
     assert not (tmp_path / "w").exists()
+
+
+def test_changes_stage_is_for_the_quickstart_setup_whose_pipeline_then_feeds_a_stage_from_golds_changes(
+    tmp_path: Path,
+) -> None:
+    from sparkonce.pipeline.loader import load_pipeline
+    from sparkonce.pipeline.model import MergeStage
+    from sparkonce_local.demo_pipeline import write_quickstart_pipeline
+
+    pipeline = tmp_path / "p.toml"
+    pipeline.write_text("")
+    result = CliRunner().invoke(cli, ["chaos", str(pipeline), "--changes-stage", "--work-dir", str(tmp_path / "w")])
+    assert result.exit_code == 2
+    assert "changes_stage" in result.output and "quickstart setup only" in result.output
+
+    config = load_pipeline(write_quickstart_pipeline(tmp_path / "q", "127.0.0.1:1", changes_stage=True))
+    stage = config.stage("gold_changes")
+    assert isinstance(stage, MergeStage)
+    assert (stage.input, stage.input_mode, stage.keys) == ("gold", "changes", ("device_id",))

@@ -271,6 +271,10 @@ def check(pipeline: Path, stages: tuple[str, ...], as_json: bool) -> None:
         for t in report.targets:
             status = "ok" if t.ok else "FINDING"
             extra = f", {t.row_difference:+d} rows vs the ledger" if t.row_difference else ""
+            if t.state_differences is not None:
+                extra += (
+                    f", {t.state_differences} key(s) differ from the input at table_version {t.input_table_version}"
+                )
             console.print(
                 f"{status}: stage {t.stage} -> {t.target}: {t.committed_batches} committed batches, "
                 f"missing {list(t.missing)}, recorded twice {list(t.duplicated)}{extra}"

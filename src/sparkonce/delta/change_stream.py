@@ -7,10 +7,17 @@ same unresolved initial offset, the same ``startingVersion``/``startingTimestamp
 - Without ``startingVersion``/``startingTimestamp`` the stream first reads the snapshot of the table version fixed
   by batch 0's end, every row as an ``insert`` whose ``_commit_version`` is that table version (one offset
   position per snapshot file, admitted file by file), then the changes of every later commit.
-- Each commit's change rows (:func:`sparkonce.delta.changes.commit_changes`: its ``cdc`` files, else its data
-  changing adds and removes) are **one** offset position: a commit is admitted whole, never split across
-  batches, as Delta's CDC source does; a batch always takes at least one commit, whatever ``maxFilesPerTrigger``
-  or ``maxBytesPerTrigger`` say. Its end offset is ``(v + 1, -1, false)``.
+- Each commit's change rows come from :func:`sparkonce.delta.changes.commit_changes` (its ``cdc`` files, else
+  its data changing adds and removes). Admission follows Delta's ``IndexedChangeFileSeq.filterFiles``: a commit
+  with change data files, or whose adds/removes carry deletion vectors, is **one** offset position, admitted
+  whole, never split across batches (the first commit of a batch whatever ``maxFilesPerTrigger`` or
+  ``maxBytesPerTrigger`` say; a later one only when all its files and bytes fit in what the batch has left, as
+  Delta's ``AdmissionLimits.admit(Seq)``); plain adds and removes (appends, whole-file deletes) are admitted file
+  by file like the plain source, so an offset may point inside such a commit: ``(v, i, false)``; its removes come
+  before its adds (Delta keeps log order), so a key that an overwrite rewrites, split across batches, is deleted
+  before it is upserted again. A batch ending
+  on a commit's last file ends at ``(v + 1, -1, false)`` (Delta keeps ``(v, last index, false)`` after a change
+  data commit; both are read here as "commit v done").
 - Commits that change no data (OPTIMIZE, ``dataChange = false``; a MERGE that changed no row) give nothing.
 - ``skipChangeCommits`` and ``ignoreDeletes`` do not apply: updates and deletes are what the feed delivers.
 - The feed must be on at the first table version read (``DELTA_MISSING_CHANGE_DATA`` otherwise); a commit that
@@ -99,17 +106,30 @@ class ChangeFeedStreamReader(DeltaStreamReader):
                 change = ChangeFile(snapshot[i], "insert", version, timestamp)
                 yield _Position((version, i), True, (change,), snapshot[i].size, i == len(snapshot) - 1)
             version += 1
-        elif start.index != BASE_INDEX:
-            raise SourceOffsetError(
-                f"change data feed offset {start.to_json()} of {self.options.path} points inside the changes of "
-                f"table version {start.reservoir_version}; this source reads a commit's changes whole, so its "
-                "offsets never do: was the checkpoint written by a plain (not readChangeFeed) Delta stream?"
-            )
+            first_index = BASE_INDEX
+        else:
+            first_index = start.index
         while version <= last_version:
             files = self._commit_files(version)
-            if files:
-                yield _Position((version, 0), False, files, sum(f.data_file.size for f in files), True)
+            if files and _admitted_whole(files):
+                if BASE_INDEX < first_index < len(files) - 1:
+                    raise SourceOffsetError(
+                        f"change data feed offset {start.to_json()} of {self.options.path} points inside the "
+                        f"changes of table version {version}, which are read whole (change data files or deletion "
+                        "vectors), so no offset of this source does: was the checkpoint written by a plain (not "
+                        "readChangeFeed) Delta stream?"
+                    )
+                if first_index == BASE_INDEX:
+                    size = sum(f.data_file.size for f in files)
+                    yield _Position((version, len(files) - 1), False, files, size, True, whole=True)
+            else:
+                # Deletes first: a key an overwrite rewrites, split across batches, is deleted then upserted, so a
+                # consumer applying each batch by key (a changes-fed merge stage) ends with the commit's state.
+                files = tuple(sorted(files, key=lambda f: f.kind != "delete"))
+                for i in range(first_index + 1, len(files)):
+                    yield _Position((version, i), False, (files[i],), files[i].data_file.size, i == len(files) - 1)
             version += 1
+            first_index = BASE_INDEX
 
     def _plan(self, files: list[Any], begin: DeltaSourceOffset, finish: DeltaSourceOffset) -> list[InputPartition]:
         changes: list[ChangeFile] = list(files)
@@ -185,6 +205,16 @@ class ChangeFeedStreamReader(DeltaStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executor
         if isinstance(partition, ChangeStreamPartition):
             yield from read_changes(partition.files, partition.scan, self.options.location, partition.output)
+
+
+def _admitted_whole(files: tuple[ChangeFile, ...]) -> bool:
+    """Delta's ``IndexedChangeFileSeq.filterFiles``: a commit's change data files, or its adds and removes when
+    one carries a deletion vector, are admitted whole (an update's pre- and post-images, a deletion vector's old
+    and new state, stay in one batch); plain adds and removes are admitted file by file."""
+    return any(
+        f.kind == "cdc" or f.data_file.deletion_vector is not None or f.data_file.selected_rows is not None
+        for f in files
+    )
 
 
 __all__ = ["ChangeFeedStreamReader", "ChangeStreamPartition"]

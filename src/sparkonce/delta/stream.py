@@ -190,6 +190,9 @@ class _Position:
     files: tuple[Any, ...]
     size: int
     last_in_version: bool
+    whole: bool = False
+    """A commit admitted as a unit (Delta's ``admit(Seq)``): the first position of a batch always, a later one
+    only when all its files and bytes fit in what the batch has left."""
 
 
 class _Budget:
@@ -201,6 +204,10 @@ class _Budget:
 
     def admits(self) -> bool:
         return (self.files is None or self.files > 0) and (self.bytes is None or self.bytes > 0)
+
+    def fits(self, size: int, files: int) -> bool:
+        """True when ``files`` files of ``size`` bytes together stay within what is left."""
+        return (self.files is None or self.files >= files) and (self.bytes is None or self.bytes >= size)
 
     def take(self, size: int, files: int = 1) -> None:
         if self.files is not None:
@@ -282,6 +289,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         last: _Position | None = None
         for position in self._positions(begin, last_version):
             if not budget.admits():
+                break
+            if position.whole and last is not None and not budget.fits(position.size, len(position.files)):
                 break
             budget.take(position.size, len(position.files))
             last = position

@@ -5,6 +5,8 @@ every place the stage writes:
 
 * a Delta table: one ``txn`` action with the stage's txn app id and version ``N`` (raw and merge stages: the query
   id; bronze: ``f"{query id}:bronze"`` / ``":quarantine"``; a transform stage: ``f"{query id}:{table name}"``);
+* a changes-fed merge stage (``input_mode = "changes"``) also: its table holds its input's rows at the table
+  version the newest recorded batch read the change data feed through (:mod:`sparkonce.pipeline.feed_state`);
 * a PostgreSQL table: one ledger row ``(f"{query id}:{table}", N)``; in append mode the target also holds exactly
   the rows the ledger says the batches moved (when the stage is the table's only writer).
 
@@ -17,9 +19,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from sparkonce.pipeline.model import PipelineConfig
+from sparkonce.pipeline.model import MergeStage, PipelineConfig
 from sparkonce.pipeline.session import use_storage
 
 
@@ -39,10 +41,15 @@ class TargetCheck:
     """Batches the target records more than once."""
     row_difference: int | None = None
     """PostgreSQL append mode: target rows minus the rows the ledger says were moved (0 when exact)."""
+    state_differences: int | None = None
+    """A changes-fed merge stage (``input_mode = "changes"``): keys lost, extra, mismatched or duplicated against
+    its input's rows at ``input_table_version`` (:mod:`sparkonce.pipeline.feed_state`); None: not compared."""
+    input_table_version: int | None = None
+    """The input's table version the newest recorded batch read the change data feed through."""
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.duplicated and not self.row_difference
+        return not self.missing and not self.duplicated and not self.row_difference and not self.state_differences
 
 
 @dataclass(frozen=True)
@@ -79,13 +86,16 @@ def verify_pipeline(config: PipelineConfig, *, stages: tuple[str, ...] | None = 
         if state is None or state.query_id is None:
             skipped.append(stage.name)
             continue
-        targets += kind_of(stage).verify(stage, state.query_id, set(state.commit_ids))
+        checks = kind_of(stage).verify(stage, state.query_id, set(state.commit_ids))
+        if isinstance(stage, MergeStage) and stage.input_mode == "changes":
+            checks = [_with_feed_state(config, stage, c, state.query_id) for c in checks]
+        targets += checks
     return PipelineVerifyReport(config.path, tuple(targets), tuple(skipped))
 
 
 def check_delta_target(stage: str, table: str, record_id: str, committed: set[int]) -> TargetCheck:
     """The batches ``committed`` against the txn actions of ``table`` recorded under ``record_id``."""
-    counts = Counter(_txn_versions(table, record_id))
+    counts = Counter(txn_versions(table, record_id))
     return TargetCheck(
         stage=stage,
         target=table,
@@ -96,7 +106,28 @@ def check_delta_target(stage: str, table: str, record_id: str, committed: set[in
     )
 
 
-def _txn_versions(table: str, app_id: str) -> list[int]:
+def _with_feed_state(config: PipelineConfig, stage: MergeStage, check: TargetCheck, query_id: str) -> TargetCheck:
+    """Add to a changes-fed stage's table check how its rows stand against the state its input's feed implies."""
+    from sparkonce.pipeline.feed_state import feed_state_check
+
+    input_table = config.input_table(stage)
+    if check.target != stage.table or input_table is None:
+        return check
+    state = feed_state_check(
+        table=stage.table,
+        input_table=input_table,
+        checkpoint=stage.checkpoint,
+        app_id=query_id,
+        keys=stage.keys,
+        order_by=stage.order_by,
+        storage_options=config.storage_options(),
+    )
+    if state.differences is None:
+        return check
+    return replace(check, state_differences=state.differences.total, input_table_version=state.input_table_version)
+
+
+def txn_versions(table: str, app_id: str) -> list[int]:
     """Every txn version the table's Delta log records for ``app_id`` (one per Delta commit carrying it)."""
     from sparkonce.delta.commit import table_exists
     from sparkonce.delta.log import DeltaLog
@@ -113,4 +144,4 @@ def _txn_versions(table: str, app_id: str) -> list[int]:
     return found
 
 
-__all__ = ["PipelineVerifyReport", "TargetCheck", "check_delta_target", "verify_pipeline"]
+__all__ = ["PipelineVerifyReport", "TargetCheck", "check_delta_target", "txn_versions", "verify_pipeline"]

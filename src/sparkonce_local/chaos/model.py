@@ -55,6 +55,9 @@ class ChaosOptions:
     """The PostgreSQL stage's commit protocol (the quickstart setup): ``two-phase`` puts prepared transactions under
     the same faults (a PostgreSQL kill keeps them; an executor kill leaves one behind for the next batch to roll
     back)."""
+    changes_stage: bool = False
+    """The quickstart setup: add a stage fed by gold's change data feed (``input_mode = "changes"``,
+    ``gold_changes``), reconciled against gold's final rows key by key."""
     retries: int = 5
     """Extra clean rounds allowed when the last planned round does not exit 0 (on a loaded machine a stage can
     fail on its own, e.g. Spark's 10 s for a new Python worker to connect back; each retry resumes it)."""

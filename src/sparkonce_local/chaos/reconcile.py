@@ -237,6 +237,7 @@ def check_gold(
     keys: tuple[str, ...],
     order_by: tuple[str, ...],
     storage_options: Mapping[str, str] | None = None,
+    name: str = "gold",
 ) -> TableCheck:
     """Gold against the latest bronze row per key (by ``order_by``, then the Kafka offset)."""
     bronze_rows = delta_rows(bronze, storage_options=storage_options)
@@ -255,7 +256,7 @@ def check_gold(
         if want is not None and any(want[c] != row.get(c) for c in want):
             mismatched += 1
     return TableCheck(
-        table="gold",
+        table=name,
         against="latest bronze row per key",
         path=gold,
         rows=len(gold_rows),
@@ -264,6 +265,35 @@ def check_gold(
         lost=len(latest.keys() - counts.keys()),
         extra=len(counts.keys() - latest.keys()),
         mismatched=mismatched,
+    )
+
+
+def check_changes_fed(
+    table: str,
+    input_table: str,
+    *,
+    name: str,
+    keys: tuple[str, ...],
+    order_by: tuple[str, ...],
+    storage_options: Mapping[str, str] | None = None,
+) -> TableCheck:
+    """A merge stage fed by its input's change data feed (``input_mode = "changes"``) against the key-wise final
+    state of that input: once every stage has drained, the input's current rows, one per key."""
+    from sparkonce.pipeline.feed_state import latest_state, state_differences
+
+    input_rows = delta_rows(input_table, storage_options=storage_options)
+    rows = delta_rows(table, storage_options=storage_options)
+    found = state_differences(rows, input_rows, keys=keys, order_by=order_by)
+    return TableCheck(
+        table=name,
+        against="the final state of its input's change data feed",
+        path=table,
+        rows=len(rows),
+        expected_rows=len(latest_state(input_rows, keys, order_by)),
+        duplicates=found.duplicates,
+        lost=found.lost,
+        extra=found.extra,
+        mismatched=found.mismatched,
     )
 
 
@@ -355,6 +385,7 @@ __all__ = [
     "Key",
     "TableCheck",
     "check_bronze",
+    "check_changes_fed",
     "check_file_sink",
     "check_gold",
     "check_keys",

@@ -23,11 +23,13 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from sparkonce.errors import OptionError, SparkonceError
+from sparkonce.pipeline.model import MergeStage
 from sparkonce_local.chaos.model import ChaosOptions, RoundResult
 from sparkonce_local.chaos.plan import NETWORK_KINDS, STORE_KINDS, Fault
 from sparkonce_local.chaos.reconcile import (
     TableCheck,
     check_bronze,
+    check_changes_fed,
     check_file_sink,
     check_gold,
     check_postgres,
@@ -95,6 +97,10 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
     from sparkonce.pipeline.loader import load_pipeline
 
     if options.pipeline is not None:
+        if options.changes_stage:
+            raise OptionError(
+                "changes_stage", True, "applies to the quickstart setup only (add the stage to the pipeline file)"
+            )
         if options.storage != "local":
             raise OptionError(
                 "storage",
@@ -144,7 +150,11 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
             tables = f"{store.create_bucket('chaos')}/tables"
             storage_options = {**store.storage_options(), "AWS_ENDPOINT_URL": proxy.endpoint}
         pipeline_file = write_quickstart_pipeline(
-            work_dir, info.bootstrap, tables=tables, storage_options=storage_options
+            work_dir,
+            info.bootstrap,
+            tables=tables,
+            storage_options=storage_options,
+            changes_stage=options.changes_stage,
         )
         config = load_pipeline(pipeline_file)
         if options.naive == "file-sink-glob":
@@ -318,17 +328,33 @@ def reconcile_tables(setup: ChaosSetup, options: ChaosOptions) -> tuple[list[Tab
         raw_rows = delta_rows(config.raw.table, ["partition", "offset"], storage_options=storage)
         raw_keys = {(int(r["partition"]), int(r["offset"])) for r in raw_rows}
         checks.append(check_bronze(config.bronze.table, config.bronze.quarantine, raw_keys, storage_options=storage))
-        if config.gold is not None:
-            order = (config.gold.order_by,) if isinstance(config.gold.order_by, str) else tuple(config.gold.order_by)
-            checks.append(
-                check_gold(
-                    config.gold.table,
-                    config.bronze.table,
-                    keys=tuple(config.gold.keys),
-                    order_by=order,
-                    storage_options=storage,
+        for stage in config.stages:
+            if not isinstance(stage, MergeStage):
+                continue
+            order = (stage.order_by,) if isinstance(stage.order_by, str) else tuple(stage.order_by)
+            input_table = config.input_table(stage)
+            if stage.input_mode == "changes" and input_table is not None:
+                checks.append(
+                    check_changes_fed(
+                        stage.table,
+                        input_table,
+                        name=stage.name,
+                        keys=tuple(stage.keys),
+                        order_by=order,
+                        storage_options=storage,
+                    )
                 )
-            )
+            elif stage.input == config.bronze.name:
+                checks.append(
+                    check_gold(
+                        stage.table,
+                        config.bronze.table,
+                        keys=tuple(stage.keys),
+                        order_by=order,
+                        storage_options=storage,
+                        name=stage.name,
+                    )
+                )
         if setup.postgres is not None and setup.spec.postgres_dsn is not None:
             checks.append(  # read directly, not through the link's fault proxy
                 check_postgres(

@@ -80,6 +80,12 @@ from sparkonce_local.chaos.plan import DEFAULT_KINDS, FAULT_KINDS, NAIVE_KINDS, 
     show_default=True,
     help="The PostgreSQL stage's commit protocol (docs/postgres.md).",
 )
+@click.option(
+    "--changes-stage",
+    is_flag=True,
+    help='Quickstart setup: add a stage fed by gold\'s change data feed (input_mode = "changes"), reconciled '
+    "against gold's final rows.",
+)
 @click.option("--deadline", type=click.FloatRange(10), default=3600.0, show_default=True, help="Seconds for the run.")
 @json_option()
 @handle_errors
@@ -97,6 +103,7 @@ def chaos(
     rate: float,
     storage: str,
     pg_commit_protocol: str,
+    changes_stage: bool,
     deadline: float,
     as_json: bool,
 ) -> None:
@@ -140,6 +147,7 @@ def chaos(
         rate=rate,
         storage=storage,  # type: ignore[arg-type]  # a click.Choice of the two
         pg_commit_protocol=pg_commit_protocol,  # type: ignore[arg-type]  # a click.Choice of the two
+        changes_stage=changes_stage,
     )
     if not as_json:
         what = f"naive baseline {naive}" if naive else "sparkonce" + (" in soak mode" if soak else "")
