@@ -26,7 +26,7 @@ STAGE_CLASSES = {cls.__name__ for cls in get_args(Stage)}
 # isinstance checks on a concrete stage class allowed outside the kinds package, each with its reason.
 ALLOWED_ISINSTANCE = {
     "sparkonce/pipeline/model.py": (
-        "PipelineConfig.raw / .bronze / .gold: typed accessors of the built-in stages for the local tooling "
+        "PipelineConfig.raw / .bronze / .gold / .merges: typed accessors of the built-in stages for the local tooling "
         "(quickstart, chaos); they narrow the Stage union to one model class, they do not dispatch behaviour"
     ),
 }

@@ -321,6 +321,11 @@ class PipelineConfig:
     def gold(self) -> MergeStage | None:
         return next((s for s in self.stages if isinstance(s, MergeStage)), None)
 
+    @property
+    def merges(self) -> tuple[MergeStage, ...]:
+        """Every merge stage, in file order (the changes-fed ones among them: ``input_mode == "changes"``)."""
+        return tuple(s for s in self.stages if isinstance(s, MergeStage))
+
     def downstream(self, name: str) -> tuple[str, ...]:
         """The stages reading ``name``'s table, directly or through others, upstream first."""
         found: set[str] = set()

@@ -81,14 +81,15 @@ def verify_pipeline(config: PipelineConfig, *, stages: tuple[str, ...] | None = 
     selected = config.stages if not stages else tuple(config.stage(n) for n in stages)
     targets: list[TargetCheck] = []
     skipped: list[str] = []
+    changes_fed = {m.name: m for m in config.merges if m.input_mode == "changes"}
     for stage in selected:
         state = read_checkpoint(stage.checkpoint, read_sources=False) if os.path.isdir(stage.checkpoint) else None
         if state is None or state.query_id is None:
             skipped.append(stage.name)
             continue
         checks = kind_of(stage).verify(stage, state.query_id, set(state.commit_ids))
-        if isinstance(stage, MergeStage) and stage.input_mode == "changes":
-            checks = [_with_feed_state(config, stage, c, state.query_id) for c in checks]
+        if stage.name in changes_fed:
+            checks = [_with_feed_state(config, changes_fed[stage.name], c, state.query_id) for c in checks]
         targets += checks
     return PipelineVerifyReport(config.path, tuple(targets), tuple(skipped))
 

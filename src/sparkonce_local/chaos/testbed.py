@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from sparkonce.errors import OptionError, SparkonceError
-from sparkonce.pipeline.model import MergeStage
 from sparkonce_local.chaos.model import ChaosOptions, RoundResult
 from sparkonce_local.chaos.plan import NETWORK_KINDS, STORE_KINDS, Fault
 from sparkonce_local.chaos.reconcile import (
@@ -328,9 +327,7 @@ def reconcile_tables(setup: ChaosSetup, options: ChaosOptions) -> tuple[list[Tab
         raw_rows = delta_rows(config.raw.table, ["partition", "offset"], storage_options=storage)
         raw_keys = {(int(r["partition"]), int(r["offset"])) for r in raw_rows}
         checks.append(check_bronze(config.bronze.table, config.bronze.quarantine, raw_keys, storage_options=storage))
-        for stage in config.stages:
-            if not isinstance(stage, MergeStage):
-                continue
+        for stage in config.merges:
             order = (stage.order_by,) if isinstance(stage.order_by, str) else tuple(stage.order_by)
             input_table = config.input_table(stage)
             if stage.input_mode == "changes" and input_table is not None:
