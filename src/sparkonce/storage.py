@@ -160,7 +160,7 @@ class TableLocation:
             StorageError: the store failed or refused the write.
         """
         if self.is_local:
-            return _put_if_absent_local(os.path.join(self.uri, relative), data)
+            return put_if_absent_local(os.path.join(self.uri, relative), data)
         import obstore
         from obstore.exceptions import AlreadyExistsError, NotFoundError
 
@@ -431,21 +431,28 @@ def _filesystem(location: TableLocation) -> pafs.FileSystem:
     return pafs.PyFileSystem(DeltaStorageHandler(location.uri, location.options() or None))
 
 
-def _put_if_absent_local(path: str, data: bytes) -> bool:
+def put_if_absent_local(path: str, data: bytes) -> bool:
+    """Create the local file ``path`` holding ``data`` (fsynced) only if it does not exist: a staged file hard-linked
+    into place, which never replaces an existing file. Returns False when it exists (left as it is).
+
+    Raises:
+        OSError: the file system refused (full disk, permissions).
+    """
     import uuid
 
     os.makedirs(os.path.dirname(path), exist_ok=True)  # the first commit of a new table makes _delta_log
     staged = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    with open(staged, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
     try:
+        with open(staged, "xb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.link(staged, path)  # fails when the file exists: never replaces it
     except FileExistsError:
         return False
     finally:
-        os.unlink(staged)
+        if os.path.lexists(staged):  # also when the write failed (a full disk): no staged file stays behind
+            os.unlink(staged)
     return True
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sparkonce.errors import CheckpointError, StorageError
+from sparkonce.storage import put_if_absent_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -181,23 +182,12 @@ class LocalCheckpointFS:
     def create(self, path: str, data: bytes) -> None:
         if os.path.exists(path):
             raise CheckpointError(f"{path}: already exists; checkpoint files are written once and never replaced")
-        folder = os.path.dirname(path)
-        tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4()}.tmp")
         try:
-            os.makedirs(folder, exist_ok=True)
-            with open(tmp, "xb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            try:
-                os.link(tmp, path)  # fails when the file exists: never replaces it
-            except FileExistsError as err:
-                raise CheckpointError(f"{path}: written concurrently by another writer") from err
+            created = put_if_absent_local(path, data)
         except OSError as err:
             raise CheckpointError(f"{path}: cannot write: {err}") from err
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        if not created:
+            raise CheckpointError(f"{path}: written concurrently by another writer")
 
     def delete(self, path: str, *, recursive: bool = False) -> None:
         if os.path.isdir(path) and recursive:
