@@ -173,13 +173,17 @@ def compact_after_commit(
 def _compact(
     location: TableLocation, added: Sequence[WrittenFile], settings: AutoCompactSettings
 ) -> OptimizeResult | None:
-    from sparkonce.delta.log import DeltaLog
     from sparkonce.delta.optimize import bin_pack, commit_compaction, rewrite_bins_in_process
     from sparkonce.delta.rewrite import open_snapshot
+    from sparkonce.delta.table_view import current_table
 
     started = time.monotonic()
-    state = DeltaLog(location).snapshot()
-    active = ((dict(a.get("partitionValues") or {}), int(a.get("size") or 0)) for a in state.files.values())
+    # The process's kept snapshot, brought up to date with the commits after it (the batch's own commit is already
+    # in it): not the newest checkpoint read again, whose tombstones grow with every compaction.
+    table = current_table(location)
+    if table is None:
+        return None
+    active = ((dict(a.get("partitionValues") or {}), int(a.get("size") or 0)) for a in table.snapshot.files.values())
     chosen = partitions_to_compact(active, (f.partition_values for f in added), settings)
     if not chosen:
         return None
