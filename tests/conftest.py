@@ -36,10 +36,19 @@ pytest_plugins: list[str] = [
 ]
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def _sample_line() -> str:
     if SAMPLE_ALL:
         return "crash matrices: every point (SPARKONCE_SAMPLE=all)"
     return f"crash matrices: seeded sample, SPARKONCE_SAMPLE_SEED={SAMPLE_SEED} (SPARKONCE_SAMPLE=all runs every point)"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _sample_line()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The sample's seed also at the end, where ``-q`` (CI) shows it, to reproduce a failure."""
+    terminalreporter.write_line(_sample_line())
 
 
 @pytest.hookimpl(tryfirst=True)
