@@ -107,14 +107,19 @@ CHECKPOINT = CheckpointParam(exists=False)
 EXISTING_CHECKPOINT = CheckpointParam(exists=True)
 
 
-def _conf(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
-    conf = {}
-    for value in values:
-        key, sep, setting = value.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{value!r} is not KEY=VALUE", ctx=ctx, param=param)
-        conf[key.strip()] = setting
-    return conf
+def _pairs(problem: str) -> Callable[[click.Context, click.Parameter, tuple[str, ...]], dict[str, str]]:
+    """The click callback of a repeatable ``NAME=VALUE`` option: a dict; ``problem`` follows a malformed item."""
+
+    def parse(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+        pairs: dict[str, str] = {}
+        for item in values:
+            name, equals, value = item.partition("=")
+            if not equals or not name.strip():
+                raise click.BadParameter(f"{item!r}{problem}", ctx=ctx, param=param)
+            pairs[name.strip()] = value
+        return pairs
+
+    return parse
 
 
 conf_option = click.option(
@@ -122,7 +127,7 @@ conf_option = click.option(
     "conf",
     multiple=True,
     metavar="KEY=VALUE",
-    callback=_conf,
+    callback=_pairs(" is not KEY=VALUE"),
     help="A Spark setting for the local Spark session that reads a non-local checkpoint (hdfs://, s3a://, ...), "
     "e.g. spark.hadoop.fs.s3a.endpoint=...; repeat for several.",
 )
@@ -140,22 +145,12 @@ def checkpoint_session(checkpoint: str, conf: dict[str, str]) -> None:
     local_session(app_name="sparkonce-cli", master="local[1]", shuffle_partitions=1, extra_conf=conf)
 
 
-def _storage_options(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for item in values:
-        name, equals, value = item.partition("=")
-        if not equals or not name.strip():
-            raise click.BadParameter(f"{item!r}: give NAME=VALUE, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:8333")
-        options[name.strip()] = value
-    return options
-
-
 storage_option = click.option(
     "--storage-option",
     "storage_options",
     multiple=True,
     metavar="NAME=VALUE",
-    callback=_storage_options,
+    callback=_pairs(": give NAME=VALUE, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:8333"),
     help="A storage option of the tables on an object store (repeatable; delta-rs names, e.g. "
     "AWS_ENDPOINT_URL=http://127.0.0.1:8333); over the AWS_* environment. See docs/storage.md.",
 )
