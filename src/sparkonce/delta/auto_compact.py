@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkonce.delta.conflicts import PartitionKey, partition_key
+from sparkonce.delta.properties import property_value
 from sparkonce.errors import OptionError
 from sparkonce.storage import TableLocation
 
@@ -108,7 +109,7 @@ class AutoCompactSettings:
         """
         if self.enabled is not None:
             return self.enabled
-        value = _property(configuration, AUTO_COMPACT_PROPERTY)
+        value = property_value(configuration, AUTO_COMPACT_PROPERTY)
         if value is None:
             return False
         text = value.strip().lower()
@@ -126,7 +127,7 @@ def optimize_write_requested(settings: AutoCompactSettings, configuration: Mappi
     honour: see the module's docstring)."""
     if settings.optimize_write is not None:
         return settings.optimize_write
-    value = _property(configuration, OPTIMIZE_WRITE_PROPERTY)
+    value = property_value(configuration, OPTIMIZE_WRITE_PROPERTY)
     return value is not None and value.strip().lower() == "true"
 
 
@@ -229,13 +230,6 @@ def _predicate_json(partitions: Sequence[PartitionKey]) -> str:
 
 def _literal(value: str | None) -> str:
     return "NULL" if value is None else "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _property(configuration: Mapping[str, Any], name: str) -> str | None:
-    for key, value in configuration.items():
-        if key.lower() == name.lower() and value is not None:
-            return str(value)
-    return None
 
 
 def _boolean(conf: Mapping[str, str], name: str) -> bool | None:

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 from sparkonce.delta.interval import parse_interval_ms
 from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.properties import property_value
 from sparkonce.storage import TableLocation
 
 log = logging.getLogger(__name__)
@@ -88,16 +89,9 @@ class LogCleanupResult:
     skipped: str | None = None
 
 
-def _property(configuration: Mapping[str, str], name: str) -> str | None:
-    for key, value in configuration.items():
-        if key.lower() == name.lower():
-            return str(value)
-    return None
-
-
 def log_cleanup_enabled(configuration: Mapping[str, str]) -> bool:
     """False only when ``delta.enableExpiredLogCleanup`` is ``false`` (Delta's default is on)."""
-    value = _property(configuration, ENABLED_PROPERTY)
+    value = property_value(configuration, ENABLED_PROPERTY)
     return value is None or value.strip().lower() != "false"
 
 
@@ -107,7 +101,7 @@ def log_retention_ms(configuration: Mapping[str, str]) -> int:
     Raises:
         DeltaLogError: The property is not an interval (the message names it).
     """
-    raw = _property(configuration, RETENTION_PROPERTY)
+    raw = property_value(configuration, RETENTION_PROPERTY)
     return parse_interval_ms(DEFAULT_LOG_RETENTION if raw is None else raw, name=RETENTION_PROPERTY)
 
 

@@ -147,12 +147,18 @@ def check_existing(configuration: Mapping[str, str], given: Mapping[str, str], *
             )
 
 
+def property_value(configuration: Mapping[str, Any], name: str) -> str | None:
+    """The table property ``name`` of ``configuration`` (``metaData.configuration``; keys compared
+    case-insensitively), or None when it is not set."""
+    for key, value in configuration.items():
+        if key.lower() == name.lower() and value is not None:
+            return str(value)
+    return None
+
+
 def enabled(configuration: Mapping[str, str], name: str) -> bool:
     """True when the boolean property ``name`` is ``true`` (keys compared case-insensitively)."""
-    for key, value in configuration.items():
-        if key.lower() == name.lower():
-            return str(value).strip().lower() == "true"
-    return False
+    return (property_value(configuration, name) or "").strip().lower() == "true"
 
 
 def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> dict[str, Any]:
@@ -211,6 +217,7 @@ __all__ = [
     "check_existing",
     "enabled",
     "new_table_protocol",
+    "property_value",
     "session_defaults",
     "table_properties",
 ]
