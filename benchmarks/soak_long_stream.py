@@ -1,13 +1,18 @@
 """A long-running stream in fast motion: many micro-batches into one Delta table, and what the table costs on the way.
 
 Run: ``.venv/bin/python benchmarks/soak_long_stream.py [--batches 20000] [--rows-per-batch 10] [--partitions 4]
-[--report-every 1000] [--work-dir DIR] [--property delta.autoOptimize.autoCompact=true ...]``.
+[--report-every 1000] [--clock-rate 36] [--work-dir DIR] [--property delta.autoOptimize.autoCompact=true ...]``.
 
 One query, Spark's ``rate-micro-batch`` source (exactly ``--rows-per-batch`` rows per micro-batch, ``value`` numbering
 them from 0) into sparkonce's Delta sink, partitioned by ``value % --partitions``, as fast as Spark triggers it. The
 table is created with the given table properties (by default: a checkpoint every 10 commits, Delta's default;
-expired log files removed after 10 minutes, so a run of an hour or two ages its log the way weeks of a production
-stream do; auto compaction on). Every ``--report-every`` batches it prints one line: the batch's commit and trigger
+expired log files removed after 10 minutes and checkpoint tombstones after a day; auto compaction on). The
+retention rules run on a clock ``--clock-rate`` times as fast as the real one (``SPARKONCE_RETENTION_CLOCK``, see
+``sparkonce.delta.clock``; 1 = the real clock): at the default 36, 20,000 batches at about 4 a second are about two
+days of the stream's clock, so the run crosses Delta's midnight cut-off for log files twice and its tombstones
+reach the steady state of a stream that has run longer than their retention.
+
+Every ``--report-every`` batches it prints one line: the batch's commit and trigger
 times (mean over the last interval), the files in ``_delta_log`` (commits, checkpoints, CRCs and their bytes), the
 active data files, and the Delta log's checkpoint. At the end the table is read with delta-rs and checked exactly:
 the rows of every committed batch (Spark's ``commits/``), each ``value`` once, nothing else.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -32,6 +38,7 @@ from typing import Any
 DEFAULT_PROPERTIES = (
     "delta.checkpointInterval=10",
     "delta.logRetentionDuration=interval 10 minutes",
+    "delta.deletedFileRetentionDuration=interval 1 day",
     "delta.autoOptimize.autoCompact=true",
 )
 
@@ -60,6 +67,7 @@ def table_facts(table: Path) -> dict[str, Any]:
     return {
         "table_version": snapshot.table_version,
         "active files": len(snapshot.files),
+        "tombstones": len(snapshot.removes),
         "from checkpoint": snapshot.checkpoint_version,
     }
 
@@ -93,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-batch", type=int, default=10)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--report-every", type=int, default=1_000)
+    parser.add_argument("--clock-rate", type=float, default=36.0, help="the retention clock's speed (1: real)")
     parser.add_argument("--work-dir", type=Path)
     parser.add_argument("--property", action="append", metavar="KEY=VALUE", help="a table property (repeatable)")
     args = parser.parse_args(argv)
@@ -100,12 +109,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
+    from sparkonce.delta.clock import CLOCK_VARIABLE, now_ms
     from sparkonce.spark import local_session
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="sparkonce-soak-"))
     table, checkpoint_dir = work / "table", work / "checkpoint"
     shutil.rmtree(table, ignore_errors=True)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    if args.clock_rate != 1.0:  # before Spark starts: its Python processes (the sink's commit runner) inherit it
+        os.environ[CLOCK_VARIABLE] = f"{int(time.time() * 1000)}:{args.clock_rate}"
     spark = local_session(app_name="sparkonce-soak")
     spark.sparkContext.setLogLevel("ERROR")
     stream = (
@@ -118,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     writer = stream.writeStream.format("delta").option("checkpointLocation", str(checkpoint_dir))
     for key, value in properties.items():
         writer = writer.option(key, value)
-    print(f"work dir {work}; properties {json.dumps(properties)}", flush=True)
+    clock = os.environ.get(CLOCK_VARIABLE, "real")
+    print(f"work dir {work}; properties {json.dumps(properties)}; retention clock {clock}", flush=True)
     started = time.perf_counter()
     query = writer.partitionBy("part").trigger(processingTime="0 seconds").start(str(table))
     seen = -1
@@ -141,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                     row = {
                         "batch_id": batch_id,
                         "elapsed s": round(time.perf_counter() - started, 1),
+                        "clock": time.strftime("%d %H:%M", time.gmtime(now_ms() / 1000)),
                         "addBatch ms (mean)": round(statistics.fmean(commit_ms[-args.report_every :]), 1),
                         "trigger ms (mean)": round(statistics.fmean(trigger_ms[-args.report_every :]), 1),
                         **log_files(table),

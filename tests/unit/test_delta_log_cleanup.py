@@ -194,3 +194,70 @@ def test_the_latest_snapshot_starts_from_the_last_checkpoint_without_listing_the
     fallback = DeltaLog(path).snapshot()  # the checkpoint it names is unreadable: the listing decides
     assert (fallback.table_version, fallback.checkpoint_version) == (13, None)
     assert set(fallback.files) == set(full.files)  # replayed from the JSON commits (their actions carry more keys)
+
+
+def test_a_fast_retention_clock_ages_the_log_as_a_longer_run_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPARKONCE_RETENTION_CLOCK (sparkonce.delta.clock): from its origin the retention clock runs RATE times as
+    fast, and log files' times are mapped the same way, so files written a real minute apart count as written two
+    hours apart at 120x: those up to the clock's midnight go, the rest stay."""
+    import time
+
+    from sparkonce.delta import clock
+
+    path = _table(tmp_path, 14, 10)
+    origin = NOW_MS // DAY_MS * DAY_MS - 3 * DAY_MS + 20 * 3_600_000  # 20:00 three days before NOW_MS
+    for f in (path / "_delta_log").iterdir():
+        if f.name[:20].isdigit():  # version v written v real minutes after the origin
+            when = (origin + int(f.name[:20]) * 60_000) / 1000
+            os.utime(f, (when, when))
+    monkeypatch.setattr(time, "time", lambda: (origin + 14 * 60_000) / 1000)  # 14 real minutes after the origin
+    config = {"delta.logRetentionDuration": "interval 10 minutes"}
+    assert cleanup_expired_logs(table_location(str(path)), config, PROTOCOL).deleted == ()  # the real clock
+
+    monkeypatch.setenv(clock.CLOCK_VARIABLE, f"{origin}:120")
+    assert clock.clock_ms(origin + 60_000) == origin + 2 * 3_600_000
+    assert clock.clock_ms(origin - 60_000) == origin - 60_000  # before the origin: the real time
+    assert clock.now_ms() == origin + 28 * 3_600_000  # 00:00 two days after the origin's day
+    result = cleanup_expired_logs(table_location(str(path)), config, PROTOCOL)
+    # version v at 20:00 + 2v clock-hours: the cut-off is midnight after the origin's day, so 0 (20:00), 1 (22:00)
+    # and 2 (00:00, not after the cut-off) go; 3 (02:00) stays
+    assert result.cutoff_ms == origin + 4 * 3_600_000
+    assert _versions(list(result.deleted)) == [0, 1, 2]
+    assert sorted(DeltaTable(str(path)).to_pyarrow_table().column("id").to_pylist()) == list(range(14))
+
+
+@pytest.mark.parametrize("value", ["123", "abc:2", "123:0.5", "123:inf", "123:nan"])
+def test_a_malformed_retention_clock_is_named(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkonce.delta import clock
+    from sparkonce.errors import OptionError
+
+    monkeypatch.setenv(clock.CLOCK_VARIABLE, value)
+    with pytest.raises(OptionError, match=r"SPARKONCE_RETENTION_CLOCK.*ORIGIN_MS:RATE"):
+        clock.now_ms()
+
+
+def test_checkpoint_tombstones_expire_on_the_retention_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``remove`` an hour old stays in a checkpoint under Delta's default week of
+    ``delta.deletedFileRetentionDuration``; on a retention clock running 200x that hour counts as 200 hours."""
+    import time
+
+    from sparkonce.delta import clock
+    from sparkonce.delta.log_checkpoint import checkpoint_actions
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1]}))
+    write_deltalake(str(path), pa.table({"id": [2]}), mode="overwrite")  # removes version 0's file
+    snapshot = DeltaLog(path).snapshot()
+    (deleted_at,) = [int(r["deletionTimestamp"]) for r in snapshot.removes.values()]
+    monkeypatch.setattr(time, "time", lambda: (deleted_at + 3_600_000) / 1000)
+
+    def tombstones() -> int:
+        return sum(1 for action in checkpoint_actions(snapshot) if "remove" in action)
+
+    assert tombstones() == 1
+    monkeypatch.setenv(clock.CLOCK_VARIABLE, f"{deleted_at - 60_000}:200")
+    assert tombstones() == 0
+    monkeypatch.setenv(clock.CLOCK_VARIABLE, f"{deleted_at - 60_000}:100")  # 100 hours: still kept
+    assert tombstones() == 1

@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -128,7 +127,9 @@ def checkpoint_actions(snapshot: Snapshot, *, now_ms: int | None = None) -> list
     from sparkonce.delta.interval import parse_interval_ms
 
     retention = str(snapshot.configuration.get(TOMBSTONE_RETENTION_PROPERTY) or DEFAULT_TOMBSTONE_RETENTION)
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    from sparkonce.delta import clock
+
+    now = clock.now_ms() if now_ms is None else now_ms
     cutoff = now - parse_interval_ms(retention, name=TOMBSTONE_RETENTION_PROPERTY)
     actions: list[dict[str, Any]] = [{"protocol": snapshot.protocol}, {"metaData": snapshot.metadata}]
     actions += [
@@ -140,7 +141,7 @@ def checkpoint_actions(snapshot: Snapshot, *, now_ms: int | None = None) -> list
     actions += [
         {"remove": {**remove, "dataChange": False}}
         for remove in snapshot.removes.values()
-        if int(remove.get("deletionTimestamp") or 0) >= cutoff
+        if clock.clock_ms(int(remove.get("deletionTimestamp") or 0)) >= cutoff
     ]
     return actions
 

@@ -32,11 +32,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from sparkonce.delta import clock
 from sparkonce.delta.interval import parse_interval_ms
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.properties import property_value
@@ -164,7 +164,7 @@ def cleanup_expired_logs(
     if "v2Checkpoint" in features or "checkpointProtection" in features:
         kept = "v2Checkpoint" if "v2Checkpoint" in features else "checkpointProtection"
         return LogCleanupResult(table, None, (), skipped=f"the table has the {kept} feature")
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     cutoff = (now - log_retention_ms(configuration)) // _DAY_MS * _DAY_MS
     delta_log = DeltaLog(location, check=False)
     last = delta_log.read_last_checkpoint()
@@ -214,7 +214,7 @@ def _mtime_ms(delta_log: DeltaLog, name: str) -> int | None:
     """The modification time of the log file ``name`` (None when it is gone)."""
     if delta_log.location.is_local:
         try:
-            return os.stat(os.path.join(delta_log.log_dir, name)).st_mtime_ns // 1_000_000
+            return clock.clock_ms(os.stat(os.path.join(delta_log.log_dir, name)).st_mtime_ns // 1_000_000)
         except FileNotFoundError:
             return None
     import pyarrow.fs as pafs
@@ -222,7 +222,7 @@ def _mtime_ms(delta_log: DeltaLog, name: str) -> int | None:
     info = delta_log.fs.get_file_info(f"{delta_log.log_dir}/{name}")
     if info.type != pafs.FileType.File or info.mtime is None:
         return None
-    return int(info.mtime.timestamp() * 1000)
+    return clock.clock_ms(int(info.mtime.timestamp() * 1000))
 
 
 def _log_files(delta_log: DeltaLog, *, cutoff_ms: int, max_table_version: int) -> list[LogFile]:
@@ -242,7 +242,7 @@ def _log_files(delta_log: DeltaLog, *, cutoff_ms: int, max_table_version: int) -
     found: list[LogFile] = []
     for name in names:
         try:
-            mtime_ms = os.stat(os.path.join(delta_log.log_dir, name)).st_mtime_ns // 1_000_000
+            mtime_ms = clock.clock_ms(os.stat(os.path.join(delta_log.log_dir, name)).st_mtime_ns // 1_000_000)
         except FileNotFoundError:  # removed meanwhile (a concurrent cleanup)
             continue
         entry = LogFile(name, int(name[:20]), mtime_ms)
@@ -262,6 +262,6 @@ def _listed_log_files(delta_log: DeltaLog) -> list[LogFile]:
         m = _LOG_FILE_RE.match(info.base_name)
         if m is None or info.type != pafs.FileType.File or info.mtime is None:
             continue
-        found.append(LogFile(info.base_name, int(m.group(1)), int(info.mtime.timestamp() * 1000)))
+        found.append(LogFile(info.base_name, int(m.group(1)), clock.clock_ms(int(info.mtime.timestamp() * 1000))))
     found.sort(key=lambda f: f.name)
     return found
