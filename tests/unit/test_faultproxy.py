@@ -201,6 +201,48 @@ def test_a_delayed_request_reaches_the_store_unchanged_and_counts(store: Scripte
     assert len(store.requests) == 4
 
 
+def test_a_paused_store_holds_every_request_on_open_connections_then_forwards_each_once(
+    store: ScriptedStore, proxy: FaultProxy
+) -> None:
+    first = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=60)
+    second = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=60)
+    second.request("GET", "/b/before")  # an open connection from before the pause
+    assert second.getresponse().read() == b"ok /b/before"
+    rule = proxy.pause(2.0)  # store_net_pause: the store stops answering, no connection closes
+    answers: dict[str, bytes] = {}
+
+    def send(conn: http.client.HTTPConnection, path: str) -> None:
+        conn.request("PUT", path, body=b"held")
+        answers[path] = conn.getresponse().read()
+
+    senders = [threading.Thread(target=send, args=(first, "/b/first"))]
+    senders[0].start()
+    assert rule.wait_fired(1, timeout=30)  # the first request started the pause and is held
+    senders.append(threading.Thread(target=send, args=(second, "/b/second")))
+    senders[1].start()
+    assert [r.split(b" ", 2)[1] for _, r in store.requests] == [b"/b/before"]  # nothing went on yet
+    for sender in senders:
+        sender.join(60)
+    assert answers == {"/b/first": b"ok /b/first", "/b/second": b"ok /b/second"}
+    assert sorted(r.split(b" ", 2)[1] for _, r in store.requests) == [b"/b/before", b"/b/first", b"/b/second"]
+    second.request("GET", "/b/after")  # the held connections stayed open and keep working
+    assert second.getresponse().read() == b"ok /b/after"
+    first.close()
+    second.close()
+    assert (rule.fired, rule.remaining, rule.paths) == (1, 0, ["/b/first"])
+
+
+def test_a_reset_of_any_request_comes_after_the_store_applied_it(store: ScriptedStore, proxy: FaultProxy) -> None:
+    rule = proxy.lose_responses("*", "", close="reset")  # store_net_reset: the next request, whatever it is
+    with _connect(proxy) as conn:
+        conn.sendall(b"GET /b/list?prefix=x HTTP/1.1\r\nHost: s\r\n\r\n")
+        with pytest.raises(ConnectionResetError):
+            assert conn.recv(1024) == b"", "expected a reset, not an end of stream"
+    assert _put(proxy, "/b/next").status == 200  # spent after one request
+    assert [r.split(b" ", 2)[1] for _, r in store.requests] == [b"/b/list?prefix=x", b"/b/next"]
+    assert (rule.fired, rule.paths) == (1, ["/b/list?prefix=x"])
+
+
 def test_expect_continue_is_answered_by_the_proxy(store: ScriptedStore, proxy: FaultProxy) -> None:
     with _connect(proxy) as conn:
         conn.sendall(b"PUT /b/k HTTP/1.1\r\nHost: s\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")
@@ -257,7 +299,7 @@ def test_bad_rules_are_refused(proxy: FaultProxy) -> None:
     with pytest.raises(OptionError, match="count"):
         proxy.lose_responses("PUT", r"x", count=0)
     with socket.create_connection(("127.0.0.1", int(proxy.control_address.split(":")[1])), timeout=30) as raw:
-        raw.sendall(b'{"op": "arm", "kind": "pause", "path": "x", "seconds": 1}\n')
+        raw.sendall(b'{"op": "arm", "kind": "close", "path": "x"}\n')  # a TCP rule
         assert b"unknown rule kind" in raw.makefile("rb").readline()
     with pytest.raises(FaultProxyError, match="KeyError"):
         proxy.rule(99)

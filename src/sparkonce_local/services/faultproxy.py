@@ -9,7 +9,14 @@ out) and does one thing to each of them:
   or with ``close="reset"`` a TCP reset), as when a store or a network loses the answer to a PUT it applied;
 * ``answer`` (:meth:`ProxyControl.answer_errors`): the request never reaches the store; the proxy answers it with
   an S3 error (``503 SlowDown`` or ``500 InternalError``) and keeps the connection open;
-* ``latency`` (:meth:`ProxyControl.delay_requests`): the request waits ``seconds`` before it goes on.
+* ``latency`` (:meth:`ProxyControl.delay_requests`): the request waits ``seconds`` before it goes on;
+* ``pause`` (:meth:`ProxyControl.pause`): the store stops answering for ``seconds``: no request goes on and no
+  answer comes back on any connection (new ones are accepted and wait), every connection stays open; then the held
+  requests go on and their answers come back, none lost.
+
+A connection reset before any answer is ``lose_response`` with ``close="reset"``: the request reached the store and
+was applied, the client sees only the reset (the harder case for a client: it cannot tell whether its write
+happened, and a retried conditional PUT finds the object there).
 
 Each rule counts how often it fired and on which paths; it ends after ``count`` firings or when disarmed.
 :class:`TcpFaultProxy` is the same for any TCP protocol (the broker's, PostgreSQL's), its rules firing on chunks
@@ -182,8 +189,9 @@ class ProxyControl:
         return self._arm_tcp("reset", count, direction)
 
     def pause(self, seconds: float, count: int = 1, *, direction: Direction = "any") -> ArmedRule:
-        """TCP: arm a rule: the next ``count`` chunks going ``direction`` each stop all forwarding for ``seconds``
-        (connections stay open; new ones wait), as a peer that stops answering."""
+        """Arm a rule: the next ``count`` chunks going ``direction`` (TCP), or requests (HTTP, any), each stop all
+        forwarding for ``seconds`` (connections stay open; new ones wait; what was held then goes on), as a peer
+        that stops answering."""
         return self._arm_tcp("pause", count, direction, seconds=_seconds(seconds))
 
     def _arm_tcp(self, kind: RuleKind, count: int, direction: Direction, *, seconds: float = 0.0) -> ArmedRule:

@@ -28,6 +28,7 @@ from sparkonce_local.services.faultrules import (
     HTTP_KINDS,
     TCP_KINDS,
     CloseHow,
+    PauseGate,
     RuleBook,
     RuleKind,
     listen,
@@ -55,6 +56,7 @@ class _ProxyServer:
     def __init__(self, rules: RuleBook, upstream_host: str, upstream_port: int) -> None:
         self.rules = rules
         self.upstream = (upstream_host, upstream_port)
+        self.gate = PauseGate()
         self.port = listen(self._serve, name="fault-proxy-conn")
 
     def _serve(self, client: socket.socket) -> None:
@@ -68,6 +70,12 @@ class _ProxyServer:
                 if head is None:
                     return
                 method, target = request_line(head)
+                self.gate.hold()  # a paused store takes no request (its connection stays open)
+                pause = self.rules.claim("pause", method, target)
+                if pause is not None:
+                    log.info("fault proxy: paused %.2fs on %s %s", pause.seconds, method, target)
+                    self.gate.pause(pause.seconds)
+                    self.gate.hold()  # the request is held, then goes on
                 if header(head, b"expect") is not None:  # the proxy takes the body at once, as it forwards it
                     client.sendall(CONTINUE)
                     head = without_header(head, b"expect")
@@ -102,6 +110,7 @@ class _ProxyServer:
                     log.info("fault proxy: lost the answer to %s %s (%s)", method, target, response.split(b"\r\n")[0])
                     reset = lose.close == "reset"
                     return  # the store applied it; the client sees its connection end
+                self.gate.hold()  # nor does it answer while paused
                 client.sendall(response)
                 copy_body(upstream_in, client, response, head_request=method == "HEAD")
                 if wants_close(head) or wants_close(response):

@@ -24,11 +24,10 @@ import logging
 import select
 import socket
 import struct
-import threading
 import time
 from typing import Literal
 
-from sparkonce_local.services.faultrules import RuleBook, listen
+from sparkonce_local.services.faultrules import PauseGate, RuleBook, listen
 
 log = logging.getLogger(__name__)
 
@@ -44,34 +43,22 @@ class TcpProxyServer:
     def __init__(self, rules: RuleBook, upstream_host: str, upstream_port: int) -> None:
         self.rules = rules
         self.upstream = (upstream_host, upstream_port)
-        self._paused = threading.Condition()
-        self._paused_until = 0.0
+        self.gate = PauseGate()
         self.port = listen(self._serve, name="fault-proxy-tcp-conn")
-
-    def _pause(self, seconds: float) -> None:
-        with self._paused:
-            self._paused_until = max(self._paused_until, time.monotonic() + seconds)
-            self._paused.notify_all()
-
-    def _hold(self) -> None:
-        """Wait while a ``pause`` lasts."""
-        with self._paused:
-            while (left := self._paused_until - time.monotonic()) > 0:
-                self._paused.wait(left)
 
     def _serve(self, client: socket.socket) -> None:
         how: Literal["eof", "reset"] = "eof"
         upstream: socket.socket | None = None
         try:
             where = f"client port {client.getpeername()[1]}"
-            self._hold()  # a paused peer does not take new connections either (the client's stays open)
+            self.gate.hold()  # a paused peer does not take new connections either (the client's stays open)
             upstream = socket.create_connection(self.upstream, timeout=CONNECT_TIMEOUT)
             upstream.settimeout(None)
             peers = {client: (upstream, "up"), upstream: (client, "down")}
             while True:
                 readable, _, _ = select.select([client, upstream], [], [], 1.0)
                 for conn in readable:
-                    self._hold()
+                    self.gate.hold()
                     data = conn.recv(CHUNK)
                     if not data:
                         return  # one side ended: so does the other
@@ -82,8 +69,8 @@ class TcpProxyServer:
                         if rule.kind == "latency":
                             time.sleep(rule.seconds)  # the rule's added latency for this chunk
                         elif rule.kind == "pause":
-                            self._pause(rule.seconds)
-                            self._hold()
+                            self.gate.pause(rule.seconds)
+                            self.gate.hold()
                         else:
                             how = "reset" if rule.kind == "reset" else "eof"
                             return  # the chunk is dropped with both connections

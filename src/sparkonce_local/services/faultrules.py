@@ -15,17 +15,19 @@ import re
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 RuleKind = Literal["lose_response", "answer", "latency", "close", "reset", "pause"]
-"""HTTP rules: ``lose_response``, ``answer``, ``latency``; TCP rules: ``latency``, ``close``, ``reset``, ``pause``."""
+"""HTTP rules: ``lose_response``, ``answer``, ``latency``, ``pause``; TCP rules: ``latency``, ``close``, ``reset``,
+``pause``."""
 CloseHow = Literal["eof", "reset"]
 Direction = Literal["up", "down", "any"]
 """TCP rules: the bytes they fire on, ``up`` (client to server), ``down`` (server to client) or ``any``."""
 
-HTTP_KINDS: tuple[RuleKind, ...] = ("lose_response", "answer", "latency")
+HTTP_KINDS: tuple[RuleKind, ...] = ("lose_response", "answer", "latency", "pause")
 TCP_KINDS: tuple[RuleKind, ...] = ("latency", "close", "reset", "pause")
 SECONDS_KINDS: tuple[RuleKind, ...] = ("latency", "pause")
 """Kinds that take ``seconds`` (> 0): the delay of each firing, or how long a pause lasts."""
@@ -78,6 +80,27 @@ class Rule:
             "remaining": self.remaining,
             "paths": list(self.paths),
         }
+
+
+class PauseGate:
+    """The pause of a proxy process (a ``pause`` rule fired): while it lasts, no connection forwards anything.
+    Runs in the proxy process."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._until = 0.0
+
+    def pause(self, seconds: float) -> None:
+        """Stop forwarding for ``seconds`` from now (a pause already running ends at the later of the two)."""
+        with self._changed:
+            self._until = max(self._until, time.monotonic() + seconds)
+            self._changed.notify_all()
+
+    def hold(self) -> None:
+        """Wait while a pause lasts."""
+        with self._changed:
+            while (left := self._until - time.monotonic()) > 0:
+                self._changed.wait(left)
 
 
 class RuleBook:
@@ -219,6 +242,7 @@ __all__ = [
     "ERROR_ANSWERS",
     "HTTP_KINDS",
     "MAX_SECONDS",
+    "PauseGate",
     "SECONDS_KINDS",
     "TCP_KINDS",
     "CloseHow",
