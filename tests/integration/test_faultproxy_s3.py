@@ -93,3 +93,37 @@ def test_an_error_answer_leaves_the_store_untouched(
     obstore.put(_obstore(s3_uri, through), "slow.json", b"y", mode="create")  # object_store retries a SlowDown
     assert rule.fired == 1
     assert bytes(obstore.get(direct, "slow.json").bytes()) == b"y"
+
+
+def test_a_paused_store_is_waited_out_and_a_reset_request_retried_by_delta_rs(
+    object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str
+) -> None:
+    # store_net_pause and store_net_reset as the chaos harness arms them: any request, whatever it is.
+    through = through_proxy(object_store, proxy)
+    table_uri = f"{s3_uri}/held"
+    write_deltalake(table_uri, pa.table({"id": [1]}), storage_options=through)
+    pause = proxy.pause(2.0)
+    write_deltalake(table_uri, pa.table({"id": [2]}), mode="append", storage_options=through)  # held, then answered
+    assert pause.fired == 1
+    reset = proxy.lose_responses("*", "", close="reset")  # applied by the store, the answer reset
+    write_deltalake(table_uri, pa.table({"id": [3]}), mode="append", storage_options=through)  # object_store retries
+    assert reset.fired == 1
+    fs = table_location(s3_uri, storage_options=through).filesystem()  # sparkonce's file system (executors' reads)
+    pause = proxy.pause(2.0)
+    assert [i.base_name for i in fs.get_file_info(pafs.FileSelector("held/_delta_log"))] == [
+        f"{v:020d}.json" for v in range(3)
+    ]
+    assert pause.fired == 1
+    direct = DeltaTable(table_uri, storage_options=object_store.storage_options)  # past the proxy
+    assert direct.version() == 2
+    assert sorted(direct.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]  # each append once
+
+
+def test_a_reset_request_without_retries_fails_with_an_error_naming_the_object(
+    object_store: EmbeddedStore, proxy: FaultProxy, s3_uri: str
+) -> None:
+    no_retry = _obstore(s3_uri, through_proxy(object_store, proxy), retries=0)
+    proxy.lose_responses("*", "", close="reset")
+    with pytest.raises(BaseError, match=r"reset\.json"):
+        obstore.put(no_retry, "reset.json", b"x", mode="create")
+    assert bytes(obstore.get(_obstore(s3_uri, object_store.storage_options), "reset.json").bytes()) == b"x"

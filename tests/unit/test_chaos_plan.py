@@ -223,7 +223,7 @@ def test_network_kinds_are_drawn_only_when_asked_for_and_only_on_links_with_a_pr
     no_links = make_plan(seed=3, faults=60, stages=STAGES, kinds=everything)
     assert not {f.kind for f in no_links.faults} & set(NETWORK_KINDS)
     two = make_plan(seed=3, faults=200, stages=STAGES, kinds=NETWORK_KINDS, links=("broker", "postgres"))
-    assert {f.kind for f in two.faults} == set(NETWORK_KINDS) - {"store_slowdown", "store_error"}
+    assert {f.kind for f in two.faults} == {k for k in NETWORK_KINDS if LINK_OF.get(k) != "store"}
     for fault in two.faults:
         assert fault.link in (None, "broker", "postgres")
         if LINK_OF.get(fault.kind) == "postgres":
@@ -237,6 +237,8 @@ def test_network_kinds_are_drawn_only_when_asked_for_and_only_on_links_with_a_pr
     assert {f.kind for f in soak.faults} == set(NETWORK_KINDS)
     assert {f.link for f in soak.faults if f.kind == "net_latency"} == {"broker", "postgres", "store"}
     assert all(1 <= f.count <= 8 for f in soak.faults if f.kind in ("store_slowdown", "store_error"))
+    assert all(1.0 <= f.downtime <= 20.0 for f in soak.faults if f.kind == "store_net_pause")
+    assert all(1.0 <= f.downtime <= 30.0 for f in soak.faults if f.kind.endswith("_net_pause"))
     assert SoakPlan.from_json(json.loads(soak.dumps())) == soak
     with pytest.raises(OptionError, match="links"):
         make_plan(seed=1, faults=1, stages=("raw",), kinds=("postgres_net_reset",), links=("broker", "postgres"))

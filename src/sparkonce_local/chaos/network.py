@@ -41,9 +41,12 @@ def inject_network(setup: ChaosSetup, fault: Fault, until: float, *, alive: Call
     where = status.paths[0] if status.paths else "?"
     if fault.kind.endswith("_net_pause"):
         _sleep_until(time.monotonic() + fault.downtime, until)  # the pause runs in the proxy: wait it out
-        return True, f"{link} link paused {fault.downtime:.2f}s from the chunk on {where} (connections kept open)"
+        what = "request" if link == "store" else "chunk on"
+        return True, f"{link} link paused {fault.downtime:.2f}s from the {what} {where} (connections kept open)"
     if fault.kind.endswith("_net_drop"):
         return True, f"{link} link: a chunk dropped, its connection ended on both sides ({where})"
+    if fault.kind == "store_net_reset":
+        return True, f"store link: the store applied {where}, its connection reset before the answer"
     if fault.kind.endswith("_net_reset"):
         return True, f"{link} link: a chunk dropped, its connection reset on both sides ({where})"
     # bursts and latency: let the rest of the count fire, bounded, then stop it
@@ -60,6 +63,8 @@ def _arm(proxy: ProxyControl, fault: Fault) -> ArmedRule:
         return proxy.pause(fault.downtime)
     if fault.kind.endswith("_net_drop"):
         return proxy.drop_connections()
+    if fault.kind == "store_net_reset":
+        return proxy.lose_responses("*", "", close="reset")  # applied by the store, then reset: the harder case
     if fault.kind.endswith("_net_reset"):
         return proxy.reset_connections()
     if fault.kind == "store_slowdown":

@@ -29,6 +29,8 @@ FaultKind = Literal[
     "postgres_net_drop",
     "postgres_net_reset",
     "postgres_net_pause",
+    "store_net_pause",
+    "store_net_reset",
     "store_slowdown",
     "store_error",
     "net_latency",
@@ -51,7 +53,11 @@ front of the broker and of PostgreSQL, which every client of the run goes throug
 ``broker_net_drop`` / ``postgres_net_drop``: the next chunk of bytes on the link is dropped and its connection
 ends on both sides (FIN); ``broker_net_reset`` / ``postgres_net_reset``: the same with a TCP reset;
 ``broker_net_pause`` / ``postgres_net_pause``: the link stops forwarding for ``downtime`` seconds, its connections
-open (a peer that stops answering); ``store_slowdown`` / ``store_error`` (tables on the object store): the next
+open (a peer that stops answering); ``store_net_pause`` (tables on the object store): the store's link stops
+answering for ``downtime`` seconds, its connections open, the requests held and then forwarded (none lost);
+``store_net_reset`` (tables on the object store): the next request to the store, whatever it is, reaches the store
+and is applied, and its connection is reset before any answer (the harder of the two resets: the client cannot
+tell whether its write happened); ``store_slowdown`` / ``store_error`` (tables on the object store): the next
 ``count`` requests to the store are answered ``503 SlowDown`` / ``500 InternalError`` by the store's fault proxy
 and never reach it; ``net_latency``: the next ``count`` chunks (a request, on the store's link) on ``link`` wait
 ``seconds`` each."""
@@ -63,6 +69,8 @@ NETWORK_KINDS: tuple[FaultKind, ...] = (
     "postgres_net_drop",
     "postgres_net_reset",
     "postgres_net_pause",
+    "store_net_pause",
+    "store_net_reset",
     "store_slowdown",
     "store_error",
     "net_latency",
@@ -77,6 +85,8 @@ LINK_OF: dict[FaultKind, str] = {
     "postgres_net_drop": "postgres",
     "postgres_net_reset": "postgres",
     "postgres_net_pause": "postgres",
+    "store_net_pause": "store",
+    "store_net_reset": "store",
     "store_slowdown": "store",
     "store_error": "store",
     "store_lost_response": "store",
@@ -85,6 +95,9 @@ LINK_OF: dict[FaultKind, str] = {
 LINKS: tuple[str, ...] = ("broker", "postgres", "store")
 SOAK_ONLY_KINDS: tuple[FaultKind, ...] = ("commit_process_kill", "store_lost_response")
 """Kinds injected into a running driver, which only soak mode has (rounds mode leaves them out)."""
+STORE_PAUSE = 20.0
+"""The longest ``store_net_pause`` in seconds, in both modes (the broker's and PostgreSQL's pauses go to 30 s in
+soak mode)."""
 
 RESTART_KINDS: tuple[FaultKind, ...] = ("postgres_restart", "broker_restart", "storage_restart")
 """Kinds that kill a service the harness runs and restart it after ``downtime`` seconds (quickstart setup only)."""
@@ -338,9 +351,11 @@ def network_fault(
     kind: FaultKind, rng: random.Random, links: Sequence[str], *, stage: str | None, delay: float, pause: float
 ) -> Fault:
     """A network kind's fault with its seeded parameters: a pause of 1 to ``pause`` seconds, a burst of 1 to 8
-    error answers, or 0.05 to 0.5 s of latency on 20 to 200 chunks (5 to 50 requests on the store's link)."""
+    error answers, or 0.05 to 0.5 s of latency on 20 to 200 chunks (5 to 50 requests on the store's link); a pause
+    of the store's link lasts at most :data:`STORE_PAUSE` seconds."""
     if kind.endswith("_net_pause"):
-        return Fault(kind, stage=stage, delay=delay, downtime=round(rng.uniform(1.0, pause), 2))
+        longest = min(pause, STORE_PAUSE) if kind == "store_net_pause" else pause
+        return Fault(kind, stage=stage, delay=delay, downtime=round(rng.uniform(1.0, longest), 2))
     if kind in ("store_slowdown", "store_error"):
         return Fault(kind, stage=stage, delay=delay, count=rng.randint(1, 8))
     if kind == "net_latency":
@@ -363,6 +378,8 @@ SOAK_WEIGHTS: dict[FaultKind, int] = {
     "postgres_net_drop": 1,
     "postgres_net_reset": 1,
     "postgres_net_pause": 1,
+    "store_net_pause": 1,
+    "store_net_reset": 2,
     "store_slowdown": 2,
     "store_error": 1,
     "net_latency": 2,
@@ -498,6 +515,7 @@ __all__ = [
     "DRIVER_EVERY",
     "DURING_COMMITS",
     "SOAK_ONLY_KINDS",
+    "STORE_PAUSE",
     "SOAK_WEIGHTS",
     "SoakPlan",
     "make_soak_plan",
