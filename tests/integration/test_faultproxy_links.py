@@ -5,6 +5,7 @@ kept what it committed, a new connection works)."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 
 from sparkonce.errors import SinkError
+from sparkonce.retries import count_retries
 from sparkonce.sinks.postgres import PostgresSink, PostgresSinkOptions
 from sparkonce_local.chaos.reconcile import read_topic
 from sparkonce_local.services.broker import create_topic, free_port, start_broker, stop_broker
@@ -113,14 +115,16 @@ def test_a_query_through_a_paused_link_completes_on_the_same_connection(
 
 
 def test_the_sink_connects_again_after_a_reset_connection_and_gives_up_after_its_attempts(
-    postgres: LocalPostgres, proxied_postgres: tuple[str, TcpFaultProxy]
+    postgres: LocalPostgres, proxied_postgres: tuple[str, TcpFaultProxy], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="sparkonce.sinks.postgres.sink")
     dsn, proxy = proxied_postgres
     table = postgres.unique_name("links")
     sink = PostgresSink(PostgresSinkOptions(dsn=dsn, table=table, app_id="links", ledger_table=f"{table}_ledger"))
     rule = proxy.reset_connections(count=2, direction="up")  # the first two connection attempts are reset
     sink.check()
     assert rule.fired == 2
+    assert count_retries(caplog.messages) == {"postgres_connect": 2}  # each retry a warning
     assert postgres.fetch(f"SELECT count(*) FROM {table}_ledger") == [(0,)]
     rule = proxy.reset_connections(count=4, direction="up")
     with pytest.raises(SinkError, match="unreachable after 4 attempts"):

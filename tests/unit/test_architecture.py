@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "sparkonce.errors",
                 "sparkonce.extras",
                 "sparkonce.options",
+                "sparkonce.retries",
                 "sparkonce.sqltext",
                 "sparkonce.storage",
             }

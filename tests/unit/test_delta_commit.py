@@ -6,6 +6,7 @@ Concurrency runs in real processes against a real table on disk; delta-rs's put-
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from deltalake import DeltaTable
 from sparkonce.delta.commit import BatchTxn, commit_files
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import SchemaMismatchError
+from sparkonce.retries import count_retries
 from sparkonce.storage import table_location
 from tests.delta_helpers import delta_txns
 
@@ -57,12 +59,13 @@ def test_replayed_batch_is_skipped_and_its_files_removed(tmp_path: Path) -> None
     assert sorted(pa.table(DeltaTable(table).to_pyarrow_table()).column("id").to_pylist()) == [1, 2]
 
 
-def test_a_stale_snapshot_costs_a_retry_never_a_second_commit(tmp_path: Path) -> None:
+def test_a_stale_snapshot_costs_a_retry_never_a_second_commit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The streaming sink hands ``commit_files`` the table its writer loaded (``snapshot=``). When another writer
     committed the same txn after that load, the commit of the stale snapshot's next table version fails, the retry
     loads the table afresh and skips the batch; a stale snapshot without such a race commits on top."""
     from sparkonce.delta.commit import load_table
 
+    caplog.set_level(logging.WARNING, logger="sparkonce.delta.commit")
     table = str(tmp_path / "t")
     commit_files(table, _write(table, [0], "a"), data_schema=SCHEMA, txn=BatchTxn("q", 0))
     stale = load_table(table)
@@ -76,6 +79,7 @@ def test_a_stale_snapshot_costs_a_retry_never_a_second_commit(tmp_path: Path) ->
     fresh = load_table(table)
     again = commit_files(table, _write(table, [4], "a"), data_schema=SCHEMA, txn=BatchTxn("q", 3), snapshot=fresh)
     assert again.attempts == 1 and again.table_version == 4
+    assert count_retries(caplog.messages) == {"delta_commit": 2}  # each retry logged once, at WARNING
     assert sorted(pa.table(DeltaTable(table).to_pyarrow_table()).column("id").to_pylist()) == [0, 1, 2, 3, 4]
     assert delta_txns(tmp_path / "t") == [
         ("q", 0),

@@ -69,6 +69,7 @@ from sparkonce.errors import (
     TableNotFoundError,
     UnsupportedFeatureError,
 )
+from sparkonce.retries import log_retry
 from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
@@ -336,6 +337,15 @@ def commit_files(
                     return CommitResult(TableVersion(0), False, attempt, len(files), rows)
                 if (done := landed(attempt)) is not None:
                     return done
+                log_retry(
+                    log,
+                    "delta_commit",
+                    "attempt %d of %d to create %s lost the race to another writer (txn %s); again on top of it",
+                    attempt,
+                    max_attempts,
+                    table_uri,
+                    txn,
+                )
                 continue  # another writer created the table first: commit on top of it (or skip the batch)
         read_version = int(snapshot.version())
         if written_after is None:
@@ -448,7 +458,20 @@ def commit_files(
         if not made:
             if (done := landed(attempt)) is not None:
                 return done
-            time.sleep(retry_delay(attempt))
+            pause = retry_delay(attempt)
+            log_retry(
+                log,
+                "delta_commit",
+                "attempt %d of %d to commit table_version %s on %s lost the race to another writer (txn %s); "
+                "again on top of it in %.3fs",
+                attempt,
+                max_attempts,
+                read_version + 1,
+                table_uri,
+                txn,
+                pause,
+            )
+            time.sleep(pause)
             continue
         table_version = TableVersion(read_version + 1)
         log.info(

@@ -38,6 +38,7 @@ from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, check_broker
 from sparkonce.kafka.ranges import BY_TIMESTAMP, plan_ranges, rate_limit, resolve_start
 from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
+from sparkonce.retries import log_retry
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -242,7 +243,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except BrokerError as err:
                 if attempt >= attempts:
                     raise
-                log.warning("attempt %d of %d getting Kafka offsets failed, retrying: %s", attempt, attempts, err)
+                log_retry(
+                    log,
+                    "kafka_offsets",
+                    "attempt %d of %d getting Kafka offsets failed (%s); again in %.1fs with new clients",
+                    attempt,
+                    attempts,
+                    err,
+                    self.options.fetch_offset_retry_interval_ms / 1000.0,
+                )
                 self.stop()
                 time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
         raise AssertionError("unreachable: the last attempt returns or raises")

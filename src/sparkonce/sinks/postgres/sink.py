@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce.errors import OptionError, SinkError
+from sparkonce.retries import log_retry
 from sparkonce.sinks.postgres import sql as pgsql
 from sparkonce.sinks.postgres import two_phase
 from sparkonce.sinks.postgres.loader import StagingLoader
@@ -356,7 +357,9 @@ class PostgresSink:
                         f"{_first_line(err)}"
                     ) from err
                 pause = CONNECT_BACKOFF_SECONDS * 2 ** (attempt - 1)
-                log.warning(
+                log_retry(
+                    log,
+                    "postgres_connect",
                     "PostgreSQL at %s: connection attempt %d of %d failed (%s); again in %.1fs",
                     self.options.address,
                     attempt,
