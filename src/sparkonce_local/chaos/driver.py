@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkonce_local.chaos.driverlog import failed_pass_line
 from sparkonce_local.chaos.spec import DriverSpec
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def run(spec: DriverSpec) -> None:
             else:
                 _run_pass(spark, config, spec)
         except Exception as err:  # a fault's doing (a service down, a task out of retries): next pass
-            print(f"pass {passes} failed after {time.monotonic() - started:.1f}s: {_first_line(err)}", flush=True)
+            print(failed_pass_line(passes, time.monotonic() - started, _first_line(err)), flush=True)
             for query in spark.streams.active:  # a failed stage can leave the others of its pass running
                 query.stop()
             failed += 1

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sparkonce.crash import ENV_ARM, ENV_HITS_DIR, ENV_PGID, ENV_POINT, ENV_RECORD, ENV_TARGET, read_crash_records
 from sparkonce.errors import OptionError
+from sparkonce_local.chaos.driverlog import count_driver_logs
 from sparkonce_local.chaos.model import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundCallback, RoundResult
 from sparkonce_local.chaos.network import inject_network
 from sparkonce_local.chaos.plan import (
@@ -135,6 +136,7 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
         by_kind = Counter(f.kind for f in injected)
         by_point = Counter(f.point or "" for f in injected if f.kind == "crash_point")
         exactly_once = drained and error is None and all(t.ok for t in tables)
+        logged = count_driver_logs(work_dir, [r.index for r in rounds])
         return ChaosResult(
             schema_version=SCHEMA_VERSION,
             seed=plan.seed,
@@ -158,6 +160,8 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
             plan=plan,
             error=error,
             log_tail="" if exactly_once else log_tail(work_dir, rounds),
+            retries_by_kind=logged.retries_by_kind,
+            failed_passes=logged.failed_passes,
         )
     finally:
         tear_down(setup)

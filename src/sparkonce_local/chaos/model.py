@@ -122,6 +122,12 @@ class ChaosResult:
     """Soak mode: the delivery errors of the refused produces, by text (the five most frequent)."""
     faults_per_minute: float = 0.0
     """Soak mode: faults injected per minute of ``fault_seconds``."""
+    retries_by_kind: dict[str, int] = field(default_factory=dict)
+    """Retries the driver logs name, by kind (:data:`~sparkonce_local.chaos.driverlog.REPORTED_KINDS`): sparkonce's
+    own (``kafka_offsets``, ``postgres_connect``, ``delta_commit``) and Spark's task retries (``spark_task``)."""
+    failed_passes: int = 0
+    """Soak mode: the driver's passes that failed (their queries were stopped and started again from their
+    checkpoints after a backoff). Rounds mode: 0 (each round is a new driver run: ``restarts``)."""
 
     @property
     def duplicates(self) -> int:

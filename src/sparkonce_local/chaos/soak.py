@@ -39,6 +39,7 @@ from sparkonce.crash import (
     read_crash_records,
 )
 from sparkonce.errors import OptionError
+from sparkonce_local.chaos.driverlog import count_driver_logs
 from sparkonce_local.chaos.model import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundResult
 from sparkonce_local.chaos.network import inject_network
 from sparkonce_local.chaos.paced import PacedProducer
@@ -159,6 +160,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
         by_point = Counter(e.point or "" for e in injected_events if e.kind == "crash_point")
         exactly_once = drained and error is None and all(t.ok for t in tables)
         runs = driver.runs
+        logged = count_driver_logs(work_dir, [r.index for r in runs])
         return ChaosResult(
             schema_version=SCHEMA_VERSION,
             seed=plan.seed,
@@ -182,6 +184,8 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
             plan=plan,
             error=error,
             log_tail="" if exactly_once else log_tail(work_dir, runs),
+            retries_by_kind=logged.retries_by_kind,
+            failed_passes=logged.failed_passes,
             mode="soak",
             events=tuple(sorted(events, key=lambda e: e.at)),
             fault_seconds=round(fault_seconds, 1),

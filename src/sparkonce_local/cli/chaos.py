@@ -245,6 +245,9 @@ def _render(result: object) -> None:
         f"{result.driver_runs} driver run(s), {result.restarts} restart(s); batches committed: {batches}; "
         f"{result.records} records ({result.malformed} malformed); {result.seconds:.0f}s"
     )
+    retried = ", ".join(f"{kind} {count}" for kind, count in result.retries_by_kind.items())
+    passes = f"; {result.failed_passes} failed pass(es), their queries started again" if result.mode == "soak" else ""
+    console.print(f"retries in the driver logs: {retried or 'none counted'}{passes}")
     if result.mode == "soak":
         console.print(
             f"soak: {result.faults_per_minute:.1f} faults per minute over {result.fault_seconds:.0f}s of faults; "
