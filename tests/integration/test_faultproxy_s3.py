@@ -102,14 +102,14 @@ def test_a_paused_store_is_waited_out_and_a_reset_request_retried_by_delta_rs(
     through = through_proxy(object_store, proxy)
     table_uri = f"{s3_uri}/held"
     write_deltalake(table_uri, pa.table({"id": [1]}), storage_options=through)
-    pause = proxy.pause(2.0)
+    pause = proxy.pause(1.0)
     write_deltalake(table_uri, pa.table({"id": [2]}), mode="append", storage_options=through)  # held, then answered
     assert pause.fired == 1
     reset = proxy.lose_responses("*", "", close="reset")  # applied by the store, the answer reset
     write_deltalake(table_uri, pa.table({"id": [3]}), mode="append", storage_options=through)  # object_store retries
     assert reset.fired == 1
     fs = table_location(s3_uri, storage_options=through).filesystem()  # sparkonce's file system (executors' reads)
-    pause = proxy.pause(2.0)
+    pause = proxy.pause(1.0)
     assert [i.base_name for i in fs.get_file_info(pafs.FileSelector("held/_delta_log"))] == [
         f"{v:020d}.json" for v in range(3)
     ]
