@@ -56,9 +56,13 @@ def test_the_report_counts_retries_by_kind_and_failed_passes_over_the_driver_log
     first = [
         "26/11/26 01:35:28 WARN Utils: Set SPARK_LOCAL_IP if you need to bind to another address",
         *_unconfigured_stderr().splitlines(),
+        "26/11/26 04:52:02 ERROR Utils: Aborting task",
+        "26/11/26 01:39:52 ERROR DataWritingSparkTask: Aborting commit for partition 1 (task 3, attempt 0, stage 1.0)",
         "26/11/26 01:39:52 ERROR Executor: Exception in task 1.0 in stage 1.0 (TID 3)",
+        "org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown from the Python "
+        "worker: Traceback (most recent call last):",
         "26/11/26 01:39:52 WARN TaskSetManager: Lost task 1.0 in stage 1.0 (TID 3) (192.0.2.2 executor driver): "
-        "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)",
+        "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)",  # TID 3 again: one failure
         "26/11/26 01:39:55 WARN TaskSetManager: Lost task 0.1 in stage 4.0 (TID 9) (192.0.2.2 executor driver): "
         "TaskKilled (another attempt succeeded)",
         failed_pass_line(3, 15.83, "RuntimeError: query quickstart.postgres failed: Python worker failed"),
@@ -66,6 +70,7 @@ def test_the_report_counts_retries_by_kind_and_failed_passes_over_the_driver_log
     ]
     second = [
         "%4|1795657095.939|REQTMOUT|rdkafka#consumer-83| [thrd:127.0.0.1:38489/bootstrap]: Timed out 5 in-flight",
+        "26/11/26 04:52:02 ERROR Executor: Exception in task 0.0 in stage 0.0 (TID 3)",  # another application's TID 3
         "PostgreSQL sink: sparkonce retry postgres_connect: PostgreSQL at 127.0.0.1:5 (db x): connection attempt 1 "
         "of 4 failed (refused); again in 0.5s",
         failed_pass_line(1, 390.4, "StreamingQueryException: [STREAM_FAILED] Query terminated"),
@@ -80,5 +85,5 @@ def test_the_report_counts_retries_by_kind_and_failed_passes_over_the_driver_log
     assert count_log(first).failed_passes == 1
     counts = count_driver_logs(tmp_path, [0, 1, 2])  # run 2 never wrote a log: nothing counted for it
     assert list(counts.retries_by_kind) == list(REPORTED_KINDS)
-    assert counts.retries_by_kind == {"kafka_offsets": 1, "postgres_connect": 1, "delta_commit": 1, "spark_task": 2}
+    assert counts.retries_by_kind == {"kafka_offsets": 1, "postgres_connect": 1, "delta_commit": 1, "spark_task": 3}
     assert counts.failed_passes == 2

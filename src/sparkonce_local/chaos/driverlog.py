@@ -2,8 +2,11 @@
 ``WORK_DIR/rounds/NNNN/driver.log`` (every driver run's standard output and error, the Python processes Spark
 started for its queries included).
 
-Counted: sparkonce's own retries (``sparkonce retry <kind>:``, :mod:`sparkonce.retries`), Spark's task retries
-(``WARN TaskSetManager: Lost task ...``: a task failed and Spark runs it again, up to its ``maxFailures``) and the
+Counted: sparkonce's own retries (``sparkonce retry <kind>:``, :mod:`sparkonce.retries`), Spark's failed task
+attempts (each runs again, up to ``spark.task.maxFailures``: the executor's ``ERROR Executor: Exception in task 0.0
+in stage 3.0 (TID 7)``, which a local master's driver log holds at the ``ERROR`` log level sparkonce's sessions
+set, or the driver's ``WARN TaskSetManager: Lost task ...`` at ``WARN``; one per task id, whichever lines name it)
+and the
 soak driver's failed passes (``pass N failed after ...``: the queries of the pass failed; the driver stops them,
 backs off and starts them again from their checkpoints). Runs in the harness (the CLI process).
 """
@@ -19,11 +22,13 @@ from pathlib import Path
 from sparkonce.retries import RETRY_KINDS, count_retries
 
 SPARK_TASK = "spark_task"
-"""The retry kind of a Spark task that failed and is run again (Spark's ``Lost task`` warning)."""
+"""The retry kind of a Spark task attempt that failed (Spark runs the task again until ``spark.task.maxFailures``)."""
 REPORTED_KINDS: tuple[str, ...] = (*RETRY_KINDS, SPARK_TASK)
 """The retry kinds of the report, in its order."""
 
-_LOST_TASK = re.compile(r"\bWARN TaskSetManager: Lost task ")
+_FAILED_TASK = re.compile(
+    r"\b(?:ERROR Executor: Exception in task|WARN TaskSetManager: Lost task) [\d.]+ in stage [\d.]+ \(TID (\d+)\)"
+)
 _FAILED_PASS = re.compile(r"^pass \d+ failed after ")
 
 
@@ -42,10 +47,11 @@ class LogCounts:
 
 
 def count_log(lines: Iterable[str]) -> LogCounts:
-    """Count the retries by kind and the failed passes in driver log ``lines``."""
+    """Count the retries by kind and the failed passes in the ``lines`` of one driver log (one Spark application:
+    its task ids are unique)."""
     kept = list(lines)
     found = count_retries(kept)
-    found[SPARK_TASK] = sum(1 for line in kept if _LOST_TASK.search(line))
+    found[SPARK_TASK] = len({m.group(1) for line in kept if (m := _FAILED_TASK.search(line)) is not None})
     failed = sum(1 for line in kept if _FAILED_PASS.match(line))
     return LogCounts({kind: found.get(kind, 0) for kind in REPORTED_KINDS}, failed)
 
