@@ -71,7 +71,6 @@ CHECKPOINT_SCHEMA = pa.schema(
                     ("extendedFileMetadata", pa.bool_()),
                     ("partitionValues", _STRING_MAP),
                     ("size", pa.int64()),
-                    ("tags", _STRING_MAP),
                     ("deletionVector", _DV),
                     ("baseRowId", pa.int64()),
                     ("defaultRowCommitVersion", pa.int64()),
@@ -110,7 +109,10 @@ CHECKPOINT_SCHEMA = pa.schema(
         ),
     ]
 )
-"""The Parquet schema of a classic checkpoint: one nullable struct column per action; each row sets one."""
+"""The Parquet schema of a classic checkpoint: one nullable struct column per action; each row sets one. The fields
+and types of the checkpoints Delta's JVM writer writes (PROTOCOL.md "Checkpoint Schema"; ``remove`` tombstones
+without ``stats`` and ``tags``), without the optional ``partitionValues_parsed`` and ``stats_parsed``, with ``add``'s
+``clusteringProvider`` (clustered tables)."""
 
 
 TOMBSTONE_RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
