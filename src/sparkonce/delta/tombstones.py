@@ -88,6 +88,14 @@ class Tombstones:
     def __len__(self) -> int:
         return len(self.removes)
 
+    def __eq__(self, other: object) -> bool:
+        """The same tombstones (and deletion vectors), however they are held."""
+        if not isinstance(other, Tombstones):
+            return NotImplemented
+        return self.removes == other.removes and sorted(map(repr, self.dvs)) == sorted(map(repr, other.dvs))
+
+    __hash__ = None  # type: ignore[assignment]
+
     @cached_property
     def _kept_base(self) -> pa.StructArray | None:
         """The base rows still tombstones (not added again, not removed again later)."""
@@ -196,11 +204,16 @@ def arrow_rows(array: pa.Array) -> list[Any]:
         return _plain(array)
     names: list[str] = []
     columns: list[list[Any]] = []
+    sparse = bool(array.null_count)
     for i, f in enumerate(array.type):
-        if f.name.endswith("_parsed"):
+        child = array.field(i)
+        if f.name.endswith("_parsed") or child.null_count == len(child):  # an unset field is left out of every row
             continue
         names.append(f.name)
-        columns.append(arrow_rows(array.field(i)))
+        columns.append(arrow_rows(child))
+        sparse = sparse or bool(child.null_count)
+    if columns and not sparse:  # every row sets every field (an add's path, size, stats, ...): no test per value
+        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
     valid = array.is_valid().to_pylist() if array.null_count else None
     rows: list[Any] = []
     for n, values in enumerate(zip(*columns, strict=True)) if columns else enumerate([()] * len(array)):
@@ -218,11 +231,9 @@ def _plain(array: pa.Array) -> list[Any]:
     values: list[Any] = array.to_pylist()
     if pa.types.is_map(arrow_type):
         item = arrow_type.item_type
-        nested = pa.types.is_nested(item)
-        return [
-            None if v is None else {k: (_normal(x, item) if nested else x) for k, x in v}
-            for v in values  # pyarrow gives a map as (key, value) pairs
-        ]
+        if not pa.types.is_nested(item):
+            return [None if v is None else dict(v) for v in values]  # pyarrow gives a map as (key, value) pairs
+        return [None if v is None else {k: _normal(x, item) for k, x in v} for v in values]
     if pa.types.is_nested(arrow_type):
         return [_normal(v, arrow_type) for v in values]
     return values
