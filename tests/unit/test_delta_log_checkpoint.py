@@ -16,10 +16,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable
 
+from sparkonce.delta.clock import CLOCK_VARIABLE, clock_ms
+from sparkonce.delta.commit import BatchTxn, commit_files
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.delta.log import DeltaLog, Snapshot
 from sparkonce.delta.log_checkpoint import _part_table, checkpoint_actions, checkpoint_table, write_checkpoint
+from sparkonce.delta.table_view import current_table
 from sparkonce.storage import table_location
 
 JVM_TABLE = "delta-tables/dv-partitioned-with-checkpoint"
@@ -232,3 +237,51 @@ def test_a_checkpoint_built_from_arrow_tombstones_equals_one_built_from_actions(
         assert table.equals(_part_table(checkpoint_actions(snapshot, now_ms=now)))
         kept = [r for r in table.column("remove").to_pylist() if r]
         assert len(kept) == len(stamps) - len(stamps) // 2
+
+
+def test_a_warped_retention_clock_drops_the_same_tombstones_from_arrow_as_from_actions(
+    fixtures_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "t"
+    _every_action_table(fixtures_dir, root)
+    written = write_checkpoint(table_location(str(root)), DeltaLog(root).snapshot()).snapshot
+    stamps = sorted(int(r["deletionTimestamp"]) for r in written.removes.values())
+    # the clock runs 1,000x from just before the oldest tombstone; "now" keeps the younger half of them
+    monkeypatch.setenv(CLOCK_VARIABLE, f"{stamps[0] - 1}:1000")
+    middle = stamps[len(stamps) // 2]
+    now = clock_ms(middle) + 100_000 * 7 * 24 * 3600 * 1000  # the table's retention: interval 100000 weeks
+    table = checkpoint_table(written, now_ms=now)
+    assert table.equals(_part_table(checkpoint_actions(written, now_ms=now)))
+    kept = [r["deletionTimestamp"] for r in table.column("remove").to_pylist() if r]
+    assert sorted(kept) == [t for t in stamps if t >= middle] and len(kept) == len(stamps) - len(stamps) // 2
+
+
+def test_a_malformed_remove_column_skips_the_checkpoint_naming_the_row(fixtures_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    shutil.copytree(fixtures_dir / JVM_TABLE, root)
+    checkpoint = root / JVM_CHECKPOINT
+    table = pq.read_table(checkpoint)
+    remove = table.column("remove").combine_chunks()
+    paths = pa.array([None if v is None else i for i, v in enumerate(remove.field("path").to_pylist())], pa.int64())
+    bad = pa.StructArray.from_arrays([paths], names=["path"], mask=remove.is_null())
+    pq.write_table(table.set_column(table.schema.get_field_index("remove"), "remove", bad), checkpoint)
+    snapshot = DeltaLog(root).snapshot()  # the checkpoint is skipped: the commits from table version 0 decide
+    assert snapshot.checkpoint_version is None and snapshot.table_version == 15
+    (note,) = snapshot.notes
+    assert "a 'remove' row of the Parquet checkpoint: 'remove' action has no string 'path'" in note
+
+
+def test_a_stream_that_wrote_a_checkpoint_keeps_its_snapshot_from_that_checkpoint(tmp_path: Path) -> None:
+    table = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.int64())])
+    properties = {"delta.checkpointInterval": "2"}
+    for batch_id in range(3):
+        files = TableFileWriter(FileWriterOptions(location=table_location(table)))
+        files.write(pa.table({"id": [batch_id]}, schema=schema))
+        options: dict[str, Any] = {"new_table_properties": properties} if batch_id == 0 else {}
+        commit_files(table, files.close(), data_schema=schema, mode="overwrite", txn=BatchTxn("s", batch_id), **options)
+    kept = current_table(table)  # table version 2, checkpointed by its own commit: nothing read back
+    assert kept is not None and kept.snapshot.checkpoint_version == 2
+    assert kept.snapshot.tombstone_set == DeltaLog(table).snapshot().tombstone_set
+    assert len(kept.snapshot.removes) == 2  # the two files the overwrites replaced
+    assert DeltaTable(table).version() == 2
