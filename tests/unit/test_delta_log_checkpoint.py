@@ -39,7 +39,7 @@ def _commit(root: Path, table_version: int, actions: list[dict[str, Any]]) -> No
     (root / "_delta_log" / f"{table_version:020d}.json").write_text(text)
 
 
-def _every_action_table(fixtures_dir: Path, root: Path) -> None:
+def every_action_table(fixtures_dir: Path, root: Path) -> None:
     """The JVM table copied to ``root`` plus commit 16 with every action kind sparkonce writes in a checkpoint."""
     shutil.copytree(fixtures_dir / JVM_TABLE, root)
     snapshot = DeltaLog(root).snapshot()
@@ -119,7 +119,7 @@ def test_a_sparkonce_checkpoint_has_the_parquet_schema_of_a_delta_jvm_checkpoint
     fixtures_dir: Path, tmp_path: Path
 ) -> None:
     root = tmp_path / "t"
-    _every_action_table(fixtures_dir, root)
+    every_action_table(fixtures_dir, root)
     write_checkpoint(table_location(str(root)), DeltaLog(root).snapshot())
     jvm, ours = _leaves(root / JVM_CHECKPOINT), _leaves(root / OURS)
     assert {c.split(".")[0] for c in jvm} == {"txn", "add", "remove", "metaData", "protocol", "domainMetadata"}
@@ -174,7 +174,7 @@ def test_delta_rs_and_sparkonce_read_a_sparkonce_checkpoint_as_the_state_it_was_
     fixtures_dir: Path, tmp_path: Path
 ) -> None:
     root = tmp_path / "t"
-    _every_action_table(fixtures_dir, root)
+    every_action_table(fixtures_dir, root)
     replayed = DeltaLog(root).snapshot()  # the JVM checkpoint and commits 11..16
     before = _delta_rs_state(root)
     written = write_checkpoint(table_location(str(root)), replayed)
@@ -205,7 +205,7 @@ def test_tombstones_from_a_checkpoint_and_later_commits_equal_a_replay_from_vers
     fixtures_dir: Path, tmp_path: Path
 ) -> None:
     root = tmp_path / "t"
-    _every_action_table(fixtures_dir, root)
+    every_action_table(fixtures_dir, root)
     write_checkpoint(table_location(str(root)), DeltaLog(root).snapshot())
     removes = DeltaLog(root).snapshot().removes.values()
     readded = next(r["path"] for r in removes if r["path"] != DV_FILE and not r.get("deletionVector"))
@@ -226,7 +226,7 @@ def test_a_checkpoint_built_from_arrow_tombstones_equals_one_built_from_actions(
     fixtures_dir: Path, tmp_path: Path
 ) -> None:
     root = tmp_path / "t"
-    _every_action_table(fixtures_dir, root)
+    every_action_table(fixtures_dir, root)
     replayed = DeltaLog(root).snapshot()  # tombstones: the JVM checkpoint's Arrow rows and commits' dicts
     written = write_checkpoint(table_location(str(root)), replayed).snapshot  # tombstones: Arrow rows only
     stamps = sorted(int(r["deletionTimestamp"]) for r in replayed.removes.values())
@@ -243,7 +243,7 @@ def test_a_warped_retention_clock_drops_the_same_tombstones_from_arrow_as_from_a
     fixtures_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "t"
-    _every_action_table(fixtures_dir, root)
+    every_action_table(fixtures_dir, root)
     written = write_checkpoint(table_location(str(root)), DeltaLog(root).snapshot()).snapshot
     stamps = sorted(int(r["deletionTimestamp"]) for r in written.removes.values())
     # the clock runs 1,000x from just before the oldest tombstone; "now" keeps the younger half of them
