@@ -256,19 +256,45 @@ def test_a_warped_retention_clock_drops_the_same_tombstones_from_arrow_as_from_a
     assert sorted(kept) == [t for t in stamps if t >= middle] and len(kept) == len(stamps) - len(stamps) // 2
 
 
-def test_a_malformed_remove_column_skips_the_checkpoint_naming_the_row(fixtures_dir: Path, tmp_path: Path) -> None:
+def _rewrite_column(checkpoint: Path, name: str, field_name: str, change: Any) -> None:
+    """Rewrite one field of the ``name`` struct column of a checkpoint file with ``change(values)``."""
+    table = pq.read_table(checkpoint)
+    column = table.column(name).combine_chunks()
+    children = [change(column.field(i)) if f.name == field_name else column.field(i) for i, f in enumerate(column.type)]
+    names = [f.name for f in column.type]
+    rebuilt = pa.StructArray.from_arrays(children, names=names, mask=column.is_null())
+    pq.write_table(table.set_column(table.schema.get_field_index(name), name, rebuilt), checkpoint)
+
+
+@pytest.mark.parametrize(
+    ("name", "field_name", "change", "problem"),
+    [
+        ("remove", "path", lambda a: pa.array(range(len(a)), pa.int64()), "'remove' action has no string 'path'"),
+        ("add", "size", lambda a: a.cast(pa.string()), "has a non-integer 'size'"),
+    ],
+)
+def test_a_malformed_file_column_skips_the_checkpoint_naming_the_problem(
+    fixtures_dir: Path, tmp_path: Path, name: str, field_name: str, change: Any, problem: str
+) -> None:
     root = tmp_path / "t"
     shutil.copytree(fixtures_dir / JVM_TABLE, root)
-    checkpoint = root / JVM_CHECKPOINT
-    table = pq.read_table(checkpoint)
-    remove = table.column("remove").combine_chunks()
-    paths = pa.array([None if v is None else i for i, v in enumerate(remove.field("path").to_pylist())], pa.int64())
-    bad = pa.StructArray.from_arrays([paths], names=["path"], mask=remove.is_null())
-    pq.write_table(table.set_column(table.schema.get_field_index("remove"), "remove", bad), checkpoint)
+    _rewrite_column(root / JVM_CHECKPOINT, name, field_name, change)
     snapshot = DeltaLog(root).snapshot()  # the checkpoint is skipped: the commits from table version 0 decide
     assert snapshot.checkpoint_version is None and snapshot.table_version == 15
     (note,) = snapshot.notes
-    assert "a 'remove' row of the Parquet checkpoint: 'remove' action has no string 'path'" in note
+    assert f"a {name!r} row of the Parquet checkpoint: " in note and problem in note
+
+
+def test_large_string_paths_in_a_checkpoint_read_as_strings(fixtures_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    shutil.copytree(fixtures_dir / JVM_TABLE, root)
+    expected = DeltaLog(root).snapshot()
+    for name in ("add", "remove"):
+        _rewrite_column(root / JVM_CHECKPOINT, name, "path", lambda a: a.cast(pa.large_string()))
+    snapshot = DeltaLog(root).snapshot()
+    assert snapshot.checkpoint_version == 10 and not snapshot.notes
+    assert _state(snapshot) == _state(expected)
+    assert checkpoint_table(snapshot).equals(checkpoint_table(expected))
 
 
 def test_a_stream_that_wrote_a_checkpoint_keeps_its_snapshot_from_that_checkpoint(tmp_path: Path) -> None:

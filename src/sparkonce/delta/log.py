@@ -1148,22 +1148,26 @@ def _file_column_problem(name: str, arrow_type: Any, chunks: list[Any]) -> str |
     null counts (every row of ``chunks`` is valid)."""
     import pyarrow as pa
 
+    def text(t: Any) -> bool:
+        return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
     if not pa.types.is_struct(arrow_type) or arrow_type.get_field_index("path") < 0:
         return f"{name!r} action has no string 'path'"
-    if not pa.types.is_string(arrow_type.field("path").type) or any(c.field("path").null_count for c in chunks):
+    if not text(arrow_type.field("path").type) or any(c.field("path").null_count for c in chunks):
         return f"{name!r} action has no string 'path'"
     checks = (
         ("size", pa.types.is_integer, "a non-integer 'size'"),
         ("partitionValues", pa.types.is_map, "a malformed 'partitionValues'"),
         ("deletionVector", pa.types.is_struct, "a malformed 'deletionVector'"),
-        ("stats", pa.types.is_string, "a malformed 'stats'"),
+        ("stats", text, "a malformed 'stats'"),
     )
     for field_name, fits, what in checks:
         at = arrow_type.get_field_index(field_name)
-        if at >= 0 and not fits(arrow_type.field(at).type):
-            sample = next((c.field(field_name) for c in chunks if c.field(field_name).null_count < len(c)), None)
-            if sample is not None:
-                row = sample.is_valid().index(True).as_py()
-                bad_path = next(c for c in chunks if c.field(field_name) is sample).field("path")[row].as_py()
-                return f"{name!r} action for {bad_path} has {what}"
+        if at < 0 or fits(arrow_type.field(at).type):
+            continue
+        for chunk in chunks:  # a column of another type is a problem in the rows that set it
+            values = chunk.field(field_name)
+            if values.null_count < len(values):
+                row = values.is_valid().to_pylist().index(True)
+                return f"{name!r} action for {chunk.field('path')[row].as_py()} has {what}"
     return None

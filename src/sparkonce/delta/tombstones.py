@@ -41,7 +41,7 @@ def _key_column(rows: pa.StructArray) -> pa.Array:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    paths = rows.field("path")
+    paths = rows.field("path").cast(pa.string())
     if rows.type.get_field_index("deletionVector") < 0:
         return paths
     dv = rows.field("deletionVector")
