@@ -13,6 +13,8 @@ checkpoint keeps them all). Then, same run, side by side (best of ``--repeat``):
 * **write (kept)**: ``write_checkpoint`` of the snapshot read from the checkpoint (what a running stream does every
   ``delta.checkpointInterval`` commits);
 * **update**: ``DeltaLog.update`` of the kept snapshot over one more commit (1 add, 1 remove: a batch);
+* **sink batch**: mean of 20 streaming batch commits as the sink makes them in one process (``commit_files`` with a
+  ``txn``), two of them writing a checkpoint (``delta.checkpointInterval`` 10) with its log cleanup;
 * **delta-rs open**: ``deltalake.DeltaTable(t)`` (from sparkonce's checkpoint) and **delta-rs checkpoint**:
   ``create_checkpoint()`` of the same table version by a ``DeltaTable`` loaded from it, the checkpoint removed
   before each run (delta-rs writes none where one exists): the baselines.
@@ -32,12 +34,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from rich.console import Console
 from rich.table import Table
 
+from sparkonce.delta.commit import BatchTxn, commit_files
+from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.log_checkpoint import write_checkpoint
+from sparkonce.delta.table_view import forget_table
 from sparkonce.storage import table_location
 
 console = Console(width=160)
@@ -104,6 +110,25 @@ def make_table(root: Path, files: int, tombstones: int) -> None:
     _commit(root, 1, lines)
 
 
+def sink_batches(root: Path, batches: int) -> float:
+    """Mean time of the driver side of ``batches`` streaming batches as the sink makes them in one process
+    (``commit_files`` of one file with the query's ``txn``; the file is not read), after one batch that loads the
+    table: table versions 2..21, so two checkpoints (at 10 and 20) and their log cleanup are included."""
+    schema = pa.schema([("id", pa.int64()), ("part", pa.string())])
+    written = WrittenFile("part=0/batch.parquet", 1000, {"part": "0"}, 0, 10, '{"numRecords":10}')
+
+    def batch(batch_id: int) -> None:
+        commit_files(str(root), [written], data_schema=schema, partition_by=("part",), txn=BatchTxn("s", batch_id))
+
+    forget_table(str(root))
+    batch(0)
+    started = time.perf_counter()
+    for batch_id in range(1, batches + 1):
+        batch(batch_id)
+    assert DeltaLog(root).snapshot().checkpoint_version == 20
+    return (time.perf_counter() - started) / batches
+
+
 def measure(files: int, tombstones: int, repeat: int) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="bench-ckpt-"))
     try:
@@ -135,6 +160,7 @@ def measure(files: int, tombstones: int, repeat: int) -> dict[str, float]:
 
         out["delta-rs checkpoint"] = best(repeat, table.create_checkpoint, before=no_checkpoint)
         assert (root / "_delta_log" / "_last_checkpoint").exists()
+        out["sink batch"] = sink_batches(root, 20)
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -146,7 +172,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     table = Table(title="Delta log checkpoint of FILES active files and TOMBSTONES tombstones (best of runs, ms)")
-    columns = ["write (replayed)", "read", "write (kept)", "update", "delta-rs open", "delta-rs checkpoint"]
+    columns = ["write (replayed)", "read", "write (kept)", "update", "sink batch"]
+    columns += ["delta-rs open", "delta-rs checkpoint"]
     for name in ["files", "tombstones", *columns, "read / delta-rs open", "write (kept) / delta-rs checkpoint"]:
         table.add_column(name, justify="right")
     measure(100, 100, 1)  # warm-up: imports, first Parquet read and write
