@@ -2,10 +2,11 @@
 
 A stream's table keeps a week of tombstones (Delta's ``delta.deletedFileRetentionDuration``): 10^5..10^6 ``remove``
 actions in every checkpoint. Only a checkpoint's writer, VACUUM and the doctor's orphan check look at them, so a
-snapshot holds them as read: the checkpoint's ``remove`` column (:class:`pyarrow.StructArray`), the paths added
-again since (which are no longer tombstones), and the ``remove`` actions of the Delta commits replayed since (as
-dicts). Building a snapshot and bringing it up to date costs what the active files cost; the dicts are built on the
-first use of :attr:`Tombstones.removes` and a checkpoint writes the column back without building them
+snapshot holds them as read: the checkpoint's ``remove`` column (:class:`pyarrow.StructArray`), the logical files
+added again since (which are no longer tombstones), and the ``remove`` actions of the Delta commits replayed since
+(as dicts). A logical file is a path and its deletion vector (:func:`file_key`), as Delta reconciles actions.
+Building a snapshot and bringing it up to date costs what the active files cost; the dicts are built on the first
+use of :attr:`Tombstones.removes`, and a checkpoint writes the column back without building them
 (:meth:`Tombstones.checkpoint_column`).
 
 Runs on the driver.
