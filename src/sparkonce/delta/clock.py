@@ -22,7 +22,7 @@ import time
 
 from sparkonce.errors import OptionError
 
-__all__ = ["CLOCK_VARIABLE", "clock_ms", "now_ms"]
+__all__ = ["CLOCK_VARIABLE", "clock_ms", "earliest_real_ms", "now_ms"]
 
 CLOCK_VARIABLE = "SPARKONCE_RETENTION_CLOCK"
 
@@ -64,3 +64,25 @@ def now_ms() -> int:
         OptionError: :data:`CLOCK_VARIABLE` is set but malformed.
     """
     return clock_ms(int(time.time() * 1000))
+
+
+def earliest_real_ms(at_clock_ms: int) -> int:
+    """The earliest real time (ms) that :func:`clock_ms` maps to ``at_clock_ms`` or later (the clock only moves
+    forward): ``clock_ms(t) >= at_clock_ms`` exactly when ``t >= earliest_real_ms(at_clock_ms)``, so a column of real
+    times is compared with one number.
+
+    Raises:
+        OptionError: :data:`CLOCK_VARIABLE` is set but malformed.
+    """
+    warp = _warp()
+    if warp is None:
+        return at_clock_ms
+    origin, rate = warp
+    if at_clock_ms <= origin:
+        return at_clock_ms
+    found = origin + max(1, int((at_clock_ms - origin) / rate))
+    while found > origin + 1 and clock_ms(found - 1) >= at_clock_ms:  # float rounding: step to the exact edge
+        found -= 1
+    while clock_ms(found) < at_clock_ms:
+        found += 1
+    return found

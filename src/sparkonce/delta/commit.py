@@ -861,7 +861,8 @@ def checkpoint_if_due(
                 from sparkonce.delta.log import DeltaLog
 
                 snapshot = DeltaLog(location).snapshot(table_version)
-        write_checkpoint(location, snapshot, part_size=part_size)
+        written = write_checkpoint(location, snapshot, part_size=part_size)
+        remember_table(location, written.snapshot)  # a running stream's next batch starts from this checkpoint
     except Exception as err:  # the commit stands; readers replay more JSON until the next checkpoint
         log.warning("no Delta checkpoint at table_version %s of %s: %s", table_version, location, err)
         return

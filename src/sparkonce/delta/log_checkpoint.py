@@ -17,15 +17,17 @@ from __future__ import annotations
 import io
 import json
 import math
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkonce.delta.log import Snapshot
+from sparkonce.delta.tombstones import Tombstones, with_field
 from sparkonce.storage import TableLocation
 
-__all__ = ["CHECKPOINT_SCHEMA", "checkpoint_actions", "write_checkpoint"]
+__all__ = ["CHECKPOINT_SCHEMA", "checkpoint_actions", "checkpoint_table", "WrittenCheckpoint", "write_checkpoint"]
 
 _STRING_MAP = pa.map_(pa.string(), pa.string())
 _DV = pa.struct(
@@ -69,7 +71,6 @@ CHECKPOINT_SCHEMA = pa.schema(
                     ("extendedFileMetadata", pa.bool_()),
                     ("partitionValues", _STRING_MAP),
                     ("size", pa.int64()),
-                    ("tags", _STRING_MAP),
                     ("deletionVector", _DV),
                     ("baseRowId", pa.int64()),
                     ("defaultRowCommitVersion", pa.int64()),
@@ -108,7 +109,10 @@ CHECKPOINT_SCHEMA = pa.schema(
         ),
     ]
 )
-"""The Parquet schema of a classic checkpoint: one nullable struct column per action; each row sets one."""
+"""The Parquet schema of a classic checkpoint: one nullable struct column per action; each row sets one. The fields
+and types of the checkpoints Delta's JVM writer writes (PROTOCOL.md "Checkpoint Schema"; ``remove`` tombstones
+without ``stats`` and ``tags``), without the optional ``partitionValues_parsed`` and ``stats_parsed``, with ``add``'s
+``clusteringProvider`` (clustered tables)."""
 
 
 TOMBSTONE_RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
@@ -116,34 +120,96 @@ DEFAULT_TOMBSTONE_RETENTION = "interval 1 week"
 """Delta's default ``delta.deletedFileRetentionDuration``: how long a checkpoint keeps a ``remove`` tombstone."""
 
 
-def checkpoint_actions(snapshot: Snapshot, *, now_ms: int | None = None) -> list[dict[str, Any]]:
-    """The actions a checkpoint of ``snapshot`` holds, protocol and metadata first. A ``remove`` whose
-    ``deletionTimestamp`` is older than ``delta.deletedFileRetentionDuration`` (Delta's default: 1 week) before
-    ``now_ms`` (default: now) is left out, as Delta leaves expired tombstones out.
+def _tombstone_cutoff(snapshot: Snapshot, now_ms: int | None) -> int:
+    """The oldest ``deletionTimestamp`` (real ms) a checkpoint of ``snapshot`` keeps:
+    ``delta.deletedFileRetentionDuration`` (Delta's default: 1 week) before ``now_ms`` (default: now) on the retention
+    clock (:mod:`sparkonce.delta.clock`).
 
     Raises:
         DeltaLogError: ``delta.deletedFileRetentionDuration`` is not an interval.
     """
+    from sparkonce.delta import clock
     from sparkonce.delta.interval import parse_interval_ms
 
     retention = str(snapshot.configuration.get(TOMBSTONE_RETENTION_PROPERTY) or DEFAULT_TOMBSTONE_RETENTION)
-    from sparkonce.delta import clock
-
     now = clock.now_ms() if now_ms is None else now_ms
-    cutoff = now - parse_interval_ms(retention, name=TOMBSTONE_RETENTION_PROPERTY)
+    return clock.earliest_real_ms(now - parse_interval_ms(retention, name=TOMBSTONE_RETENTION_PROPERTY))
+
+
+def checkpoint_actions(snapshot: Snapshot, *, now_ms: int | None = None) -> list[dict[str, Any]]:
+    """The actions a checkpoint of ``snapshot`` holds, protocol and metadata first. A ``remove`` whose
+    ``deletionTimestamp`` is older than ``delta.deletedFileRetentionDuration`` (Delta's default: 1 week) before
+    ``now_ms`` (default: now) is left out, as Delta leaves expired tombstones out. (The rows of
+    :func:`checkpoint_table` as dicts.)
+
+    Raises:
+        DeltaLogError: ``delta.deletedFileRetentionDuration`` is not an interval.
+    """
+    cutoff = _tombstone_cutoff(snapshot, now_ms)
+    actions = _head_actions(snapshot)
+    actions += [{"add": {**add, "dataChange": False}} for add in snapshot.files.values()]
+    actions += [
+        {"remove": {**remove, "dataChange": False}}
+        for remove in snapshot.removes.values()
+        if int(remove.get("deletionTimestamp") or 0) >= cutoff
+    ]
+    return actions
+
+
+def _head_actions(snapshot: Snapshot) -> list[dict[str, Any]]:
+    """The checkpoint's first rows: protocol, metadata, every ``txn`` and metadata domain."""
     actions: list[dict[str, Any]] = [{"protocol": snapshot.protocol}, {"metaData": snapshot.metadata}]
     actions += [
         {"txn": {"appId": t.app_id, "version": t.txn_version, "lastUpdated": t.last_updated}}
         for t in snapshot.txns.values()
     ]
     actions += [{"domainMetadata": d} for d in snapshot.domains.values()]
-    actions += [{"add": {**add, "dataChange": False}} for add in snapshot.files.values()]
-    actions += [
-        {"remove": {**remove, "dataChange": False}}
-        for remove in snapshot.removes.values()
-        if clock.clock_ms(int(remove.get("deletionTimestamp") or 0)) >= cutoff
-    ]
     return actions
+
+
+def checkpoint_table(snapshot: Snapshot, *, now_ms: int | None = None) -> pa.Table:
+    """The rows of a checkpoint of ``snapshot`` (:func:`checkpoint_actions`, same order) as a table of
+    :data:`CHECKPOINT_SCHEMA`, built column by column: the active files' ``add`` rows from their dicts in one
+    conversion, the tombstones' ``remove`` rows from the checkpoint column the snapshot holds
+    (:meth:`sparkonce.delta.tombstones.Tombstones.checkpoint_column`), without a dict per tombstone.
+
+    Raises:
+        DeltaLogError: ``delta.deletedFileRetentionDuration`` is not an interval.
+    """
+    import pyarrow.compute as pc
+
+    cutoff = _tombstone_cutoff(snapshot, now_ms)
+    head = _part_table(_head_actions(snapshot))
+    add_type = CHECKPOINT_SCHEMA.field("add").type
+    adds = _struct_rows(list(snapshot.files.values()), add_type)
+    adds = with_field(adds, "dataChange", pa.array([False] * len(adds), pa.bool_()))
+    removes = snapshot.tombstone_set.checkpoint_column(
+        CHECKPOINT_SCHEMA.field("remove").type,
+        kept=lambda stamps: pc.greater_equal(stamps, cutoff),
+        from_dicts=_struct_rows,
+    )
+    rows = {"add": adds, "remove": removes}
+    before = {"add": 0, "remove": len(adds)}
+    after = {"add": len(removes), "remove": 0}
+    columns = []
+    for f in CHECKPOINT_SCHEMA:
+        if f.name in rows:
+            parts = [pa.nulls(len(head), f.type), pa.nulls(before[f.name], f.type), rows[f.name]]
+            parts.append(pa.nulls(after[f.name], f.type))
+        else:
+            parts = [*head.column(f.name).chunks, pa.nulls(len(adds) + len(removes), f.type)]
+        columns.append(pa.concat_arrays([p for p in parts if len(p)] or [pa.nulls(0, f.type)]))
+    return pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
+
+
+def _struct_rows(values: list[dict[str, Any]], arrow_type: pa.StructType) -> pa.Array:
+    """``add``/``remove`` actions as rows of ``arrow_type``: one conversion by pyarrow (maps from dicts, fields the
+    type does not know dropped); the walk of :func:`_row_value` for actions pyarrow does not take as they are
+    (e.g. a partition value written as a JSON number)."""
+    try:
+        return pa.array(values, type=arrow_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([_row_value(v, arrow_type) for v in values], type=arrow_type)
 
 
 def _row_value(value: Any, arrow_type: pa.DataType) -> Any:
@@ -171,7 +237,17 @@ def _part_table(actions: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
 
 
-def write_checkpoint(location: TableLocation, snapshot: Snapshot, *, part_size: int | None = None) -> int:
+class WrittenCheckpoint(NamedTuple):
+    """A checkpoint :func:`write_checkpoint` wrote."""
+
+    parts: int
+    """The number of checkpoint files (1 for a classic single-file checkpoint)."""
+    snapshot: Snapshot
+    """The snapshot that was written, now starting from this checkpoint: its tombstones are the checkpoint's
+    ``remove`` column (expired ones gone), so a stream that keeps it needs not read the checkpoint back."""
+
+
+def write_checkpoint(location: TableLocation, snapshot: Snapshot, *, part_size: int | None = None) -> WrittenCheckpoint:
     """Write the checkpoint of ``snapshot``'s table version and point ``_last_checkpoint`` at it. Runs on the
     driver.
 
@@ -182,27 +258,29 @@ def write_checkpoint(location: TableLocation, snapshot: Snapshot, *, part_size: 
             ``spark.databricks.delta.checkpoint.partSize``); None: one file.
 
     Returns:
-        The number of checkpoint files written (1 for a classic single-file checkpoint).
+        The number of checkpoint files written and the snapshot as one read from them.
 
     Raises:
         StorageError: the store failed or refused a write.
     """
-    actions = checkpoint_actions(snapshot)
+    table = checkpoint_table(snapshot)
     version = snapshot.table_version
-    parts = 1 if part_size is None or part_size <= 0 else max(1, math.ceil(len(actions) / part_size))
+    parts = 1 if part_size is None or part_size <= 0 else max(1, math.ceil(len(table) / part_size))
     if parts == 1:
-        location.put(f"_delta_log/{version:020d}.checkpoint.parquet", _parquet(_part_table(actions)))
+        location.put(f"_delta_log/{version:020d}.checkpoint.parquet", _parquet(table))
     else:
-        per_part = math.ceil(len(actions) / parts)
+        per_part = math.ceil(len(table) / parts)
         for part in range(parts):
-            chunk = actions[part * per_part : (part + 1) * per_part]
+            chunk = table.slice(part * per_part, per_part)
             name = f"_delta_log/{version:020d}.checkpoint.{part + 1:010d}.{parts:010d}.parquet"
-            location.put(name, _parquet(_part_table(chunk)))
-    last: dict[str, Any] = {"version": version, "size": len(actions)}
+            location.put(name, _parquet(chunk))
+    last: dict[str, Any] = {"version": version, "size": len(table)}
     if parts > 1:
         last["parts"] = parts
     location.put("_delta_log/_last_checkpoint", json.dumps(last, separators=(",", ":")).encode())
-    return parts
+    removes = table.column("remove").filter(table.column("remove").is_valid()).combine_chunks()
+    based = replace(snapshot, checkpoint_version=version, tombstone_set=Tombstones(removes))
+    return WrittenCheckpoint(parts, based)
 
 
 def _parquet(table: pa.Table) -> bytes:
