@@ -1,7 +1,7 @@
 """How often deleting a topic while a consumer reads it kills the reading process (librdkafka SIGSEGV).
 
-Run: ``.venv/bin/python benchmarks/kafka_topic_delete.py [--deletions 20] [--mode plain|reader]
-[--set key=value ...] [--child-python PATH]``.
+Run: ``.venv/bin/python benchmarks/kafka_topic_delete.py [--deletions 20] [--mode plain|reader|planner]
+[--set key=value ...] [--child-python PATH] [--in-process]``.
 
 An embedded tansu broker is started in a temporary directory. Each round creates a topic, starts a producer
 writing records to it continuously, starts a child process that reads the topic and deletes the topic while
@@ -10,8 +10,11 @@ another signal (the Kafka client crashed the process), or an error (a Python exc
 
 ``--mode plain`` reads with a bare confluent-kafka consumer assigned to the partition, configured like the
 source's executor reader (``--set`` adds client options); ``--mode reader`` reads with the source's own
-``read_range`` over a range far beyond what is produced, with ``failOnDataLoss=false``. Prints one line per round
-and the totals (``TOPIC_DELETE_STDERR=1`` shows the child's stderr, e.g. with ``--set debug=fetch,metadata``).
+``read_range`` over a range far beyond what is produced, with ``failOnDataLoss=false``; ``--mode planner`` plans
+in a loop (the pattern subscription's ``discover`` and confirmed ``latest``) as the driver does for every batch.
+``--in-process`` keeps the source's Kafka client in the reading process (as before the forked children).
+Prints one line per round and the totals (``TOPIC_DELETE_STDERR=1`` shows the child's stderr, e.g. with
+``--set debug=fetch,metadata``).
 ``--child-python`` reads with another interpreter (a throwaway venv with another confluent-kafka; plain mode
 only needs ``confluent_kafka`` there). Nothing is asserted. Figures and the cause: docs/kafka.md, *A crash of the
 Kafka client*.
@@ -32,7 +35,10 @@ from pathlib import Path
 CHILD = r"""
 import logging, os, sys, time, uuid
 mode, bootstrap, topic, stop_file = sys.argv[1:5]
-extra = dict(kv.split("=", 1) for kv in sys.argv[5:])
+extra = dict(kv.split("=", 1) for kv in sys.argv[5:] if kv != "--in-process")
+if "--in-process" in sys.argv[5:]:
+    import sparkonce.kafka.isolated
+    sparkonce.kafka.isolated.can_isolate = lambda: False
 logging.basicConfig(level=logging.WARNING if os.environ.get("TOPIC_DELETE_STDERR") else logging.CRITICAL)
 if mode == "plain":
     from confluent_kafka import Consumer, TopicPartition
@@ -52,6 +58,22 @@ if mode == "plain":
                 read += 1
     consumer.close()
     print(f"read {read}", flush=True)
+elif mode == "planner":
+    from sparkonce.errors import SparkonceError
+    from sparkonce.kafka.options import KafkaOptions
+    from sparkonce.kafka.planner import OffsetPlanner
+    pattern = topic.rsplit("-", 2)[0] + "-.*"
+    planner = OffsetPlanner(KafkaOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribePattern": pattern}))
+    print("ready", flush=True)
+    plannings = errors = 0
+    while not os.path.exists(stop_file):
+        try:
+            planner.latest(planner.discover())
+            plannings += 1
+        except SparkonceError:
+            errors += 1
+    planner.close()
+    print(f"read {plannings} plannings, {errors} refused", flush=True)
 else:
     from sparkonce.kafka.offsets import OffsetRange, TopicPartition as TP
     from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
@@ -94,7 +116,10 @@ def _produce_until(bootstrap: str, topic: str, stop: threading.Event) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deletions", type=int, default=20)
-    parser.add_argument("--mode", choices=("plain", "reader"), default="plain")
+    parser.add_argument("--mode", choices=("plain", "reader", "planner"), default="plain")
+    parser.add_argument(
+        "--in-process", action="store_true", help="reader/planner: keep the Kafka client in process (no forked child)"
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a client option")
     parser.add_argument(
         "--child-python", default=sys.executable, help="the interpreter of the reading child (another client version)"
@@ -116,7 +141,17 @@ def main() -> int:
                 producer = threading.Thread(target=_produce_until, args=(info.bootstrap, topic, stop))
                 producer.start()
                 child = subprocess.Popen(
-                    [args.child_python, "-c", CHILD, args.mode, info.bootstrap, topic, str(stop_file), *args.set],
+                    [
+                        args.child_python,
+                        "-c",
+                        CHILD,
+                        args.mode,
+                        info.bootstrap,
+                        topic,
+                        str(stop_file),
+                        *args.set,
+                        *(["--in-process"] if args.in_process else []),
+                    ],
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE if not os.environ.get("TOPIC_DELETE_STDERR") else None,
                     text=True,

@@ -17,10 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import select
 import signal
 import struct
-from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Generic, TypeVar
 
 from sparkonce.crash import crash_point
 from sparkonce.errors import BrokerError
@@ -44,6 +47,8 @@ _END = b"E"
 _ERROR = b"X"
 _HEADER = struct.Struct(">cQ")
 """One frame on the pipe: its kind and the length of its payload."""
+
+T = TypeVar("T")
 
 _ATTEMPTS = 2
 """Children per range: the first, and one more for the rest of the range when the partition still exists."""
@@ -178,4 +183,65 @@ def _describe(status: int) -> str:
     return f"ended early (exit status {os.waitstatus_to_exitcode(status)})"
 
 
-__all__ = ["can_isolate", "read_range_isolated"]
+@dataclass(frozen=True)
+class ChildOutcome(Generic[T]):
+    """What a forked call gave: its ``value``, or ``died`` (how the child ended without an answer)."""
+
+    value: T | None = None
+    died: str | None = None
+
+
+def call_forked(fn: Callable[[], T], *, timeout_s: float) -> ChildOutcome[T]:
+    """Run ``fn`` in a forked child and return its (picklable) value; re-raise the exception it raised.
+
+    The caller must hold no Kafka client across the fork (librdkafka's threads do not follow it, their locks do).
+    A child that dies (a crash of the client) or gives no answer within ``timeout_s`` seconds (it is killed) gives
+    a :class:`ChildOutcome` with ``died`` set. Runs on the driver (the planner's confirmation fetch) or executors.
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_fd)
+        code = 0
+        try:
+            with os.fdopen(write_fd, "wb") as out:
+                try:
+                    answer: tuple[str, object] = ("value", fn())
+                except Exception as err:  # handed to the parent, which raises it
+                    answer = ("error", err)
+                try:
+                    payload = pickle.dumps(answer)
+                except Exception as err:  # an unpicklable answer still reaches the parent, as text
+                    payload = pickle.dumps(("error", BrokerError(f"{type(err).__name__}: {err}")))
+                out.write(payload)
+        except BaseException:  # the parent sees no answer and decides
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                timed_out = True
+                break
+            chunk = pipe.read(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    status = _reap(pid, kill=timed_out)
+    if timed_out:
+        return ChildOutcome(died=f"gave no answer within {timeout_s:g} s")
+    data = b"".join(chunks)
+    if not data:
+        return ChildOutcome(died=_describe(status))
+    kind, value = pickle.loads(data)
+    if kind == "error":
+        raise value
+    return ChildOutcome(value=value)
+
+
+__all__ = ["ChildOutcome", "call_forked", "can_isolate", "read_range_isolated"]
