@@ -66,14 +66,16 @@ elif mode == "planner":
     planner = OffsetPlanner(KafkaOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribePattern": pattern}))
     print("ready", flush=True)
     plannings = errors = 0
+    refused = ""
     while not os.path.exists(stop_file):
         try:
             planner.latest(planner.discover())
             plannings += 1
-        except SparkonceError:
+        except SparkonceError as err:
             errors += 1
+            refused = f"{type(err).__name__}: {err}"
     planner.close()
-    print(f"read {plannings} plannings, {errors} refused", flush=True)
+    print(f"read {plannings} plannings, {errors} refused {refused[:300]}", flush=True)
 else:
     from sparkonce.kafka.offsets import OffsetRange, TopicPartition as TP
     from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range

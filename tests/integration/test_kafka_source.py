@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ from sparkonce.errors import SourceOffsetError
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, broker_offsets
-from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
+from sparkonce.kafka.reader import BATCH_ROWS, ReadSettings, kafka_schema, read_range
 from sparkonce.kafka.source import KafkaStreamReader
 from sparkonce_local.services.broker import free_port, start_broker, stop_broker
 from tests.fixtures_broker import EmbeddedBroker, numbered
@@ -407,6 +409,55 @@ def test_executor_detects_records_gone_after_planning(broker: EmbeddedBroker, fa
             list(read_range(settings, stale, schema))
     else:
         assert list(read_range(settings, stale, schema)) == []
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["fails", "goes-on"])
+def test_a_topic_deleted_while_a_task_reads_it_ends_the_read_per_fail_on_data_loss(
+    broker: EmbeddedBroker, fail_on_data_loss: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The topic goes while the executor's consumer is fetching the rest of its range.
+
+    librdkafka >= 2.5 answers that fetch (tansu names the deleted topic by an all-zero id) with SIGSEGV; the read
+    runs in a forked child, so this process (a Spark worker, here pytest) lives and reports the loss.
+    """
+    topic = broker.create_topic()
+    broker.produce(topic, numbered(BATCH_ROWS + 5), partition=0, linger_ms=50)
+    settings = ReadSettings(
+        client_config={"bootstrap.servers": broker.bootstrap},
+        fail_on_data_loss=fail_on_data_loss,
+        poll_timeout_ms=30_000,
+    )
+    # The range goes beyond the records written: the consumer keeps fetching for the rest when the topic goes.
+    rng = OffsetRange(TopicPartition(topic, 0), 0, BATCH_ROWS + 50)
+    batches: queue.Queue[Any] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for batch in read_range(settings, rng, kafka_schema(include_headers=False)):
+                batches.put(batch)
+            batches.put(None)
+        except SourceOffsetError as err:
+            batches.put(err)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    first = batches.get(timeout=120)  # the first full batch reached this process: the read is under way
+    assert first.num_rows == BATCH_ROWS
+    broker.delete_topic(topic)
+    reader.join(120)
+    rest = []
+    while not batches.empty():
+        rest.append(batches.get())
+    if fail_on_data_loss:
+        assert len(rest) == 1 and isinstance(rest[0], SourceOffsetError)
+        message = str(rest[0])
+        assert f"data loss in topic '{topic}' partition 0: offsets [" in message
+        assert "[KAFKA_DATA_LOSS.PARTITIONS_DELETED] " in message and f"Set({topic}-0)" in message
+    else:
+        assert rest[-1] is None
+        offsets = [o for b in [first, *rest[:-1]] for o in b.column("offset").to_pylist()]
+        assert offsets == list(range(len(offsets)))  # a prefix of the range, each record once
+        assert any(f"data loss in topic '{topic}' partition 0" in r.getMessage() for r in caplog.records)
 
 
 def _records(spark: SparkSession, table: str) -> list[tuple[str, int, int, bytes]]:
