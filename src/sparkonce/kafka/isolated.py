@@ -50,6 +50,9 @@ _HEADER = struct.Struct(">cQ")
 
 T = TypeVar("T")
 
+_REAPED_ELSEWHERE = -1
+"""Wait status standing for a child this process could not wait for."""
+
 _ATTEMPTS = 2
 """Children per range: the first, and one more for the rest of the range when the partition still exists."""
 
@@ -172,11 +175,16 @@ def _reap(pid: int, *, kill: bool) -> int:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _, status = os.waitpid(pid, 0)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return _REAPED_ELSEWHERE  # a SIGCHLD handler of the host process took it
     return status
 
 
 def _describe(status: int) -> str:
+    if status == _REAPED_ELSEWHERE:
+        return "ended early (its exit status was taken by another handler)"
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         return f"crashed ({signal.Signals(number).name})"
