@@ -460,6 +460,28 @@ def test_a_topic_deleted_while_a_task_reads_it_ends_the_read_per_fail_on_data_lo
         assert any(f"data loss in topic '{topic}' partition 0" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["fails", "goes-on"])
+def test_a_range_whose_topic_was_deleted_before_the_task_ends_per_fail_on_data_loss(
+    broker: EmbeddedBroker, fail_on_data_loss: bool
+) -> None:
+    """Deleted between planning and the task: no record comes; the task asks whether the topic still exists."""
+    topic = broker.create_topic()
+    broker.produce(topic, numbered(3), partition=0)
+    broker.delete_topic(topic)
+    settings = ReadSettings(
+        client_config={"bootstrap.servers": broker.bootstrap},
+        fail_on_data_loss=fail_on_data_loss,
+        poll_timeout_ms=1_000,
+    )
+    rng = OffsetRange(TopicPartition(topic, 0), 0, 3)
+    schema = kafka_schema(include_headers=False)
+    if fail_on_data_loss:
+        with pytest.raises(SourceOffsetError, match=r"offsets \[0, 3\) are gone: the topic was deleted"):
+            list(read_range(settings, rng, schema))
+    else:
+        assert list(read_range(settings, rng, schema)) == []
+
+
 def _records(spark: SparkSession, table: str) -> list[tuple[str, int, int, bytes]]:
     return sorted((r["topic"], r["partition"], r["offset"], r["value"]) for r in spark.table(table).collect())
 

@@ -352,6 +352,16 @@ class OffsetPlanner:
         try:
             while pending:
                 if time.monotonic() > deadline:
+                    # A topic deleted under the fetch is never answered: its candidate stands (the next planning
+                    # finds the topic gone); only partitions that still exist fail the planning.
+                    gone = self._gone(consumer, pending)
+                    if gone:
+                        log.warning(
+                            "no fetch answer for %s, deleted meanwhile; its end stays the ListOffsets answer",
+                            ", ".join(str(tp) for tp in sorted(gone)),
+                        )
+                        pending -= gone
+                        continue
                     shown = ", ".join(str(tp) for tp in sorted(pending))
                     raise BrokerError(
                         f"no fetch answer from {self.options.bootstrap_servers} for {shown} within "
@@ -381,6 +391,23 @@ class OffsetPlanner:
         finally:
             self._close_consumer()
         return confirmed
+
+    def _gone(self, consumer: Consumer, tps: set[TopicPartition]) -> set[TopicPartition]:
+        """The partitions of ``tps`` the broker no longer lists (a metadata request; nothing is fetched)."""
+        from confluent_kafka import KafkaException
+
+        gone: set[TopicPartition] = set()
+        for topic in sorted({tp.topic for tp in tps}):
+            try:
+                metadata = consumer.list_topics(topic, timeout=self.options.metadata_timeout_s)
+            except KafkaException as err:
+                raise BrokerError(
+                    f"cannot look up topic {topic!r} on {self.options.bootstrap_servers}: {err.args[0].str()}"
+                ) from err
+            found = metadata.topics.get(topic)
+            partitions = found.partitions if found is not None and found.error is None else {}
+            gone |= {tp for tp in tps if tp.topic == topic and tp.partition not in partitions}
+        return gone
 
     # -- resolution ------------------------------------------------------------------------------------------
 
