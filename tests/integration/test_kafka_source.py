@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ from sparkonce.errors import SourceOffsetError
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, broker_offsets
-from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
+from sparkonce.kafka.reader import BATCH_ROWS, ReadSettings, kafka_schema, read_range
 from sparkonce.kafka.source import KafkaStreamReader
 from sparkonce_local.services.broker import free_port, start_broker, stop_broker
 from tests.fixtures_broker import EmbeddedBroker, numbered
@@ -409,6 +411,77 @@ def test_executor_detects_records_gone_after_planning(broker: EmbeddedBroker, fa
         assert list(read_range(settings, stale, schema)) == []
 
 
+@pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["fails", "goes-on"])
+def test_a_topic_deleted_while_a_task_reads_it_ends_the_read_per_fail_on_data_loss(
+    broker: EmbeddedBroker, fail_on_data_loss: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The topic goes while the executor's consumer is fetching the rest of its range.
+
+    librdkafka >= 2.5 answers that fetch (tansu names the deleted topic by an all-zero id) with SIGSEGV; the read
+    runs in a forked child, so this process (a Spark worker, here pytest) lives and reports the loss.
+    """
+    topic = broker.create_topic()
+    broker.produce(topic, numbered(BATCH_ROWS + 5), partition=0, linger_ms=50)
+    settings = ReadSettings(
+        client_config={"bootstrap.servers": broker.bootstrap},
+        fail_on_data_loss=fail_on_data_loss,
+        poll_timeout_ms=30_000,
+    )
+    # The range goes beyond the records written: the consumer keeps fetching for the rest when the topic goes.
+    rng = OffsetRange(TopicPartition(topic, 0), 0, BATCH_ROWS + 50)
+    batches: queue.Queue[Any] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for batch in read_range(settings, rng, kafka_schema(include_headers=False)):
+                batches.put(batch)
+            batches.put(None)
+        except SourceOffsetError as err:
+            batches.put(err)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    first = batches.get(timeout=120)  # the first full batch reached this process: the read is under way
+    assert first.num_rows == BATCH_ROWS
+    broker.delete_topic(topic)
+    reader.join(120)
+    rest = []
+    while not batches.empty():
+        rest.append(batches.get())
+    if fail_on_data_loss:
+        assert len(rest) == 1 and isinstance(rest[0], SourceOffsetError)
+        message = str(rest[0])
+        assert f"data loss in topic '{topic}' partition 0: offsets [" in message
+        assert "[KAFKA_DATA_LOSS.PARTITIONS_DELETED] " in message and f"Set({topic}-0)" in message
+    else:
+        assert rest[-1] is None
+        offsets = [o for b in [first, *rest[:-1]] for o in b.column("offset").to_pylist()]
+        assert offsets == list(range(len(offsets)))  # a prefix of the range, each record once
+        assert any(f"data loss in topic '{topic}' partition 0" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["fails", "goes-on"])
+def test_a_range_whose_topic_was_deleted_before_the_task_ends_per_fail_on_data_loss(
+    broker: EmbeddedBroker, fail_on_data_loss: bool
+) -> None:
+    """Deleted between planning and the task: no record comes; the task asks whether the topic still exists."""
+    topic = broker.create_topic()
+    broker.produce(topic, numbered(3), partition=0)
+    broker.delete_topic(topic)
+    settings = ReadSettings(
+        client_config={"bootstrap.servers": broker.bootstrap},
+        fail_on_data_loss=fail_on_data_loss,
+        poll_timeout_ms=1_000,
+    )
+    rng = OffsetRange(TopicPartition(topic, 0), 0, 3)
+    schema = kafka_schema(include_headers=False)
+    if fail_on_data_loss:
+        with pytest.raises(SourceOffsetError, match=r"offsets \[0, 3\) are gone: the topic was deleted"):
+            list(read_range(settings, rng, schema))
+    else:
+        assert list(read_range(settings, rng, schema)) == []
+
+
 def _records(spark: SparkSession, table: str) -> list[tuple[str, int, int, bytes]]:
     return sorted((r["topic"], r["partition"], r["offset"], r["value"]) for r in spark.table(table).collect())
 
@@ -450,6 +523,54 @@ def test_a_pattern_stream_goes_on_when_its_topics_are_deleted_and_recreated(
     again = recreated + [(gone, 0, o, f"v{200 + o}".encode()) for o in range(2)]
     assert _records(spark, "changing") == sorted(again)
     assert query.exception() is None
+
+
+def test_a_pattern_stream_goes_on_when_a_topic_is_deleted_while_records_flow(
+    spark: SparkSession, broker: EmbeddedBroker, memory_query: Any
+) -> None:
+    """failOnDataLoss=false: the topic goes while a producer still writes and the query plans and reads it.
+
+    Wherever the deletion lands (a planning's confirmation fetch, a task's read, between batches) the query goes
+    on; no record is written twice and the other topic's records all arrive.
+    """
+    from confluent_kafka import Producer
+
+    prefix = broker.unique_topic("flow")
+    gone, kept = broker.create_topic(f"{prefix}-a"), broker.create_topic(f"{prefix}-b")
+    stop = threading.Event()
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "log_level": 0})
+        index = 0
+        while not stop.is_set():
+            producer.produce(gone, key=None, value=f"g{index}".encode(), partition=0)
+            producer.poll(0.002)
+            index += 1
+        producer.flush(5)  # records for the deleted topic may fail: nobody counts them
+
+    df = read_stream(spark, broker, subscribePattern=f"{prefix}-.*", startingOffsets="earliest", failOnDataLoss="false")
+    query = memory_query(df, "flowing")
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not spark.table("flowing").where(f"topic = '{gone}'").limit(1).collect():
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, "no record of the flowing topic reached the sink"
+            time.sleep(0.1)
+        broker.delete_topic(gone)  # the producer is still writing, the query still planning and reading
+    finally:
+        stop.set()
+        writer.join()
+    broker.produce(kept, numbered(3), partition=0)
+    query.processAllAvailable()
+    assert query.exception() is None
+    rows = spark.table("flowing").collect()
+    assert sorted((r["offset"], r["value"]) for r in rows if r["topic"] == kept) == [
+        (o, f"v{o}".encode()) for o in range(3)
+    ]
+    values = [r["value"] for r in rows if r["topic"] == gone]
+    assert values and len(values) == len(set(values))  # exactly once: nothing read twice
 
 
 def test_a_topic_deleted_under_a_running_stream_fails_it_with_sparks_data_loss_error(

@@ -243,13 +243,43 @@ class OffsetPlanner:
             else:
                 unconfirmed[tp] = candidate
         if unconfirmed:
-            confirmed = self._confirm_with_fetch(unconfirmed)
+            confirmed = self._confirm_isolated(unconfirmed)
+            if confirmed is None:
+                result.update(unconfirmed)  # a lower end is safe: the next planning confirms the rest
+                return result
             for tp, end in confirmed.items():
                 topic_id = topic_ids.get(tp.topic)
                 if topic_id is not None:
                     self._confirmed[tp] = (topic_id, unconfirmed[tp], end)
             result.update(confirmed)
         return result
+
+    def _confirm_isolated(self, candidates: Mapping[TopicPartition, int]) -> dict[TopicPartition, int] | None:
+        """:meth:`_confirm_with_fetch` in a forked child where the platform can fork; None when the child died.
+
+        The fetch of a topic deleted at that moment crashes librdkafka (see :meth:`_close_consumer`); in a child the
+        crash costs this planning its confirmation, not the planner worker. The admin client is dropped first (it
+        is created again on next use): no librdkafka thread may live across the fork.
+        """
+        from sparkonce.kafka.isolated import call_forked, can_isolate
+
+        if not can_isolate():
+            return self._confirm_with_fetch(candidates)
+        self._admin = None
+        self._close_consumer()
+        outcome = call_forked(
+            lambda: self._confirm_with_fetch(candidates), timeout_s=self.options.metadata_timeout_s + 30.0
+        )
+        if outcome.died is not None:
+            shown = ", ".join(str(tp) for tp in sorted(candidates))
+            log.warning(
+                "the fetch confirming the end offsets of %s %s (a topic deleted meanwhile?); this batch ends at "
+                "the ListOffsets answers, the next planning confirms them",
+                shown,
+                outcome.died,
+            )
+            return None
+        return outcome.value
 
     def _topic_ids(self, topics: set[str]) -> dict[str, str]:
         """Topic name -> topic id (a recreated topic gets a new one); topics that failed to answer are left out."""
@@ -322,6 +352,16 @@ class OffsetPlanner:
         try:
             while pending:
                 if time.monotonic() > deadline:
+                    # A topic deleted under the fetch is never answered: its candidate stands (the next planning
+                    # finds the topic gone); only partitions that still exist fail the planning.
+                    gone = self._gone(consumer, pending)
+                    if gone:
+                        log.warning(
+                            "no fetch answer for %s, deleted meanwhile; its end stays the ListOffsets answer",
+                            ", ".join(str(tp) for tp in sorted(gone)),
+                        )
+                        pending -= gone
+                        continue
                     shown = ", ".join(str(tp) for tp in sorted(pending))
                     raise BrokerError(
                         f"no fetch answer from {self.options.bootstrap_servers} for {shown} within "
@@ -351,6 +391,23 @@ class OffsetPlanner:
         finally:
             self._close_consumer()
         return confirmed
+
+    def _gone(self, consumer: Consumer, tps: set[TopicPartition]) -> set[TopicPartition]:
+        """The partitions of ``tps`` the broker no longer lists (a metadata request; nothing is fetched)."""
+        from confluent_kafka import KafkaException
+
+        gone: set[TopicPartition] = set()
+        for topic in sorted({tp.topic for tp in tps}):
+            try:
+                metadata = consumer.list_topics(topic, timeout=self.options.metadata_timeout_s)
+            except KafkaException as err:
+                raise BrokerError(
+                    f"cannot look up topic {topic!r} on {self.options.bootstrap_servers}: {err.args[0].str()}"
+                ) from err
+            found = metadata.topics.get(topic)
+            partitions = found.partitions if found is not None and found.error is None else {}
+            gone |= {tp for tp in tps if tp.topic == topic and tp.partition not in partitions}
+        return gone
 
     # -- resolution ------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sparkonce.crash import crash_point
 from sparkonce.errors import BrokerError
 from sparkonce.extras import require
-from sparkonce.kafka.offsets import OffsetRange
+from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,7 +85,8 @@ def current_batch_id() -> int | None:
     return int(value) if value is not None else None
 
 
-def _consumer_config(settings: ReadSettings) -> dict[str, Any]:
+def consumer_config(settings: ReadSettings) -> dict[str, Any]:
+    """The executor consumer's config: the client options plus no auto-commit, no offset reset, EOF events."""
     config: dict[str, Any] = dict(settings.client_config)
     config.setdefault("group.id", f"{settings.group_id_prefix}-{uuid.uuid4()}-executor")
     config.update(
@@ -104,6 +105,29 @@ def _consumer_config(settings: ReadSettings) -> dict[str, Any]:
 def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> Iterator[pa.RecordBatch]:
     """Yield the records ``[rng.start, rng.end)`` of ``rng.tp`` as Arrow batches matching ``schema``.
 
+    The Kafka client runs in a forked child process where the platform can fork (see
+    :mod:`sparkonce.kafka.isolated`): a crash of the client there (librdkafka's SIGSEGV on a topic deleted under
+    a fetch) ends the child, and this process decides per ``failOnDataLoss``.
+
+    Raises:
+        SourceOffsetError: records of the range are gone (deleted topic, start below the earliest offset) and
+            ``failOnDataLoss`` is true.
+        BrokerError: the broker failed, no record arrived for ``kafkaConsumer.pollTimeoutMs``, or the client
+            crashed twice on a topic that still exists.
+    """
+    from sparkonce.kafka.isolated import can_isolate, read_range_isolated
+
+    if can_isolate():
+        return read_range_isolated(settings, rng, schema)
+    return read_range_in_process(settings, rng, schema)
+
+
+def read_range_in_process(
+    settings: ReadSettings, rng: OffsetRange, schema: StructType, *, crash_points: bool = True
+) -> Iterator[pa.RecordBatch]:
+    """:func:`read_range` with the Kafka client in this process; ``crash_points`` false skips the test crash points
+    (a forked reading child leaves them to its parent).
+
     Offsets missing inside the range (compaction, transaction markers) are skipped; the range ends when the
     consumer passes ``rng.end - 1`` or reports the partition's end at or beyond ``rng.end``.
 
@@ -121,7 +145,7 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     batch_id = current_batch_id()
     try:
-        consumer = Consumer(_consumer_config(settings))
+        consumer = Consumer(consumer_config(settings))
     except KafkaException as err:
         raise BrokerError(f"cannot create a Kafka consumer for {rng}: {err.args[0].str()}") from err
     topic, partition = rng.tp.topic, rng.tp.partition
@@ -143,6 +167,9 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
                     next_offset = _handle_out_of_range(consumer, settings, rng, next_offset)
                     continue
                 if time.monotonic() > deadline:
+                    if not partition_exists(settings, rng.tp):
+                        report_deleted(settings, rng, next_offset, "no record arrived, the topic is gone")
+                        break
                     raise BrokerError(
                         f"no record of {rng} arrived for {settings.poll_timeout_ms} ms (waiting for offset "
                         f"{next_offset}); raise kafkaConsumer.pollTimeoutMs if the broker is slow"
@@ -171,12 +198,50 @@ def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> 
                 yield builder.flush()
                 # A crash point for exactly-once tests: part of the batch was handed to Spark, nothing
                 # committed.
-                crash_point("mid_read", batch_id)
+                if crash_points:
+                    crash_point("mid_read", batch_id)
         if builder.rows:
             yield builder.flush()
-            crash_point("mid_read", batch_id)
+            if crash_points:
+                crash_point("mid_read", batch_id)
     finally:
         consumer.close()
+
+
+def partition_exists(settings: ReadSettings, tp: TopicPartition) -> bool:
+    """Whether the broker still lists ``tp`` (a metadata request; this consumer fetches nothing). Used on executors.
+
+    Raises:
+        BrokerError: the broker did not answer.
+    """
+    from confluent_kafka import Consumer, KafkaException
+
+    try:
+        consumer = Consumer(consumer_config(settings))
+    except KafkaException as err:
+        raise BrokerError(f"cannot create a Kafka consumer to look up {tp}: {err.args[0].str()}") from err
+    try:
+        metadata = consumer.list_topics(tp.topic, timeout=settings.poll_timeout_ms / 1000.0)
+    except KafkaException as err:
+        raise BrokerError(f"cannot look up {tp}: {err.args[0].str()}") from err
+    finally:
+        consumer.close()
+    topic = metadata.topics.get(tp.topic)
+    return topic is not None and topic.error is None and tp.partition in topic.partitions
+
+
+def report_deleted(settings: ReadSettings, rng: OffsetRange, next_offset: int, how: str) -> None:
+    """Report ``[next_offset, rng.end)`` lost with the deleted topic of ``rng`` (raise or warn per failOnDataLoss)."""
+    from sparkonce.kafka.ranges import partitions_deleted, report_data_loss
+
+    report_data_loss(
+        settings.fail_on_data_loss,
+        rng.tp,
+        next_offset,
+        rng.end,
+        f"the topic was deleted while {rng} was read ({how})",
+        reason=partitions_deleted(rng.tp),
+    )
 
 
 def _handle_out_of_range(consumer: Consumer, settings: ReadSettings, rng: OffsetRange, next_offset: int) -> int:
@@ -274,4 +339,14 @@ class _BatchBuilder:
         return batch
 
 
-__all__ = ["BATCH_ROWS", "ReadSettings", "current_batch_id", "kafka_schema", "read_range"]
+__all__ = [
+    "BATCH_ROWS",
+    "ReadSettings",
+    "consumer_config",
+    "current_batch_id",
+    "kafka_schema",
+    "partition_exists",
+    "read_range",
+    "read_range_in_process",
+    "report_deleted",
+]
