@@ -129,8 +129,9 @@ def read_range_isolated(settings: ReadSettings, rng: OffsetRange, schema: Struct
     )
 
 
-def _fork_reader(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> tuple[int, IO[bytes]]:
-    """Fork a child that reads ``rng`` and writes frames to a pipe; return its pid and the pipe's reading end."""
+def _fork(child: Callable[[IO[bytes]], None]) -> tuple[int, int]:
+    """Fork a child that runs ``child`` on the writing end of a pipe and exits (1 when it raised: the parent sees
+    the early end and decides); return its pid and the pipe's reading end (a file descriptor)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -138,12 +139,18 @@ def _fork_reader(settings: ReadSettings, rng: OffsetRange, schema: StructType) -
         code = 0
         try:
             with os.fdopen(write_fd, "wb") as out:
-                _child_main(settings, rng, schema, out)
-        except BaseException:  # the parent sees the early end and decides
+                child(out)
+        except BaseException:
             code = 1
         finally:
             os._exit(code)
     os.close(write_fd)
+    return pid, read_fd
+
+
+def _fork_reader(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> tuple[int, IO[bytes]]:
+    """Fork a child that reads ``rng`` and writes frames to a pipe; return its pid and the pipe's reading end."""
+    pid, read_fd = _fork(lambda out: _child_main(settings, rng, schema, out))
     return pid, os.fdopen(read_fd, "rb")
 
 
@@ -206,27 +213,19 @@ def call_forked(fn: Callable[[], T], *, timeout_s: float) -> ChildOutcome[T]:
     A child that dies (a crash of the client) or gives no answer within ``timeout_s`` seconds (it is killed) gives
     a :class:`ChildOutcome` with ``died`` set. Runs on the driver (the planner's confirmation fetch) or executors.
     """
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(read_fd)
-        code = 0
+
+    def answer(out: IO[bytes]) -> None:
         try:
-            with os.fdopen(write_fd, "wb") as out:
-                try:
-                    answer: tuple[str, object] = ("value", fn())
-                except Exception as err:  # handed to the parent, which raises it
-                    answer = ("error", err)
-                try:
-                    payload = pickle.dumps(answer)
-                except Exception as err:  # an unpicklable answer still reaches the parent, as text
-                    payload = pickle.dumps(("error", BrokerError(f"{type(err).__name__}: {err}")))
-                out.write(payload)
-        except BaseException:  # the parent sees no answer and decides
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_fd)
+            result: tuple[str, object] = ("value", fn())
+        except Exception as err:  # handed to the parent, which raises it
+            result = ("error", err)
+        try:
+            payload = pickle.dumps(result)
+        except Exception as err:  # an unpicklable answer still reaches the parent, as text
+            payload = pickle.dumps(("error", BrokerError(f"{type(err).__name__}: {err}")))
+        out.write(payload)
+
+    pid, read_fd = _fork(answer)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout_s
     timed_out = False
