@@ -548,7 +548,14 @@ def test_a_pattern_stream_goes_on_when_a_topic_is_deleted_while_records_flow(
             index += 1
         producer.flush(5)  # records for the deleted topic may fail: nobody counts them
 
-    df = read_stream(spark, broker, subscribePattern=f"{prefix}-.*", startingOffsets="earliest", failOnDataLoss="false")
+    df = read_stream(
+        spark,
+        broker,
+        subscribePattern=f"{prefix}-.*",
+        startingOffsets="earliest",
+        failOnDataLoss="false",
+        **{"kafkaConsumer.pollTimeoutMs": "10000"},  # a read that waits for the deleted topic's records: 10 s
+    )
     query = memory_query(df, "flowing")
     writer = threading.Thread(target=produce)
     writer.start()
