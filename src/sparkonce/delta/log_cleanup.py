@@ -241,9 +241,8 @@ def _log_files(delta_log: DeltaLog, *, cutoff_ms: int, max_table_version: int) -
         return []
     found: list[LogFile] = []
     for name in names:
-        try:
-            mtime_ms = clock.clock_ms(os.stat(os.path.join(delta_log.log_dir, name)).st_mtime_ns // 1_000_000)
-        except FileNotFoundError:  # removed meanwhile (a concurrent cleanup)
+        mtime_ms = _mtime_ms(delta_log, name)
+        if mtime_ms is None:  # removed meanwhile (a concurrent cleanup)
             continue
         entry = LogFile(name, int(name[:20]), mtime_ms)
         found.append(entry)
