@@ -4,6 +4,7 @@ Run (one at a time, on a machine nobody else loads; ``uptime`` below ~4)::
 
     .venv/bin/python benchmarks/chaos_record.py --faults 1000 --seeds 1          # ~40 min at 25 faults/min
     .venv/bin/python benchmarks/chaos_record.py --faults 100 --seeds 2,3,4        # shorter runs, other seeds
+    .venv/bin/python benchmarks/chaos_record.py --network --faults 2000 --seeds 26  # + faults on every link
 
 Each seed is one ``sparkonce chaos --soak --faults N --seed S --storage s3`` run (the quickstart setup: the
 embedded broker with its log on the embedded S3 store, the four tables on the same store, PostgreSQL; a producer
@@ -34,14 +35,17 @@ def _commit() -> str:
     return done.stdout.strip()
 
 
-def _summary(result: object, *, load: float, work_dir: Path) -> dict[str, object]:
+def _summary(result: object, *, load: float, work_dir: Path, network: bool) -> dict[str, object]:
     from sparkonce_local.chaos import ChaosResult
 
     assert isinstance(result, ChaosResult)
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": _commit(),
-        "command": f"sparkonce chaos --soak --faults {len(result.plan.faults)} --seed {result.seed} --storage s3",
+        "command": (
+            f"sparkonce chaos --soak {'--network ' if network else ''}--faults {len(result.plan.faults)} "
+            f"--seed {result.seed} --storage s3"
+        ),
         "load_average_at_start": load,
         "seed": result.seed,
         "faults_planned": result.faults_planned,
@@ -52,6 +56,8 @@ def _summary(result: object, *, load: float, work_dir: Path) -> dict[str, object
         "fault_seconds": result.fault_seconds,
         "seconds": result.seconds,
         "driver_runs": result.driver_runs,
+        "retries_by_kind": result.retries_by_kind,
+        "failed_passes": result.failed_passes,
         "records": result.records,
         "produced_during_outages": result.produced_during_outages,
         "produces_refused": result.produces_refused,
@@ -81,10 +87,14 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="records produced per second")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/sparkonce-chaos-record"))
     parser.add_argument("--record", type=Path, default=RECORD, help="the JSON file the runs are appended to")
+    parser.add_argument(
+        "--network", action="store_true", help="also draw the network faults (= sparkonce chaos --network)"
+    )
     parser.add_argument("--deadline", type=float, default=4 * 3600.0, help="seconds per run")
     args = parser.parse_args()
 
     from sparkonce_local.chaos import ChaosOptions, run_soak
+    from sparkonce_local.chaos.plan import DEFAULT_KINDS, NETWORK_KINDS
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # SIGTERM ends the run like Ctrl-C: the driver and the services it started are stopped on the way out.
@@ -94,17 +104,24 @@ def main() -> int:
         load = os.getloadavg()[0]
         work_dir = args.work_dir / f"seed-{seed}"
         options = ChaosOptions(
-            faults=args.faults, seed=seed, work_dir=work_dir, rate=args.rate, storage="s3", deadline=args.deadline
+            faults=args.faults,
+            seed=seed,
+            work_dir=work_dir,
+            rate=args.rate,
+            storage="s3",
+            deadline=args.deadline,
+            kinds=(*DEFAULT_KINDS, *NETWORK_KINDS) if args.network else DEFAULT_KINDS,
         )
         result = run_soak(options)
         (work_dir / "rounds" / "plan.json").write_text(result.plan.dumps(), encoding="utf-8")
-        entry = _summary(result, load=round(load, 2), work_dir=work_dir)
+        entry = _summary(result, load=round(load, 2), work_dir=work_dir, network=args.network)
         runs = json.loads(args.record.read_text(encoding="utf-8"))["runs"] if args.record.exists() else []
         runs.append(entry)
         args.record.write_text(json.dumps({"runs": runs}, indent=2) + "\n", encoding="utf-8")
         print(
             f"seed {seed}: {result.faults_injected} faults injected ({result.faults_per_minute:.1f}/min), "
             f"{result.records} records, duplicates {result.duplicates}, lost {result.lost}, "
+            f"retries {sum(result.retries_by_kind.values())}, failed passes {result.failed_passes}, "
             f"{'exactly once' if result.exactly_once else 'NOT exactly once: ' + str(result.error)}; "
             f"{result.seconds:.0f}s -> {args.record}"
         )
