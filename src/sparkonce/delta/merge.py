@@ -80,8 +80,8 @@ _T_PRESENT = "_sparkonce_target_row"
 _S_PRESENT = "_sparkonce_source_row"
 _CLAUSE = "_sparkonce_clause"
 _ROW_ID = "_sparkonce_row_id"
-"""Spark's ``monotonically_increasing_id`` of each action row (task << 33 | row), numbering the rows whose identity
-values the merge generates."""
+"""Spark's ``monotonically_increasing_id`` (task << 33 | row) of the action rows whose identity values the merge
+generates, counted over those rows only (null on the others)."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,10 @@ def merge_into(
         if snapshot is not None and snapshot.generated is not None:
             actions = _regenerate(actions, snapshot.generated, clauses, marked.columns, target_columns)
         if generating:
-            actions = actions.withColumn(_ROW_ID, F.monotonically_increasing_id())
+            # Numbered rows only: the id's counter moves only where the CASE takes its branch (Spark evaluates a
+            # branch's value only for the rows that take it), so each task numbers its generating rows 0, 1, ...
+            numbering = F.coalesce(F.col(_CLAUSE).isin(_numbered_clauses(generating)), F.lit(False))
+            actions = actions.withColumn(_ROW_ID, F.when(numbering, F.monotonically_increasing_id()))
         actions = actions.persist()
         cached = actions
         try:
@@ -760,6 +763,11 @@ def _identity_clauses(
     return generating
 
 
+def _numbered_clauses(generating: Mapping[IdentityColumn, Sequence[int]]) -> list[int]:
+    """The insert clauses whose rows get a :data:`_ROW_ID`: those leaving out an identity column the merge generates."""
+    return sorted({i for indexes in generating.values() for i in indexes})
+
+
 def _fill_identity(actions: DataFrame, generating: Mapping[IdentityColumn, Sequence[int]]) -> DataFrame:
     """The actions with each generated identity column's values: the inserted rows of the clauses that leave it out
     are numbered densely (0, 1, ... in :data:`_ROW_ID` order, from per-task counts the driver collects) and get
@@ -768,7 +776,7 @@ def _fill_identity(actions: DataFrame, generating: Mapping[IdentityColumn, Seque
     overflow). Runs on the driver (plans only, one small Spark job over the cached actions)."""
     import pyspark.sql.functions as F
 
-    numbered = sorted({i for indexes in generating.values() for i in indexes})
+    numbered = _numbered_clauses(generating)
     task = F.shiftrightunsigned(F.col(_ROW_ID), TASK_BITS)
     per_task = actions.where(F.col(_CLAUSE).isin(numbered)).groupBy(task.alias("task")).count().collect()
     offsets: list[Any] = []
