@@ -56,6 +56,9 @@ Points used by sparkonce:
     an executor task wrote part of its data file(s) for a batch; nothing is committed.
 ``mid_read``
     an executor task of the Kafka source read part of its offset range for a batch.
+``kafka_client_read``
+    the forked Kafka client of an executor task (:mod:`sparkonce.kafka.isolated`) sent a batch of its range to the
+    task; reached in the child, so target ``process`` kills only the client, as a crash of librdkafka does.
 ``between_fanout_tables``
     a fan-out sink committed the first table of a batch but not the next.
 ``after_pg_staging_load``
@@ -89,6 +92,7 @@ CrashPoint = Literal[
     "after_delta_commit",
     "mid_write",
     "mid_read",
+    "kafka_client_read",
     "between_fanout_tables",
     "after_pg_staging_load",
     "inside_pg_transaction",

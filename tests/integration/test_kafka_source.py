@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -12,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
 
-from sparkonce.errors import SourceOffsetError
+from sparkonce import crash
+from sparkonce.errors import BrokerError, SourceOffsetError
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, broker_offsets
@@ -458,6 +460,44 @@ def test_a_topic_deleted_while_a_task_reads_it_ends_the_read_per_fail_on_data_lo
         offsets = [o for b in [first, *rest[:-1]] for o in b.column("offset").to_pylist()]
         assert offsets == list(range(len(offsets)))  # a prefix of the range, each record once
         assert any(f"data loss in topic '{topic}' partition 0" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("deaths", [1, 2], ids=["once", "twice"])
+def test_a_kafka_client_that_dies_mid_range_on_a_topic_that_exists(
+    broker: EmbeddedBroker,
+    deaths: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The task's forked Kafka client dies (SIGKILL, as librdkafka's crashes kill it) after handing over its first
+    batch, and the partition still exists: a new client reads the rest of the range (every record once, in order);
+    when that one dies too before the range's end, the task fails with a BrokerError (Spark retries it)."""
+    topic = broker.create_topic()
+    size = BATCH_ROWS * deaths + 5  # twice: the second client hands over one batch of the rest, then dies
+    broker.produce(topic, numbered(size), partition=0, linger_ms=50)
+    settings = ReadSettings(client_config={"bootstrap.servers": broker.bootstrap}, poll_timeout_ms=30_000)
+    rng = OffsetRange(TopicPartition(topic, 0), 0, size)
+    record = tmp_path / "crashes.jsonl"
+    monkeypatch.setenv(crash.ENV_POINT, "kafka_client_read#1" if deaths == 1 else "kafka_client_read")
+    monkeypatch.setenv(crash.ENV_TARGET, "process")
+    monkeypatch.setenv(crash.ENV_HITS_DIR, str(tmp_path))
+    monkeypatch.setenv(crash.ENV_RECORD, str(record))
+    caplog.set_level("WARNING", logger="sparkonce.kafka.isolated")
+    offsets: list[int] = []
+    if deaths == 1:
+        for batch in read_range(settings, rng, kafka_schema(include_headers=False)):
+            offsets += batch.column(4).to_pylist()
+        assert offsets == list(range(size))
+    else:
+        with pytest.raises(BrokerError, match=rf"crashed \(SIGKILL\) at offset {2 * BATCH_ROWS}, 2 times, while"):
+            for batch in read_range(settings, rng, kafka_schema(include_headers=False)):
+                offsets += batch.column(4).to_pylist()
+        assert offsets == list(range(2 * BATCH_ROWS))  # a batch from each client, each record once
+    fired = crash.read_crash_records(str(record))
+    assert [(r.point, r.target) for r in fired] == [("kafka_client_read", "process")] * deaths
+    assert os.getpid() not in {r.pid for r in fired}  # the children died, not this process (the task)
+    assert f"crashed (SIGKILL) at offset {BATCH_ROWS}; {topic}-0 still exists: reading the rest again" in caplog.text
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False], ids=["fails", "goes-on"])

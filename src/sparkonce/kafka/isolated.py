@@ -81,7 +81,7 @@ def read_range_isolated(settings: ReadSettings, rng: OffsetRange, schema: Struct
     next_offset = rng.start
     for attempt in range(1, _ATTEMPTS + 1):
         remaining = OffsetRange(rng.tp, next_offset, rng.end)
-        pid, pipe = _fork_reader(settings, remaining, schema)
+        pid, pipe = _fork_reader(settings, remaining, schema, batch_id)
         finished = False
         try:
             while True:
@@ -148,17 +148,23 @@ def _fork(child: Callable[[IO[bytes]], None]) -> tuple[int, int]:
     return pid, read_fd
 
 
-def _fork_reader(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> tuple[int, IO[bytes]]:
+def _fork_reader(
+    settings: ReadSettings, rng: OffsetRange, schema: StructType, batch_id: int | None
+) -> tuple[int, IO[bytes]]:
     """Fork a child that reads ``rng`` and writes frames to a pipe; return its pid and the pipe's reading end."""
-    pid, read_fd = _fork(lambda out: _child_main(settings, rng, schema, out))
+    pid, read_fd = _fork(lambda out: _child_main(settings, rng, schema, batch_id, out))
     return pid, os.fdopen(read_fd, "rb")
 
 
-def _child_main(settings: ReadSettings, rng: OffsetRange, schema: StructType, out: IO[bytes]) -> None:
+def _child_main(
+    settings: ReadSettings, rng: OffsetRange, schema: StructType, batch_id: int | None, out: IO[bytes]
+) -> None:
     """Runs in the forked child: read the range, one frame per batch, then the end or the error."""
     try:
         for batch in read_range_in_process(settings, rng, schema, crash_points=False):
             _send(out, _BATCH, batch.serialize().to_pybytes())
+            # A crash point for tests: the client dies with part of its range handed over (as on a librdkafka crash).
+            crash_point("kafka_client_read", batch_id)
     except Exception as err:  # handed to the parent, which raises it
         try:
             payload = pickle.dumps(err)
