@@ -43,23 +43,28 @@ def test_sigterm_stops_every_stage_after_its_current_batch(broker, tmp_path: Pat
     pipeline = tmp_path / "pipeline.toml"
     pipeline.write_text(_continuous(quickstart_pipeline(broker.bootstrap, topic=topic, max_offsets_per_trigger=50)))
     config = load_pipeline(pipeline)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sparkonce.cli.main", "run", str(pipeline)],
-        cwd=str(REPO),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "TTY_COMPATIBLE": "1", "COLUMNS": "160"},
-    )
+    # Its output goes to files: the live display writes all the time, and a pipe nobody reads while the test
+    # waits fills up (64 KiB) and blocks the run in its next write.
+    out_file, err_file = tmp_path / "run.out", tmp_path / "run.err"
+    with open(out_file, "wb") as out_handle, open(err_file, "wb") as err_handle:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkonce.cli.main", "run", str(pipeline)],
+            cwd=str(REPO),
+            stdout=out_handle,
+            stderr=err_handle,
+            start_new_session=True,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "TTY_COMPATIBLE": "1", "COLUMNS": "160"},
+        )
     try:
         gold_commits = Path(config.gold.checkpoint) / "commits"
         _wait_for(lambda: gold_commits.is_dir() and any(gold_commits.iterdir()), 300, "a gold checkpoint commit")
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=180)
+        proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    out = out_file.read_text(encoding="utf-8", errors="replace")
+    err = err_file.read_text(encoding="utf-8", errors="replace")
     assert proc.returncode == 0, err[-3000:]
     assert "SIGTERM: stopping after the current batch" in out
     assert "sparkonce run" in out and "rows/s" in out

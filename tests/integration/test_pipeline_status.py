@@ -135,20 +135,27 @@ def test_a_running_pipeline_serves_metrics_reports_running_and_refuses_a_second_
     with socket.socket() as probe:  # a free port for the endpoint
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sparkonce.cli.main", "run", str(pipeline), "--plain", "--metrics-port", str(port)],
-        cwd=str(REPO),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )
+    # Its output goes to files: a pipe nobody reads while the test polls fills up (64 KiB of Spark's warnings on a
+    # loaded machine) and blocks the run in its next write.
+    out_file, err_file = tmp_path / "run.out", tmp_path / "run.err"
+    with open(out_file, "wb") as out, open(err_file, "wb") as err_out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sparkonce.cli.main", "run", str(pipeline), "--plain", "--metrics-port", str(port)],
+            cwd=str(REPO),
+            stdout=out,
+            stderr=err_out,
+            start_new_session=True,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )
+
+    def stderr_tail() -> str:
+        return err_file.read_text(encoding="utf-8", errors="replace")[-3000:]
+
     try:
         deadline = time.monotonic() + 300
         samples: dict = {}  # type: ignore[type-arg]
         raw = (("pipeline", "quickstart"), ("stage", "raw"))
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and proc.poll() is None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
                     body = response.read().decode("utf-8")
@@ -158,7 +165,8 @@ def test_a_running_pipeline_serves_metrics_reports_running_and_refuses_a_second_
             if samples.get(("sparkonce_stage_input_rows_total", raw)) == 120:
                 break
             time.sleep(0.5)  # polling interval, bounded by the deadline
-        assert samples.get(("sparkonce_stage_input_rows_total", raw)) == 120, samples
+        assert proc.poll() is None, f"the run exited {proc.returncode}: {stderr_tail()}"
+        assert samples.get(("sparkonce_stage_input_rows_total", raw)) == 120, (samples, stderr_tail())
         assert samples[("sparkonce_stage_up", raw)] == 1
 
         runner = CliRunner()
@@ -174,8 +182,8 @@ def test_a_running_pipeline_serves_metrics_reports_running_and_refuses_a_second_
         assert f"in use by a running sparkonce run (pid {proc.pid} on" in second.output
 
         proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err[-3000:]
+        proc.wait(timeout=180)
+        assert proc.returncode == 0, stderr_tail()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
