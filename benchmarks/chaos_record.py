@@ -80,6 +80,15 @@ def _summary(result: object, *, load: float, work_dir: Path, network: bool) -> d
     }
 
 
+def _print_fault(event: object) -> None:
+    """One line per planned fault, as it ends (the run's progress)."""
+    from sparkonce_local.chaos import FaultEvent
+
+    assert isinstance(event, FaultEvent)
+    done = "injected" if event.injected else "not injected"
+    print(f"fault {event.index} {event.kind} at {event.at:.0f}s, {event.seconds:.1f}s: {done} {event.note}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--faults", type=int, default=1000)
@@ -112,7 +121,7 @@ def main() -> int:
             deadline=args.deadline,
             kinds=(*DEFAULT_KINDS, *NETWORK_KINDS) if args.network else DEFAULT_KINDS,
         )
-        result = run_soak(options)
+        result = run_soak(options, on_fault=_print_fault)
         (work_dir / "rounds" / "plan.json").write_text(result.plan.dumps(), encoding="utf-8")
         entry = _summary(result, load=round(load, 2), work_dir=work_dir, network=args.network)
         runs = json.loads(args.record.read_text(encoding="utf-8"))["runs"] if args.record.exists() else []

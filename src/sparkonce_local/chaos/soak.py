@@ -72,6 +72,9 @@ WARM_UP = 300.0
 """Seconds the first fault waits at most for the first driver to commit its first raw batch (not in the rate)."""
 COMMIT_WAIT = 120.0
 """Seconds a ``commit_process_kill`` waits for a Delta sink's commit to reach the armed point."""
+DRAIN_RESERVE = 600.0
+"""Seconds of the deadline kept for the final drain: the fault phase stops at the deadline minus this (at most half
+the deadline), so a run cut short by its deadline still drains and reconciles every table."""
 SOAK_MASTER = "local[2,8]"
 """Two cores; a task may be tried 8 times: worker kills come every few seconds and must not exhaust a task."""
 
@@ -131,10 +134,14 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
         outages: list[tuple[float, float]] = []
         _warm_up(setup, min(deadline, time.monotonic() + WARM_UP))
         injecting = time.monotonic()
+        faults_until = deadline - min(DRAIN_RESERVE, options.deadline / 2)
         try:
             for index, fault in enumerate(plan.faults):
-                if time.monotonic() >= deadline:
-                    error = f"deadline of {options.deadline:.0f}s passed at fault {index} of {len(plan.faults)}"
+                if time.monotonic() >= faults_until:
+                    error = (
+                        f"deadline of {options.deadline:.0f}s: the fault phase stopped at fault {index} of "
+                        f"{len(plan.faults)} ({min(DRAIN_RESERVE, options.deadline / 2):.0f}s kept for the drain)"
+                    )
                     break
                 wait_until = time.monotonic() + fault.delay
                 while time.monotonic() < wait_until:
