@@ -35,7 +35,7 @@ def _commit() -> str:
     return done.stdout.strip()
 
 
-def _summary(result: object, *, load: float, work_dir: Path, network: bool) -> dict[str, object]:
+def _summary(result: object, *, load: float, work_dir: Path, network: bool, overlap: bool) -> dict[str, object]:
     from sparkonce_local.chaos import ChaosResult
 
     assert isinstance(result, ChaosResult)
@@ -43,8 +43,8 @@ def _summary(result: object, *, load: float, work_dir: Path, network: bool) -> d
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": _commit(),
         "command": (
-            f"sparkonce chaos --soak {'--network ' if network else ''}--faults {len(result.plan.faults)} "
-            f"--seed {result.seed} --storage s3"
+            f"sparkonce chaos --soak {'--network ' if network else ''}{'--overlap-network ' if overlap else ''}"
+            f"--faults {len(result.plan.faults)} --seed {result.seed} --storage s3"
         ),
         "load_average_at_start": load,
         "seed": result.seed,
@@ -99,6 +99,11 @@ def main() -> int:
     parser.add_argument(
         "--network", action="store_true", help="also draw the network faults (= sparkonce chaos --network)"
     )
+    parser.add_argument(
+        "--overlap-network",
+        action="store_true",
+        help="each link's network faults beside the other faults (= sparkonce chaos --overlap-network)",
+    )
     parser.add_argument("--deadline", type=float, default=4 * 3600.0, help="seconds per run")
     args = parser.parse_args()
 
@@ -120,10 +125,13 @@ def main() -> int:
             storage="s3",
             deadline=args.deadline,
             kinds=(*DEFAULT_KINDS, *NETWORK_KINDS) if args.network else DEFAULT_KINDS,
+            overlap_network=args.overlap_network,
         )
         result = run_soak(options, on_fault=_print_fault)
         (work_dir / "rounds" / "plan.json").write_text(result.plan.dumps(), encoding="utf-8")
-        entry = _summary(result, load=round(load, 2), work_dir=work_dir, network=args.network)
+        entry = _summary(
+            result, load=round(load, 2), work_dir=work_dir, network=args.network, overlap=args.overlap_network
+        )
         runs = json.loads(args.record.read_text(encoding="utf-8"))["runs"] if args.record.exists() else []
         runs.append(entry)
         args.record.write_text(json.dumps({"runs": runs}, indent=2) + "\n", encoding="utf-8")

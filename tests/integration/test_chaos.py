@@ -157,6 +157,52 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
     assert result.rounds[-1].exit_code == 0
 
 
+@pytest.mark.s3
+def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tmp_path: Path) -> None:
+    # --overlap-network: each link's faults run on a thread of their own, so the broker link is paused while the
+    # plan goes on (workers killed, the store's link reset, PostgreSQL's dropped) instead of after it.
+    plan = SoakPlan.from_json(
+        {
+            "plan_version": 1,
+            "mode": "soak",
+            "seed": 13,
+            "rate": 20.0,
+            "faults": [
+                {"kind": "worker_kill", "delay": 0.5},
+                {"kind": "broker_net_pause", "delay": 0.5, "downtime": 8.0},
+                {"kind": "worker_kill", "delay": 0.5},
+                {"kind": "store_net_reset", "delay": 0.5},
+                {"kind": "postgres_net_drop", "delay": 0.5},
+                {"kind": "broker_net_reset", "delay": 0.5},
+                {"kind": "store_error", "delay": 0.5, "count": 2},
+                {"kind": "worker_kill", "delay": 0.5},
+            ],
+            "crash_points": [],
+        }
+    )
+    options = ChaosOptions(
+        plan=plan, seed=13, storage="s3", work_dir=tmp_path / "soak", deadline=DEADLINE, overlap_network=True
+    )
+    result = run_soak(options)
+    _keep(result)
+    assert result.drained, result.error or result.log_tail
+    assert result.error is None, result.error
+    for check in result.tables:
+        assert check.ok, check
+    assert result.records > 0 and result.exactly_once
+    by_kind = result.injected_by_kind
+    network = ("broker_net_pause", "broker_net_reset", "store_net_reset", "postgres_net_drop", "store_error")
+    assert [by_kind[k] for k in network] == [1] * 5, [e for e in result.events if e.kind in network]
+    assert by_kind["worker_kill"] >= 1
+    (pause,) = [e for e in result.events if e.kind == "broker_net_pause"]
+    (reset,) = [e for e in result.events if e.kind == "broker_net_reset"]
+    kills_after = [e for e in result.events if e.kind == "worker_kill" and e.index > pause.index]
+    # The plan went on during the pause: its next kill started before the pause ended; the broker's next fault
+    # waited for it (one fault at a time per link).
+    assert kills_after[0].at < pause.at + pause.seconds
+    assert reset.at >= pause.at + pause.seconds - 0.02  # both rounded to 0.01 s
+
+
 def test_two_phase_postgres_stage_under_crash_points_and_a_postgres_kill_is_exactly_once(tmp_path: Path) -> None:
     # The PostgreSQL stage with commit_protocol = "two-phase": killed after its tasks prepared (no decision), after
     # the ledger row naming them (decided, nothing committed), and the server killed while batches load. Each round

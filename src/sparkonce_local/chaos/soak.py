@@ -9,6 +9,10 @@ fault the driver's whole process group; the driver started after such a kill is 
 A driver that ends for any other reason is started again. A fault counts as injected only when its process was
 there and died (a worker that ran no task, a service that was not running: not counted).
 
+With :attr:`ChaosOptions.overlap_network` the network faults leave that sequence: each link (broker, PostgreSQL,
+store) gets a thread that injects its faults in plan order (:class:`_LinkInjectors`), and the plan goes on at
+once, so a fault waiting for its link's traffic or holding a pause overlaps the kills and the other links' faults.
+
 When the plan is done the producer stops, its records are all acknowledged, a stop file tells the driver to exit
 after its next complete pass, and :func:`~sparkonce_local.chaos.testbed.reconcile_tables` checks every table.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -45,6 +50,7 @@ from sparkonce_local.chaos.network import inject_network
 from sparkonce_local.chaos.paced import PacedProducer
 from sparkonce_local.chaos.plan import (
     FAULT_KINDS,
+    LINK_OF,
     NETWORK_KINDS,
     RESTART_KINDS,
     STORE_KINDS,
@@ -135,6 +141,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
         _warm_up(setup, min(deadline, time.monotonic() + WARM_UP))
         injecting = time.monotonic()
         faults_until = deadline - min(DRAIN_RESERVE, options.deadline / 2)
+        links = _LinkInjectors(setup, faults_until, started, record, outages) if options.overlap_network else None
         try:
             for index, fault in enumerate(plan.faults):
                 if time.monotonic() >= faults_until:
@@ -146,14 +153,21 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                 wait_until = time.monotonic() + fault.delay
                 while time.monotonic() < wait_until:
                     time.sleep(0.01)  # the plan's gap before this fault
+                if links is not None and fault.kind in NETWORK_KINDS:
+                    links.submit(index, fault)
+                    continue
                 at = time.monotonic()
                 injected, note = _inject(setup, driver, fault, deadline)
                 end = time.monotonic()
                 if injected and fault.kind in (*STORE_KINDS, "broker_net_pause"):
                     outages.append((at, end))
                 record(FaultEvent(index, fault.kind, round(at - started, 2), round(end - at, 2), injected, note))
+            if links is not None:
+                links.finish()
             fault_seconds = time.monotonic() - injecting
         finally:
+            if links is not None:
+                links.finish()
             produced = producer.stop()
         stop_file.write_text("the producer stopped: exit after the next complete pass\n", encoding="utf-8")
         drained = driver.finish(deadline)
@@ -247,6 +261,66 @@ def _inject(setup: ChaosSetup, driver: _Driver, fault: Fault, deadline: float) -
     if fault.kind in NETWORK_KINDS:
         return inject_network(setup, fault, min(deadline, time.monotonic() + COMMIT_WAIT), alive=lambda: True)
     return False, f"missed: {fault.kind} is not a soak kind"
+
+
+class _LinkInjectors:
+    """The network faults of an overlapped soak: one thread per link injects that link's faults in plan order,
+    each as the sequential soak does (armed, waited for its link's traffic up to 120 s, a pause held), while the
+    plan goes on. A fault whose turn comes after the fault phase's end is reported not injected. Runs on the
+    harness."""
+
+    def __init__(
+        self,
+        setup: ChaosSetup,
+        until: float,
+        started: float,
+        record: FaultCallback,
+        outages: list[tuple[float, float]],
+    ) -> None:
+        self.setup = setup
+        self.until = until
+        self.started = started
+        self.record = record
+        self.outages = outages
+        self.queues: dict[str, queue.SimpleQueue[tuple[int, Fault] | None]] = {}
+        self.threads: list[threading.Thread] = []
+
+    def submit(self, index: int, fault: Fault) -> None:
+        """Queue ``fault`` (the plan's ``index``-th) on its link's thread."""
+        link = (fault.link if fault.kind == "net_latency" else LINK_OF.get(fault.kind)) or "?"
+        if link not in self.queues:
+            self.queues[link] = queue.SimpleQueue()
+            thread = threading.Thread(target=self._run, args=(self.queues[link],), name=f"chaos-{link}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        self.queues[link].put((index, fault))
+
+    def finish(self) -> None:
+        """Wait until every queued fault was injected or reported missed (idempotent)."""
+        for q in self.queues.values():
+            q.put(None)
+        for thread in self.threads:
+            thread.join()
+        self.queues.clear()
+        self.threads.clear()
+
+    def _run(self, faults: queue.SimpleQueue[tuple[int, Fault] | None]) -> None:
+        while (item := faults.get()) is not None:
+            index, fault = item
+            at = time.monotonic()
+            if at >= self.until:
+                injected, note = False, "missed: its link's turn came after the fault phase ended"
+            else:
+                try:
+                    injected, note = inject_network(
+                        self.setup, fault, min(self.until, at + COMMIT_WAIT), alive=lambda: True
+                    )
+                except Exception as err:  # a proxy gone with the run's end: reported, never fatal to the run
+                    injected, note = False, f"missed: {type(err).__name__}: {err}"
+            end = time.monotonic()
+            if injected and fault.kind in (*STORE_KINDS, "broker_net_pause"):
+                self.outages.append((at, end))
+            self.record(FaultEvent(index, fault.kind, round(at - self.started, 2), round(end - at, 2), injected, note))
 
 
 LOG_COMMIT_PUT = r"/_delta_log/\d{20}\.json$"

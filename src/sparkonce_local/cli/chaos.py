@@ -60,6 +60,12 @@ from sparkonce_local.chaos.plan import DEFAULT_KINDS, FAULT_KINDS, NAIVE_KINDS, 
     "a driver kill every 100th fault) instead of one per round.",
 )
 @click.option(
+    "--overlap-network",
+    is_flag=True,
+    help="Soak mode: each link's network faults run in plan order beside the other faults (a fault waiting for "
+    "its link's traffic, or a pause, holds up nothing else) instead of one after another.",
+)
+@click.option(
     "--rate",
     type=click.FloatRange(0.1),
     default=20.0,
@@ -100,6 +106,7 @@ def chaos(
     records: int,
     work_dir: Path,
     soak: bool,
+    overlap_network: bool,
     rate: float,
     storage: str,
     pg_commit_protocol: str,
@@ -134,6 +141,8 @@ def chaos(
         if pipeline is not None:
             raise OptionError("--network", str(pipeline), "needs the quickstart setup (its links get fault proxies)")
         chosen = (*chosen, *(k for k in NETWORK_KINDS if k not in chosen))
+    if overlap_network and not soak:
+        raise OptionError("--overlap-network", "rounds", "applies to soak mode only (--soak)")
     options = ChaosOptions(
         pipeline=pipeline,
         faults=faults,
@@ -148,6 +157,7 @@ def chaos(
         storage=storage,  # type: ignore[arg-type]  # a click.Choice of the two
         pg_commit_protocol=pg_commit_protocol,  # type: ignore[arg-type]  # a click.Choice of the two
         changes_stage=changes_stage,
+        overlap_network=overlap_network,
     )
     if not as_json:
         what = f"naive baseline {naive}" if naive else "sparkonce" + (" in soak mode" if soak else "")
