@@ -60,6 +60,13 @@ def test_network_faults_refuse_a_pipeline_file(tmp_path: Path) -> None:
     assert not (tmp_path / "w").exists()
 
 
+def test_overlapped_network_faults_are_for_soak_mode(tmp_path: Path) -> None:
+    done = CliRunner().invoke(cli, ["chaos", "--network", "--overlap-network", "--work-dir", str(tmp_path / "w")])
+    assert done.exit_code == 2
+    assert "--overlap-network" in done.output and "soak mode only" in done.output
+    assert not (tmp_path / "w").exists()
+
+
 def test_changes_stage_is_for_the_quickstart_setup_whose_pipeline_then_feeds_a_stage_from_golds_changes(
     tmp_path: Path,
 ) -> None:
