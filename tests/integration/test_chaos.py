@@ -160,7 +160,8 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
 @pytest.mark.s3
 def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tmp_path: Path) -> None:
     # --overlap-network: each link's faults run on a thread of their own, so the broker link is paused while the
-    # plan goes on (workers killed, the store's link reset, PostgreSQL's dropped) instead of after it.
+    # plan goes on (workers killed, the store's link reset, PostgreSQL's dropped) instead of after it. The broker's
+    # restart waits for the pause (a restarted broker is checked through its link, which the pause would hold).
     plan = SoakPlan.from_json(
         {
             "plan_version": 1,
@@ -171,6 +172,7 @@ def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tm
                 {"kind": "worker_kill", "delay": 0.5},
                 {"kind": "broker_net_pause", "delay": 0.5, "downtime": 8.0},
                 {"kind": "worker_kill", "delay": 0.5},
+                {"kind": "broker_restart", "delay": 0.5, "downtime": 0.5},
                 {"kind": "store_net_reset", "delay": 0.5},
                 {"kind": "postgres_net_drop", "delay": 0.5},
                 {"kind": "broker_net_reset", "delay": 0.5},
@@ -193,6 +195,7 @@ def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tm
     by_kind = result.injected_by_kind
     network = ("broker_net_pause", "broker_net_reset", "store_net_reset", "postgres_net_drop", "store_error")
     assert [by_kind[k] for k in network] == [1] * 5, [e for e in result.events if e.kind in network]
+    assert by_kind["broker_restart"] == 1
     assert by_kind["worker_kill"] >= 1
     (pause,) = [e for e in result.events if e.kind == "broker_net_pause"]
     (reset,) = [e for e in result.events if e.kind == "broker_net_reset"]
@@ -201,6 +204,8 @@ def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tm
     # waited for it (one fault at a time per link).
     assert kills_after[0].at < pause.at + pause.seconds
     assert reset.at >= pause.at + pause.seconds - 0.02  # both rounded to 0.01 s
+    (restart,) = [e for e in result.events if e.kind == "broker_restart"]
+    assert restart.injected and restart.at + restart.seconds >= pause.at + pause.seconds - 0.02
 
 
 def test_two_phase_postgres_stage_under_crash_points_and_a_postgres_kill_is_exactly_once(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ after its next complete pass, and :func:`~sparkonce_local.chaos.testbed.reconcil
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -157,7 +158,8 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                     links.submit(index, fault)
                     continue
                 at = time.monotonic()
-                injected, note = _inject(setup, driver, fault, deadline)
+                with links.holding(fault.kind) if links is not None else contextlib.nullcontext():
+                    injected, note = _inject(setup, driver, fault, deadline)
                 end = time.monotonic()
                 if injected and fault.kind in (*STORE_KINDS, "broker_net_pause"):
                     outages.append((at, end))
@@ -167,7 +169,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
             fault_seconds = time.monotonic() - injecting
         finally:
             if links is not None:
-                links.finish()
+                links.finish(cancel=True)  # after an error: no link waits for traffic any more
             produced = producer.stop()
         stop_file.write_text("the producer stopped: exit after the next complete pass\n", encoding="utf-8")
         drained = driver.finish(deadline)
@@ -263,10 +265,16 @@ def _inject(setup: ChaosSetup, driver: _Driver, fault: Fault, deadline: float) -
     return False, f"missed: {fault.kind} is not a soak kind"
 
 
+SERVICE_LINK: dict[str, str] = {"broker_restart": "broker", "postgres_restart": "postgres", "storage_restart": "store"}
+"""The link in front of each restarted service: a restart waits for that link's fault in progress (a restarted
+service is checked through its link, which a pause would hold past the check's timeout)."""
+
+
 class _LinkInjectors:
     """The network faults of an overlapped soak: one thread per link injects that link's faults in plan order,
     each as the sequential soak does (armed, waited for its link's traffic up to 120 s, a pause held), while the
-    plan goes on. A fault whose turn comes after the fault phase's end is reported not injected. Runs on the
+    plan goes on. A restart of a link's service waits for the link's fault in progress (:meth:`holding`). A fault
+    whose turn comes after the fault phase's end, or after the run failed, is reported not injected. Runs on the
     harness."""
 
     def __init__(
@@ -284,6 +292,13 @@ class _LinkInjectors:
         self.outages = outages
         self.queues: dict[str, queue.SimpleQueue[tuple[int, Fault] | None]] = {}
         self.threads: list[threading.Thread] = []
+        self.locks: dict[str, threading.Lock] = {link: threading.Lock() for link in ("broker", "postgres", "store")}
+        self.cancelled = threading.Event()
+
+    def holding(self, kind: str) -> threading.Lock | contextlib.nullcontext[None]:
+        """The lock of the link in front of the service a ``kind`` fault restarts (a no-op for other kinds)."""
+        link = SERVICE_LINK.get(kind)
+        return self.locks[link] if link is not None else contextlib.nullcontext()
 
     def submit(self, index: int, fault: Fault) -> None:
         """Queue ``fault`` (the plan's ``index``-th) on its link's thread."""
@@ -295,8 +310,11 @@ class _LinkInjectors:
             self.threads.append(thread)
         self.queues[link].put((index, fault))
 
-    def finish(self) -> None:
-        """Wait until every queued fault was injected or reported missed (idempotent)."""
+    def finish(self, *, cancel: bool = False) -> None:
+        """Wait until every queued fault was injected or reported missed (idempotent); ``cancel``: the run failed,
+        so the fault in progress stops waiting for traffic and the queued ones are reported missed at once."""
+        if cancel:
+            self.cancelled.set()
         for q in self.queues.values():
             q.put(None)
         for thread in self.threads:
@@ -308,13 +326,20 @@ class _LinkInjectors:
         while (item := faults.get()) is not None:
             index, fault = item
             at = time.monotonic()
-            if at >= self.until:
+            link = (fault.link if fault.kind == "net_latency" else LINK_OF.get(fault.kind)) or "?"
+            if self.cancelled.is_set():
+                injected, note = False, "missed: the run failed before its link's turn"
+            elif at >= self.until:
                 injected, note = False, "missed: its link's turn came after the fault phase ended"
             else:
                 try:
-                    injected, note = inject_network(
-                        self.setup, fault, min(self.until, at + COMMIT_WAIT), alive=lambda: True
-                    )
+                    with self.locks.get(link) or contextlib.nullcontext():
+                        injected, note = inject_network(
+                            self.setup,
+                            fault,
+                            min(self.until, at + COMMIT_WAIT),
+                            alive=lambda: not self.cancelled.is_set(),
+                        )
                 except Exception as err:  # a proxy gone with the run's end: reported, never fatal to the run
                     injected, note = False, f"missed: {type(err).__name__}: {err}"
             end = time.monotonic()
