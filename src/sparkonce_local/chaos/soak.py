@@ -266,14 +266,14 @@ def _inject(setup: ChaosSetup, driver: _Driver, fault: Fault, deadline: float) -
 
 
 SERVICE_LINK: dict[str, str] = {"broker_restart": "broker", "postgres_restart": "postgres", "storage_restart": "store"}
-"""The link in front of each restarted service: a restart waits for that link's fault in progress (a restarted
+"""The link in front of each restarted service: a restart waits for that link's pause in progress (a restarted
 service is checked through its link, which a pause would hold past the check's timeout)."""
 
 
 class _LinkInjectors:
     """The network faults of an overlapped soak: one thread per link injects that link's faults in plan order,
     each as the sequential soak does (armed, waited for its link's traffic up to 120 s, a pause held), while the
-    plan goes on. A restart of a link's service waits for the link's fault in progress (:meth:`holding`). A fault
+    plan goes on. A restart of a link's service waits for the link's pause in progress (:meth:`holding`). A fault
     whose turn comes after the fault phase's end, or after the run failed, is reported not injected. Runs on the
     harness."""
 
@@ -333,7 +333,10 @@ class _LinkInjectors:
                 injected, note = False, "missed: its link's turn came after the fault phase ended"
             else:
                 try:
-                    with self.locks.get(link) or contextlib.nullcontext():
+                    # A pause holds its link from the first chunk on, the restarted service's check included (it
+                    # would time out): restarts wait for a pause; a drop, reset or latency only costs a check a retry.
+                    lock = self.locks.get(link) if fault.kind.endswith("_net_pause") else None
+                    with lock if lock is not None else contextlib.nullcontext():
                         injected, note = inject_network(
                             self.setup,
                             fault,
