@@ -81,12 +81,10 @@ def _summary(result: object, *, load: float, work_dir: Path, network: bool, over
 
 
 def _print_fault(event: object) -> None:
-    """One line per planned fault, as it ends (the run's progress)."""
-    from sparkonce_local.chaos import FaultEvent
+    """One line per planned fault, as it ends (the run's progress), as ``sparkonce chaos`` prints it."""
+    from sparkonce_local.cli.chaos import fault_line
 
-    assert isinstance(event, FaultEvent)
-    done = "injected" if event.injected else "not injected"
-    print(f"fault {event.index} {event.kind} at {event.at:.0f}s, {event.seconds:.1f}s: {done} {event.note}", flush=True)
+    print(fault_line(event), flush=True)
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ def inject_network(setup: ChaosSetup, fault: Fault, until: float, *, alive: Call
     Returns:
         Whether the fault happened, and a note for the report (what fired, on which connection or request).
     """
-    link = fault.link if fault.kind == "net_latency" else LINK_OF.get(fault.kind)
+    link = link_of(fault)
     proxy: FaultProxy | None = setup.proxy if link == "store" else setup.links.get(link or "")
     if proxy is None:
         return False, f"missed: no fault proxy on the {link} link"
@@ -56,6 +56,11 @@ def inject_network(setup: ChaosSetup, fault: Fault, until: float, *, alive: Call
         return True, f"{link} link: {done.fired} of {fault.count} chunk(s) delayed {fault.seconds:.2f}s each"
     answer = "503 SlowDown" if fault.kind == "store_slowdown" else "500 InternalError"
     return True, f"store answered {done.fired} of {fault.count} request(s) {answer}, first {where}"
+
+
+def link_of(fault: Fault) -> str | None:
+    """The link a network fault acts on (a latency fault names its own; None for other kinds)."""
+    return fault.link if fault.kind == "net_latency" else LINK_OF.get(fault.kind)
 
 
 def _arm(proxy: ProxyControl, fault: Fault) -> ArmedRule:
@@ -90,4 +95,4 @@ def _sleep_until(end: float, until: float) -> None:
         time.sleep(min(left, 0.5))  # the pause the proxy holds; bounded by the run's deadline
 
 
-__all__ = ["LATENCY_WAIT", "inject_network"]
+__all__ = ["LATENCY_WAIT", "inject_network", "link_of"]

@@ -47,11 +47,10 @@ from sparkonce.crash import (
 from sparkonce.errors import OptionError
 from sparkonce_local.chaos.driverlog import count_driver_logs
 from sparkonce_local.chaos.model import SCHEMA_VERSION, ChaosOptions, ChaosResult, RoundResult
-from sparkonce_local.chaos.network import inject_network
+from sparkonce_local.chaos.network import inject_network, link_of
 from sparkonce_local.chaos.paced import PacedProducer
 from sparkonce_local.chaos.plan import (
     FAULT_KINDS,
-    LINK_OF,
     NETWORK_KINDS,
     RESTART_KINDS,
     STORE_KINDS,
@@ -126,11 +125,17 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
         stop_file = work_dir / "rounds" / "stop"
         setup.spec = dataclasses.replace(setup.spec, soak_stop=str(stop_file), master=SOAK_MASTER)
         events: list[FaultEvent] = []
+        outages: list[tuple[float, float]] = []
 
         def record(event: FaultEvent) -> None:
             events.append(event)
             if on_fault is not None:
                 on_fault(event)
+
+        def ended(index: int, fault: Fault, at: float, end: float, injected: bool, note: str) -> None:
+            if injected and fault.kind in (*STORE_KINDS, "broker_net_pause"):
+                outages.append((at, end))
+            record(FaultEvent(index, fault.kind, round(at - started, 2), round(end - at, 2), injected, note))
 
         producer = PacedProducer(setup, options, plan.rate, started)
         producer.first(options.records_per_round)  # the topic exists and has input before the driver starts
@@ -138,17 +143,17 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
         driver = _Driver(setup, plan, started, record)
         driver.start()
         error: str | None = None
-        outages: list[tuple[float, float]] = []
         _warm_up(setup, min(deadline, time.monotonic() + WARM_UP))
         injecting = time.monotonic()
-        faults_until = deadline - min(DRAIN_RESERVE, options.deadline / 2)
-        links = _LinkInjectors(setup, faults_until, started, record, outages) if options.overlap_network else None
+        reserve = min(DRAIN_RESERVE, options.deadline / 2)
+        faults_until = deadline - reserve
+        links = _LinkInjectors(setup, faults_until, ended) if options.overlap_network else None
         try:
             for index, fault in enumerate(plan.faults):
                 if time.monotonic() >= faults_until:
                     error = (
                         f"deadline of {options.deadline:.0f}s: the fault phase stopped at fault {index} of "
-                        f"{len(plan.faults)} ({min(DRAIN_RESERVE, options.deadline / 2):.0f}s kept for the drain)"
+                        f"{len(plan.faults)} ({reserve:.0f}s kept for the drain)"
                     )
                     break
                 wait_until = time.monotonic() + fault.delay
@@ -160,10 +165,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                 at = time.monotonic()
                 with links.holding(fault.kind) if links is not None else contextlib.nullcontext():
                     injected, note = _inject(setup, driver, fault, deadline)
-                end = time.monotonic()
-                if injected and fault.kind in (*STORE_KINDS, "broker_net_pause"):
-                    outages.append((at, end))
-                record(FaultEvent(index, fault.kind, round(at - started, 2), round(end - at, 2), injected, note))
+                ended(index, fault, at, time.monotonic(), injected, note)
             if links is not None:
                 links.finish()
             fault_seconds = time.monotonic() - injecting
@@ -278,18 +280,12 @@ class _LinkInjectors:
     harness."""
 
     def __init__(
-        self,
-        setup: ChaosSetup,
-        until: float,
-        started: float,
-        record: FaultCallback,
-        outages: list[tuple[float, float]],
+        self, setup: ChaosSetup, until: float, ended: Callable[[int, Fault, float, float, bool, str], None]
     ) -> None:
         self.setup = setup
         self.until = until
-        self.started = started
-        self.record = record
-        self.outages = outages
+        self.ended = ended
+        """Reports a fault: its index, the fault, when it started and ended, whether it was injected, the note."""
         self.queues: dict[str, queue.SimpleQueue[tuple[int, Fault] | None]] = {}
         self.threads: list[threading.Thread] = []
         self.locks: dict[str, threading.Lock] = {link: threading.Lock() for link in ("broker", "postgres", "store")}
@@ -302,10 +298,12 @@ class _LinkInjectors:
 
     def submit(self, index: int, fault: Fault) -> None:
         """Queue ``fault`` (the plan's ``index``-th) on its link's thread."""
-        link = (fault.link if fault.kind == "net_latency" else LINK_OF.get(fault.kind)) or "?"
+        link = link_of(fault) or "?"
         if link not in self.queues:
             self.queues[link] = queue.SimpleQueue()
-            thread = threading.Thread(target=self._run, args=(self.queues[link],), name=f"chaos-{link}", daemon=True)
+            thread = threading.Thread(
+                target=self._run, args=(link, self.queues[link]), name=f"chaos-{link}", daemon=True
+            )
             thread.start()
             self.threads.append(thread)
         self.queues[link].put((index, fault))
@@ -322,11 +320,10 @@ class _LinkInjectors:
         self.queues.clear()
         self.threads.clear()
 
-    def _run(self, faults: queue.SimpleQueue[tuple[int, Fault] | None]) -> None:
+    def _run(self, link: str, faults: queue.SimpleQueue[tuple[int, Fault] | None]) -> None:
         while (item := faults.get()) is not None:
             index, fault = item
             at = time.monotonic()
-            link = (fault.link if fault.kind == "net_latency" else LINK_OF.get(fault.kind)) or "?"
             if self.cancelled.is_set():
                 injected, note = False, "missed: the run failed before its link's turn"
             elif at >= self.until:
@@ -345,10 +342,7 @@ class _LinkInjectors:
                         )
                 except Exception as err:  # a proxy gone with the run's end: reported, never fatal to the run
                     injected, note = False, f"missed: {type(err).__name__}: {err}"
-            end = time.monotonic()
-            if injected and fault.kind in (*STORE_KINDS, "broker_net_pause"):
-                self.outages.append((at, end))
-            self.record(FaultEvent(index, fault.kind, round(at - self.started, 2), round(end - at, 2), injected, note))
+            self.ended(index, fault, at, time.monotonic(), injected, note)
 
 
 LOG_COMMIT_PUT = r"/_delta_log/\d{20}\.json$"

@@ -184,14 +184,15 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
 
 
 def _print_fault(event: object) -> None:
-    console.print(_fault_line(event), soft_wrap=True, markup=False)
+    console.print(fault_line(event), soft_wrap=True, markup=False)
 
 
 def _print_fault_to_stderr(event: object) -> None:
-    err_console.print(_fault_line(event), soft_wrap=True, markup=False)
+    err_console.print(fault_line(event), soft_wrap=True, markup=False)
 
 
-def _fault_line(event: object) -> str:
+def fault_line(event: object) -> str:
+    """One fault of a soak run as the command prints it (also the record script's progress line)."""
     from sparkonce_local.chaos.plan import FaultEvent
 
     assert isinstance(event, FaultEvent)
