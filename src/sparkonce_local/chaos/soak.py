@@ -164,7 +164,10 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                     continue
                 at = time.monotonic()
                 with links.holding(fault.kind) if links is not None else contextlib.nullcontext():
+                    held = time.monotonic() - at
                     injected, note = _inject(setup, driver, fault, deadline)
+                if held >= 0.01:
+                    note += f"; waited {held:.2f}s for its link's pause to end"
                 ended(index, fault, at, time.monotonic(), injected, note)
             if links is not None:
                 links.finish()
