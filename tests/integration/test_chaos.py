@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -162,7 +161,7 @@ def test_seeded_soak_sample_of_every_fault_kind_on_s3_tables_is_exactly_once(tmp
 def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tmp_path: Path) -> None:
     # --overlap-network: each link's faults run on a thread of their own, so the broker link is paused while the
     # plan goes on (workers killed, the store's link paused, PostgreSQL's dropped) instead of after it. A restart of
-    # a service waits for its link's pause (a restarted service is checked through its link, which the pause would
+    # a service runs on its link's thread (a restarted service is checked through its link, which a pause would
     # hold): here the store's restart after the store link's pause. (Not the broker's: tansu loses acknowledged
     # records when it is killed while a producer runs, the more so right after a pause releases the records it
     # held, docs/reliability.md; that is tested where the producer is idle, test_kafka_broker.py and rounds mode.)
@@ -218,11 +217,11 @@ def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tm
     assert reset.at >= pause.at + pause.seconds - 0.02  # both rounded to 0.01 s
     (store_pause,) = [e for e in result.events if e.kind == "store_net_pause"]
     (restart,) = [e for e in result.events if e.kind == "storage_restart"]
-    # The restart came while the pause held the store's link: it waited for the pause's end before its kill.
-    assert restart.injected and restart.at < store_pause.at + store_pause.seconds, (restart, store_pause)
-    waited = re.search(r"waited (\d+\.\d+)s for its link's pause to end", restart.note)
-    assert waited is not None, restart.note
-    assert restart.at + float(waited.group(1)) >= store_pause.at + store_pause.seconds - 0.02
+    # The restart ran on the store link's thread, after its pause (one fault at a time per link), while the plan
+    # went on: the next kill in the plan started before the restart.
+    assert restart.injected and restart.at >= store_pause.at + store_pause.seconds - 0.02, (restart, store_pause)
+    (next_kill,) = [e for e in result.events if e.kind == "worker_kill" and e.index > restart.index]
+    assert next_kill.at < restart.at
 
 
 def test_two_phase_postgres_stage_under_crash_points_and_a_postgres_kill_is_exactly_once(tmp_path: Path) -> None:

@@ -59,9 +59,9 @@ class ChaosOptions:
     """The quickstart setup: add a stage fed by gold's change data feed (``input_mode = "changes"``,
     ``gold_changes``), reconciled against gold's final rows key by key."""
     overlap_network: bool = False
-    """Soak mode: each link's network faults run in plan order on a thread of their own while the plan goes on
-    (a fault waiting for its link's traffic, or holding a pause, holds up no other fault), instead of one after
-    another with every other fault."""
+    """Soak mode: each link's network faults and its service's restarts run in plan order on a thread of their own
+    while the plan goes on (a fault waiting for its link's traffic, or holding a pause, holds up no other fault;
+    restarts one at a time across the links), instead of one after another with every other fault."""
     retries: int = 5
     """Extra clean rounds allowed when the last planned round does not exit 0 (on a loaded machine a stage can
     fail on its own, e.g. Spark's 10 s for a new Python worker to connect back; each retry resumes it)."""

@@ -19,7 +19,6 @@ after its next complete pass, and :func:`~sparkonce_local.chaos.testbed.reconcil
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -159,18 +158,17 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                 wait_until = time.monotonic() + fault.delay
                 while time.monotonic() < wait_until:
                     time.sleep(0.01)  # the plan's gap before this fault
-                if links is not None and fault.kind in NETWORK_KINDS:
-                    links.submit(index, fault)
-                    continue
+                if links is not None:
+                    links.raise_failure()
+                    if fault.kind in NETWORK_KINDS or fault.kind in SERVICE_LINK:
+                        links.submit(index, fault)
+                        continue
                 at = time.monotonic()
-                with links.holding(fault.kind) if links is not None else contextlib.nullcontext():
-                    held = time.monotonic() - at
-                    injected, note = _inject(setup, driver, fault, deadline)
-                if held >= 0.01:
-                    note += f"; waited {held:.2f}s for its link's pause to end"
+                injected, note = _inject(setup, driver, fault, deadline)
                 ended(index, fault, at, time.monotonic(), injected, note)
             if links is not None:
                 links.finish()
+                links.raise_failure()
             fault_seconds = time.monotonic() - injecting
         finally:
             if links is not None:
@@ -271,16 +269,18 @@ def _inject(setup: ChaosSetup, driver: _Driver, fault: Fault, deadline: float) -
 
 
 SERVICE_LINK: dict[str, str] = {"broker_restart": "broker", "postgres_restart": "postgres", "storage_restart": "store"}
-"""The link in front of each restarted service: a restart waits for that link's pause in progress (a restarted
-service is checked through its link, which a pause would hold past the check's timeout)."""
+"""The link in front of each restarted service. In an overlapped soak a restart runs on its link's thread, after
+that link's earlier faults: a restarted service is checked through its link, which a pause in progress (or one
+armed, waiting for traffic) would hold past the check's timeout."""
 
 
 class _LinkInjectors:
-    """The network faults of an overlapped soak: one thread per link injects that link's faults in plan order,
-    each as the sequential soak does (armed, waited for its link's traffic up to 120 s, a pause held), while the
-    plan goes on. A restart of a link's service waits for the link's pause in progress (:meth:`holding`). A fault
-    whose turn comes after the fault phase's end, or after the run failed, is reported not injected. Runs on the
-    harness."""
+    """The network faults and service restarts of an overlapped soak: one thread per link injects that link's
+    faults and its service's restarts in plan order, each as the sequential soak does (a network fault armed,
+    waited for its link's traffic up to 120 s, a pause held; a restart: SIGKILL, downtime, start, check), while
+    the plan goes on. Restarts run one at a time across the links (a broker restarting while its store is down
+    could not start). A fault whose turn comes after the fault phase's end, or after the run failed, is reported
+    not injected. Runs on the harness."""
 
     def __init__(
         self, setup: ChaosSetup, until: float, ended: Callable[[int, Fault, float, float, bool, str], None]
@@ -291,17 +291,21 @@ class _LinkInjectors:
         """Reports a fault: its index, the fault, when it started and ended, whether it was injected, the note."""
         self.queues: dict[str, queue.SimpleQueue[tuple[int, Fault] | None]] = {}
         self.threads: list[threading.Thread] = []
-        self.locks: dict[str, threading.Lock] = {link: threading.Lock() for link in ("broker", "postgres", "store")}
+        self.restarting = threading.Lock()
+        """Held by the restart in progress (one service restarts at a time)."""
         self.cancelled = threading.Event()
+        self.failure: Exception | None = None
+        """What a restart raised (a service that cannot start again): the run fails with it, as a sequential soak
+        does (:meth:`raise_failure`)."""
 
-    def holding(self, kind: str) -> threading.Lock | contextlib.nullcontext[None]:
-        """The lock of the link in front of the service a ``kind`` fault restarts (a no-op for other kinds)."""
-        link = SERVICE_LINK.get(kind)
-        return self.locks[link] if link is not None else contextlib.nullcontext()
+    def raise_failure(self) -> None:
+        """Raise what a restart on a link's thread raised, if one did."""
+        if self.failure is not None:
+            raise self.failure
 
     def submit(self, index: int, fault: Fault) -> None:
-        """Queue ``fault`` (the plan's ``index``-th) on its link's thread."""
-        link = link_of(fault) or "?"
+        """Queue ``fault`` (the plan's ``index``-th: a network fault, or a service restart) on its link's thread."""
+        link = SERVICE_LINK.get(fault.kind) or link_of(fault) or "?"
         if link not in self.queues:
             self.queues[link] = queue.SimpleQueue()
             thread = threading.Thread(
@@ -333,10 +337,15 @@ class _LinkInjectors:
                 injected, note = False, "missed: its link's turn came after the fault phase ended"
             else:
                 try:
-                    # A pause holds its link from the first chunk on, the restarted service's check included (it
-                    # would time out): restarts wait for a pause; a drop, reset or latency only costs a check a retry.
-                    lock = self.locks.get(link) if fault.kind.endswith("_net_pause") else None
-                    with lock if lock is not None else contextlib.nullcontext():
+                    if fault.kind in SERVICE_LINK:
+                        with self.restarting:
+                            try:
+                                injected, note = restart_service(self.setup, fault)
+                            except Exception as err:  # the service cannot start: the run fails with this
+                                self.failure = self.failure or err
+                                self.cancelled.set()
+                                raise
+                    else:
                         injected, note = inject_network(
                             self.setup,
                             fault,

@@ -62,8 +62,8 @@ from sparkonce_local.chaos.plan import DEFAULT_KINDS, FAULT_KINDS, NAIVE_KINDS, 
 @click.option(
     "--overlap-network",
     is_flag=True,
-    help="Soak mode: each link's network faults run in plan order beside the other faults (a fault waiting for "
-    "its link's traffic, or a pause, holds up nothing else) instead of one after another.",
+    help="Soak mode: each link's network faults and its service's restarts run in plan order beside the other "
+    "faults (a fault waiting for its link's traffic, or a pause, holds up nothing else) instead of one after another.",
 )
 @click.option(
     "--rate",
