@@ -59,6 +59,10 @@ Points used by sparkonce:
 ``kafka_client_read``
     the forked Kafka client of an executor task (:mod:`sparkonce.kafka.isolated`) sent a batch of its range to the
     task; reached in the child, so target ``process`` kills only the client, as a crash of librdkafka does.
+``kafka_planner_confirm``
+    the Kafka source's planner (on the driver) forked the child that confirms end offsets with a fetch
+    (:meth:`sparkonce.kafka.planner.OffsetPlanner.latest`), before its fetch; target ``process`` kills only that
+    child, as a crash of librdkafka does.
 ``between_fanout_tables``
     a fan-out sink committed the first table of a batch but not the next.
 ``after_pg_staging_load``
@@ -93,6 +97,7 @@ CrashPoint = Literal[
     "mid_write",
     "mid_read",
     "kafka_client_read",
+    "kafka_planner_confirm",
     "between_fanout_tables",
     "after_pg_staging_load",
     "inside_pg_transaction",

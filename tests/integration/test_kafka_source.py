@@ -208,6 +208,43 @@ def test_end_offsets_confirmed_by_fetch_see_every_record_of_multi_record_batches
     assert offsets_of(rows) == sorted((tp.partition, o) for tp, end in true_end.items() for o in range(end))
 
 
+def test_a_planner_whose_confirming_fetch_dies_ends_the_batch_at_list_offsets_and_confirms_the_rest_next(
+    broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The confirming fetch runs in a forked child (a librdkafka crash on a topic deleted meanwhile costs the
+    # planning its confirmation, not the planner). Here that child dies once (crash point, target process): that
+    # planning ends at the ListOffsets answers, a lower end that loses nothing; the next one confirms the rest.
+    topic = broker.create_topic(partitions=2)
+    broker.produce(topic, numbered(1003), partitions=2, linger_ms=50, batch_num_messages=100)
+    true_end = {TopicPartition(topic, 0): 502, TopicPartition(topic, 1): 501}
+    options = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic}
+    unconfirmed = OffsetPlanner(KafkaOptions.parse({**options, "confirmLatestOffsets": "false"}))
+    try:
+        listed = unconfirmed.latest(unconfirmed.discover())
+    finally:
+        unconfirmed.close()
+    # This broker answers ListOffsets(latest) short of multi-record batches' ends: what makes the crash visible.
+    assert listed != true_end and all(listed[tp] <= true_end[tp] for tp in true_end), listed
+
+    record = tmp_path / "crashes.jsonl"
+    monkeypatch.setenv(crash.ENV_POINT, "kafka_planner_confirm#1")
+    monkeypatch.setenv(crash.ENV_TARGET, "process")
+    monkeypatch.setenv(crash.ENV_HITS_DIR, str(tmp_path))
+    monkeypatch.setenv(crash.ENV_RECORD, str(record))
+    caplog.set_level("WARNING", logger="sparkonce.kafka.planner")
+    planner = OffsetPlanner(KafkaOptions.parse(options))
+    try:
+        partitions = planner.discover()
+        assert planner.latest(partitions) == listed  # the child died: the ListOffsets answers
+        assert planner.latest(partitions) == true_end  # confirmed by the next planning's child
+    finally:
+        planner.close()
+    fired = crash.read_crash_records(str(record))
+    assert [(r.point, r.target) for r in fired] == [("kafka_planner_confirm", "process")]
+    assert os.getpid() not in {r.pid for r in fired}  # the child died, not the planner
+    assert "crashed (SIGKILL) (a topic deleted meanwhile?); this batch ends at the ListOffsets answers" in caplog.text
+
+
 # -- stream planning across a restart -------------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from sparkonce.crash import crash_point
 from sparkonce.errors import BrokerError, OptionError
 from sparkonce.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions, OffsetSpec
@@ -267,9 +268,12 @@ class OffsetPlanner:
             return self._confirm_with_fetch(candidates)
         self._admin = None
         self._close_consumer()
-        outcome = call_forked(
-            lambda: self._confirm_with_fetch(candidates), timeout_s=self.options.metadata_timeout_s + 30.0
-        )
+
+        def confirm_in_child() -> dict[TopicPartition, int]:
+            crash_point("kafka_planner_confirm")
+            return self._confirm_with_fetch(candidates)
+
+        outcome = call_forked(confirm_in_child, timeout_s=self.options.metadata_timeout_s + 30.0)
         if outcome.died is not None:
             shown = ", ".join(str(tp) for tp in sorted(candidates))
             log.warning(
