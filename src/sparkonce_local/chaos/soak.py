@@ -339,12 +339,7 @@ class _LinkInjectors:
                 try:
                     if fault.kind in SERVICE_LINK:
                         with self.restarting:
-                            try:
-                                injected, note = restart_service(self.setup, fault)
-                            except Exception as err:  # the service cannot start: the run fails with this
-                                self.failure = self.failure or err
-                                self.cancelled.set()
-                                raise
+                            injected, note = restart_service(self.setup, fault)
                     else:
                         injected, note = inject_network(
                             self.setup,
@@ -352,7 +347,10 @@ class _LinkInjectors:
                             min(self.until, at + COMMIT_WAIT),
                             alive=lambda: not self.cancelled.is_set(),
                         )
-                except Exception as err:  # a proxy gone with the run's end: reported, never fatal to the run
+                except Exception as err:  # reported; a proxy gone with the run's end is never fatal to the run,
+                    if fault.kind in SERVICE_LINK:  # a service that cannot start again is
+                        self.failure = self.failure or err
+                        self.cancelled.set()
                     injected, note = False, f"missed: {type(err).__name__}: {err}"
             self.ended(index, fault, at, time.monotonic(), injected, note)
 
