@@ -202,9 +202,11 @@ def _start_postgres(
                 commit_protocol=spec.postgres_commit_protocol,
             )
         )
+    reader = spark.readStream.format("delta")
+    if spec.postgres_max_files is not None:
+        reader = reader.option("maxFilesPerTrigger", str(spec.postgres_max_files))
     return (
-        spark.readStream.format("delta")
-        .load(config.bronze.table)
+        reader.load(config.bronze.table)
         .writeStream.foreachBatch(sink)
         .queryName(f"{config.name}.postgres")
         .option("checkpointLocation", spec.postgres_checkpoint)

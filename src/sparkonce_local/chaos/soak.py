@@ -80,6 +80,11 @@ COMMIT_WAIT = 120.0
 DRAIN_RESERVE = 600.0
 """Seconds of the deadline kept for the final drain: the fault phase stops at the deadline minus this (at most half
 the deadline), so a run cut short by its deadline still drains and reconciles every table."""
+SOAK_POSTGRES_MAX_FILES = 50
+"""The PostgreSQL stage's ``maxFilesPerTrigger`` in a soak (:attr:`DriverSpec.postgres_max_files`): the bronze
+stage commits a file or two a second, and a fault ends a pass every minute or so; a batch of 50 files finishes
+well inside that, where one planned over the whole backlog (the source's default of 1000 files) was redone and
+failed again for hours (a 2,000-fault run's PostgreSQL stage made 6 batches in two hours)."""
 SOAK_MASTER = "local[2,8]"
 """Two cores; a task may be tried 8 times: worker kills come every few seconds and must not exhaust a task."""
 
@@ -122,7 +127,9 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                 links=links_of(setup),
             )
         stop_file = work_dir / "rounds" / "stop"
-        setup.spec = dataclasses.replace(setup.spec, soak_stop=str(stop_file), master=SOAK_MASTER)
+        setup.spec = dataclasses.replace(
+            setup.spec, soak_stop=str(stop_file), master=SOAK_MASTER, postgres_max_files=SOAK_POSTGRES_MAX_FILES
+        )
         events: list[FaultEvent] = []
         outages: list[tuple[float, float]] = []
 

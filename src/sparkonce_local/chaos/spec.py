@@ -25,6 +25,10 @@ class DriverSpec:
     postgres_checkpoint: str | None = None
     postgres_commit_protocol: CommitProtocol = "staging"
     """The PostgreSQL sink's ``commit_protocol``: ``staging`` or ``two-phase``."""
+    postgres_max_files: int | None = None
+    """The PostgreSQL stage's ``maxFilesPerTrigger`` on its Delta source (None: the source's default, 1000). The
+    soak bounds it: a batch is redone over the range its ``offsets/N`` planned, so a batch planned over a long
+    backlog that cannot finish between two faults is redone and fails again, and the stage never moves on."""
     file_sink_dir: str | None = None
     file_sink_checkpoint: str | None = None
     master: str = "local[2,4]"
