@@ -5,8 +5,8 @@ then the PostgreSQL stage when the spec has one (the bronze table into PostgreSQ
 :class:`sparkonce.sinks.postgres.PostgresSink`, or the naive append); exits 0 once everything is drained. With a
 naive kind, the stage it names is replaced by the naive sink (:mod:`sparkonce_local.chaos.naive`). Crash points are
 armed by the environment (:mod:`sparkonce.crash`). In soak mode (``DriverSpec.soak_stop``) it runs pass after
-pass: ``availableNow`` first (until one succeeds: it makes every table), then every stage at once on a
-``processingTime`` trigger, until the stop file.
+pass: ``availableNow`` until every table is made (one such pass succeeded, or every stage's checkpoint holds a
+committed batch), then every stage at once on a ``processingTime`` trigger, until the stop file.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkonce_local.chaos.driverlog import failed_pass_line
+from sparkonce_local.chaos.reconcile import checkpoint_batches
 from sparkonce_local.chaos.spec import DriverSpec
 
 if TYPE_CHECKING:
@@ -52,12 +53,16 @@ def run(spec: DriverSpec) -> None:
         return
     stop = Path(spec.soak_stop)
     passes = failed = 0
-    drained_once = False
+    tables_made = False
     while True:
         last = stop.exists()  # the producer stopped before the stop file was written: this pass sees every record
         passes += 1
-        # Continuous passes start every stage at once: only after an availableNow pass made every table.
-        continuous = drained_once and not last
+        # Continuous passes start every stage at once: only once every table a stage reads is made (by an
+        # availableNow pass, upstream first; or before, e.g. by the driver before this one: every stage committed a
+        # batch). Under a fault every few seconds a pass in sequence can take many minutes to end without one, and
+        # the stages downstream, PostgreSQL's last, would make no batch all that time.
+        tables_made = tables_made or all(checkpoint_batches(s.checkpoint) > 0 for s in config.stages)
+        continuous = tables_made and not last
         started = time.monotonic()
         try:
             if continuous:
@@ -74,7 +79,7 @@ def run(spec: DriverSpec) -> None:
             time.sleep(min(5.0, 0.2 * failed))  # back off while a service is still coming back
             continue
         failed = 0
-        drained_once = True
+        tables_made = True
         kind = "continuous" if continuous else "availableNow"
         print(f"pass {passes} ({kind}) done in {time.monotonic() - started:.1f}s", flush=True)
         if last:

@@ -34,9 +34,10 @@ class DriverSpec:
     master: str = "local[2,4]"
     """Two cores; a task may be tried 4 times, so a killed executor Python worker costs a task retry."""
     soak_stop: str | None = None
-    """Soak mode: run the stages pass after pass in one Spark session (the first pass ``availableNow``, the next
-    ones every stage at once on a ``processingTime`` trigger; a pass that fails, e.g. while a service is down, is
-    followed by the next) until this file exists; then exit 0 after an ``availableNow`` pass that succeeds."""
+    """Soak mode: run the stages pass after pass in one Spark session (``availableNow`` until every stage's
+    checkpoint holds a committed batch, then every stage at once on a ``processingTime`` trigger; a pass that fails,
+    e.g. while a service is down, is followed by the next) until this file exists; then exit 0 after an
+    ``availableNow`` pass that succeeds."""
 
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self), indent=2), encoding="utf-8")
