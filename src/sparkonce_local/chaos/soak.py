@@ -81,10 +81,11 @@ DRAIN_RESERVE = 600.0
 """Seconds of the deadline kept for the final drain: the fault phase stops at the deadline minus this (at most half
 the deadline), so a run cut short by its deadline still drains and reconciles every table."""
 SOAK_POSTGRES_MAX_FILES = 50
-"""The PostgreSQL stage's ``maxFilesPerTrigger`` in a soak (:attr:`DriverSpec.postgres_max_files`): the bronze
-stage commits a file or two a second, and a fault ends a pass every minute or so; a batch of 50 files finishes
-well inside that, where one planned over the whole backlog (the source's default of 1000 files) was redone and
-failed again for hours (a 2,000-fault run's PostgreSQL stage made 6 batches in two hours)."""
+"""The PostgreSQL stage's ``maxFilesPerTrigger`` in a soak (:attr:`DriverSpec.postgres_max_files`). A batch is
+redone over the range its ``offsets/N`` planned, and a fault ends a pass every minute or so: a batch planned over
+the whole backlog (the source's default of 1000 files) could not finish between two faults and was redone and failed
+again (a 2,000-fault run's PostgreSQL stage made 6 batches in two hours); batches of 50 files kept it up with the
+plan in the next run."""
 SOAK_MASTER = "local[2,8]"
 """Two cores; a task may be tried 8 times: worker kills come every few seconds and must not exhaust a task."""
 
@@ -354,8 +355,8 @@ class _LinkInjectors:
                             min(self.until, at + COMMIT_WAIT),
                             alive=lambda: not self.cancelled.is_set(),
                         )
-                except Exception as err:  # reported; a proxy gone with the run's end is never fatal to the run,
-                    if fault.kind in SERVICE_LINK:  # a service that cannot start again is
+                except Exception as err:  # reported as missed; fatal only when a service cannot start again
+                    if fault.kind in SERVICE_LINK:  # (a proxy gone with the run's end is not)
                         self.failure = self.failure or err
                         self.cancelled.set()
                     injected, note = False, f"missed: {type(err).__name__}: {err}"

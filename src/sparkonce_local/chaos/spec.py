@@ -26,18 +26,17 @@ class DriverSpec:
     postgres_commit_protocol: CommitProtocol = "staging"
     """The PostgreSQL sink's ``commit_protocol``: ``staging`` or ``two-phase``."""
     postgres_max_files: int | None = None
-    """The PostgreSQL stage's ``maxFilesPerTrigger`` on its Delta source (None: the source's default, 1000). The
-    soak bounds it: a batch is redone over the range its ``offsets/N`` planned, so a batch planned over a long
-    backlog that cannot finish between two faults is redone and fails again, and the stage never moves on."""
+    """The PostgreSQL stage's ``maxFilesPerTrigger`` on its Delta source (None: the source's default, 1000; a soak
+    sets :data:`~sparkonce_local.chaos.soak.SOAK_POSTGRES_MAX_FILES`)."""
     file_sink_dir: str | None = None
     file_sink_checkpoint: str | None = None
     master: str = "local[2,4]"
     """Two cores; a task may be tried 4 times, so a killed executor Python worker costs a task retry."""
     soak_stop: str | None = None
-    """Soak mode: run the stages pass after pass in one Spark session (``availableNow`` until every stage's
-    checkpoint holds a committed batch, then every stage at once on a ``processingTime`` trigger; a pass that fails,
-    e.g. while a service is down, is followed by the next) until this file exists; then exit 0 after an
-    ``availableNow`` pass that succeeds."""
+    """Soak mode: run the stages pass after pass in one Spark session (``availableNow`` until one such pass
+    succeeds or every stage's checkpoint holds a committed batch, then every stage at once on a ``processingTime``
+    trigger; a pass that fails, e.g. while a service is down, is followed by the next) until this file exists; then
+    exit 0 after an ``availableNow`` pass that succeeds."""
 
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self), indent=2), encoding="utf-8")
