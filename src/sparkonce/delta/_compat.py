@@ -60,6 +60,7 @@ def install(format_names: Iterable[str]) -> None:
         _record(cls, "options", _remember_options)
     _wrap_save(DataFrameWriter)
     _wrap_start(DataStreamWriter)
+    _wrap_load()
     _wrap_table_names()
     _INSTALLED = True
 
@@ -218,6 +219,84 @@ def _wrap_start(cls: type) -> None:
         return original(self, path, outputMode=outputMode, queryName=queryName, **options)
 
     cls.start = start  # type: ignore[attr-defined]
+
+
+# -- batch reads through Spark's own Parquet scan (:mod:`sparkonce.delta.native`) ---------------------------------
+
+
+def _wrap_load() -> None:
+    """``spark.read.format("delta")...load(path)`` of sparkonce's Delta formats returns the native read's DataFrame
+    when the native path can read the table, else the Python data source's."""
+    from pyspark.sql.readwriter import DataFrameReader
+
+    def remember_format(reader: Any, source: str) -> None:
+        reader._sparkonce_format = str(source).lower()
+
+    def remember_option(reader: Any, key: str, value: Any) -> None:
+        _reader_options(reader)[str(key)] = _option_text(value)
+
+    def remember_options(reader: Any, **options: Any) -> None:
+        for key, value in options.items():
+            remember_option(reader, key, value)
+
+    def remember_schema(reader: Any, schema: Any) -> None:
+        reader._sparkonce_schema = schema
+
+    _record(DataFrameReader, "format", remember_format)
+    _record(DataFrameReader, "option", remember_option)
+    _record(DataFrameReader, "options", remember_options)
+    _record(DataFrameReader, "schema", remember_schema)
+    original = DataFrameReader.load
+
+    @functools.wraps(original)
+    def load(self: Any, path: Any = None, format: str | None = None, schema: Any = None, **options: Any) -> Any:
+        if format is not None:
+            self.format(format)
+        if schema is not None:
+            self.schema(schema)
+        self.options(**options)
+        if (
+            getattr(self, "_sparkonce_format", None) in _FORMATS
+            and getattr(self, "_sparkonce_schema", None) is None
+            and (path is None or isinstance(path, str))
+        ):
+            frame = _native_read(self, path)
+            if frame is not None:
+                return frame
+        return original(self, path)
+
+    DataFrameReader.load = load  # type: ignore[method-assign]
+
+
+def _reader_options(reader: Any) -> dict[str, str]:
+    found: dict[str, str] | None = getattr(reader, "_sparkonce_options", None)
+    if found is None:
+        found = reader._sparkonce_options = {}
+    return found
+
+
+def _option_text(value: Any) -> str:
+    """An option value as Spark passes it on (booleans lower-case, as ``DataFrameReader.option`` does)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _native_read(reader: Any, path: str | None) -> Any:
+    """The native read of a load (None: the Python data source reads it)."""
+    from sparkonce.delta.changes import is_change_feed_read
+    from sparkonce.delta.native import native_frame, native_reads_enabled
+    from sparkonce.delta.options import ReadOptions
+
+    spark = reader._spark
+    if not native_reads_enabled(spark):
+        return None
+    options = dict(_reader_options(reader))
+    if path is not None:
+        options["path"] = path
+    if is_change_feed_read(options):
+        return None
+    return native_frame(spark, ReadOptions.parse(options))
 
 
 # -- Delta tables by name (sparkonce's catalog, :mod:`sparkonce.delta.catalog`) -----------------------------------

@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -115,18 +115,29 @@ METADATA_FIELDS = (
 def check_reader_features(table: DeltaTable, table_uri: str) -> None:
     """Refuse tables whose reader features we cannot honour (reading them would give wrong rows)."""
     protocol = table.protocol()
-    features = set(protocol.reader_features or [])
+    check_protocol_readable(
+        {"minReaderVersion": protocol.min_reader_version, "readerFeatures": protocol.reader_features or []},
+        table_uri,
+    )
+
+
+def check_protocol_readable(protocol: Mapping[str, Any], table_uri: str) -> None:
+    """:func:`check_reader_features` of a ``protocol`` action.
+
+    Raises:
+        UnsupportedFeatureError: a reader feature sparkonce cannot honour, or a reader version above 3.
+    """
+    features = {str(f) for f in protocol.get("readerFeatures") or []}
+    reader_version = int(protocol.get("minReaderVersion", 1))
     unsupported = sorted(features - SUPPORTED_READER_FEATURES)
     if unsupported:
         raise UnsupportedFeatureError(
             f"the Delta table at {table_uri} uses reader feature(s) {', '.join(unsupported)} that sparkonce "
-            f"cannot honour yet (reader version {protocol.min_reader_version}); refusing to read rather than "
+            f"cannot honour yet (reader version {reader_version}); refusing to read rather than "
             "return wrong rows"
         )
-    if protocol.min_reader_version > 3:
-        raise UnsupportedFeatureError(
-            f"the Delta table at {table_uri} needs reader version {protocol.min_reader_version} (> 3)"
-        )
+    if reader_version > 3:
+        raise UnsupportedFeatureError(f"the Delta table at {table_uri} needs reader version {reader_version} (> 3)")
 
 
 def open_snapshot(options: ReadOptions) -> DeltaTable:
@@ -142,27 +153,48 @@ def open_snapshot(options: ReadOptions) -> DeltaTable:
             )
         table = load_table(options.location, table_version=options.version_as_of)
     elif options.timestamp_as_of is not None:
-        table_version = _version_as_of_timestamp(options.location, options.timestamp_as_of, options.path)
+        table_version = version_as_of_timestamp(options.location, options.timestamp_as_of, options.path)
         table = load_table(options.location, table_version=table_version)
     check_reader_features(table, options.path)
     return table
 
 
-def _version_as_of_timestamp(location: TableLocation, when: dt.datetime, path: str) -> int:
-    """The newest table version committed at or before ``when``, on the commit timestamps history shows."""
+def version_as_of_timestamp(location: TableLocation, when: dt.datetime, path: str) -> int:
+    """The newest table version committed at or before ``when``, on the commit timestamps history shows.
+
+    Raises:
+        OptionError: ``when`` is before the first commit still in the log, or after the latest commit (Delta's
+            ``DELTA_TIMESTAMP_GREATER_THAN_COMMIT``: no table version exists at that time yet).
+    """
     from sparkonce.delta.log import DeltaLog
 
     millis = when.timestamp() * 1000
     found: int | None = None
     first = "none present"
+    latest_ms: int | None = None
     for table_version, ts in DeltaLog(location).commit_timestamps():
         if ts > millis:
             if found is None:
                 first = dt.datetime.fromtimestamp(ts / 1000, dt.UTC).isoformat()
             break
         found = table_version
+        latest_ms = ts
+    else:
+        if found is not None and latest_ms is not None and millis > latest_ms:
+            latest = dt.datetime.fromtimestamp(latest_ms / 1000, dt.UTC).isoformat()
+            raise OptionError(
+                "timestampAsOf",
+                when.isoformat(),
+                f"[DELTA_TIMESTAMP_GREATER_THAN_COMMIT] The provided timestamp is after the latest version "
+                f"available to the table {path} ({latest}). Please use a timestamp before or at {latest}.",
+            )
     if found is None:
-        raise OptionError("timestampAsOf", when.isoformat(), f"is before the first commit of {path} ({first})")
+        raise OptionError(
+            "timestampAsOf",
+            when.isoformat(),
+            f"[DELTA_TIMESTAMP_EARLIER_THAN_COMMIT_RETENTION] is before the earliest version available to the "
+            f"table {path} ({first})",
+        )
     return found
 
 
@@ -470,6 +502,7 @@ __all__ = [
     "DeltaBatchReader",
     "FilesPartition",
     "ScanSchema",
+    "check_protocol_readable",
     "check_reader_features",
     "open_snapshot",
     "plan_partitions",
@@ -477,4 +510,5 @@ __all__ = [
     "read_files",
     "scan_schema",
     "snapshot_files",
+    "version_as_of_timestamp",
 ]

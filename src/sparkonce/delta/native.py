@@ -1,0 +1,718 @@
+"""Batch reads of Delta tables through Spark's own Parquet scan: the native read path.
+
+The Python data source (:mod:`sparkonce.delta.reader`) moves every row from a Python worker to the JVM as Arrow and
+cannot prune columns. Here the driver gives Spark a plain file-source relation instead: Spark's
+``HadoopFsRelation`` with its ``ParquetFileFormat`` and a file index that is sparkonce's, written in Python and
+handed to the JVM through py4j (:class:`DeltaFileIndex`, a py4j proxy of Spark's ``FileIndex``). Spark then reads
+the files itself, with its vectorized reader, column pruning and row-group filter pushdown, as delta-spark's
+``TahoeLogFileIndex`` lets it.
+
+Each time Spark plans a query over the relation it asks the index for the files (``listFiles``), and the index
+answers from the Delta log as of that moment, the way Delta's file index re-resolves its snapshot per query:
+
+* the latest table version (or the version a time-travel read pinned), from sparkonce's own log reader
+  (:func:`sparkonce.delta.table_view.current_table`, which reads only the commits after the snapshot it holds);
+* partition pruning with Spark's own evaluation of the partition filters (Spark leaves them to the index);
+* data skipping on the ``add`` actions' statistics (:mod:`sparkonce.delta.skipping`);
+* a schema check: a DataFrame (or a view over one) made before a column was dropped or retyped fails with Delta's
+  error class rather than read wrong columns; added columns are simply not in its schema, as in Delta.
+
+Column mapping is a projection from physical to logical names over the relation; partition columns are the
+relation's partition columns, with their values from the log. Spark's ``_metadata`` columns come with the file
+source.
+
+What stays on the Python data source (:func:`native_frame` returns None): sessions without py4j (Spark Connect,
+Spark Declarative Pipelines), tables on object stores (Spark has no S3 file system here), tables that can hold
+deletion vectors (Spark's Parquet reader cannot apply them), and ``spark.sparkonce.nativeReads=false``.
+
+Runs on the driver; executors run Spark's own Parquet reader.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from sparkonce.delta.log import DeltaLog, Snapshot
+from sparkonce.delta.options import ReadOptions
+from sparkonce.delta.paths import require_fs_path
+from sparkonce.delta.reader import check_protocol_readable, version_as_of_timestamp
+from sparkonce.delta.skipping import (
+    And,
+    ColumnKind,
+    Comparison,
+    FileStats,
+    InList,
+    IsNotNull,
+    IsNull,
+    Not,
+    Or,
+    Predicate,
+    StartsWith,
+    Unknown,
+    column_kinds,
+    conjunction,
+    flip,
+    may_match,
+    parse_stats,
+)
+from sparkonce.delta.table_view import current_table
+from sparkonce.errors import OptionError, SchemaMismatchError, TableNotFoundError
+from sparkonce.storage import TableLocation, table_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+NATIVE_READS_CONF = "spark.sparkonce.nativeReads"
+"""``false`` sends every batch read through the Python data source (default ``true``)."""
+
+_FILE_BLOCK_SIZE = 128 * 1024 * 1024
+_PHYSICAL_NAME = "delta.columnMapping.physicalName"
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    """What the index answered the last time Spark planned a scan over it."""
+
+    table_version: int
+    files_total: int
+    files_after_partition_pruning: int
+    files_read: int
+
+    @property
+    def files_skipped(self) -> int:
+        """Files dropped by data skipping (after partition pruning)."""
+        return self.files_after_partition_pruning - self.files_read
+
+
+_LAST_SCANS: dict[str, ScanReport] = {}
+
+
+def last_scan(table: str | TableLocation) -> ScanReport | None:
+    """What the native path's index answered the last time Spark planned a scan of ``table`` in this process (for
+    tests, benchmarks and operators asking how many files data skipping dropped), or None."""
+    return _LAST_SCANS.get(table_location(table).uri)
+
+
+def native_frame(spark: SparkSession, options: ReadOptions) -> DataFrame | None:
+    """A DataFrame reading the table of ``options`` through Spark's Parquet scan, or None when the native path
+    cannot read it (see the module's documentation); the caller then reads through the Python data source.
+
+    Raises:
+        OptionError: ``versionAsOf``/``timestampAsOf`` name no table version.
+        UnsupportedFeatureError: the table needs a reader feature sparkonce cannot honour.
+        TableNotFoundError: there is no Delta table at the path.
+    """
+    if not native_reads_enabled(spark) or not options.location.is_local:
+        return None
+    pinned = _pinned_version(options)
+    snapshot = DeltaLog(options.location).snapshot(pinned) if pinned is not None else _latest(options.location)
+    check_protocol_readable(snapshot.protocol, options.path)
+    if "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or []):
+        return None
+    index = DeltaFileIndex(spark, options.location, snapshot, pinned=pinned is not None)
+    frame = index.frame()
+    if options.metadata_column:
+        frame = frame.select("*", "_metadata")
+    return frame
+
+
+def native_reads_enabled(spark: SparkSession) -> bool:
+    """True for a classic (py4j) session where :data:`NATIVE_READS_CONF` is not ``false``."""
+    if getattr(spark, "_jsparkSession", None) is None or getattr(spark, "_jvm", None) is None:
+        return False
+    return str(spark.conf.get(NATIVE_READS_CONF, "true")).strip().lower() != "false"
+
+
+def _latest(location: TableLocation) -> Snapshot:
+    table = current_table(location)
+    if table is None:
+        raise TableNotFoundError(f"{location}: not a Delta table (no _delta_log commits)")
+    return table.snapshot
+
+
+def _pinned_version(options: ReadOptions) -> int | None:
+    if options.version_as_of is not None:
+        latest = DeltaLog(options.location).latest_version()
+        if options.version_as_of > latest:
+            raise OptionError(
+                "versionAsOf",
+                str(options.version_as_of),
+                f"is beyond the latest table version {latest} of {options.path}",
+            )
+        return options.version_as_of
+    if options.timestamp_as_of is not None:
+        return version_as_of_timestamp(options.location, options.timestamp_as_of, options.path)
+    return None
+
+
+class _Jvm:
+    """The JVM classes the index uses, looked up once per session (each py4j lookup is a round trip)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        from pyspark.java_gateway import ensure_callback_server_started
+
+        sc = spark.sparkContext
+        self.gateway = sc._gateway
+        ensure_callback_server_started(self.gateway)
+        jvm = sc._jvm
+        assert jvm is not None
+        self.jvm = jvm
+        self.session = spark._jsparkSession
+        self.Path = jvm.org.apache.hadoop.fs.Path
+        self.FileStatus = jvm.org.apache.hadoop.fs.FileStatus
+        ds = jvm.org.apache.spark.sql.execution.datasources
+        self.PartitionDirectory = ds.PartitionDirectory
+        self.expressions = jvm.org.apache.spark.sql.catalyst.expressions
+        self.DataType = jvm.org.apache.spark.sql.types.DataType
+        self.StringType = jvm.org.apache.spark.sql.types.DataTypes.StringType
+        self.converters = jvm.scala.jdk.javaapi.CollectionConverters
+        self.eval_mode = getattr(getattr(self.expressions, "EvalMode$"), "MODULE$").LEGACY()
+        self.none = jvm.scala.Option.empty()
+        self.utc = jvm.scala.Option.apply("UTC")
+        self.logical_relation = getattr(getattr(ds, "LogicalRelation$"), "MODULE$")
+        self.bind = getattr(getattr(self.expressions, "BindReferences$"), "MODULE$")
+        self.attribute_seq = getattr(self.expressions, "package$AttributeSeq")
+        self.predicate = getattr(getattr(self.expressions, "Predicate$"), "MODULE$")
+
+    def seq(self, items: Sequence[Any]) -> Any:
+        """A Scala immutable ``List`` of ``items``."""
+        from py4j.java_collections import ListConverter
+
+        java_list = ListConverter().convert(list(items), self.gateway._gateway_client)
+        return self.converters.asScala(java_list).toList()
+
+    def empty_map(self) -> Any:
+        return getattr(self.jvm.scala.collection.immutable.Map, "from")(self.seq([]))
+
+
+_JVMS: dict[int, _Jvm] = {}
+_JVM_LOCK = threading.Lock()
+
+
+def _jvm_of(spark: SparkSession) -> _Jvm:
+    key = id(spark.sparkContext)
+    with _JVM_LOCK:
+        found = _JVMS.get(key)
+        if found is None:
+            found = _JVMS[key] = _Jvm(spark)
+        return found
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The relation's columns, fixed when the DataFrame is made."""
+
+    fields: tuple[dict[str, Any], ...]
+    """``schemaString``'s top-level fields."""
+    partition_columns: tuple[str, ...]
+    physical: dict[str, str]
+    """Logical -> physical top-level name, where they differ (column mapping)."""
+    kinds: dict[str, ColumnKind]
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> _Layout:
+        fields = tuple(_schema_fields(snapshot))
+        partitions = tuple(str(c) for c in snapshot.metadata.get("partitionColumns") or [])
+        physical = {}
+        for field in fields:
+            name = (field.get("metadata") or {}).get(_PHYSICAL_NAME)
+            if name and name != field["name"]:
+                physical[str(field["name"])] = str(name)
+        return cls(fields, partitions, physical, column_kinds(fields))
+
+    @property
+    def mapped(self) -> bool:
+        """True when the files' column names are not the logical names (column mapping)."""
+        return any((f.get("metadata") or {}).get(_PHYSICAL_NAME) for f in self.fields) or any(
+            _has_physical_names(f.get("type")) for f in self.fields
+        )
+
+
+def _schema_fields(snapshot: Snapshot) -> list[dict[str, Any]]:
+    return list(json.loads(str(snapshot.metadata.get("schemaString") or "{}")).get("fields") or [])
+
+
+def _has_physical_names(delta_type: Any) -> bool:
+    if isinstance(delta_type, dict):
+        if delta_type.get("type") == "struct":
+            return any(
+                (f.get("metadata") or {}).get(_PHYSICAL_NAME) or _has_physical_names(f.get("type"))
+                for f in delta_type.get("fields") or []
+            )
+        if delta_type.get("type") == "array":
+            return _has_physical_names(delta_type.get("elementType"))
+        if delta_type.get("type") == "map":
+            return _has_physical_names(delta_type.get("keyType")) or _has_physical_names(delta_type.get("valueType"))
+    return False
+
+
+def _physical_type(delta_type: Any) -> Any:
+    """A Delta type with every nested field under its physical name and no field metadata."""
+    if isinstance(delta_type, dict):
+        kind = delta_type.get("type")
+        if kind == "struct":
+            return {
+                "type": "struct",
+                "fields": [
+                    {
+                        "name": (f.get("metadata") or {}).get(_PHYSICAL_NAME) or f["name"],
+                        "type": _physical_type(f["type"]),
+                        "nullable": f.get("nullable", True),
+                        "metadata": {},
+                    }
+                    for f in delta_type.get("fields") or []
+                ],
+            }
+        if kind == "array":
+            return {**delta_type, "elementType": _physical_type(delta_type["elementType"])}
+        if kind == "map":
+            return {
+                **delta_type,
+                "keyType": _physical_type(delta_type["keyType"]),
+                "valueType": _physical_type(delta_type["valueType"]),
+            }
+    return delta_type
+
+
+def _logical_type(delta_type: Any) -> Any:
+    """A Delta type without field metadata (Spark's view of the table's type)."""
+    if isinstance(delta_type, dict):
+        kind = delta_type.get("type")
+        if kind == "struct":
+            return {
+                "type": "struct",
+                "fields": [
+                    {
+                        "name": f["name"],
+                        "type": _logical_type(f["type"]),
+                        "nullable": f.get("nullable", True),
+                        "metadata": {},
+                    }
+                    for f in delta_type.get("fields") or []
+                ],
+            }
+        if kind == "array":
+            return {**delta_type, "elementType": _logical_type(delta_type["elementType"])}
+        if kind == "map":
+            return {
+                **delta_type,
+                "keyType": _logical_type(delta_type["keyType"]),
+                "valueType": _logical_type(delta_type["valueType"]),
+            }
+    return delta_type
+
+
+class DeltaFileIndex:
+    """Spark's ``FileIndex`` for one Delta table, implemented in Python and called by the JVM through py4j while
+    Spark plans a query (driver only: Spark's scan hands executors file splits, never the index).
+
+    Args:
+        spark: The (classic) session.
+        location: The table.
+        snapshot: The table version the DataFrame is made at: its schema and partitioning are the relation's.
+        pinned: True for a time-travel read (every query reads ``snapshot``); False to read the latest table
+            version at each query.
+    """
+
+    class Java:
+        implements = ["org.apache.spark.sql.execution.datasources.FileIndex"]
+
+    def __init__(self, spark: SparkSession, location: TableLocation, snapshot: Snapshot, *, pinned: bool) -> None:
+        self.spark = spark
+        self.location = location
+        self.snapshot = snapshot
+        self.pinned = pinned
+        self.layout = _Layout.of(snapshot)
+        self._j = _jvm_of(spark)
+        self._lock = threading.Lock()
+        self._statuses: dict[str, Any] = {}
+        """Raw ``add.path`` -> the JVM ``FileStatus`` (made once per file: each py4j call is a round trip)."""
+        self._rows: dict[tuple[Any, ...], Any] = {}
+        """Raw partition values -> the JVM partition row."""
+        self._stats: dict[str, FileStats | None] = {}
+        self.last_scan: ScanReport | None = None
+        self._partition_schema = self._j.DataType.fromJson(json.dumps(self._partition_struct()))
+        self._placeholders: dict[str, Any] | None = None
+
+    # -- the relation ----------------------------------------------------------------------------------------------
+
+    def _partition_struct(self) -> dict[str, Any]:
+        by_name = {f["name"]: f for f in self.layout.fields}
+        return {
+            "type": "struct",
+            "fields": [
+                {"name": c, "type": _logical_type(by_name[c]["type"]), "nullable": True, "metadata": {}}
+                for c in self.layout.partition_columns
+            ],
+        }
+
+    def _data_struct(self) -> dict[str, Any]:
+        """Every column in table order: data columns under their physical names, partition columns under their
+        logical names (Spark then places them at their table position and fills them from the index)."""
+        fields = []
+        for f in self.layout.fields:
+            partition = f["name"] in self.layout.partition_columns
+            name = f["name"] if partition else self.layout.physical.get(f["name"], f["name"])
+            kind = _logical_type(f["type"]) if partition else _physical_type(f["type"])
+            fields.append({"name": name, "type": kind, "nullable": f.get("nullable", True), "metadata": {}})
+        return {"type": "struct", "fields": fields}
+
+    def frame(self) -> DataFrame:
+        """The DataFrame over this index (logical column names, table order)."""
+        from pyspark.sql import DataFrame
+
+        j = self._j
+        data_schema = j.DataType.fromJson(json.dumps(self._data_struct()))
+        format_ = j.jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
+        relation = j.jvm.org.apache.spark.sql.execution.datasources.HadoopFsRelation(
+            self, self._partition_schema, data_schema, j.none, format_, j.empty_map(), j.session
+        )
+        plan = j.logical_relation.apply(relation, False)
+        frame = DataFrame(j.jvm.org.apache.spark.sql.classic.Dataset.ofRows(j.session, plan), self.spark)
+        if not self.layout.mapped:
+            return frame
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import _parse_datatype_json_value
+
+        columns = []
+        for f in self.layout.fields:
+            name = f["name"]
+            if name in self.layout.partition_columns:
+                columns.append(F.col(f"`{name}`"))
+                continue
+            physical = self.layout.physical.get(name, name)
+            logical_type = _parse_datatype_json_value(_logical_type(f["type"]))
+            columns.append(F.col(f"`{physical}`").cast(logical_type).alias(name))
+        return frame.select(*columns)
+
+    # -- FileIndex -------------------------------------------------------------------------------------------------
+
+    def rootPaths(self) -> Any:  # driver (JVM callback)
+        return self._j.seq([self._j.Path(self._uri(""))])
+
+    def listFiles(self, partitionFilters: Any, dataFilters: Any) -> Any:  # driver (JVM callback)
+        try:
+            return self._list_files(partitionFilters, dataFilters)
+        except Exception:
+            log.exception("listing the files of the Delta table at %s failed", self.location)
+            raise
+
+    def inputFiles(self) -> Any:  # driver (JVM callback)
+        snapshot = self._current()
+        paths = [self._uri(require_fs_path(self.location, p)) for p in snapshot.files]
+        array = self._j.gateway.new_array(self._j.jvm.java.lang.String, len(paths))
+        for i, path in enumerate(paths):
+            array[i] = path
+        return array
+
+    def refresh(self) -> None:  # driver (JVM callback)
+        """Nothing is cached across queries that could be stale: each listing reads the log."""
+
+    def sizeInBytes(self) -> int:  # driver (JVM callback)
+        snapshot = self.snapshot if self.pinned else self._current()
+        return sum(int(a.get("size") or 0) for a in snapshot.files.values())
+
+    def partitionSchema(self) -> Any:  # driver (JVM callback)
+        return self._partition_schema
+
+    def isTimeTravel(self) -> bool:  # driver (JVM callback)
+        return self.pinned
+
+    def metadataOpsTimeNs(self) -> Any:  # driver (JVM callback)
+        return self._j.none
+
+    def toString(self) -> str:  # driver (JVM callback): how explain() shows the index
+        scan = self.last_scan
+        seen = (
+            ""
+            if scan is None
+            else f", table_version={scan.table_version}, files read {scan.files_read} of {scan.files_total} "
+            f"(partition pruning {scan.files_total - scan.files_after_partition_pruning}, "
+            f"data skipping {scan.files_skipped})"
+        )
+        return f"DeltaFileIndex[{self.location}{seen}]"
+
+    def equals(self, other: Any) -> bool:  # driver (JVM callback)
+        return other is self
+
+    def hashCode(self) -> int:  # driver (JVM callback)
+        return id(self) & 0x7FFFFFFF
+
+    # -- listing ---------------------------------------------------------------------------------------------------
+
+    def _current(self) -> Snapshot:
+        if self.pinned:
+            return self.snapshot
+        snapshot = _latest(self.location)
+        self._check_schema(snapshot)
+        return snapshot
+
+    def _check_schema(self, snapshot: Snapshot) -> None:
+        """Refuse a table whose columns changed incompatibly since the DataFrame was made (Delta's
+        ``DELTA_SCHEMA_CHANGED_WITH_VERSION``); added columns are fine."""
+        if snapshot.metadata.get("schemaString") == self.snapshot.metadata.get("schemaString") and list(
+            snapshot.metadata.get("partitionColumns") or []
+        ) == list(self.layout.partition_columns):
+            return
+        now = {f["name"]: f for f in _schema_fields(snapshot)}
+        problems = []
+        for f in self.layout.fields:
+            found = now.get(f["name"])
+            if found is None:
+                problems.append(f"column {f['name']} is gone")
+            elif _physical_type(found["type"]) != _physical_type(f["type"]) or (found.get("metadata") or {}).get(
+                _PHYSICAL_NAME
+            ) != (f.get("metadata") or {}).get(_PHYSICAL_NAME):
+                problems.append(f"column {f['name']} changed type or physical name")
+        if list(snapshot.metadata.get("partitionColumns") or []) != list(self.layout.partition_columns):
+            problems.append("the partition columns changed")
+        if problems:
+            raise SchemaMismatchError(
+                f"[DELTA_SCHEMA_CHANGED_WITH_VERSION] The schema of the Delta table at {self.location} changed in "
+                f"an incompatible way since the DataFrame (or a view over it) was made at table version "
+                f"{self.snapshot.table_version}; it is now at table version {snapshot.table_version}: "
+                f"{'; '.join(problems)}. Read the table again (or re-create the view)."
+            )
+
+    def _list_files(self, partition_filters: Any, data_filters: Any) -> Any:
+        snapshot = self._current()
+        adds = snapshot.files
+        j = self._j
+        partition_keys = self.layout.partition_columns
+        # group files by partition values (raw strings from the log)
+        groups: dict[tuple[Any, ...], list[str]] = {}
+        physical = self.layout.physical
+        for path, add in adds.items():
+            values = add.get("partitionValues") or {}
+            key = tuple(_raw_partition_value(values, c, physical.get(c, c)) for c in partition_keys)
+            groups.setdefault(key, []).append(path)
+        total = len(adds)
+        with self._lock:
+            rows = {key: self._row(key) for key in groups}
+            if partition_keys and not partition_filters.isEmpty():
+                keep = self._partition_predicate(partition_filters)
+                groups = {key: paths for key, paths in groups.items() if keep.eval(rows[key])}
+            after_partitions = sum(len(p) for p in groups.values())
+            predicate = conjunction([_predicate(e) for e in _iterate(data_filters)])
+            if predicate is not None and not isinstance(predicate, Unknown):
+                groups = {
+                    key: kept
+                    for key, paths in groups.items()
+                    if (
+                        kept := [
+                            p for p in paths if may_match(predicate, self._file_stats(p, adds[p]), self.layout.kinds)
+                        ]
+                    )
+                }
+            read = sum(len(p) for p in groups.values())
+            directories = []
+            for key, paths in groups.items():
+                array = j.gateway.new_array(j.FileStatus, len(paths))
+                for i, path in enumerate(paths):
+                    array[i] = self._status(path, adds[path])
+                directories.append(j.PartitionDirectory.apply(rows[key], array))
+            self.last_scan = ScanReport(snapshot.table_version, total, after_partitions, read)
+            _LAST_SCANS[self.location.uri] = self.last_scan
+        log.info(
+            "native scan of %s at table_version %d: %d of %d file(s) read (partition pruning dropped %d, data "
+            "skipping %d)",
+            self.location,
+            snapshot.table_version,
+            read,
+            total,
+            total - after_partitions,
+            after_partitions - read,
+        )
+        return j.seq(directories)
+
+    def _uri(self, fs_path: str) -> str:
+        if not fs_path:
+            fs_path = self.location.fs_path()
+        return f"file:{fs_path}"
+
+    def _status(self, path: str, add: Mapping[str, Any]) -> Any:
+        found = self._statuses.get(path)
+        if found is None:
+            j = self._j
+            uri = self._uri(require_fs_path(self.location, path))
+            mtime = int(add.get("modificationTime") or 0)
+            found = j.FileStatus(int(add.get("size") or 0), False, 1, _FILE_BLOCK_SIZE, mtime, j.Path(uri))
+            self._statuses[path] = found
+        return found
+
+    def _file_stats(self, path: str, add: Mapping[str, Any]) -> FileStats | None:
+        if path not in self._stats:
+            raw = add.get("stats")
+            if raw is None and add.get("stats_parsed") is not None:
+                raw = add.get("stats_parsed")
+            self._stats[path] = parse_stats(raw, self.layout.physical, self.layout.kinds)
+        return self._stats[path]
+
+    def _row(self, key: tuple[Any, ...]) -> Any:
+        """The JVM partition row of raw partition values (Delta's serialization, cast as Delta casts them)."""
+        found = self._rows.get(key)
+        if found is None:
+            j = self._j
+            fields = self._partition_struct()["fields"]
+            casts = []
+            for raw, field in zip(key, fields):
+                target = j.DataType.fromJson(json.dumps(field["type"]))
+                literal = j.expressions.Literal.create(raw, j.StringType)
+                casts.append(j.expressions.Cast(literal, target, j.utc, j.eval_mode))
+            found = j.expressions.CreateStruct.apply(j.seq(casts)).eval(None)
+            self._rows[key] = found
+        return found
+
+    def _partition_predicate(self, partition_filters: Any) -> Any:
+        """Spark's interpreted predicate of the partition filters over the partition rows."""
+        j = self._j
+        expressions = list(_iterate(partition_filters))
+        references: dict[str, Any] = {}
+        for expression in expressions:
+            for attribute in _iterate(expression.references().toSeq()):
+                references[str(attribute.name()).lower()] = attribute
+        attributes = [references.get(c.lower()) or self._placeholder(c) for c in self.layout.partition_columns]
+        combined = expressions[0]
+        for expression in expressions[1:]:
+            combined = j.expressions.And(combined, expression)
+        bound = j.bind.bindReference(combined, j.attribute_seq(j.seq(attributes)), False)
+        return j.predicate.createInterpreted(bound)
+
+    def _placeholder(self, column: str) -> Any:
+        """An attribute of a partition column no filter names (it only holds the column's place)."""
+        if self._placeholders is None:
+            fields = self._partition_schema.fields()
+            self._placeholders = {str(f.name()): f for f in fields}
+        field = self._placeholders[column]
+        j = self._j
+        return j.jvm.org.apache.spark.sql.catalyst.types.DataTypeUtils.toAttribute(field)
+
+
+def _raw_partition_value(values: Mapping[str, Any], logical: str, physical: str) -> Any:
+    raw = values.get(physical, values.get(logical))
+    return None if raw is None else str(raw)
+
+
+def _iterate(scala_seq: Any) -> list[Any]:
+    """The elements of a Scala ``Seq``."""
+    iterator = scala_seq.iterator()
+    items = []
+    while iterator.hasNext():
+        items.append(iterator.next())
+    return items
+
+
+# -- Spark expressions -> data skipping predicates ----------------------------------------------------------------
+
+_COMPARISONS = {
+    "EqualTo": "=",
+    "EqualNullSafe": "<=>",
+    "LessThan": "<",
+    "LessThanOrEqual": "<=",
+    "GreaterThan": ">",
+    "GreaterThanOrEqual": ">=",
+}
+
+
+def _predicate(expression: Any) -> Predicate:
+    """A data skipping predicate of a Spark (Catalyst) expression: the parts skipping understands, the rest
+    :class:`Unknown` (which keeps every file)."""
+    try:
+        return _convert(expression)
+    except _NotUnderstood as err:
+        return Unknown(str(err))
+
+
+class _NotUnderstood(Exception):
+    pass
+
+
+def _convert(e: Any) -> Predicate:
+    kind = str(e.nodeName())
+    if kind == "And":
+        return And(_predicate(e.left()), _predicate(e.right()))
+    if kind == "Or":
+        return Or(_predicate(e.left()), _predicate(e.right()))
+    if kind == "Not":
+        return Not(_predicate(e.child()))
+    if kind in _COMPARISONS:
+        op = _COMPARISONS[kind]
+        left, right = e.left(), e.right()
+        if _is_attribute(left) and _is_literal(right):
+            return Comparison(str(left.name()), op, _literal(right))  # type: ignore[arg-type]
+        if _is_literal(left) and _is_attribute(right):
+            return Comparison(str(right.name()), flip(op), _literal(left))  # type: ignore[arg-type]
+        raise _NotUnderstood(kind)
+    if kind in ("IsNull", "IsNotNull"):
+        child = e.child()
+        if not _is_attribute(child):
+            raise _NotUnderstood(kind)
+        return IsNull(str(child.name())) if kind == "IsNull" else IsNotNull(str(child.name()))
+    if kind == "In":
+        value = e.value()
+        items = _iterate(e.list())
+        if not _is_attribute(value) or not all(_is_literal(i) for i in items):
+            raise _NotUnderstood(kind)
+        return InList(str(value.name()), tuple(_literal(i) for i in items))
+    if kind == "InSet":
+        child = e.child()
+        if not _is_attribute(child):
+            raise _NotUnderstood(kind)
+        type_name = str(child.dataType().typeName())
+        return InList(str(child.name()), tuple(_internal(v, type_name) for v in _iterate(e.hset().toSeq())))
+    if kind == "StartsWith":
+        left, right = e.left(), e.right()
+        if _is_attribute(left) and _is_literal(right):
+            prefix = _literal(right)
+            if isinstance(prefix, str):
+                return StartsWith(str(left.name()), prefix)
+        raise _NotUnderstood(kind)
+    raise _NotUnderstood(kind)
+
+
+def _is_attribute(e: Any) -> bool:
+    return str(e.nodeName()) == "AttributeReference"
+
+
+def _is_literal(e: Any) -> bool:
+    return str(e.nodeName()) == "Literal"
+
+
+def _literal(e: Any) -> Any:
+    return _internal(e.value(), str(e.dataType().typeName()))
+
+
+def _internal(value: Any, type_name: str) -> Any:
+    """A Catalyst internal value as the Python value statistics compare with."""
+    import datetime as dt
+
+    if value is None:
+        return None
+    if type_name in ("integer", "long", "short", "byte"):
+        return int(value)
+    if type_name in ("double", "float"):
+        return float(value)
+    if type_name == "string":
+        return str(value.toString()) if not isinstance(value, str) else value
+    if type_name == "boolean":
+        return bool(value)
+    if type_name.startswith("decimal"):
+        return Decimal(str(value.toJavaBigDecimal().toPlainString()))
+    if type_name == "date":
+        return dt.date(1970, 1, 1) + dt.timedelta(days=int(value))
+    if type_name == "timestamp":
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(value))
+    if type_name == "timestamp_ntz":
+        return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=int(value))
+    raise _NotUnderstood(type_name)
+
+
+__all__ = ["NATIVE_READS_CONF", "DeltaFileIndex", "ScanReport", "last_scan", "native_frame", "native_reads_enabled"]
