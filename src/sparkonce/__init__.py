@@ -115,11 +115,11 @@ def register(spark: SparkSession) -> list[str]:
     sources.append(KafkaDataSource)
     names = []
     for source in sources:
-        spark.dataSource.register(source)
+        _register_source(spark, source)
         names.append(source.name())
     from sparkonce.delta.history import DeltaHistoryDataSource
 
-    spark.dataSource.register(DeltaHistoryDataSource)  # DESCRIBE HISTORY, read by executors
+    _register_source(spark, DeltaHistoryDataSource)  # DESCRIBE HISTORY, read by executors
     if getattr(spark, "_jvm", None) is not None:
         from sparkonce.delta import _compat
 
@@ -129,6 +129,18 @@ def register(spark: SparkSession) -> list[str]:
 
         install(spark)
     return names
+
+
+def _register_source(spark: SparkSession, source: Any) -> None:
+    """Register one data source; a session made by ``newSession()`` of a registered session shares its parent's
+    sources (Spark refuses them again with ``DATA_SOURCE_ALREADY_EXISTS``), which are sparkonce's already."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(source)
+    except AnalysisException as err:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(err):
+            raise
 
 
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"

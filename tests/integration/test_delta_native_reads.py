@@ -54,7 +54,7 @@ def _both(spark: SparkSession, read: Any) -> tuple[Any, Any]:
         spark.conf.set(NATIVE_READS_CONF, native)
         try:
             answers.append(read())
-        except Exception as err:  # noqa: BLE001 - compared below: both paths must fail alike
+        except Exception as err:
             answers.append(err)
         finally:
             spark.conf.unset(NATIVE_READS_CONF)
@@ -198,7 +198,12 @@ def test_only_the_columns_a_query_uses_are_read(spark: SparkSession, ranges: str
 
 
 def test_metadata_columns_resolve_on_a_native_read(spark: SparkSession, ranges: str) -> None:
-    frame = spark.read.format("delta").load(ranges).where("id = 42").select("id", "_metadata.file_path", "_metadata.row_index")
+    frame = (
+        spark.read.format("delta")
+        .load(ranges)
+        .where("id = 42")
+        .select("id", "_metadata.file_path", "_metadata.row_index")
+    )
     [row] = frame.collect()
     assert row.file_path.startswith("file:") and row.file_path.endswith(".parquet")
     assert row.row_index == 42
@@ -253,7 +258,9 @@ def test_time_travel_pins_the_version_across_later_commits(spark: SparkSession, 
     assert spark.read.format("delta").load(path).count() == 5
 
 
-def test_a_timestamp_after_the_latest_commit_is_refused_as_delta_refuses_it(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_timestamp_after_the_latest_commit_is_refused_as_delta_refuses_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     path = str(tmp_path / "t")
     spark.range(3).write.format("delta").save(path)
     with pytest.raises(Exception, match="DELTA_TIMESTAMP_GREATER_THAN_COMMIT"):

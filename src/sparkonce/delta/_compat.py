@@ -312,6 +312,19 @@ def _find(spark: Any, name: str) -> Any:
     return find_table(spark, parse_name(name))
 
 
+def _forget_stale(spark: Any, name: str) -> None:
+    """A name sparkonce's catalog no longer holds leaves Spark's catalog too (:mod:`sparkonce.delta.spark_catalog`)."""
+    if not serves_catalog(spark):
+        return
+    from sparkonce.delta.catalog import table_key
+    from sparkonce.delta.spark_catalog import forget_stale
+    from sparkonce.sqltext.grammar import parse_name
+
+    key = table_key(spark, parse_name(name))
+    if key is not None:
+        forget_stale(spark, *key)
+
+
 def _wrap_table_names() -> None:
     """``saveAsTable`` / ``toTable`` of sparkonce's Delta formats, and ``table`` reads of names in sparkonce's
     catalog, go to the table's location; every other name and format is Spark's."""
@@ -324,6 +337,7 @@ def _wrap_table_names() -> None:
         def table(self: Any, tableName: str) -> Any:
             entry = _find(self._spark, tableName)
             if entry is None:
+                _forget_stale(self._spark, tableName)
                 return original(self, tableName)
             return self.format("sparkonce.delta").load(entry.location)
 
@@ -401,6 +415,36 @@ def _wrap_table_names() -> None:
         return query
 
     DataStreamWriter.toTable = toTable  # type: ignore[method-assign]
+    _wrap_catalog_api()
+
+
+def _wrap_catalog_api() -> None:
+    """``spark.catalog``'s table calls see sparkonce's tables (mirrored into Spark's catalog first,
+    :mod:`sparkonce.delta.spark_catalog`) and not the temporary views sparkonce's SQL makes for its reads."""
+    from pyspark.sql.catalog import Catalog
+
+    def synced(original: Any) -> Any:
+        @functools.wraps(original)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if serves_catalog(self._sparkSession):
+                from sparkonce.delta.spark_catalog import sync_all
+
+                sync_all(self._sparkSession)
+            return original(self, *args, **kwargs)
+
+        return call
+
+    for method in ("tableExists", "getTable", "listColumns", "refreshTable", "cacheTable", "isCached"):
+        setattr(Catalog, method, synced(getattr(Catalog, method)))
+    list_tables = synced(Catalog.listTables)
+
+    @functools.wraps(list_tables)
+    def listTables(self: Any, *args: Any, **kwargs: Any) -> Any:
+        from sparkonce.delta.spark_catalog import HELPER_VIEW_PREFIX
+
+        return [t for t in list_tables(self, *args, **kwargs) if not t.name.startswith(HELPER_VIEW_PREFIX)]
+
+    Catalog.listTables = listTables  # type: ignore[method-assign]
 
 
 def _table_target(spark: Any, name: str, path: str | None) -> tuple[Any, str, Any]:
@@ -420,7 +464,13 @@ def _table_target(spark: Any, name: str, path: str | None) -> tuple[Any, str, An
         raise SqlError(f"{name}: sparkonce's catalog takes [spark_catalog.]database.table names")
     catalog = DeltaCatalog.of(spark)
     location = path or catalog.managed_location(*key)
-    return None, location, lambda: catalog.add(*key, location, managed=path is None)
+
+    def register() -> None:
+        from sparkonce.delta.spark_catalog import sync_table
+
+        sync_table(spark, catalog.add(*key, location, managed=path is None))
+
+    return None, location, register
 
 
 __all__ = ["install"]

@@ -167,6 +167,14 @@ class DeltaCatalog:
         names = sorted(i.base_name[: -len(".json")] for i in infos if i.is_file and i.base_name.endswith(".json"))
         return [t for t in (self.get(database, n) for n in names) if t is not None]
 
+    def databases(self) -> list[str]:
+        """Every database that holds a table, by name."""
+        import pyarrow.fs as pafs
+
+        folder = self.location.fs_path(CATALOG_DIR)
+        infos = self.location.filesystem().get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and _NAME.match(i.base_name))
+
     def _entry(self, database: str, name: str) -> str:
         """The entry's path relative to the warehouse."""
         for part, what in ((database, "database"), (name, "table")):
@@ -177,6 +185,7 @@ class DeltaCatalog:
 
 __all__ = [
     "CATALOG_DIR",
+    "DEFAULT_DATABASE",
     "WAREHOUSE_CONF",
     "WAREHOUSE_ENV",
     "CatalogTable",

@@ -30,9 +30,11 @@ Runs on the driver; executors run Spark's own Parquet reader.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -101,7 +103,7 @@ def last_scan(table: str | TableLocation) -> ScanReport | None:
     return _LAST_SCANS.get(table_location(table).uri)
 
 
-def native_frame(spark: SparkSession, options: ReadOptions) -> DataFrame | None:
+def native_frame(spark: SparkSession, options: ReadOptions, *, catalog_table: Any = None) -> DataFrame | None:
     """A DataFrame reading the table of ``options`` through Spark's Parquet scan, or None when the native path
     cannot read it (see the module's documentation); the caller then reads through the Python data source.
 
@@ -117,11 +119,43 @@ def native_frame(spark: SparkSession, options: ReadOptions) -> DataFrame | None:
     check_protocol_readable(snapshot.protocol, options.path)
     if "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or []):
         return None
-    index = DeltaFileIndex(spark, options.location, snapshot, pinned=pinned is not None)
-    frame = index.frame()
+    frame = _index_of(spark, options.location, snapshot, pinned=pinned is not None).frame(catalog_table)
     if options.metadata_column:
         frame = frame.select("*", "_metadata")
+    frame._sparkonce_native = True  # type: ignore[attr-defined]
     return frame
+
+
+_INDEXES: OrderedDict[tuple[int, tuple[str, int | None, str]], DeltaFileIndex] = OrderedDict()
+_INDEXES_KEPT = 256
+_INDEXES_LOCK = threading.Lock()
+
+
+def _index_of(spark: SparkSession, location: TableLocation, snapshot: Snapshot, *, pinned: bool) -> DeltaFileIndex:
+    """The one index of this session for the table, its pinned table version (or the latest) and its schema: every
+    DataFrame over it shares the index, so Spark's cache matches their plans (py4j compares proxies by identity)
+    and the JVM file statuses are made once."""
+    key = (id(spark.sparkContext), _identity(location, snapshot, pinned=pinned))
+    with _INDEXES_LOCK:
+        found = _INDEXES.get(key)
+        if found is not None:
+            _INDEXES.move_to_end(key)
+            return found
+    index = DeltaFileIndex(spark, location, snapshot, pinned=pinned)
+    with _INDEXES_LOCK:
+        found = _INDEXES.setdefault(key, index)
+        while len(_INDEXES) > _INDEXES_KEPT:
+            _INDEXES.popitem(last=False)
+    return found
+
+
+def _identity(location: TableLocation, snapshot: Snapshot, *, pinned: bool) -> tuple[str, int | None, str]:
+    return (location.uri, snapshot.table_version if pinned else None, str(snapshot.metadata.get("schemaString") or ""))
+
+
+def is_native(frame: DataFrame) -> bool:
+    """True for a DataFrame :func:`native_frame` made (its file index reads the log at every query)."""
+    return getattr(frame, "_sparkonce_native", False) is True
 
 
 def native_reads_enabled(spark: SparkSession) -> bool:
@@ -134,7 +168,7 @@ def native_reads_enabled(spark: SparkSession) -> bool:
 def _latest(location: TableLocation) -> Snapshot:
     table = current_table(location)
     if table is None:
-        raise TableNotFoundError(f"{location}: not a Delta table (no _delta_log commits)")
+        raise TableNotFoundError(f"[DELTA_MISSING_DELTA_TABLE] {location} is not a Delta table.")
     return table.snapshot
 
 
@@ -160,8 +194,9 @@ class _Jvm:
         from pyspark.java_gateway import ensure_callback_server_started
 
         sc = spark.sparkContext
-        self.gateway = sc._gateway
-        ensure_callback_server_started(self.gateway)
+        gateway: Any = sc._gateway
+        self.gateway = gateway
+        ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
         jvm = sc._jvm
         assert jvm is not None
         self.jvm = jvm
@@ -365,8 +400,9 @@ class DeltaFileIndex:
             fields.append({"name": name, "type": kind, "nullable": f.get("nullable", True), "metadata": {}})
         return {"type": "struct", "fields": fields}
 
-    def frame(self) -> DataFrame:
-        """The DataFrame over this index (logical column names, table order)."""
+    def frame(self, catalog_table: Any = None) -> DataFrame:
+        """The DataFrame over this index (logical column names, table order); ``catalog_table`` is Spark's catalog
+        entry of the table when the DataFrame answers for a name (``REFRESH TABLE`` and the cache need it)."""
         from pyspark.sql import DataFrame
 
         j = self._j
@@ -375,7 +411,11 @@ class DeltaFileIndex:
         relation = j.jvm.org.apache.spark.sql.execution.datasources.HadoopFsRelation(
             self, self._partition_schema, data_schema, j.none, format_, j.empty_map(), j.session
         )
-        plan = j.logical_relation.apply(relation, False)
+        plan = (
+            j.logical_relation.apply(relation, False)
+            if catalog_table is None
+            else j.logical_relation.apply(relation, catalog_table)
+        )
         frame = DataFrame(j.jvm.org.apache.spark.sql.classic.Dataset.ofRows(j.session, plan), self.spark)
         if not self.layout.mapped:
             return frame
@@ -441,10 +481,26 @@ class DeltaFileIndex:
         return f"DeltaFileIndex[{self.location}{seen}]"
 
     def equals(self, other: Any) -> bool:  # driver (JVM callback)
-        return other is self
+        """Two indexes of one table that read its latest version (or one pinned version) with one schema read the
+        same files at any query: Spark's cache (``CACHE TABLE``, ``df.cache()``) matches their plans."""
+        if other is self or (isinstance(other, DeltaFileIndex) and other.identity == self.identity):
+            return True
+        # another index reaches Python as its JVM proxy: ask it (back through py4j) for its identity's hash and name
+        try:
+            return bool(
+                int(other.hashCode()) == self.hashCode()
+                and str(other.toString()).startswith(f"DeltaFileIndex[{self.location}")
+            )
+        except Exception:
+            return False
 
     def hashCode(self) -> int:  # driver (JVM callback)
-        return id(self) & 0x7FFFFFFF
+        return int(hashlib.sha1(repr(self.identity).encode()).hexdigest()[:7], 16)
+
+    @property
+    def identity(self) -> tuple[str, int | None, str]:
+        """(table, pinned table version or None for the latest, schemaString)."""
+        return _identity(self.location, self.snapshot, pinned=self.pinned)
 
     # -- listing ---------------------------------------------------------------------------------------------------
 
@@ -715,4 +771,12 @@ def _internal(value: Any, type_name: str) -> Any:
     raise _NotUnderstood(type_name)
 
 
-__all__ = ["NATIVE_READS_CONF", "DeltaFileIndex", "ScanReport", "last_scan", "native_frame", "native_reads_enabled"]
+__all__ = [
+    "NATIVE_READS_CONF",
+    "DeltaFileIndex",
+    "ScanReport",
+    "is_native",
+    "last_scan",
+    "native_frame",
+    "native_reads_enabled",
+]

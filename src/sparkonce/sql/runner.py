@@ -21,6 +21,7 @@ the Delta API (:mod:`sparkonce.delta`); the dispatch over statement kinds is wha
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import uuid
@@ -28,8 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table
+from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table, table_key
+from sparkonce.delta.native import is_native
 from sparkonce.delta.options import METADATA_COLUMN_OPTION
+from sparkonce.delta.spark_catalog import HELPER_VIEW_PREFIX, forget_stale, forget_table, sync_all, sync_table
 from sparkonce.errors import SqlError
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
@@ -74,7 +77,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMAT = "sparkonce.delta"
-_VIEW_PREFIX = "__sparkonce_"
 _FROM_LIST_END = frozenset(
     {"WHERE", "GROUP", "ORDER", "HAVING", "LIMIT", "WINDOW", "UNION", "EXCEPT", "INTERSECT", "MINUS", "SELECT",
      "CLUSTER", "DISTRIBUTE", "SORT", "OFFSET", "QUALIFY"}
@@ -135,14 +137,33 @@ class DeltaSql:
     def query(self, text: str) -> DataFrame:
         """Spark's ``sql`` on ``text`` with its Delta table references replaced by temporary views."""
         rewritten, views = self._rewrite(text)
-        if not views:
-            return self.spark_sql(text)
         try:
-            return self.spark_sql(rewritten)
+            return self._spark_sql_of(rewritten)
         finally:
             if getattr(self.spark, "_jvm", None) is not None:  # classic: the plan is analysed; Connect re-resolves
                 for view in views:
                     self.spark.catalog.dropTempView(view)
+
+    def _spark_sql_of(self, rewritten: str) -> DataFrame:
+        """Spark's ``sql`` on a rewritten statement; a persistent view over one of sparkonce's read views is refused
+        in sparkonce's words (Spark's names the internal view).
+
+        Raises:
+            SqlError: ``INVALID_TEMP_OBJ_REFERENCE`` for a persistent view over a Delta table by path or a time
+                travel read.
+        """
+        from pyspark.errors import AnalysisException
+
+        try:
+            return self.spark_sql(rewritten)
+        except AnalysisException as err:
+            if "INVALID_TEMP_OBJ_REFERENCE" not in str(err) or HELPER_VIEW_PREFIX not in str(err):
+                raise
+            raise SqlError(
+                "[INVALID_TEMP_OBJ_REFERENCE] A persistent view cannot read a Delta table by path (delta.`...`) or "
+                "at a table version (VERSION/TIMESTAMP AS OF) in sparkonce: register the table by name (CREATE "
+                "TABLE name USING delta LOCATION '...') and select from the name, or make the view TEMPORARY."
+            ) from None
 
     def _run(self, text: str, stmt: Statement) -> DataFrame | None:
         """Run a Delta statement; None when its target is not a Delta table (Spark's statement then)."""
@@ -266,7 +287,14 @@ class DeltaSql:
             "delta.`/path`)."
         )
 
-    def _view(self, target: Target, ref: TableRef, *, metadata: bool = False) -> str:
+    def _view(self, target: Target, ref: TableRef, *, metadata: bool = False) -> tuple[str, bool]:
+        """A temporary view of the table ``ref`` names, and whether it may outlive the statement.
+
+        A native read (:mod:`sparkonce.delta.native`) re-reads the log at every query (or reads its pinned table
+        version), so its view keeps one name per table, version and ``_metadata`` choice and stays: a view the user
+        makes over the statement keeps working. A Python data source read holds the snapshot it planned, so its
+        view is dropped after the statement.
+        """
         reader = self.spark.read.format(FORMAT)
         if metadata:
             reader = reader.option(METADATA_COLUMN_OPTION, "true")
@@ -274,10 +302,16 @@ class DeltaSql:
             reader = reader.option("versionAsOf", str(ref.table_version))
         if ref.timestamp is not None:
             reader = reader.option("timestampAsOf", ref.timestamp)
-        return self._temp_view(reader.load(target.location))
+        frame = reader.load(target.location)
+        if not is_native(frame):
+            return self._temp_view(frame), False
+        key = "|".join((target.location, str(ref.table_version), str(ref.timestamp), str(metadata)))
+        name = f"{HELPER_VIEW_PREFIX}{hashlib.sha1(key.encode()).hexdigest()[:16]}"
+        frame.createOrReplaceTempView(name)
+        return name, True
 
     def _temp_view(self, frame: DataFrame) -> str:
-        name = f"{_VIEW_PREFIX}{uuid.uuid4().hex[:16]}"
+        name = f"{HELPER_VIEW_PREFIX}{uuid.uuid4().hex[:16]}"
         frame.createOrReplaceTempView(name)
         return name
 
@@ -357,9 +391,21 @@ class DeltaSql:
         if target is None:
             if ref.path is not None:
                 raise SqlError(f"[DELTA_MISSING_DELTA_TABLE] {ref.path} is not a Delta table.")
+            key = table_key(self.spark, ref.name) if ref.name is not None else None
+            if key is not None:
+                forget_stale(self.spark, *key)
             return None
-        view = self._view(target, ref, metadata=metadata)
-        views.append(view)
+        if (
+            target.catalog is not None
+            and ref.table_version is None
+            and ref.timestamp is None
+            and not metadata
+            and sync_table(self.spark, target.catalog)
+        ):
+            return None  # Spark's catalog resolves the name to sparkonce's read (sparkonce.delta.spark_catalog)
+        view, fresh = self._view(target, ref, metadata=metadata)
+        if not fresh:
+            views.append(view)
         after = Cursor(text, tokens, cursor.pos)
         has_alias = parse_alias(after) is not None
         replacement = view if has_alias or ref.name is None else f"{view} AS `{ref.name[-1]}`"
@@ -557,6 +603,10 @@ class DeltaSql:
                 cluster_by=stmt.cluster_by,
             ),
         )
+        if stmt.table.name is not None:
+            entry = find_table(self.spark, stmt.table.name)
+            if entry is not None:
+                sync_table(self.spark, entry)
         return self._empty()
 
     def _column_schema(self, columns: str) -> StructType:
@@ -601,6 +651,7 @@ class DeltaSql:
             return None  # Spark's own table (or an error in Spark's words)
         assert target.catalog is not None
         DeltaCatalog.of(self.spark).remove(target.catalog)
+        forget_table(self.spark, target.catalog.database, target.catalog.name)
         if target.catalog.managed:
             log.info("DROP TABLE %s: deleting the managed table's files at %s", target.shown, target.location)
             table_location(target.location).delete_tree()
@@ -622,7 +673,7 @@ class DeltaSql:
             if not ours or "SCHEMA_NOT_FOUND" not in str(err):
                 raise
             spark_rows = []  # a database only sparkonce's catalog has
-        spark_rows = [r for r in spark_rows if not str(r[1]).startswith(_VIEW_PREFIX)]
+        spark_rows = [r for r in spark_rows if not str(r[1]).startswith(HELPER_VIEW_PREFIX)]
         known = {(str(r[0]).lower(), str(r[1]).lower()) for r in spark_rows}
         rows = spark_rows + [(t.database, t.name, False) for t in ours if (t.database, t.name) not in known]
         rows.sort(key=lambda r: (bool(r[2]), str(r[1]).lower()))
@@ -711,6 +762,7 @@ def install(spark: SparkSession) -> None:
     if isinstance(getattr(spark, "sql", None), DeltaSql):
         return
     spark.sql = DeltaSql(spark, spark.sql)  # type: ignore[method-assign]
+    sync_all(spark)
 
 
 def run_sql(spark: SparkSession, text: str) -> DataFrame:

@@ -1,0 +1,175 @@
+"""Spark's catalog sees sparkonce's tables, and views over them keep working (issue: the catalog).
+
+Each test names the row of the issue's table it checks. Tables by name are mirrored into Spark's session catalog
+(:mod:`sparkonce.delta.spark_catalog`) and resolve to the native read, whose file index reads the Delta log at every
+query: a view answers against the table's current state, as delta-spark's do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from sparkonce.errors import SqlError
+from sparkonce.sql.runner import DeltaSql
+
+pytestmark = pytest.mark.spark
+
+
+def _ids(spark: SparkSession, query: str) -> list[int]:
+    return sorted(r[0] for r in spark.sql(query).collect())
+
+
+@pytest.fixture
+def events(spark: SparkSession, sql: DeltaSql) -> str:
+    """``events``: ids 0..4, made with ``saveAsTable`` as the issue's user did."""
+    spark.range(5).write.format("delta").saveAsTable("events")
+    return "events"
+
+
+def test_the_catalog_api_lists_and_describes_a_sparkonce_table(spark: SparkSession, events: str) -> None:
+    """Rows: listTables, tableExists (both were empty / False)."""
+    tables = [t for t in spark.catalog.listTables() if t.name == "events"]
+    assert len(tables) == 1 and tables[0].isTemporary is False and tables[0].namespace == ["default"]
+    assert spark.catalog.tableExists("events")
+    assert spark.catalog.tableExists("default.events")
+    assert spark.catalog.getTable("events").name == "events"
+    assert [c.name for c in spark.catalog.listColumns("events")] == ["id"]
+    assert not any(t.name.startswith("__sparkonce_") for t in spark.catalog.listTables())
+
+
+def test_describe_show_columns_cache_refresh_and_drop(spark: SparkSession, events: str, sql: DeltaSql) -> None:
+    """Rows: DESCRIBE TABLE and CACHE TABLE (both were TABLE_OR_VIEW_NOT_FOUND)."""
+    described = {r.col_name: r.data_type for r in sql("DESCRIBE TABLE EXTENDED events").collect()}
+    assert described["id"] == "bigint"
+    assert described["Provider"] == "delta" and described["Type"] == "EXTERNAL"
+    assert described["Location"].rstrip("/").endswith("warehouse/events")
+    assert [r[0] for r in sql("SHOW COLUMNS IN events").collect()] == ["id"]
+    sql("CACHE TABLE events")
+    assert spark.catalog.isCached("events")
+    assert _ids(spark, "SELECT id FROM events") == [0, 1, 2, 3, 4]
+    sql("UNCACHE TABLE events")
+    sql("REFRESH TABLE events")
+    spark.catalog.refreshTable("events")
+    assert _ids(spark, "SELECT id FROM events") == [0, 1, 2, 3, 4]
+    sql("DROP TABLE events")
+    assert not spark.catalog.tableExists("events")
+
+
+def test_a_temp_view_over_a_name_answers_with_the_tables_current_state(
+    spark: SparkSession, events: str, sql: DeltaSql
+) -> None:
+    """Row: CREATE OR REPLACE TEMP VIEW over a name, queried later (failed with TABLE_OR_VIEW_NOT_FOUND)."""
+    sql("CREATE OR REPLACE TEMP VIEW v AS SELECT * FROM events WHERE id > 1")
+    assert _ids(spark, "SELECT id FROM v") == [2, 3, 4]
+    assert spark.sql("SELECT count(*) FROM v").collect()[0][0] == 3
+    spark.range(5, 7).write.format("delta").mode("append").saveAsTable("events")
+    assert _ids(spark, "SELECT id FROM v") == [2, 3, 4, 5, 6]
+    sql("MERGE INTO events t USING (SELECT 2 AS id) s ON t.id = s.id WHEN MATCHED THEN DELETE")
+    assert _ids(spark, "SELECT id FROM v") == [3, 4, 5, 6]
+    spark.range(10, 12).write.format("delta").mode("overwrite").saveAsTable("events")
+    assert _ids(spark, "SELECT id FROM v") == [10, 11]
+
+
+def test_views_over_paths_joins_and_dataframes_keep_working(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    left, right = str(tmp_path / "left"), str(tmp_path / "right")
+    spark.range(4).selectExpr("id", "id * 10 AS v").write.format("delta").save(left)
+    spark.range(2, 6).selectExpr("id", "'r' AS w").write.format("delta").save(right)
+    sql(f"CREATE OR REPLACE TEMP VIEW by_path AS SELECT * FROM delta.`{left}`")
+    sql(
+        f"CREATE OR REPLACE TEMP VIEW joined AS SELECT l.id, l.v, r.w FROM delta.`{left}` l "
+        f"JOIN delta.`{right}` r ON l.id = r.id"
+    )
+    spark.read.format("delta").load(right).createOrReplaceTempView("by_frame")
+    spark.range(4, 6).selectExpr("id", "id * 10 AS v").write.format("delta").mode("append").save(left)
+    spark.range(6, 7).selectExpr("id", "'r' AS w").write.format("delta").mode("append").save(right)
+    assert _ids(spark, "SELECT id FROM by_path") == [0, 1, 2, 3, 4, 5]
+    assert _ids(spark, "SELECT id FROM joined") == [2, 3, 4, 5]
+    assert _ids(spark, "SELECT id FROM by_frame") == [2, 3, 4, 5, 6]
+
+
+def test_a_persistent_view_over_a_name_works_and_over_a_path_is_refused_at_creation(
+    spark: SparkSession, events: str, sql: DeltaSql, tmp_path: Path
+) -> None:
+    sql("CREATE OR REPLACE VIEW kept AS SELECT id FROM events WHERE id < 3")
+    spark.range(-1, 0).write.format("delta").mode("append").saveAsTable("events")
+    assert _ids(spark, "SELECT id FROM kept") == [-1, 0, 1, 2]
+    path = str(tmp_path / "p")
+    spark.range(2).write.format("delta").save(path)
+    with pytest.raises(
+        SqlError, match=r"\[INVALID_TEMP_OBJ_REFERENCE\] A persistent view cannot read a Delta table by"
+    ):
+        sql(f"CREATE VIEW over_path AS SELECT * FROM delta.`{path}`")  # refused when made, never later
+    sql("DROP VIEW kept")
+
+
+def test_a_global_temp_view_over_a_name(spark: SparkSession, events: str, sql: DeltaSql) -> None:
+    sql("CREATE OR REPLACE GLOBAL TEMP VIEW shared_events AS SELECT * FROM events WHERE id >= 3")
+    spark.range(7, 8).write.format("delta").mode("append").saveAsTable("events")
+    assert _ids(spark, "SELECT id FROM global_temp.shared_events") == [3, 4, 7]
+
+
+def test_named_databases(spark: SparkSession, sql: DeltaSql) -> None:
+    sql("CREATE DATABASE IF NOT EXISTS sales")
+    sql("CREATE TABLE sales.orders (id BIGINT, region STRING) USING delta PARTITIONED BY (region)")
+    sql("INSERT INTO sales.orders VALUES (1, 'eu'), (2, 'us')")
+    assert spark.catalog.tableExists("sales.orders")
+    assert [t.name for t in spark.catalog.listTables("sales") if not t.isTemporary] == ["orders"]
+    sql("USE sales")
+    try:
+        assert _ids(spark, "SELECT id FROM orders WHERE region = 'us'") == [2]
+        sql("CREATE OR REPLACE TEMP VIEW eu AS SELECT * FROM orders WHERE region = 'eu'")
+        sql("INSERT INTO orders VALUES (3, 'eu')")
+        assert _ids(spark, "SELECT id FROM eu") == [1, 3]
+    finally:
+        sql("USE default")
+    sql("DROP TABLE sales.orders")
+    assert not spark.catalog.tableExists("sales.orders")
+
+
+_LATER_SESSION = """
+import json, sys
+from sparkonce.spark import local_session
+spark = local_session(app_name="later", extra_conf={"spark.sparkonce.warehouse.dir": sys.argv[1]})
+tables = sorted(t.name for t in spark.catalog.listTables() if not t.isTemporary)
+spark.sql("CREATE OR REPLACE TEMP VIEW seen AS SELECT * FROM events WHERE id > 2")
+before = spark.sql("SELECT count(*) FROM seen").collect()[0][0]
+spark.range(10, 12).write.format("delta").mode("append").saveAsTable("events")
+after = sorted(r[0] for r in spark.sql("SELECT id FROM seen").collect())
+described = {r.col_name: r.data_type for r in spark.sql("DESCRIBE TABLE EXTENDED events").collect()}
+print(json.dumps({"tables": tables, "exists": spark.catalog.tableExists("events"), "before": before,
+                  "after": after, "provider": described.get("Provider")}))
+spark.stop()
+"""
+
+
+def test_a_table_made_in_one_session_is_seen_by_a_session_started_later(
+    spark: SparkSession, events: str, sql: DeltaSql, tmp_path: Path
+) -> None:
+    """Item 5: a second driver process, started after the table was made, sees it through the catalog API, views
+    and SQL (sparkonce's catalog is mirrored into each session's catalog when sparkonce registers)."""
+    env = {**os.environ, "SPARKONCE_JVM": "quick-start"}
+    done = subprocess.run(
+        [sys.executable, "-c", _LATER_SESSION, str(tmp_path / "warehouse")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"tables": ["events"], "exists": True, "before": 2, "after": [3, 4, 10, 11], "provider": "delta"}
+    assert _ids(spark, "SELECT id FROM events") == [0, 1, 2, 3, 4, 10, 11]
+
+
+def test_time_travel_past_the_latest_commit_is_refused(spark: SparkSession, events: str, sql: DeltaSql) -> None:
+    """Row: TIMESTAMP AS OF '2099-01-01' (answered with the latest version; Delta refuses)."""
+    with pytest.raises(Exception, match="DELTA_TIMESTAMP_GREATER_THAN_COMMIT"):
+        sql("SELECT * FROM events TIMESTAMP AS OF '2099-01-01'").collect()
