@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
+from sparkonce.delta.column_mapping import new_table_columns
 from sparkonce.delta.conflicts import ReadSet, check_winners
 from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
@@ -669,7 +670,8 @@ def _first_commit(
     unknown = [c for c in partition_by if c not in data_schema.names]
     if unknown:
         raise SchemaMismatchError(f"partition column(s) {unknown} are not columns of the data {data_schema.names}")
-    schema_string = delta_schema_string(data_schema)
+    # column mapping: the ids and physical names the files' writers used (sparkonce.delta.writer.new_table_mapping)
+    schema_string, properties = new_table_columns(delta_schema_string(data_schema), properties, table=str(location))
     metrics = (
         operation.metrics
         if operation.metrics is not None

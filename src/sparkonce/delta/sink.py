@@ -50,6 +50,7 @@ from sparkonce.delta.writer import (
     check_target,
     collect_files,
     commit_metadata,
+    new_table_mapping,
     write_task,
     written_after,
 )
@@ -134,10 +135,12 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self.options.location.check_commit_safety()
         if not self.options.location.check_reachable(for_write=True):
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
+            self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
         else:
             table = current_table(self.options.location)
             if table is None:  # a _delta_log without commits yet: the first batch creates the table
                 self.file_options.generated = check_new_table(self.options, self.arrow_schema)
+                self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
                 return
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = ColumnMapping.of(table)

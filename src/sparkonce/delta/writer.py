@@ -21,7 +21,7 @@ from sparkonce._version import __version__
 from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.clustering import check_columns, table_clustering
-from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
+from sparkonce.delta.column_mapping import ColumnMapping, configured_mode, mapping_mode, new_table_columns
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
@@ -149,6 +149,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         table = current_table(self.options.location)
         if table is None:
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
+            self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
             return None
         check_clustering_unchanged(self.options)
         if self.options.save_mode == "error":
@@ -261,6 +262,18 @@ def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> Generated
     return GeneratedColumns.from_fields(json.loads(schema_string)["fields"], arrow_schema, shown=options.path)
 
 
+def new_table_mapping(options: WriteOptions, arrow_schema: pa.Schema) -> ColumnMapping | None:
+    """The column mapping of the table this write creates (None: not column-mapped), as its first Delta commit
+    will record it (:func:`sparkonce.delta.column_mapping.new_table_columns`). Runs on the driver.
+
+    Raises:
+        UnsupportedFeatureError: a column mapping mode Delta does not have.
+    """
+    configuration = options.new_table_properties()
+    schema_string, _ = new_table_columns(delta_schema_string(arrow_schema), configuration, table=str(options.location))
+    return ColumnMapping.from_schema(configured_mode(configuration), schema_string)
+
+
 def check_clustering_unchanged(options: WriteOptions) -> None:
     """A write to an existing table: clustering columns given must be the table's, unless the write replaces the
     table (``overwriteSchema``: the given clustering columns, or none, become the table's, as Delta's REPLACE
@@ -342,6 +355,7 @@ __all__ = [
     "DeltaFilesMessage",
     "abort_write",
     "check_new_table",
+    "new_table_mapping",
     "collect_files",
     "commit_metadata",
     "write_task",
