@@ -477,33 +477,51 @@ def replace_columns(
                 f"{_encode({'type': 'struct', 'fields': wanted})}"
             )
 
-        new_fields = []
-        kept: set[int] = set()
-        for want in wanted:
-            index = _find(old_fields, str(want["name"]))
-            if index is None:
-                if not want.get("nullable", True):
-                    raise refuse(f"Cannot change data type: adding non-nullable column {want['name']}")
-                new_fields.append(want)
-                continue
-            kept.add(index)
-            old = old_fields[index]
-            if old["type"] != want["type"]:
-                raise refuse(
-                    f"Cannot change data type: changing data type of {old['name']} from {old['type']} to {want['type']}"
-                )
-            if old.get("nullable", True) and not want.get("nullable", True):
-                raise refuse(f"Cannot change data type: tightening nullability of {old['name']}")
-            metadata = dict(old.get("metadata") or {})
-            comment = (want.get("metadata") or {}).get("comment")
-            if comment is not None:
-                metadata["comment"] = comment
-            new_fields.append(
-                {**old, "name": want["name"], "nullable": want.get("nullable", True), "metadata": metadata}
-            )
-        left_out = [str(f["name"]) for i, f in enumerate(old_fields) if i not in kept]
-        if left_out and not mapped:
-            raise refuse(f"Cannot change data type: dropping column(s) [{', '.join(left_out)}]")
+        def merge_fields(old_fields: list[dict[str, Any]], new: list[dict[str, Any]], path: tuple[str, ...]) -> Any:
+            out = []
+            kept: set[int] = set()
+            for want in new:
+                index = _find(old_fields, str(want["name"]))
+                if index is None:
+                    if not want.get("nullable", True):
+                        raise refuse(
+                            f"Cannot change data type: adding non-nullable column {dotted([*path, want['name']])}"
+                        )
+                    out.append(want)
+                    continue
+                kept.add(index)
+                old = old_fields[index]
+                name = dotted([*path, str(old["name"])])
+                if old.get("nullable", True) and not want.get("nullable", True):
+                    raise refuse(f"Cannot change data type: tightening nullability of {name}")
+                metadata = dict(old.get("metadata") or {})
+                comment = (want.get("metadata") or {}).get("comment")
+                if comment is not None:
+                    metadata["comment"] = comment
+                merged = merge_type(old["type"], want["type"], (*path, str(old["name"])))
+                nullable = want.get("nullable", True)
+                out.append({**old, "name": want["name"], "type": merged, "nullable": nullable, "metadata": metadata})
+            left_out = [dotted([*path, str(f["name"])]) for i, f in enumerate(old_fields) if i not in kept]
+            if left_out and not mapped:
+                raise refuse(f"Cannot change data type: dropping column(s) [{', '.join(left_out)}]")
+            return out, left_out
+
+        def merge_type(old: Any, new: Any, path: tuple[str, ...]) -> Any:
+            if isinstance(old, dict) and isinstance(new, dict) and old.get("type") == new.get("type") == "struct":
+                return {**old, "fields": merge_fields(old["fields"], new["fields"], path)[0]}
+            if isinstance(old, dict) and isinstance(new, dict) and old.get("type") == new.get("type") == "array":
+                return {**old, "elementType": merge_type(old["elementType"], new["elementType"], (*path, "element"))}
+            if isinstance(old, dict) and isinstance(new, dict) and old.get("type") == new.get("type") == "map":
+                return {
+                    **old,
+                    "keyType": merge_type(old["keyType"], new["keyType"], (*path, "key")),
+                    "valueType": merge_type(old["valueType"], new["valueType"], (*path, "value")),
+                }
+            if old != new:
+                raise refuse(f"Cannot change data type: changing data type of {dotted(path)} from {old} to {new}")
+            return old
+
+        new_fields, left_out = merge_fields(old_fields, wanted, ())
         partitions = {c.lower() for c in snapshot.metadata().partition_columns}
         if any(c.lower() in partitions for c in left_out):
             raise refuse(f"Cannot drop partition column(s) {left_out}")

@@ -90,6 +90,22 @@ def _structs(delta_type: Any) -> list[dict[str, Any]]:
     return []
 
 
+def logical_by_physical(fields: list[dict[str, Any]]) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Every field's physical path -> its logical path, nested fields included (through arrays and maps too), for
+    a column-mapped schema's ``fields``: two schemas of a table differ here by their renames and drops."""
+    out: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def visit(items: list[dict[str, Any]], physical: tuple[str, ...], logical: tuple[str, ...]) -> None:
+        for f in items:
+            name = str((f.get("metadata") or {}).get(PHYSICAL_NAME_KEY, f["name"]))
+            out[(*physical, name)] = (*logical, str(f["name"]))
+            for struct in _structs(f["type"]):
+                visit(struct["fields"], (*physical, name), (*logical, str(f["name"])))
+
+    visit(fields, (), ())
+    return out
+
+
 def physical_name_for(table: str, column_id: int) -> str:
     """The physical name of the column given ``column_id`` in ``table``: Delta's ``col-<uuid>`` form.
 
@@ -314,6 +330,7 @@ __all__ = [
     "mapping_mode",
     "max_column_id",
     "new_table_columns",
+    "logical_by_physical",
     "physical_name_for",
     "rebased",
     "rename_nested",

@@ -421,8 +421,7 @@ def _column_definitions(c: Cursor) -> tuple[ColumnDefinition, ...]:
     out = []
     while True:
         path = _column_path(c)
-        definition = c.span_until(",", "FIRST", "AFTER")
-        out.append(ColumnDefinition(path, definition, _position(c)))
+        out.append(ColumnDefinition(path, _definition(c), _position(c)))
         if c.at_op(","):
             c.take()
             continue
@@ -431,6 +430,26 @@ def _column_definitions(c: Cursor) -> tuple[ColumnDefinition, ...]:
         c.expect_op(")")
     c.expect_end()
     return tuple(out)
+
+
+def _definition(c: Cursor) -> Span:
+    """A column's type and options, up to the next column, ``FIRST``/``AFTER`` or the closing parenthesis (commas
+    inside ``STRUCT<...>``, ``DECIMAL(p, s)`` and strings belong to it)."""
+    start = c.offset
+    depth = 0
+    while not c.done():
+        token = c.peek()
+        assert token is not None
+        if depth == 0 and (token.is_op(",", ")") or token.is_word("FIRST", "AFTER")):
+            break
+        if token.is_op("(", "[", "<"):
+            depth += 1
+        elif token.is_op(")", "]", ">"):
+            depth -= 1
+        c.pos += 1
+    if c.offset == start:
+        raise c.error("expected a column type")
+    return Span(start, c.tokens[c.pos - 1].end)
 
 
 def _alter_column(c: Cursor, table: TableRef, hive: bool) -> AlterColumn:
