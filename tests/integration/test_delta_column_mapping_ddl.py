@@ -190,6 +190,23 @@ def test_rewrites_and_change_data_write_physical_names(spark: SparkSession, tmp_
     assert sorted(r["id"] for r in changes.where("_change_type = 'delete'").collect()) == [2]
 
 
+def test_overwrite_schema_gives_the_new_columns_new_ids_and_names(spark: SparkSession, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    spark.createDataFrame([(1, "a", ("x", 1))], DDL).write.format("delta").option(
+        "delta.columnMapping.mode", "name"
+    ).save(str(table))
+    old = set(_physical(_fields(table)).values())
+    spark.createDataFrame([(2, 2.5)], "id long, w double").write.format("delta").mode("overwrite").option(
+        "overwriteSchema", "true"
+    ).save(str(table))
+    fields = _fields(table)
+    assert [(f["name"], f["metadata"]["delta.columnMapping.id"]) for f in fields] == [("id", 6), ("w", 7)]
+    assert not old & set(_physical(fields).values())  # as Delta: new physical names, never the replaced ones
+    assert _last(table, "metaData")["configuration"]["delta.columnMapping.maxColumnId"] == "7"
+    _check_files(table)
+    assert _spark_rows(spark, table) == _delta_rs_rows(table) == [{"id": 2, "w": 2.5}]
+
+
 def test_set_tblproperties_turns_column_mapping_on(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
     plain, featured = tmp_path / "plain", tmp_path / "featured"
     spark.createDataFrame([(1, "a", ("x", 1))], DDL).write.format("delta").save(str(plain))

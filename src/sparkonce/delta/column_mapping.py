@@ -260,6 +260,37 @@ def rebased(column: pa.Array) -> tuple[pa.Array, pa.Array]:
     return offsets, column.values.slice(first, last - first)
 
 
+def with_new_columns(
+    fields: list[dict[str, Any]], added: list[dict[str, Any]], configuration: Mapping[str, Any], *, table: str
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """A column-mapped table's ``fields`` with the ``added`` columns at the end (``mergeSchema``), each given the
+    next ids and its physical name, and the configuration with the new ``delta.columnMapping.maxColumnId``: the
+    same on the driver that plans the files and on the one that commits them (:func:`physical_name_for`)."""
+    out = {str(k): str(v) for k, v in configuration.items() if v is not None}
+    merged, top = assign_columns([*fields, *added], table=table, after_id=max_column_id(out, fields), reuse_names=False)
+    out[MAX_ID_PROPERTY] = str(top)
+    return merged, out
+
+
+def replaced_columns(
+    schema_string: str, old_fields: list[dict[str, Any]], configuration: Mapping[str, Any], *, table: str
+) -> tuple[str, dict[str, str]]:
+    """The schema string and configuration of a column-mapped table whose schema ``schema_string`` replaces
+    ``old_fields`` (``overwriteSchema``, ``CREATE OR REPLACE``): every field new ids after the table's highest
+    and new physical names, as Delta's ``assignColumnIdAndPhysicalName`` gives them on an overwrite."""
+    out = {str(k): str(v) for k, v in configuration.items() if v is not None}
+    schema = json.loads(schema_string)
+    fresh = json.loads(json.dumps(schema["fields"]))
+    for f in _walk(fresh):
+        metadata = dict(f.get("metadata") or {})
+        metadata.pop(FIELD_ID_KEY, None)
+        metadata.pop(PHYSICAL_NAME_KEY, None)
+        f["metadata"] = metadata
+    fields, top = assign_columns(fresh, table=table, after_id=max_column_id(out, old_fields), reuse_names=False)
+    out[MAX_ID_PROPERTY] = str(top)
+    return json.dumps({**schema, "fields": fields}, separators=(",", ":")), out
+
+
 @dataclass(frozen=True)
 class ColumnMapping:
     """How to write data files of a column-mapped table. Built on the driver from the table's schema; pickled to
@@ -335,4 +366,6 @@ __all__ = [
     "rebased",
     "rename_nested",
     "rename_tree",
+    "replaced_columns",
+    "with_new_columns",
 ]

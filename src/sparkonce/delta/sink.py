@@ -33,7 +33,6 @@ from sparkonce.delta.auto_compact import (
     compact_after_commit,
     optimize_write_requested,
 )
-from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions
@@ -51,6 +50,7 @@ from sparkonce.delta.writer import (
     collect_files,
     commit_metadata,
     new_table_mapping,
+    target_mapping,
     write_task,
     written_after,
 )
@@ -143,7 +143,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
                 return
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
-            self.file_options.column_mapping = ColumnMapping.of(table)
+            self.file_options.column_mapping = target_mapping(table, self.options, self.arrow_schema)
             self.identity = plan_identity(table_fields(table), self.arrow_schema, table=self.options.path)
             self.file_options.identity = self.identity.fills if self.identity is not None else ()
             self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)
