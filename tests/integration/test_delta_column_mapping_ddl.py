@@ -207,6 +207,29 @@ def test_overwrite_schema_gives_the_new_columns_new_ids_and_names(spark: SparkSe
     assert _spark_rows(spark, table) == _delta_rs_rows(table) == [{"id": 2, "w": 2.5}]
 
 
+def test_merge_schema_evolution_gives_new_columns_ids_and_physical_names(spark: SparkSession, tmp_path: Path) -> None:
+    from sparkonce.delta.tables import DeltaTable
+
+    table = tmp_path / "t"
+    spark.createDataFrame([(1, "a", ("x", 1)), (2, "b", ("y", 2))], DDL).write.format("delta").option(
+        "delta.columnMapping.mode", "name"
+    ).save(str(table))
+    source = spark.createDataFrame([(2, "b", ("z", 3), "two"), (3, "c", ("w", 4), "three")], f"{DDL}, extra string")
+    delta = DeltaTable.forPath(spark, str(table)).alias("t").merge(source.alias("u"), "t.id = u.id")
+    delta.withSchemaEvolution().whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+    extra = _fields(table)[3]
+    assert (extra["name"], extra["metadata"]["delta.columnMapping.id"]) == ("extra", 6)
+    assert PHYSICAL.match(extra["metadata"]["delta.columnMapping.physicalName"])
+    assert _last(table, "metaData")["configuration"]["delta.columnMapping.maxColumnId"] == "6"
+    _check_files(table)
+    expected = [
+        {"id": 1, "v": "a", "s": {"p": "x", "q": 1}, "extra": None},
+        {"id": 2, "v": "b", "s": {"p": "z", "q": 3}, "extra": "two"},
+        {"id": 3, "v": "c", "s": {"p": "w", "q": 4}, "extra": "three"},
+    ]
+    assert _spark_rows(spark, table) == _delta_rs_rows(table) == expected
+
+
 def test_set_tblproperties_turns_column_mapping_on(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
     plain, featured = tmp_path / "plain", tmp_path / "featured"
     spark.createDataFrame([(1, "a", ("x", 1))], DDL).write.format("delta").save(str(plain))
