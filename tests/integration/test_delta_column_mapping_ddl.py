@@ -431,3 +431,32 @@ def test_a_stream_stops_after_a_rename_or_drop(
         assert [r["id"] for r in spark.table(name).collect()] == [1]
     finally:
         query.stop()
+
+
+def test_columns_that_constraints_generated_columns_or_clustering_use_are_kept(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    checked, generated, clustered = tmp_path / "checked", tmp_path / "generated", tmp_path / "clustered"
+    for table in (checked, generated, clustered):
+        extra = "CLUSTER BY (id)" if table == clustered else ""
+        day = ", day BIGINT GENERATED ALWAYS AS (id * 2)" if table == generated else ""
+        check = ", 'delta.constraints.id_pos' = 'id > 0'" if table == checked else ""
+        sql(
+            f"CREATE TABLE delta.`{table}` (id BIGINT, v STRING{day}) USING delta {extra} "
+            f"TBLPROPERTIES ('delta.columnMapping.mode' = 'name'{check})"
+        )
+    with pytest.raises(
+        SqlError, match=r"(?s)\[DELTA_CONSTRAINT_DEPENDENT_COLUMN_CHANGE\] Cannot alter column id.*id_pos"
+    ):
+        sql(f"ALTER TABLE delta.`{checked}` RENAME COLUMN id TO ident")
+    with pytest.raises(SqlError, match=r"DELTA_CONSTRAINT_DEPENDENT_COLUMN_CHANGE"):
+        sql(f"ALTER TABLE delta.`{checked}` DROP COLUMN id")
+    with pytest.raises(SqlError, match=r"(?s)\[DELTA_GENERATED_COLUMNS_DEPENDENT_COLUMN_CHANGE\].*day"):
+        sql(f"ALTER TABLE delta.`{generated}` RENAME COLUMN id TO ident")
+    with pytest.raises(
+        SqlError, match=r"\[DELTA_UNSUPPORTED_DROP_CLUSTERING_COLUMN\] Dropping clustering columns \(id\)"
+    ):
+        sql(f"ALTER TABLE delta.`{clustered}` DROP COLUMN id")
+    sql(f"ALTER TABLE delta.`{checked}` RENAME COLUMN v TO w")  # a column nothing uses
+    assert [f["name"] for f in _fields(checked)] == ["id", "w"]
+    assert [len(_entries(t)) for t in (checked, generated, clustered)] == [2, 1, 1]
