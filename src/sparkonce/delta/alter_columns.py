@@ -22,7 +22,6 @@ from sparkonce.delta.alter import commit_schema
 from sparkonce.delta.clustering import table_clustering
 from sparkonce.delta.column_mapping import (
     MAX_ID_PROPERTY,
-    PHYSICAL_NAME_KEY,
     assign_columns,
     configured_mode,
     max_column_id,
@@ -542,14 +541,6 @@ def replace_columns(
     )
 
 
-def physical_names(schema_string: str) -> dict[str, str]:
-    """Top-level logical column name -> physical name of a column-mapped schema (tests and ``DESCRIBE``)."""
-    return {
-        str(f["name"]): str((f.get("metadata") or {}).get(PHYSICAL_NAME_KEY, f["name"]))
-        for f in json.loads(schema_string)["fields"]
-    }
-
-
 __all__ = [
     "ADVICE",
     "ColumnChange",
@@ -559,7 +550,6 @@ __all__ = [
     "change_column",
     "dotted",
     "drop_columns",
-    "physical_names",
     "rename_column",
     "replace_columns",
 ]
