@@ -182,11 +182,10 @@ def test_optimize_clusters_and_alter_changes_columns(spark: SparkSession, sql: D
     assert DeltaTable(str(parted)).version() == 0
 
 
-def test_alter_cluster_by_on_a_column_mapped_table_is_refused(sql: DeltaSql, tmp_path: Path) -> None:
+def test_alter_cluster_by_on_a_column_mapped_table_names_physical_columns(sql: DeltaSql, tmp_path: Path) -> None:
     from tests.integration.test_delta_column_mapping import write_column_mapped_table
 
     table = tmp_path / "mapped"
     write_column_mapped_table(table, "name")
-    with pytest.raises(UnsupportedFeatureError, match="column mapping"):  # as every ALTER TABLE of such a table
-        sql(f"ALTER TABLE delta.`{table}` CLUSTER BY (id)")
-    assert DeltaTable(str(table)).version() == 0
+    sql(f"ALTER TABLE delta.`{table}` CLUSTER BY (id)")
+    assert _domain(table, 1)["configuration"] == '{"clusteringColumns":[["col-id"]]}'  # as Delta: physical names

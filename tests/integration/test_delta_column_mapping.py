@@ -15,7 +15,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.spark
@@ -238,15 +237,40 @@ def test_delete_update_merge_and_optimize_rewrite_with_physical_names(spark: Spa
     _check_new_files(table, before)
 
 
-def test_new_columns_into_a_column_mapped_table_are_refused_before_any_data_moves(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_merge_schema_gives_new_columns_ids_and_physical_names(spark: SparkSession, tmp_path: Path) -> None:
+    """A batch and a streaming ``mergeSchema`` write into a column-mapped table: each new column gets the next id and
+    a physical name, its files carry them, and every reader sees its values."""
     table = tmp_path / "cm"
     write_column_mapped_table(table, "name")
-    files = sorted(p.name for p in table.iterdir())
-    wider = _frame(spark, NEW_ROWS).selectExpr("*", "'x' AS extra")
-    refused = r"UnsupportedFeatureError: mergeSchema on .*cm: the table uses column mapping \(name\).*'extra'"
-    with pytest.raises(AnalysisException, match=refused):  # raised by the writer Spark builds on the driver
-        wider.write.format("delta").mode("append").option("mergeSchema", "true").save(str(table))
-    assert sorted(p.name for p in table.iterdir()) == files
-    assert sorted(p.name for p in (table / "_delta_log").iterdir()) == ["00000000000000000000.json"]
+    wider = _frame(spark, NEW_ROWS[:1]).selectExpr("*", "IF(id > 0, 'x', NULL) AS extra")
+    wider.write.format("delta").mode("append").option("mergeSchema", "true").save(str(table))
+    source = tmp_path / "source"
+    _frame(spark, NEW_ROWS[1:2]).selectExpr(
+        "*", "IF(id > 0, 'y', NULL) AS extra", "IF(id > 0, 7, NULL) AS more"
+    ).write.format("delta").save(str(source))
+    query = (
+        spark.readStream.format("delta")
+        .load(str(source))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .option("mergeSchema", "true")
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    query.awaitTermination()
+    entries = sorted((table / "_delta_log").glob("*.json"))
+    lines = [json.loads(line) for line in entries[-1].read_text().splitlines()]
+    metadata = next(a["metaData"] for a in lines if "metaData" in a)
+    fields = {f["name"]: f["metadata"] for f in json.loads(metadata["schemaString"])["fields"]}
+    assert (fields["extra"]["delta.columnMapping.id"], fields["more"]["delta.columnMapping.id"]) == (8, 9)
+    assert metadata["configuration"]["delta.columnMapping.maxColumnId"] == "9"
+    physical = {fields[c]["delta.columnMapping.physicalName"] for c in ("extra", "more")}
+    assert all(p.startswith("col-") for p in physical)
+    newest = [a["add"]["path"] for a in lines if "add" in a]
+    assert physical <= set(pq.read_schema(table / newest[0]).names)
+    rows = spark.read.format("delta").load(str(table)).where("id >= 5").select("id", "extra", "more").collect()
+    assert sorted((r["id"], r["extra"], r["more"]) for r in rows) == [(5, "x", None), (6, "y", 7)]
+    from deltalake import DeltaTable, QueryBuilder
+
+    result = QueryBuilder().register("t", DeltaTable(str(table))).execute("select id, extra, more from t where id >= 5")
+    assert sorted(tuple(r.values()) for r in pa.table(result.read_all()).to_pylist()) == [(5, "x", None), (6, "y", 7)]

@@ -56,8 +56,8 @@ def test_write_options_and_session_defaults_become_the_new_tables_properties(
     [
         ({"delta.enableFoo": "true"}, r"(?s)OptionError: .*Unknown configuration was specified: delta.enablefoo"),
         (
-            {"delta.columnMapping.mode": "name"},
-            r"(?s)UnsupportedFeatureError: delta.columnMapping.mode = name: column mapping",
+            {"delta.columnMapping.mode": "names"},
+            r"(?s)OptionError: .*\[DELTA_MODE_NOT_SUPPORTED\] Specified mode 'names' is not supported",
         ),
     ],
 )

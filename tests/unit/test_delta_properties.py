@@ -6,7 +6,7 @@ import pytest
 
 from sparkonce.delta.options import TABLE_DEFAULTS_OPTION, WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol, session_defaults, table_properties
-from sparkonce.errors import OptionError, UnsupportedFeatureError
+from sparkonce.errors import OptionError
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'
 
@@ -57,8 +57,17 @@ def test_the_protocol_a_new_table_needs() -> None:
         "readerFeatures": ["deletionVectors"],
         "writerFeatures": ["appendOnly", "deletionVectors"],
     }
-    with pytest.raises(UnsupportedFeatureError, match=r"delta.columnMapping.mode = name: column mapping"):
-        new_table_protocol(SCHEMA, {"delta.columnMapping.mode": "name"})
+    for mode in ("name", "id"):  # column mapping: Delta's (2, 5), or the feature beside another one
+        assert new_table_protocol(SCHEMA, {"delta.columnMapping.mode": mode}) == {
+            "minReaderVersion": 2,
+            "minWriterVersion": 5,
+        }
+    assert new_table_protocol(SCHEMA, {"delta.columnMapping.mode": "name", "delta.enableDeletionVectors": "true"}) == {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["columnMapping", "deletionVectors"],
+        "writerFeatures": ["columnMapping", "deletionVectors"],
+    }
     assert new_table_protocol(SCHEMA, {"delta.columnMapping.mode": "none"})["minWriterVersion"] == 2
 
 

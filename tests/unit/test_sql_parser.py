@@ -10,6 +10,7 @@ from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
     AddColumns,
     AlterClusterBy,
+    AlterColumn,
     AlterOther,
     AlterProperties,
     ConvertToDelta,
@@ -17,11 +18,14 @@ from sparkonce.sql.statements import (
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DropColumns,
     DropTable,
     GenerateManifest,
     Insert,
     Merge,
     Optimize,
+    RenameColumn,
+    ReplaceColumns,
     Restore,
     ShowTables,
     ShowTblProperties,
@@ -252,12 +256,36 @@ def test_other_statements() -> None:
     assert isinstance(stmt, AlterProperties) and stmt.unset == ("team",) and stmt.if_exists
     stmt = parse("ALTER TABLE t RENAME TO u")
     assert isinstance(stmt, AlterOther) and stmt.clause == "ALTER TABLE ... RENAME TO"
-    text = "ALTER TABLE t ADD COLUMNS (a INT COMMENT 'x, y', b ARRAY<STRING>)"
+    text = "ALTER TABLE t ADD COLUMNS (a INT COMMENT 'x, y', b ARRAY<STRING> FIRST, s.c STRUCT<p: INT, q: INT> AFTER b)"
     stmt = parse(text)
-    assert isinstance(stmt, AddColumns) and span(text, stmt.columns) == "a INT COMMENT 'x, y', b ARRAY<STRING>"
-    text = "ALTER TABLE t ADD COLUMN c DOUBLE"
+    assert isinstance(stmt, AddColumns)
+    assert [(c.path, span(text, c.definition), c.position) for c in stmt.columns] == [
+        (("a",), "INT COMMENT 'x, y'", None),
+        (("b",), "ARRAY<STRING>", ("first", "")),
+        (("s", "c"), "STRUCT<p: INT, q: INT>", ("after", "b")),
+    ]
+    text = "ALTER TABLE t ADD COLUMN c DECIMAL(10, 2)"
     stmt = parse(text)
-    assert isinstance(stmt, AddColumns) and span(text, stmt.columns) == "c DOUBLE"
+    assert isinstance(stmt, AddColumns) and [span(text, c.definition) for c in stmt.columns] == ["DECIMAL(10, 2)"]
+    stmt = parse("ALTER TABLE t RENAME COLUMN s.`a b` TO c")
+    assert isinstance(stmt, RenameColumn) and stmt.path == ("s", "a b") and stmt.new_name == "c"
+    stmt = parse("ALTER TABLE t DROP COLUMNS IF EXISTS (a, s.b)")
+    assert isinstance(stmt, DropColumns) and stmt.paths == (("a",), ("s", "b")) and stmt.if_exists
+    stmt = parse("ALTER TABLE t DROP COLUMN a")
+    assert isinstance(stmt, DropColumns) and stmt.paths == (("a",),) and not stmt.if_exists
+    stmt = parse("ALTER TABLE t ALTER COLUMN a DROP NOT NULL")
+    assert isinstance(stmt, AlterColumn) and stmt.path == ("a",) and stmt.nullable is True
+    stmt = parse("ALTER TABLE t ALTER COLUMN a.b AFTER c")
+    assert isinstance(stmt, AlterColumn) and stmt.path == ("a", "b") and stmt.position == ("after", "c")
+    text = "ALTER TABLE t CHANGE COLUMN a a BIGINT COMMENT 'n' FIRST"
+    stmt = parse(text)
+    assert isinstance(stmt, AlterColumn) and stmt.data_type is not None and span(text, stmt.data_type) == "BIGINT"
+    assert stmt.comment == "n" and stmt.position == ("first", "")
+    with pytest.raises(SqlError, match="Renaming column is not supported in Hive-style ALTER COLUMN"):
+        parse("ALTER TABLE t CHANGE COLUMN a b BIGINT")
+    text = "ALTER TABLE t REPLACE COLUMNS (a INT, b STRING)"
+    stmt = parse(text)
+    assert isinstance(stmt, ReplaceColumns) and [c.path for c in stmt.columns] == [("a",), ("b",)]
     text = "CONVERT TO DELTA parquet.`/p` NO STATISTICS PARTITIONED BY (day STRING, h INT)"
     stmt = parse(text)
     assert isinstance(stmt, ConvertToDelta) and stmt.path == "/p" and not stmt.collect_stats

@@ -16,6 +16,13 @@ from typing import Any
 
 from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit
+from sparkonce.delta.column_mapping import (
+    MAX_ID_PROPERTY,
+    MODE_PROPERTY,
+    assign_columns,
+    configured_mode,
+    max_column_id,
+)
 from sparkonce.delta.commit import (
     checkpoint_if_due,
     load_table,
@@ -76,6 +83,10 @@ def alter_properties(
     properties.update({k: str(v) for k, v in given.items() if not k.lower().startswith("delta.")})
     location = table_location(table)
     location.check_commit_safety()
+    if any(k.lower() == MODE_PROPERTY.lower() for k in [*properties, *unset]):
+        current = protocol_action(load_table(location))
+        if int(current["minWriterVersion"]) >= 7 and configured_mode(properties) != "none":
+            features.append("columnMapping")  # a table-features protocol names the feature
     operation = (
         Operation(
             "SET TBLPROPERTIES", {"properties": {**given, **{f"delta.feature.{f}": "supported" for f in features}}}
@@ -99,9 +110,58 @@ def alter_properties(
             for old in [k for k in configuration if k.lower() == key.lower()]:
                 del configuration[old]
             configuration[key] = value
-        return configuration, snapshot.schema().to_json(), protocol_request
+        schema_string = mapped_schema(snapshot, configuration, location)
+        return configuration, schema_string, protocol_request
 
     return _commit_metadata(location, operation, change, max_attempts, features=features)
+
+
+def mapped_schema(snapshot: Any, configuration: dict[str, str], location: TableLocation) -> str:
+    """The table's schema string under its new ``configuration``: when column mapping is turned on (``none`` ->
+    ``name``, the one change Delta allows), every field gets an id and its own name as physical name (the files
+    already name their columns so) and ``configuration`` the ``delta.columnMapping.maxColumnId``.
+
+    Raises:
+        UnsupportedFeatureError: another change of mode (Delta's ``DELTA_UNSUPPORTED_COLUMN_MAPPING_MODE_CHANGE``),
+            or column mapping metadata already in a schema without it.
+    """
+    schema_string = str(snapshot.schema().to_json())
+    old = configured_mode(snapshot.metadata().configuration)
+    new = configured_mode(configuration)
+    if old == new:
+        return schema_string
+    if not (old == "none" and new == "name"):
+        raise UnsupportedFeatureError(
+            f"[DELTA_UNSUPPORTED_COLUMN_MAPPING_MODE_CHANGE] Changing column mapping mode from '{old}' to '{new}' "
+            f"is not supported. ({location}; nothing was written)"
+        )
+    schema = json.loads(schema_string)
+    if '"delta.columnMapping.' in schema_string:
+        raise UnsupportedFeatureError(
+            "[DELTA_ENABLING_COLUMN_MAPPING_DISALLOWED_WHEN_COLUMN_MAPPING_METADATA_ALREADY_EXISTS] Enabling column "
+            "mapping when column mapping metadata is already present in schema is not supported.\nTo use column "
+            f"mapping, create a new table and reload the data into it. ({location})"
+        )
+    fields, top = assign_columns(
+        schema["fields"], table=str(location), after_id=max_column_id(configuration, []), reuse_names=True
+    )
+    configuration[MAX_ID_PROPERTY] = str(top)
+    return json.dumps({**schema, "fields": fields}, separators=(",", ":"))
+
+
+def commit_schema(
+    location: TableLocation,
+    operation: Operation,
+    change: Callable[[Any], tuple[dict[str, str], str, Mapping[str, int]]],
+    *,
+    max_attempts: int = 100,
+    partition_columns: Callable[[Any], tuple[str, ...]] | None = None,
+) -> TableVersion:
+    """One Delta commit of the table's new ``metaData`` as ``change(snapshot)`` gives it (configuration, schema
+    string, protocol versions asked for), made on the newest snapshot: the column statements of
+    :mod:`sparkonce.delta.alter_columns`. ``partition_columns(snapshot)``: the table's partition columns after
+    the change (a renamed partition column). Runs on the driver."""
+    return _commit_metadata(location, operation, change, max_attempts, partition_columns=partition_columns)
 
 
 READER_WRITER_FEATURES = frozenset(
@@ -209,51 +269,6 @@ def _feature(key: str, value: str) -> str:
     return known[name.lower()]
 
 
-def add_columns(
-    table: str | TableLocation, columns: Sequence[Mapping[str, Any]], *, max_attempts: int = 100
-) -> TableVersion:
-    """Add ``columns`` (Spark/Delta schema JSON fields: ``name``, ``type``, ``nullable``, ``metadata``) at the end
-    of the table's schema in one Delta commit (``ADD COLUMNS``); its table version.
-
-    Raises:
-        OptionError: a column the table has already (names compared case-insensitively), or a NOT NULL column
-            (existing rows would break it, as Delta says).
-        UnsupportedFeatureError: a column-mapped table (sparkonce does not assign physical names yet).
-    """
-    location = table_location(table)
-    location.check_commit_safety()
-    added = [dict(c) for c in columns]
-    for column in added:
-        if not column.get("nullable", True):
-            raise OptionError(
-                str(column["name"]),
-                "NOT NULL",
-                f"[DELTA_ADD_COLUMN_NOT_NULL] {location}: a column added to an existing table must be nullable",
-            )
-    operation = Operation("ADD COLUMNS", {"columns": [{"column": c} for c in added]})
-
-    def change(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
-        configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
-        mode = next((v for k, v in configuration.items() if k.lower() == "delta.columnmapping.mode"), "none")
-        if mode.lower() != "none":
-            raise UnsupportedFeatureError(
-                f"ADD COLUMNS on {location}: the table uses column mapping ({mode}); sparkonce does not assign "
-                "physical names to new columns yet; nothing was written"
-            )
-        schema = json.loads(snapshot.schema().to_json())
-        have = {str(f["name"]).lower() for f in schema["fields"]}
-        for column in added:
-            if str(column["name"]).lower() in have:
-                raise OptionError(
-                    str(column["name"]), None, f"[FIELD_ALREADY_EXISTS] {location} already has a column of that name"
-                )
-            have.add(str(column["name"]).lower())
-        schema["fields"] = [*schema["fields"], *added]
-        return configuration, json.dumps(schema, separators=(",", ":")), {}
-
-    return _commit_metadata(location, operation, change, max_attempts)
-
-
 def commit_configuration(
     location: TableLocation,
     operation: str,
@@ -287,6 +302,7 @@ def _commit_metadata(
     features: Sequence[str] = (),
     downgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     more_actions: Callable[[Any], list[dict[str, Any]]] | None = None,
+    partition_columns: Callable[[Any], tuple[str, ...]] | None = None,
 ) -> TableVersion:
     """One Delta commit of a new ``metaData`` (and protocol, when the change needs a newer one), made on the newest
     snapshot: ``change(snapshot)`` gives the new configuration, schema string and protocol versions asked for.
@@ -322,8 +338,14 @@ def _commit_metadata(
         if protocol != current:
             actions.append({"protocol": protocol})
         metadata = snapshot.metadata()
-        if configuration != dict(metadata.configuration) or schema_string != snapshot.schema().to_json():
-            actions.append({"metaData": metadata_action(metadata, schema_string, configuration)})
+        partitions = partition_columns(snapshot) if partition_columns is not None else None
+        if (
+            configuration != dict(metadata.configuration)
+            or schema_string != snapshot.schema().to_json()
+            or (partitions is not None and list(partitions) != list(metadata.partition_columns))
+        ):
+            action = metadata_action(metadata, schema_string, configuration, partition_columns=partitions)
+            actions.append({"metaData": action})
         if more_actions is not None:
             actions += more_actions(snapshot)
         target = read_version + 1
@@ -439,8 +461,9 @@ def _upgraded(
 __all__ = [
     "READER_WRITER_FEATURES",
     "WRITER_FEATURES",
-    "add_columns",
     "alter_properties",
     "commit_configuration",
+    "commit_schema",
+    "mapped_schema",
     "drop_feature",
 ]

@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
+from sparkonce.delta.column_mapping import mapping_mode, new_table_columns, replaced_columns, with_new_columns
 from sparkonce.delta.conflicts import ReadSet, check_winners
 from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
@@ -67,7 +68,6 @@ from sparkonce.errors import (
     SqlError,
     StorageError,
     TableNotFoundError,
-    UnsupportedFeatureError,
 )
 from sparkonce.retries import log_retry
 from sparkonce.storage import TableLocation, table_location
@@ -410,7 +410,9 @@ def commit_files(
             removes_rows=data_change and (mode == "overwrite" or bool(removes)),
             identity_handled=replacing or identity is not None or operation.name in REWRITES_KEEPING_VALUES,
         )
-        new_schema = _schema_change(snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema)
+        new_schema, new_configuration = _schema_change(
+            snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema
+        )
         replacement: list[dict[str, Any]] = []
         if replacing and new_schema is not None:
             new_schema, replacement = _replacement(
@@ -434,7 +436,9 @@ def commit_files(
         if new_schema is not None:
             partitions = partition_by if replacing else None
             comment = table_description if replacing else None
-            action = metadata_action(metadata, new_schema, partition_columns=partitions, description=comment)
+            action = metadata_action(
+                metadata, new_schema, new_configuration, partition_columns=partitions, description=comment
+            )
             actions.append({"metaData": action})
         actions += [a for a in replacement if "protocol" not in a]
         if txn is not None:
@@ -669,7 +673,8 @@ def _first_commit(
     unknown = [c for c in partition_by if c not in data_schema.names]
     if unknown:
         raise SchemaMismatchError(f"partition column(s) {unknown} are not columns of the data {data_schema.names}")
-    schema_string = delta_schema_string(data_schema)
+    # column mapping: the ids and physical names the files' writers used (sparkonce.delta.writer.new_table_mapping)
+    schema_string, properties = new_table_columns(delta_schema_string(data_schema), properties, table=str(location))
     metrics = (
         operation.metrics
         if operation.metrics is not None
@@ -793,17 +798,24 @@ def _schema_change(
     mode: CommitMode,
     merge_schema: bool,
     overwrite_schema: bool,
-) -> str | None:
+) -> tuple[str | None, dict[str, str] | None]:
     """The table's new ``schemaString`` when the commit changes the schema (``mergeSchema`` adds columns,
-    ``overwriteSchema`` replaces them), else None.
+    ``overwriteSchema`` replaces them), else None; and its new configuration when that changes too (a
+    column-mapped table's ``maxColumnId``), else None.
 
     Raises:
         SchemaMismatchError: the data does not fit and no option allows the change.
-        UnsupportedFeatureError: new columns for a column-mapped table.
     """
 
     if mode == "overwrite" and overwrite_schema:
-        return delta_schema_string(data_schema)
+        if mapping_mode(table) != "none":  # the ids and physical names the files' writers used
+            return replaced_columns(
+                delta_schema_string(data_schema),
+                table_fields(table),
+                table.metadata().configuration,
+                table=table_uri,
+            )
+        return delta_schema_string(data_schema), None
     current = table_fields(table)
     new_fields = reconcile(
         current,
@@ -813,16 +825,13 @@ def _schema_change(
         table_path=table_uri,
     )
     if not new_fields:
-        return None
-    from sparkonce.delta.column_mapping import mapping_mode
-
-    if mapping_mode(table) != "none":
-        raise UnsupportedFeatureError(
-            f"adding column(s) {[f['name'] for f in new_fields]} to {table_uri}: the table uses column mapping "
-            f"({mapping_mode(table)}); sparkonce cannot give new columns physical names yet"
-        )
+        return None, None
     log.info("adding column(s) %s to %s (mergeSchema)", [f["name"] for f in new_fields], table_uri)
-    return json.dumps({"type": "struct", "fields": current + new_fields}, separators=(",", ":"))
+    configuration = None
+    fields = current + new_fields
+    if mapping_mode(table) != "none":  # the ids and physical names the files' writers used (writer.target_mapping)
+        fields, configuration = with_new_columns(current, new_fields, table.metadata().configuration, table=table_uri)
+    return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":")), configuration
 
 
 DEFAULT_CHECKPOINT_INTERVAL = 10

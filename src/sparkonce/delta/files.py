@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import random
+import string
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -24,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkonce.delta.cleanup import remove_unreported_files
-from sparkonce.delta.column_mapping import ColumnMapping
+from sparkonce.delta.column_mapping import RANDOM_PREFIX_LENGTH, ColumnMapping
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityFill
@@ -65,7 +67,8 @@ class FileWriterOptions:
     the partition folders; "" for data files."""
     column_mapping: ColumnMapping | None = None
     """The table's column mapping (None: not column-mapped): files then name columns by physical name and carry
-    the field ids, and ``partitionValues`` are keyed by physical name, as Delta writes them."""
+    the field ids, ``partitionValues`` and stats are keyed by physical name, and files go into folders of random
+    letters instead of partition folders, as Delta writes them."""
     identity: tuple[IdentityFill, ...] = ()
     """Identity columns the tasks fill (:func:`sparkonce.delta.identity.fill_batches`)."""
     generated: GeneratedColumns | None = None
@@ -319,7 +322,10 @@ class TableFileWriter:
 
     def _new_file(self, key: tuple[str | None, ...], values: dict[str, str | None], first: pa.Table) -> _OpenFile:
         schema = first.schema
-        directory = partition_directory(values)
+        if self.options.column_mapping is not None:  # as Delta: random folders, never the physical names' folders
+            directory = "".join(random.choices(string.ascii_letters + string.digits, k=RANDOM_PREFIX_LENGTH))
+        else:
+            directory = partition_directory(values)
         suffix = f".{self.options.compression}" if self.options.compression != "none" else ""
         name = f"{self.options.file_prefix}-{self.task_id:05d}-{uuid.uuid4()}.c000{suffix}.parquet"
         relative = "/".join(part for part in (self.options.directory, directory, name) if part)

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce._types import TableVersion
 from sparkonce.delta.cdf import cdf_enabled, with_change_type, write_change_data
-from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
+from sparkonce.delta.column_mapping import ColumnMapping, with_new_columns
+from sparkonce.delta.commit import BatchTxn, load_table, table_committed_txn_version
 from sparkonce.delta.generated import GeneratedColumns, regenerate
 from sparkonce.delta.identity import (
     TASK_BITS,
@@ -63,8 +64,8 @@ from sparkonce.delta.rewrite import (
     sql_text,
     write_rows,
 )
-from sparkonce.delta.schema import arrow_schema_for_spark
-from sparkonce.errors import OptionError, SchemaMismatchError, UnsupportedFeatureError
+from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, table_fields
+from sparkonce.errors import OptionError, SchemaMismatchError
 from sparkonce.storage import table_location
 
 if TYPE_CHECKING:
@@ -200,12 +201,9 @@ def merge_into(
     target_columns = [f.name for f in target_schema.fields]
     generated = snapshot.generated.names() if snapshot is not None and snapshot.generated is not None else frozenset()
     new_columns = _new_columns(source, target_columns, clauses, schema_evolution, table_uri, generated)
-    if new_columns and snapshot is not None and snapshot.column_mapping is not None:
-        raise UnsupportedFeatureError(
-            f"MERGE with schema evolution on {table_uri}: the table uses column mapping "
-            f"({snapshot.column_mapping.mode}); sparkonce cannot give the new column(s) "
-            f"{[c.name for c in new_columns]} physical names yet"
-        )
+    column_mapping = snapshot.column_mapping if snapshot is not None else None
+    if new_columns and snapshot is not None and column_mapping is not None:
+        column_mapping = _evolved_mapping(snapshot, column_mapping, new_columns)
     identity = snapshot.identity if snapshot is not None else ()
     generating = _identity_clauses(identity, clauses, source.columns, target_columns)
     if keys is None:
@@ -269,7 +267,7 @@ def merge_into(
                     output,
                     location,
                     partition_by,
-                    column_mapping=snapshot.column_mapping if snapshot is not None else None,
+                    column_mapping=column_mapping,
                     generated=snapshot.generated if snapshot is not None else None,
                     constraints=snapshot.constraints if snapshot is not None else None,
                 )
@@ -278,7 +276,7 @@ def merge_into(
                         _changes(actions, target, clauses, target_columns, new_columns),
                         location,
                         partition_by,
-                        column_mapping=snapshot.column_mapping,
+                        column_mapping=column_mapping,
                     )
             rewrite_ms = int((time.monotonic() - rewrite_started) * 1000)
         finally:
@@ -595,6 +593,19 @@ def _empty_target(spark: Any, schema: StructType) -> DataFrame:
     full = StructType([*schema.fields, StructField(FILE_COLUMN, StringType()), StructField(ROW_COLUMN, LongType())])
     empty: DataFrame = spark.createDataFrame([], full)
     return empty
+
+
+def _evolved_mapping(snapshot: TableSnapshot, mapping: ColumnMapping, new_columns: list[Any]) -> ColumnMapping | None:
+    """The column mapping of a column-mapped table with the columns schema evolution adds, as the commit gives
+    them (:func:`sparkonce.delta.column_mapping.with_new_columns`). Runs on the driver."""
+    from pyspark.sql.types import StructType
+
+    table = load_table(snapshot.location, table_version=snapshot.table_version)
+    added = delta_fields(arrow_schema_for_spark(StructType(list(new_columns))))
+    fields, _ = with_new_columns(
+        table_fields(table), added, table.metadata().configuration, table=str(snapshot.location)
+    )
+    return ColumnMapping.from_schema(mapping.mode, json.dumps({"type": "struct", "fields": fields}))
 
 
 def _output_schema(target_schema: StructType, new_columns: list[Any]) -> StructType:

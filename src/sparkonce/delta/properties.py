@@ -31,6 +31,7 @@ KNOWN_PROPERTIES: dict[str, str] = {
     "delta.checkpointInterval": _INTEGER,
     "delta.checkpointPolicy": _TEXT,
     "delta.checkpointRetentionDuration": _INTERVAL,
+    "delta.columnMapping.maxColumnId": _INTEGER,
     "delta.columnMapping.mode": _TEXT,
     "delta.compatibility.symlinkFormatManifest.enabled": _BOOLEAN,
     "delta.dataSkippingNumIndexedCols": _INTEGER,
@@ -55,7 +56,6 @@ KNOWN_PROPERTIES: dict[str, str] = {
 """Delta's table properties (``DeltaConfigs``), canonical spelling -> kind of value."""
 
 _UNSUPPORTED_AT_CREATION = {
-    "delta.columnMapping.mode": "column mapping (sparkonce cannot assign physical column names to a new table yet)",
     "delta.enableRowTracking": "row tracking (sparkonce does not assign row ids)",
     "delta.enableInCommitTimestamps": "in-commit timestamps (sparkonce does not write them)",
     "delta.enableTypeWidening": "type widening",
@@ -124,6 +124,13 @@ def _checked(name: str, value: str) -> str:
         raise OptionError(
             name, value, "[DELTA_INVALID_AUTO_COMPACT_TYPE] Invalid auto-compact type: allowed values are true, false"
         )
+    if name == "delta.columnMapping.mode" and text.lower() not in ("none", "id", "name"):
+        raise OptionError(
+            name,
+            value,
+            f"[DELTA_MODE_NOT_SUPPORTED] Specified mode '{value}' is not supported. Supported modes are: "
+            "id, none, name",
+        )
     if kind == _INTERVAL and not _INTERVAL_RE.match(text):
         raise OptionError(name, value, "must be an interval such as 'interval 30 days'")
     return text.lower() if kind == _BOOLEAN else text
@@ -181,9 +188,12 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
         reader_features.add("deletionVectors")
         writer_features.add("deletionVectors")
     reader, writer = 1, 2
+    mapped = (property_value(configuration, "delta.columnMapping.mode") or "none").strip().lower() != "none"
+    if mapped:  # column mapping: reader 2 and writer 5, or the feature (Delta's ColumnMappingTableFeature)
+        reader, writer = 2, 5
     generated = '"delta.generationExpression"' in schema_string  # generated columns: writer 4 or the feature
     if enabled(configuration, "delta.enableChangeDataFeed") or generated:
-        writer = 4
+        writer = max(writer, 4)
     identity = '"delta.identity.start"' in schema_string  # identity columns: writer 6 (sparkonce.delta.identity)
     if identity:
         writer = 6
@@ -203,6 +213,9 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
         writer_features.add("identityColumns")
     if generated:
         writer_features.add("generatedColumns")
+    if mapped:
+        reader_features.add("columnMapping")
+        writer_features.add("columnMapping")
     protocol: dict[str, Any] = {"minReaderVersion": 3 if reader_features else max(reader, 1), "minWriterVersion": 7}
     if reader_features:
         protocol["readerFeatures"] = sorted(reader_features)

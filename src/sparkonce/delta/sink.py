@@ -33,7 +33,6 @@ from sparkonce.delta.auto_compact import (
     compact_after_commit,
     optimize_write_requested,
 )
-from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions
@@ -50,6 +49,8 @@ from sparkonce.delta.writer import (
     check_target,
     collect_files,
     commit_metadata,
+    new_table_mapping,
+    target_mapping,
     write_task,
     written_after,
 )
@@ -134,13 +135,15 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self.options.location.check_commit_safety()
         if not self.options.location.check_reachable(for_write=True):
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
+            self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
         else:
             table = current_table(self.options.location)
             if table is None:  # a _delta_log without commits yet: the first batch creates the table
                 self.file_options.generated = check_new_table(self.options, self.arrow_schema)
+                self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
                 return
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
-            self.file_options.column_mapping = ColumnMapping.of(table)
+            self.file_options.column_mapping = target_mapping(table, self.options, self.arrow_schema)
             self.identity = plan_identity(table_fields(table), self.arrow_schema, table=self.options.path)
             self.file_options.identity = self.identity.fills if self.identity is not None else ()
             self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)

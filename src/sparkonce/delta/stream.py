@@ -59,6 +59,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from sparkonce.crash import crash_point
+from sparkonce.delta.column_mapping import configured_mode, logical_by_physical
 from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.options import StreamReadOptions
@@ -561,6 +562,7 @@ class _TableState:
                 f"the Delta table at {self.options.path} was replaced at table version {table_version} (table id "
                 f"{self.table_id} became {new_id}); start the query with a new checkpointLocation"
             )
+        self._check_mapped_schema(table_version, metadata)
         partitions = tuple(metadata.get("partitionColumns") or ())
         if partitions != self.scan.partition_columns:
             raise SourceOffsetError(
@@ -602,6 +604,36 @@ class _TableState:
                 table_version,
                 new_columns,
             )
+
+    def _check_mapped_schema(self, table_version: int, metadata: dict[str, Any]) -> None:
+        """A column-mapped table's rename or drop between the schema the stream reads and ``metadata``'s stops the
+        stream with Delta's error for readers without schema tracking
+        (``DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE_USE_SCHEMA_LOG``): a field's physical name under another
+        logical name (a rename, nested fields too), or a field on one side only that the other side must have had
+        (read by the stream but gone later; in an older schema but not read: dropped since)."""
+        if configured_mode(metadata.get("configuration") or {}) == "none":
+            return
+        try:
+            fields = json.loads(metadata.get("schemaString") or "{}").get("fields", [])
+        except json.JSONDecodeError:
+            return  # reported by _check_metadata
+        read = logical_by_physical(list(self.read_fields.values()))
+        data = logical_by_physical(fields)
+        renamed = [p for p in read.keys() & data.keys() if read[p] != data[p]]
+        gone = [p for p in read if p not in data] if table_version > self.table_version else []
+        dropped = [p for p in data if p not in read] if table_version <= self.table_version else []
+        if not (renamed or gone or dropped):
+            return
+        read_schema = json.dumps({"type": "struct", "fields": list(self.read_fields.values())}, separators=(",", ":"))
+        data_schema = json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
+        raise SourceOffsetError(
+            "[DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE_USE_SCHEMA_LOG] Streaming read is not supported on tables "
+            "with read-incompatible schema changes (e.g. rename or drop or datatype changes).\nPlease provide a "
+            "'schemaTrackingLocation' to enable non-additive schema evolution for Delta stream processing.\nSee "
+            "https://docs.delta.io/latest/versioning.html#column-mapping for more details.\nRead schema: "
+            f"{read_schema}. Incompatible data schema: {data_schema}. (source {self.options.path}, table version "
+            f"{table_version})"
+        )
 
     def _data_file(self, add: dict[str, Any], table_version: int) -> DataFile:
         raw = str(add["path"])

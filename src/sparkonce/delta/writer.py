@@ -21,7 +21,14 @@ from sparkonce._version import __version__
 from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.clustering import check_columns, table_clustering
-from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
+from sparkonce.delta.column_mapping import (
+    ColumnMapping,
+    configured_mode,
+    mapping_mode,
+    new_table_columns,
+    replaced_columns,
+    with_new_columns,
+)
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
@@ -31,7 +38,7 @@ from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, delta_schema_string, reconcile, table_fields
 from sparkonce.delta.table_view import current_table
-from sparkonce.errors import OptionError, SchemaMismatchError, SqlError, UnsupportedFeatureError
+from sparkonce.errors import OptionError, SchemaMismatchError, SqlError
 
 if TYPE_CHECKING:
     from sparkonce.delta.table_view import AnyTable
@@ -149,6 +156,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         table = current_table(self.options.location)
         if table is None:
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
+            self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
             return None
         check_clustering_unchanged(self.options)
         if self.options.save_mode == "error":
@@ -169,14 +177,18 @@ class DeltaBatchWriter(DataSourceArrowWriter):
                     f">= {self.txn.txn_version}"
                 )
         if self.mode == "overwrite" and self.options.overwrite_schema:
-            if mapping_mode(table) != "none":
-                raise UnsupportedFeatureError(
-                    f"overwriteSchema on {self.options.path}: the table uses column mapping "
-                    f"({mapping_mode(table)}); sparkonce cannot assign physical names to a new schema yet"
+            mode = mapping_mode(table)
+            if mode != "none":  # new ids and physical names, as the commit gives them (commit._schema_change)
+                schema_string, _ = replaced_columns(
+                    delta_schema_string(self.arrow_schema),
+                    table_fields(table),
+                    table.metadata().configuration,
+                    table=str(self.options.location),
                 )
+                self.file_options.column_mapping = ColumnMapping.from_schema(mode, schema_string)
             return None
         self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
-        self.file_options.column_mapping = ColumnMapping.of(table)
+        self.file_options.column_mapping = target_mapping(table, self.options, self.arrow_schema)
         self.identity = plan_identity(
             table_fields(table), self.arrow_schema, table=self.options.path, tasks=self.options.identity_tasks
         )
@@ -261,6 +273,39 @@ def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> Generated
     return GeneratedColumns.from_fields(json.loads(schema_string)["fields"], arrow_schema, shown=options.path)
 
 
+def new_table_mapping(options: WriteOptions, arrow_schema: pa.Schema) -> ColumnMapping | None:
+    """The column mapping of the table this write creates (None: not column-mapped), as its first Delta commit
+    will record it (:func:`sparkonce.delta.column_mapping.new_table_columns`). Runs on the driver.
+
+    Raises:
+        UnsupportedFeatureError: a column mapping mode Delta does not have.
+    """
+    configuration = options.new_table_properties()
+    schema_string, _ = new_table_columns(delta_schema_string(arrow_schema), configuration, table=str(options.location))
+    return ColumnMapping.from_schema(configured_mode(configuration), schema_string)
+
+
+def target_mapping(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema) -> ColumnMapping | None:
+    """The column mapping the files of a write into the existing ``table`` use (None: not column-mapped): the
+    table's, with the ids and physical names its commit will give the columns ``mergeSchema`` adds
+    (:func:`sparkonce.delta.column_mapping.with_new_columns`). Runs on the driver."""
+    mode = mapping_mode(table)
+    if mode == "none":
+        return None
+    current = table_fields(table)
+    added = reconcile(
+        current,
+        delta_fields(arrow_schema),
+        merge_schema=options.merge_schema,
+        table_id=str(table.metadata().id),
+        table_path=options.path,
+    )
+    if not added:
+        return ColumnMapping.of(table)
+    fields, _ = with_new_columns(current, added, table.metadata().configuration, table=str(options.location))
+    return ColumnMapping.from_schema(mode, json.dumps({"type": "struct", "fields": fields}))
+
+
 def check_clustering_unchanged(options: WriteOptions) -> None:
     """A write to an existing table: clustering columns given must be the table's, unless the write replaces the
     table (``overwriteSchema``: the given clustering columns, or none, become the table's, as Delta's REPLACE
@@ -296,18 +341,13 @@ def check_target(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema
         SchemaMismatchError: the schema does not fit (unless ``mergeSchema`` allows it) or ``partitionBy``
             names other columns than the table's.
     """
-    added = reconcile(
+    reconcile(  # raises when the data does not fit
         table_fields(table),
         delta_fields(arrow_schema),
         merge_schema=options.merge_schema,
         table_id=str(table.metadata().id),
         table_path=options.path,
     )
-    if added and mapping_mode(table) != "none":
-        raise UnsupportedFeatureError(
-            f"mergeSchema on {options.path}: the table uses column mapping ({mapping_mode(table)}); sparkonce "
-            f"cannot give the new column(s) {[f['name'] for f in added]} physical names yet"
-        )
     check_existing(dict(table.metadata().configuration), dict(options.table_properties), table=options.path)
     partitions = tuple(table.metadata().partition_columns)
     if options.partition_by and partitions != options.partition_by:
@@ -342,6 +382,8 @@ __all__ = [
     "DeltaFilesMessage",
     "abort_write",
     "check_new_table",
+    "new_table_mapping",
+    "target_mapping",
     "collect_files",
     "commit_metadata",
     "write_task",

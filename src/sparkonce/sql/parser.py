@@ -9,17 +9,23 @@ Runs on the driver.
 
 from __future__ import annotations
 
+from typing import Literal
+
+from sparkonce.errors import SqlError
 from sparkonce.sql.statements import (
     AddColumns,
     AddConstraint,
     AlterClusterBy,
+    AlterColumn,
     AlterOther,
     AlterProperties,
+    ColumnDefinition,
     ConvertToDelta,
     CreateTable,
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DropColumns,
     DropConstraint,
     DropFeature,
     DropTable,
@@ -29,6 +35,8 @@ from sparkonce.sql.statements import (
     MergeAction,
     MergeWhen,
     Optimize,
+    RenameColumn,
+    ReplaceColumns,
     Restore,
     ShowTables,
     ShowTblProperties,
@@ -39,6 +47,7 @@ from sparkonce.sql.statements import (
 from sparkonce.sqltext.grammar import (
     Cursor,
     Span,
+    TableRef,
     parse_alias,
     parse_assignments,
     parse_identifier_list,
@@ -384,9 +393,122 @@ def _create(c: Cursor) -> CreateTable | None:
     )
 
 
+def _column_path(c: Cursor) -> tuple[str, ...]:
+    """A column, or a nested field as ``a.b.c``."""
+    token = c.take()
+    if token.kind not in ("word", "quoted"):
+        raise c.error("expected a column name")
+    parts = [token.value]
+    while c.at_op("."):
+        c.take()
+        parts.append(c.take().value)
+    return tuple(parts)
+
+
+def _position(c: Cursor) -> tuple[Literal["first", "after"], str] | None:
+    if c.take_word("FIRST"):
+        return ("first", "")
+    if c.take_word("AFTER"):
+        return ("after", c.take().value)
+    return None
+
+
+def _column_definitions(c: Cursor) -> tuple[ColumnDefinition, ...]:
+    """``(a INT COMMENT 'x' FIRST, s.b STRING AFTER a)``, parenthesized or not."""
+    wrapped = c.at_op("(")
+    if wrapped:
+        c.take()
+    out = []
+    while True:
+        path = _column_path(c)
+        out.append(ColumnDefinition(path, _definition(c), _position(c)))
+        if c.at_op(","):
+            c.take()
+            continue
+        break
+    if wrapped:
+        c.expect_op(")")
+    c.expect_end()
+    return tuple(out)
+
+
+def _definition(c: Cursor) -> Span:
+    """A column's type and options, up to the next column, ``FIRST``/``AFTER`` or the closing parenthesis (commas
+    inside ``STRUCT<...>``, ``DECIMAL(p, s)`` and strings belong to it)."""
+    start = c.offset
+    depth = 0
+    while not c.done():
+        token = c.peek()
+        assert token is not None
+        if depth == 0 and (token.is_op(",", ")") or token.is_word("FIRST", "AFTER")):
+            break
+        if token.is_op("(", "[", "<"):
+            depth += 1
+        elif token.is_op(")", "]", ">"):
+            depth -= 1
+        c.pos += 1
+    if c.offset == start:
+        raise c.error("expected a column type")
+    return Span(start, c.tokens[c.pos - 1].end)
+
+
+def _alter_column(c: Cursor, table: TableRef, hive: bool) -> AlterColumn:
+    path = _column_path(c)
+    if c.take_word("TYPE"):
+        data_type = c.span_until()
+        c.expect_end()
+        return AlterColumn(table, path, data_type=data_type)
+    if c.take_word("COMMENT"):
+        text = c.take()
+        if text.kind != "string":
+            raise c.error("COMMENT takes a string")
+        c.expect_end()
+        return AlterColumn(table, path, comment=text.value)
+    if c.take_word("SET NOT NULL"):
+        c.expect_end()
+        return AlterColumn(table, path, nullable=False)
+    if c.take_word("DROP NOT NULL"):
+        c.expect_end()
+        return AlterColumn(table, path, nullable=True)
+    if c.at_word("FIRST", "AFTER"):
+        position = _position(c)
+        c.expect_end()
+        return AlterColumn(table, path, position=position)
+    if not hive or c.done():
+        raise c.error("ALTER COLUMN takes TYPE, COMMENT, SET NOT NULL, DROP NOT NULL, FIRST or AFTER")
+    new_name = c.take().value  # Hive's CHANGE COLUMN a a TYPE [COMMENT 's'] [FIRST | AFTER b]
+    if new_name.lower() != path[-1].lower():
+        raise SqlError(
+            "[UNSUPPORTED_FEATURE.HIVE_STYLE_CHANGE_COLUMN] Renaming column is not supported in Hive-style ALTER "
+            f"COLUMN, please run RENAME COLUMN instead. In: {c.text}"
+        )
+    data_type = c.span_until("COMMENT", "FIRST", "AFTER")
+    comment = None
+    if c.take_word("COMMENT"):
+        token = c.take()
+        if token.kind != "string":
+            raise c.error("COMMENT takes a string")
+        comment = token.value
+    position = _position(c)
+    c.expect_end()
+    return AlterColumn(table, path, data_type=data_type, comment=comment, position=position)
+
+
 def _alter(
     c: Cursor,
-) -> AlterProperties | AddColumns | DropFeature | AlterClusterBy | AddConstraint | DropConstraint | AlterOther:
+) -> (
+    AlterProperties
+    | AddColumns
+    | ReplaceColumns
+    | RenameColumn
+    | DropColumns
+    | AlterColumn
+    | DropFeature
+    | AlterClusterBy
+    | AddConstraint
+    | DropConstraint
+    | AlterOther
+):
     table = parse_table(c)
     if c.take_word("SET TBLPROPERTIES"):
         properties = parse_properties(c)
@@ -398,14 +520,34 @@ def _alter(
         c.expect_end()
         return AlterProperties(table, {}, keys, if_exists)
     if c.take_word("ADD COLUMNS", "ADD COLUMN"):
-        if c.at_op("("):
-            c.take()
-            columns = c.span_until()
-            c.expect_op(")")
-        else:
-            columns = c.span_until()
+        return AddColumns(table, _column_definitions(c))
+    if c.take_word("REPLACE COLUMNS"):
+        return ReplaceColumns(table, _column_definitions(c))
+    if c.take_word("RENAME COLUMN"):
+        path = _column_path(c)
+        c.expect_word("TO")
+        new_name = c.take()
+        if new_name.kind not in ("word", "quoted"):
+            raise c.error("RENAME COLUMN ... TO takes a column name")
         c.expect_end()
-        return AddColumns(table, columns)
+        return RenameColumn(table, path, new_name.value)
+    if c.take_word("DROP COLUMNS", "DROP COLUMN"):
+        if_exists = c.take_word("IF EXISTS")
+        wrapped = c.at_op("(")
+        if wrapped:
+            c.take()
+        paths = [_column_path(c)]
+        while c.at_op(","):
+            c.take()
+            paths.append(_column_path(c))
+        if wrapped:
+            c.expect_op(")")
+        c.expect_end()
+        return DropColumns(table, tuple(paths), if_exists)
+    if c.at_word("ALTER", "CHANGE"):
+        hive = c.take().is_word("CHANGE")
+        c.take_word("COLUMN")
+        return _alter_column(c, table, hive)
     if c.take_word("CLUSTER BY"):
         clustering: tuple[str, ...] = () if c.take_word("NONE") else parse_identifier_list(c)
         c.expect_end()

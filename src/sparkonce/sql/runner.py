@@ -39,13 +39,16 @@ from sparkonce.sql.statements import (
     AddColumns,
     AddConstraint,
     AlterClusterBy,
+    AlterColumn,
     AlterOther,
     AlterProperties,
+    ColumnDefinition,
     ConvertToDelta,
     CreateTable,
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DropColumns,
     DropConstraint,
     DropFeature,
     DropTable,
@@ -53,6 +56,8 @@ from sparkonce.sql.statements import (
     Insert,
     Merge,
     Optimize,
+    RenameColumn,
+    ReplaceColumns,
     Restore,
     ShowTables,
     ShowTblProperties,
@@ -220,11 +225,8 @@ class DeltaSql:
 
             alter_properties(target.location, set=stmt.set, unset=stmt.unset, if_exists=stmt.if_exists)
             return self._empty()
-        if isinstance(stmt, AddColumns):
-            from sparkonce.delta.alter import add_columns
-
-            fields = self.spark.createDataFrame([], _text(text, stmt.columns)).schema.jsonValue()["fields"]
-            add_columns(target.location, fields)
+        if isinstance(stmt, AddColumns | ReplaceColumns | RenameColumn | DropColumns | AlterColumn):
+            self._alter_columns(text, target, stmt)
             return self._empty()
         if isinstance(stmt, GenerateManifest):
             from sparkonce.delta.manifest import generate_symlink_manifest
@@ -256,6 +258,45 @@ class DeltaSql:
         if isinstance(stmt, AlterOther):
             raise SqlError(f"{stmt.clause} is not supported by sparkonce's Delta SQL on {target.shown}")
         raise AssertionError(stmt)
+
+    def _alter_columns(
+        self, text: str, target: Target, stmt: AddColumns | ReplaceColumns | RenameColumn | DropColumns | AlterColumn
+    ) -> None:
+        """The column statements (:mod:`sparkonce.delta.alter_columns`); column types are read by Spark's DDL
+        parser."""
+        from sparkonce.delta import alter_columns
+
+        if isinstance(stmt, AddColumns):
+            columns = [alter_columns.NewColumn(c.path[:-1], self._field(text, c), c.position) for c in stmt.columns]
+            alter_columns.add_columns(target.location, columns)
+        elif isinstance(stmt, ReplaceColumns):
+            nested = [c for c in stmt.columns if len(c.path) > 1]
+            if nested:
+                raise SqlError(f"REPLACE COLUMNS takes top-level columns, not {'.'.join(nested[0].path)}")
+            alter_columns.replace_columns(target.location, [self._field(text, c) for c in stmt.columns])
+        elif isinstance(stmt, RenameColumn):
+            alter_columns.rename_column(target.location, stmt.path, stmt.new_name)
+        elif isinstance(stmt, DropColumns):
+            alter_columns.drop_columns(target.location, stmt.paths, if_exists=stmt.if_exists)
+        else:
+            data_type = None
+            if stmt.data_type is not None:
+                probe = ColumnDefinition(("x",), stmt.data_type)
+                data_type = self._field(text, probe)["type"]
+            change = alter_columns.ColumnChange(
+                comment=stmt.comment, nullable=stmt.nullable, data_type=data_type, position=stmt.position
+            )
+            alter_columns.change_column(target.location, stmt.path, change)
+
+    def _field(self, text: str, column: ColumnDefinition) -> dict[str, Any]:
+        """The schema JSON field of a column definition, as Spark's DDL parser reads it."""
+        name = column.path[-1].replace("`", "``")
+        ddl = f"`{name}` {_text(text, column.definition)}"
+        try:
+            fields = self.spark.createDataFrame([], ddl).schema.jsonValue()["fields"]
+        except Exception as err:
+            raise SqlError(f"column definition {ddl!r}: {err}") from err
+        return dict(fields[0])
 
     # -- tables ----------------------------------------------------------------------------------------------
 

@@ -144,10 +144,58 @@ class AlterProperties:
 
 
 @dataclass(frozen=True)
+class ColumnDefinition:
+    """One column of ``ADD COLUMNS`` / ``REPLACE COLUMNS``: its path (a nested field's parents first), the text of
+    its definition after the name (Spark's DDL: ``TYPE [NOT NULL] [COMMENT '...']``) and its position."""
+
+    path: tuple[str, ...]
+    definition: Span
+    position: tuple[Literal["first", "after"], str] | None = None
+
+
+@dataclass(frozen=True)
 class AddColumns:
     table: TableRef
-    columns: Span
-    """The column definitions' text (Spark's DDL: ``name TYPE [COMMENT '...']``, ...)."""
+    columns: tuple[ColumnDefinition, ...]
+
+
+@dataclass(frozen=True)
+class ReplaceColumns:
+    """``ALTER TABLE t REPLACE COLUMNS (...)``."""
+
+    table: TableRef
+    columns: tuple[ColumnDefinition, ...]
+
+
+@dataclass(frozen=True)
+class RenameColumn:
+    """``ALTER TABLE t RENAME COLUMN a.b TO c``."""
+
+    table: TableRef
+    path: tuple[str, ...]
+    new_name: str
+
+
+@dataclass(frozen=True)
+class DropColumns:
+    """``ALTER TABLE t DROP COLUMN[S] [IF EXISTS] a, b.c``."""
+
+    table: TableRef
+    paths: tuple[tuple[str, ...], ...]
+    if_exists: bool
+
+
+@dataclass(frozen=True)
+class AlterColumn:
+    """``ALTER TABLE t ALTER|CHANGE [COLUMN] c ...``: ``TYPE t``, ``COMMENT 's'``, ``SET|DROP NOT NULL``,
+    ``FIRST``, ``AFTER x``, or Hive's ``CHANGE c c TYPE [COMMENT 's'] [FIRST|AFTER x]``."""
+
+    table: TableRef
+    path: tuple[str, ...]
+    data_type: Span | None = None
+    comment: str | None = None
+    nullable: bool | None = None
+    position: tuple[Literal["first", "after"], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +267,10 @@ Statement = (
     | ShowTblProperties
     | AlterProperties
     | AddColumns
+    | ReplaceColumns
+    | RenameColumn
+    | DropColumns
+    | AlterColumn
     | DropFeature
     | AlterClusterBy
     | AddConstraint
@@ -231,6 +283,11 @@ Statement = (
 
 __all__ = [
     "AddColumns",
+    "AlterColumn",
+    "ColumnDefinition",
+    "DropColumns",
+    "RenameColumn",
+    "ReplaceColumns",
     "AlterClusterBy",
     "AlterOther",
     "AlterProperties",
