@@ -1,0 +1,204 @@
+"""``sparkonce.kafka`` against Spark's own Kafka connector (issue 37 item 2): both read the same topics with the same
+options, in batch and in stream, and their rows, checkpoint offsets and progress are compared as values.
+
+The connector runs in the ``spark_kafka`` oracle process (``sparkonce_local.services.spark_kafka``); sparkonce runs in
+this process's session. Records are produced one per record batch: the embedded broker (tansu) answers
+ListOffsets(latest) with the last batch's base offset + 1, which Spark's connector trusts (sparkonce confirms it
+with a fetch, docs/kafka.md), so with one record a batch both see the true end on tansu and on Apache Kafka.
+Where sparkonce differs on purpose, the test asserts both answers and docs/kafka.md (*Checked against Spark's Kafka
+connector*) says why.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sparkonce_local.services.spark_kafka import (
+    KafkaRow,
+    SparkKafkaProcess,
+    StreamRun,
+    load,
+    read_batch,
+    run_stream,
+)
+from tests.fixtures_broker import EmbeddedBroker, Record, numbered
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+OURS = "sparkonce.kafka"
+
+
+def produce(broker: EmbeddedBroker, topic: str, records: list[Record], *, partition: int, **kwargs: Any) -> None:
+    """Produce ``records`` to ``partition``, one record per record batch (see the module docstring)."""
+    broker.produce(topic, records, partition=partition, linger_ms=0, batch_num_messages=1, **kwargs)
+
+
+def filled_topic(broker: EmbeddedBroker, sizes: list[int]) -> str:
+    """A new topic whose partition ``p`` holds ``sizes[p]`` records ``k<i>``/``v<i>`` (i unique across partitions)."""
+    topic = broker.create_topic(partitions=len(sizes))
+    start = 0
+    for partition, size in enumerate(sizes):
+        produce(broker, topic, numbered(size, start=start), partition=partition)
+        start += size
+    return topic
+
+
+def options_for(broker: EmbeddedBroker, **options: str) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": broker.bootstrap, **options}
+
+
+def offsets_log(checkpoint_dir: Path) -> dict[int, Any]:
+    """The source offsets of every ``offsets/N`` file of a one-source query, parsed: {batch_id: offsets}."""
+    logged = {}
+    for path in (checkpoint_dir / "offsets").iterdir():
+        if path.name.isdigit():
+            lines = path.read_text().splitlines()
+            assert lines[0] == "v1", f"{path}: {lines[0]!r}"
+            logged[int(path.name)] = json.loads(lines[2])
+    return dict(sorted(logged.items()))
+
+
+def initial_offsets(checkpoint_dir: Path) -> Any:
+    """The initial offsets Spark's Kafka source wrote to ``sources/0/0``, parsed; None when there is no such file."""
+    path = checkpoint_dir / "sources" / "0" / "0"
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    assert data.startswith(b"\x00v1\n"), data[:10]
+    return json.loads(data[4:])
+
+
+def source_progress(run: StreamRun) -> list[dict[str, Any]]:
+    """Per batch of a run: numInputRows, and startOffset / endOffset / latestOffset parsed (JSON in the progress)."""
+
+    def parsed(value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
+
+    batches = []
+    for progress in run.progress:
+        (source,) = progress["sources"]
+        batches.append(
+            {
+                "batchId": progress["batchId"],
+                "numInputRows": source["numInputRows"],
+                **{key: parsed(source.get(key)) for key in ("startOffset", "endOffset", "latestOffset")},
+            }
+        )
+    return batches
+
+
+class Both:
+    """Runs the same read on sparkonce (this process) and on Spark's connector (the oracle process)."""
+
+    def __init__(self, spark: SparkSession, oracle: SparkKafkaProcess, broker: EmbeddedBroker, tmp_path: Path) -> None:
+        self.spark = spark
+        self.oracle = oracle
+        self.broker = broker
+        self.tmp_path = tmp_path
+        self._names = 0
+
+    def batch(self, **options: str) -> tuple[list[KafkaRow], list[KafkaRow]]:
+        full = options_for(self.broker, **options)
+        return read_batch(self.spark, OURS, full).rows, self.oracle.batch(full).rows
+
+    def checkpoints(self, name: str) -> tuple[Path, Path]:
+        return self.tmp_path / f"ours-{name}", self.tmp_path / f"spark-{name}"
+
+    def stream(self, name: str, **options: str) -> tuple[StreamRun, StreamRun]:
+        """One availableNow run of each side on its checkpoint ``name`` (a second call with ``name`` resumes it)."""
+        full = options_for(self.broker, **options)
+        ours_dir, spark_dir = self.checkpoints(name)
+        self._names += 1
+        ours = run_stream(load(self.spark, OURS, full, stream=True), ours_dir, name=f"ours_{name}_{self._names}")
+        self.spark.catalog.dropTempView(f"ours_{name}_{self._names}")
+        return ours, self.oracle.stream(full, spark_dir)
+
+
+@pytest.fixture
+def both(spark: SparkSession, spark_kafka: SparkKafkaProcess, broker: EmbeddedBroker, tmp_path: Path) -> Both:
+    return Both(spark, spark_kafka, broker, tmp_path)
+
+
+# -- batch reads ------------------------------------------------------------------------------------------------------
+
+
+def test_a_batch_read_has_the_same_rows_columns_and_headers(both: Both) -> None:
+    topic = both.broker.create_topic(partitions=2)
+    produce(both.broker, topic, numbered(3), partition=0, headers=[("h1", b"x"), ("h2", None), ("h1", b"y")])
+    produce(both.broker, topic, [(None, b"no key"), (b"no value", None)], partition=0)
+    produce(both.broker, topic, numbered(4, start=10), partition=1)
+    for include in ("false", "true"):
+        ours, spark = both.batch(subscribe=topic, includeHeaders=include)
+        assert len(spark) == 9
+        assert ours == spark, include
+
+
+@pytest.mark.parametrize(
+    ("starting", "ending"),
+    [
+        (None, None),
+        ("earliest", "latest"),
+        ('{"T": {"0": 2, "1": -2}}', '{"T": {"0": 5, "1": -1}}'),
+        ('{"T": {"0": -2, "1": 1}}', '{"T": {"0": -1, "1": 3}}'),
+        ('{"T": {"0": 7, "1": 4}}', None),
+    ],
+)
+def test_a_batch_read_between_starting_and_ending_offsets_has_the_same_rows(
+    both: Both, starting: str | None, ending: str | None
+) -> None:
+    topic = filled_topic(both.broker, [7, 4])
+    options = {"subscribe": topic}
+    if starting is not None:
+        options["startingOffsets"] = starting.replace('"T"', json.dumps(topic))
+    if ending is not None:
+        options["endingOffsets"] = ending.replace('"T"', json.dumps(topic))
+    ours, spark = both.batch(**options)
+    assert ours == spark
+
+
+@pytest.mark.parametrize("subscription", ["assign", "subscribePattern", "subscribe-two"])
+def test_each_subscription_kind_reads_the_same_partitions(both: Both, subscription: str) -> None:
+    first = filled_topic(both.broker, [3, 2])
+    second = filled_topic(both.broker, [4])
+    options = {
+        "assign": {"assign": json.dumps({first: [1], second: [0]})},
+        "subscribePattern": {"subscribePattern": f"{first}|{second}"},
+        "subscribe-two": {"subscribe": f"{first},{second}"},
+    }[subscription]
+    ours, spark = both.batch(**options)
+    assert len(spark) == (6 if subscription == "assign" else 9)
+    assert ours == spark
+
+
+def test_min_partitions_splits_a_batch_read_into_the_same_number_of_tasks(both: Both) -> None:
+    topic = filled_topic(both.broker, [12, 4])
+    full = options_for(both.broker, subscribe=topic, minPartitions="6")
+    ours, spark = read_batch(both.spark, OURS, full), both.oracle.batch(full)
+    assert ours.rows == spark.rows
+    assert spark.partitions > 2
+    assert ours.partitions == spark.partitions
+
+
+# -- streams ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_offsets", [None, "5"])
+def test_a_stream_from_earliest_logs_the_same_offsets_and_progress(both: Both, max_offsets: str | None) -> None:
+    topic = filled_topic(both.broker, [9, 4])
+    options = {"subscribe": topic, "startingOffsets": "earliest"}
+    if max_offsets is not None:
+        options["maxOffsetsPerTrigger"] = max_offsets
+    ours, spark = both.stream("s", **options)
+    assert ours.error is None and spark.error is None, (ours.error, spark.error)
+    assert len(spark.rows) == 13
+    assert ours.rows == spark.rows
+    ours_dir, spark_dir = both.checkpoints("s")
+    assert offsets_log(ours_dir) == offsets_log(spark_dir)
+    assert source_progress(ours) == source_progress(spark)
