@@ -4,7 +4,7 @@
 The connector is a JVM jar that sparkonce's sessions never load: :class:`SparkKafkaProcess` starts a second Python
 interpreter (this one, same virtualenv) whose SparkSession has the connector's jars on ``spark.jars``, and sends it
 JSON requests, one a line, on its standard input: a batch read with options (answer: the rows) or a stream with the
-availableNow trigger into a checkpoint directory (answer: the rows or, with the ``noop`` sink, none; the progress of
+availableNow trigger into a checkpoint directory (answer: the rows, or none with the ``noop`` sink; the progress of
 every batch; the seconds the query ran; its error). The caller reads the checkpoint's files itself. One process
 serves any number of requests, so a test session pays one JVM start.
 
@@ -52,7 +52,7 @@ KafkaRow = tuple[bytes | None, bytes | None, str, int, int, int, int, tuple[Head
 """(key, value, topic, partition, offset, timestamp in microseconds since the epoch, timestampType, headers or None
 when the read has no ``headers`` column)."""
 
-Sink = Literal["memory", "noop"]
+Sink = Literal["rows", "noop"]
 
 
 def connector_jars(directory: Path | None = None) -> list[Path]:
@@ -117,7 +117,7 @@ def read_batch(spark: SparkSession, source_format: str, options: Mapping[str, st
 
 @dataclass(frozen=True)
 class StreamRun:
-    """What one availableNow run of a stream did: its rows (``memory`` sink), each batch's progress, its error."""
+    """What one availableNow run of a stream did: its rows (``rows`` sink), each batch's progress, its error."""
 
     rows: list[KafkaRow]
     progress: list[dict[str, Any]]
@@ -128,28 +128,33 @@ class StreamRun:
     """The query's exception (``StreamingQueryException`` text), None when it ended normally."""
 
 
-def run_stream(
-    df: DataFrame, checkpoint_dir: Path, *, name: str, sink: Sink = "memory", timeout: float = 300.0
-) -> StreamRun:
-    """Run the stream ``df`` with the availableNow trigger into ``sink`` (a memory table ``name``) until it ends."""
+def run_stream(df: DataFrame, checkpoint_dir: Path, *, sink: Sink = "rows", timeout: float = 300.0) -> StreamRun:
+    """Run the stream ``df`` with the availableNow trigger into ``sink`` until it ends.
+
+    ``rows`` collects each batch's rows with ``foreachBatch`` (a memory sink cannot resume from a checkpoint, and
+    resuming is what these runs are for); ``noop`` is Spark's sink that drops them.
+    """
     from pyspark.errors import StreamingQueryException
 
-    writer = df.writeStream.format(sink).option("checkpointLocation", str(checkpoint_dir)).trigger(availableNow=True)
-    if sink == "memory":
-        writer = writer.queryName(name)
+    rows: list[KafkaRow] = []
+    writer = df.writeStream.option("checkpointLocation", str(checkpoint_dir)).trigger(availableNow=True)
+    if sink == "rows":
+        writer = writer.foreachBatch(lambda batch, _batch_id: rows.extend(kafka_rows(batch)))
+    else:
+        writer = writer.format("noop")
     started = time.monotonic()
     query = writer.start()
     error: str | None = None
     try:
         if not query.awaitTermination(int(timeout)):
-            raise DriverError(f"stream {name} did not end within {timeout:.0f}s (checkpoint {checkpoint_dir})")
+            raise DriverError(f"stream did not end within {timeout:.0f}s (checkpoint {checkpoint_dir})")
     except StreamingQueryException as err:
         error = str(err)
     finally:
         seconds = time.monotonic() - started
         query.stop()
     progress = [json.loads(p.json) for p in query.recentProgress]
-    rows = kafka_rows(df.sparkSession.table(name)) if sink == "memory" else []
+    rows.sort(key=lambda r: (r[2], r[3], r[4]))
     return StreamRun(rows=rows, progress=progress, seconds=seconds, error=error)
 
 
@@ -195,7 +200,6 @@ class SparkKafkaProcess:
     def __init__(self, process: subprocess.Popen[bytes], log: Path) -> None:
         self._process = process
         self._log = log
-        self._names = 0
 
     @classmethod
     def start(cls, *, jars_dir: Path | None = None, log_dir: Path, timeout: float = 300.0) -> SparkKafkaProcess:
@@ -235,16 +239,14 @@ class SparkKafkaProcess:
         return BatchRead(rows=[_decode_row(row) for row in answer["rows"]], partitions=answer["partitions"])
 
     def stream(
-        self, options: Mapping[str, str], checkpoint_dir: Path, *, sink: Sink = "memory", timeout: float = 300.0
+        self, options: Mapping[str, str], checkpoint_dir: Path, *, sink: Sink = "rows", timeout: float = 300.0
     ) -> StreamRun:
         """``readStream.format("kafka")`` with ``options`` run to its end with availableNow (see :func:`run_stream`)."""
-        self._names += 1
         request = {
             "op": "stream",
             "options": dict(options),
             "checkpoint_dir": str(checkpoint_dir),
             "sink": sink,
-            "name": f"spark_kafka_{self._names}",
             "timeout": timeout,
         }
         answer = self._request(request, timeout=timeout + 60)
@@ -354,11 +356,7 @@ def _answer(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         return {"rows": [_encode_row(row) for row in read.rows], "partitions": read.partitions}
     if op == "stream":
         df = load(spark, "kafka", request["options"], stream=True)
-        run = run_stream(
-            df, Path(request["checkpoint_dir"]), name=request["name"], sink=request["sink"], timeout=request["timeout"]
-        )
-        if request["sink"] == "memory":
-            spark.catalog.dropTempView(request["name"])
+        run = run_stream(df, Path(request["checkpoint_dir"]), sink=request["sink"], timeout=request["timeout"])
         return {
             "rows": [_encode_row(row) for row in run.rows],
             "progress": run.progress,
