@@ -63,7 +63,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     for item in items:
         for group in SERIAL_GROUPS:
-            if item.get_closest_marker(group) is not None:
+            # Without pytest-xdist (``-p no:xdist``) its marker is unknown and --strict-markers would refuse it.
+            if item.get_closest_marker(group) is not None and config.pluginmanager.hasplugin("xdist"):
                 item.add_marker(pytest.mark.xdist_group(group))
     if SAMPLE_ALL:
         return
