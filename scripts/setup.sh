@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 packages=()
 command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
 compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || packages+=(postgresql)
+command -v mvn >/dev/null 2>&1 || packages+=(maven)
 if ((${#packages[@]})); then
   echo "setup: installing ${packages[*]} (Debian packages)"
   sudo_cmd=""
@@ -32,4 +33,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/weed ] \
   .venv/bin/python -c 'import sparkonce, pyspark, deltalake' || { echo "setup: the install failed" >&2; exit 1; }
   echo "$want" >"$stamp"
 fi
+# Spark's Kafka connector for the Kafka oracle, resolved by Maven into the venv (never on sparkonce's sessions).
+bash scripts/oracle_jars.sh
 echo "setup: ready (.venv/bin/sparkonce, Java: $(java -version 2>&1 | head -1))"

@@ -25,14 +25,16 @@ FIXTURES = Path(os.environ.get("SPARKONCE_FIXTURES", REPO / "tests" / "fixtures"
 SAMPLE_SEED = os.environ.get("SPARKONCE_SAMPLE_SEED") or dt.datetime.now(dt.UTC).date().isoformat()
 SAMPLE_ALL = os.environ.get("SPARKONCE_SAMPLE") == "all"
 # Tests that cannot share the machine with a copy of themselves in another pytest-xdist worker: spark-pipelines binds
-# port 15002; each cluster test would otherwise start a second standalone cluster.
-SERIAL_GROUPS = ("sdp", "cluster")
+# port 15002; each cluster test would otherwise start a second standalone cluster; the spark_kafka tests would start a
+# second oracle JVM (tests/fixtures_spark_kafka.py).
+SERIAL_GROUPS = ("sdp", "cluster", "spark_kafka")
 
 pytest_plugins: list[str] = [
     "tests.fixtures_broker",
     "tests.fixtures_postgres",
     "tests.fixtures_storage",
     "tests.fixtures_cluster",
+    "tests.fixtures_spark_kafka",
 ]
 
 
@@ -61,7 +63,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     for item in items:
         for group in SERIAL_GROUPS:
-            if item.get_closest_marker(group) is not None:
+            # Without pytest-xdist (``-p no:xdist``) its marker is unknown and --strict-markers would refuse it.
+            if item.get_closest_marker(group) is not None and config.pluginmanager.hasplugin("xdist"):
                 item.add_marker(pytest.mark.xdist_group(group))
     if SAMPLE_ALL:
         return
