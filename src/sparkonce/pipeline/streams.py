@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from sparkonce.checkpoint.tables import RecordedTable, record_tables
 from sparkonce.delta.commit import load_table, table_exists
 from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
 from sparkonce.errors import TableNotFoundError
@@ -82,7 +83,12 @@ def stage_source(
 def start_foreach_batch(
     source: DataFrame, process: Callable[[DataFrame, int], None], config: PipelineConfig, stage: Stage
 ) -> StreamingQuery:
-    """Start a stage whose batches are written by ``process`` (bronze, gold) on the stage's own checkpoint."""
+    """Start a stage whose batches are written by ``process`` (bronze, gold) on the stage's own checkpoint.
+
+    The stage's Delta tables are recorded in its checkpoint as the query's sinks (``doctor`` examines them without
+    ``--table``); its sources are recorded by ``start()`` itself.
+    """
+    record_tables(stage.checkpoint, [RecordedTable("sink", "delta", table_location(t).uri) for t in stage.tables])
     return (
         source.writeStream.foreachBatch(process)
         .queryName(query_name(config, stage))
