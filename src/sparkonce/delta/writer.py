@@ -22,7 +22,7 @@ from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_comm
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.clustering import check_columns, table_clustering
 from sparkonce.delta.column_mapping import ColumnMapping, mapping_mode
-from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version
+from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, refuse_undone_batch
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
 from sparkonce.delta.generated import GeneratedColumns, has_generation_expressions
@@ -164,6 +164,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.txn is not None:
             committed = committed_txn_version(table, self.txn)
             if committed is not None:
+                refuse_undone_batch(self.options.location, table.version(), self.txn)
                 return (
                     f"already completed: txn(app_id={self.txn.app_id}, txn_version={committed}) "
                     f">= {self.txn.txn_version}"
