@@ -54,10 +54,20 @@ DELTA_FORMATS = frozenset({"delta", "sparkonce.delta"})
 """The format names of a Delta table in a record (a pipeline stage's tables are recorded as ``delta``)."""
 
 RECORDED_OPTIONS = frozenset(
-    {"subscribe", "subscribepattern", "assign", "readchangefeed", "startingversion", "startingtimestamp"}
+    {
+        "subscribe",
+        "subscribepattern",
+        "assign",
+        "kafka.group.id",
+        "groupidprefix",
+        "commitoffsetstogroup",
+        "readchangefeed",
+        "startingversion",
+        "startingtimestamp",
+    }
 )
-"""The source options worth recording (lower case): which topics, and whether a Delta source reads the change
-feed. Nothing else is kept: credentials (``kafka.sasl.*``, storage keys) never reach the checkpoint."""
+"""The source options worth recording (lower case): which topics and consumer group, and whether a Delta source reads
+the change feed. Nothing else is kept: credentials (``kafka.sasl.*``, storage keys) never reach the checkpoint."""
 
 _RECORDED_HERE: set[tuple[str, str]] = set()
 """(checkpoint, record file name) this process has recorded or found: the sink records once, not every batch."""
