@@ -105,7 +105,7 @@ class GroupOffsetsCommitter:
         consumer.commit(offsets=offsets, asynchronous=True)
         deadline = time.monotonic() + self._options.metadata_timeout_s
         while self._answers < self._sent and time.monotonic() < deadline:
-            consumer.poll(0.05)  # serves the on_commit callback; the consumer is assigned nothing, so reads nothing
+            consumer.poll(0.005)  # serves the on_commit callback; the consumer is assigned nothing, so reads nothing
         if self._answers < self._sent:
             log.warning(
                 "consumer group %s: the broker did not answer the offset commit within %d ms; lag tools may show "
