@@ -47,7 +47,7 @@ def test_doctor_kafka_offsets_beyond_latest(broker: EmbeddedBroker, topic: str, 
         0,
         10,
     )
-    assert [f.code for f in report.findings] == ["kafka-offsets-ahead"]
+    assert [f.code for f in report.findings] == ["no-table-examined", "kafka-offsets-ahead"]  # no --table given
     healthy = make_checkpoint(tmp_path / "cp2", planned=range(2), committed=range(2), topic=topic, per_batch=5)
     result = CliRunner().invoke(cli, ["doctor", str(healthy), "--kafka", broker.bootstrap, "--json"])
     assert result.exit_code == 0, result.output

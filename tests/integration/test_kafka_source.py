@@ -365,26 +365,6 @@ def test_new_partitions_are_read_from_earliest(spark: SparkSession, broker: Embe
     assert got == [(first, 0, 5), (first, 0, 6)] + [(second, p, o) for p in range(2) for o in range(4)]
 
 
-def test_no_offsets_are_committed_to_the_consumer_group(
-    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path
-) -> None:
-    from confluent_kafka import Consumer
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
-
-    topic = broker.create_topic()
-    broker.produce(topic, numbered(10), partition=0)
-    group = f"group-{topic}"
-    df = read_stream(spark, broker, subscribe=topic, startingOffsets="earliest", **{"kafka.group.id": group})
-    rows, _ = run_available_now(df, tmp_path, "nocommit")
-    assert len(rows) == 10
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "log_level": 0})
-    try:
-        committed = consumer.committed([KafkaTopicPartition(topic, 0)], timeout=10)
-    finally:
-        consumer.close()
-    assert committed[0].offset < 0  # OFFSET_INVALID: the checkpoint is the only record of progress
-
-
 # -- data loss ------------------------------------------------------------------------------------------------------
 
 

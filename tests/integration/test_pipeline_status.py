@@ -16,6 +16,7 @@ from sparkonce.pipeline.loader import load_pipeline
 from sparkonce_local.demo_pipeline import quickstart_pipeline
 from sparkonce_local.services.producer import produce_sensor_readings
 from tests.fixtures_broker import numbered
+from tests.integration.test_kafka_group_offsets import committed_offsets
 from tests.unit.test_pipeline_metrics import parse_exposition
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
@@ -51,14 +52,24 @@ def test_metrics_file_after_a_run_and_status_of_the_stopped_pipeline(broker, tmp
     first = runner.invoke(cli, ["run", str(pipeline), "--plain", "--metrics-file", str(metrics)])
     assert first.exit_code == 0, first.output
     samples = parse_exposition(metrics.read_text(encoding="utf-8"))
+    committed = committed_offsets(broker.bootstrap, "sparkonce-quickstart-raw")
+    assert sum(committed.values()) == 300  # the raw stage committed the topic's ends to its group
     for stage in ("raw", "bronze", "gold"):
         labels = (("pipeline", "quickstart"), ("stage", stage))
         assert samples[("sparkonce_stage_input_rows_total", labels)] == 300
         assert samples[("sparkonce_stage_last_batch_id", labels)] == 0
         assert samples[("sparkonce_stage_up", labels)] == 0  # the run has finished
     for partition in ("0", "1"):
-        labels = (("pipeline", "quickstart"), ("stage", "raw"), ("topic", topic), ("partition", partition))
-        assert samples[("sparkonce_kafka_records_behind", labels)] == 0
+        labels = (
+            ("pipeline", "quickstart"),
+            ("stage", "raw"),
+            ("consumergroup", "sparkonce-quickstart-raw"),
+            ("topic", topic),
+            ("partition", partition),
+        )
+        assert samples[("kafka_consumergroup_lag", labels)] == 0
+        # the raw stage committed its position to that group: what Kafka's lag tools read
+        assert samples[("kafka_consumergroup_current_offset", labels)] == committed[(topic, int(partition))]
     for stage in ("bronze", "gold"):
         labels = (("pipeline", "quickstart"), ("stage", stage))
         assert samples[("sparkonce_delta_versions_behind", labels)] == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sparkonce.checkpoint.tables import RecordedTable, record_tables
 from sparkonce.cli.main import cli
 from tests.unit.doctor_helpers import make_checkpoint, raw_rows, stream_commit
 
@@ -89,6 +90,8 @@ def test_doctor_json_schema(runner: CliRunner, healthy: tuple[Path, Path]) -> No
         "timeline",
         "generated_at_ms",
         "unread_checkpoint_files",
+        "table_origin",
+        "recorded_tables",
     }
     assert data["tables"][0]["txn_version"] == 2 and data["tables"][0]["kind"] == "delta"
     assert [(b["batch_id"], b["planned"], b["committed"], b["rows"]) for b in data["timeline"]] == [
@@ -172,6 +175,31 @@ def test_verify(runner: CliRunner, healthy: tuple[Path, Path]) -> None:
     assert data["kind"] == "verify" and data["partitions"][0]["rows"] == 30 and data["findings"] == []
     holes = runner.invoke(cli, ["verify", "--table", str(table), "--range", "events:0:0-35"])
     assert holes.exit_code == 1 and "offsets-missing" in holes.output
+
+
+def test_doctor_and_verify_use_the_tables_the_checkpoint_records(runner: CliRunner, healthy: tuple[Path, Path]) -> None:
+    cp, table = healthy
+    alone = runner.invoke(cli, ["verify", "--checkpoint", str(cp), "--range", "events:0:0-30"])
+    assert alone.exit_code == 2 and "records 0 Delta sink table(s)" in alone.output
+    record_tables(
+        cp,
+        [
+            RecordedTable("sink", "delta", str(table)),
+            RecordedTable("source", "sparkonce.kafka", "localhost:1", {"subscribe": "events"}),
+        ],
+    )
+    ok = runner.invoke(cli, ["verify", "--checkpoint", str(cp), "--range", "events:0:0-30", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["table_path"] == str(table)
+    both = runner.invoke(cli, ["verify", "--checkpoint", str(cp), "--table", str(table), "--range", "events:0:0-30"])
+    assert both.exit_code == 2
+    doctor = json.loads(runner.invoke(cli, ["doctor", str(cp), "--json"]).output)
+    assert doctor["table_origin"] == "recorded" and [t["table_path"] for t in doctor["tables"]] == [str(table)]
+    assert doctor["healthy"] and doctor["findings"] == []
+    shutil.rmtree(table)  # the recorded sink deleted after batches were committed: an error, not a usage error
+    gone = runner.invoke(cli, ["doctor", str(cp), "--json"])
+    assert gone.exit_code == 1
+    assert {f["code"] for f in json.loads(gone.output)["findings"]} == {"recorded-table-missing", "no-table-examined"}
 
 
 # ------------------------------------------------------------------------------------------ piped output

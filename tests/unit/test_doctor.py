@@ -88,7 +88,7 @@ def test_empty_checkpoint(tmp_path: Path) -> None:
     report = run(cp)
     assert report.next_start.startswith("No batch has been planned yet")
     assert "new query id" in report.next_start
-    assert report.findings == () and report.healthy
+    assert codes(report) == {"no-table-examined"} and report.healthy  # no --table, none recorded
 
 
 def test_delta_jvm_streaming_table(fixtures_dir: Path, tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_log_shape_findings(tmp_path: Path, planned: list[int], committed: list[
 def test_purged_early_batches_are_not_a_gap(tmp_path: Path) -> None:
     cp = make_checkpoint(tmp_path / "cp", planned=range(100, 110), committed=range(100, 110))
     report = run(cp)
-    assert report.findings == ()
+    assert codes(report) == {"no-table-examined"}
     assert "Batch 109 is planned and committed" in report.next_start
 
 
@@ -171,7 +171,7 @@ def test_crc_and_tmp_files(tmp_path: Path) -> None:
     (cp / "offsets" / ".0.crc").write_bytes(b"crc\x00")
     (cp / "offsets" / ".3.6f1c7a2e-9b7d-4a1e-8d8c-1b2a3c4d5e6f.tmp").write_text("v1\n")
     report = run(cp)
-    assert codes(report) == {"temp-files"}
+    assert codes(report) == {"temp-files", "no-table-examined"}
     assert report.healthy
     (cp / "offsets" / ".3.0a1b2c3d-0000-4000-8000-000000000000.tmp").write_text("v1\n")
     assert "concurrent-writers" in codes(run(cp), at_least="error")
@@ -361,7 +361,7 @@ def test_kafka_fixture_offsets(fixtures_dir: Path) -> None:
     topic = "spark-test-topic-2b8619f5-d3c4-4c2d-b5d1-8d9d9458aa62"
     # Batch 0 is planned, not committed: its re-run starts from the initial offsets, which were not exported.
     report = run(cp, watermarks=fake_broker({}))
-    assert codes(report) == {"kafka-no-offsets", "batch0-rerun"}
+    assert codes(report) == {"kafka-no-offsets", "batch0-rerun", "no-table-examined"}
     state = read_checkpoint(cp)
     assert state.offsets[0].source_offset("0")[topic]["4"] == 3
 
@@ -403,11 +403,11 @@ def test_checkpoint_scan_window_reads_only_the_newest_files(tmp_path: Path) -> N
     (cp / "offsets" / "3").write_text("v1\n{trunc")  # damage in an old file, outside a 10-batch window
     (cp / "commits" / "12").unlink()  # a gap is found from the listing, in any mode
     window = run(cp, timeline_batches=10)
-    assert codes(window) == {"commits-gap"}
+    assert codes(window) == {"commits-gap", "no-table-examined"}
     assert window.unread_checkpoint_files == 20 + 19
     assert [row.batch_id for row in window.timeline] == list(range(20, 30))
     full = run(cp, timeline_batches=10, checkpoint_scan="full")
-    assert codes(full) == {"commits-gap", "file-malformed"}
+    assert codes(full) == {"commits-gap", "file-malformed", "no-table-examined"}
     assert full.unread_checkpoint_files == 0
     (cp / "offsets" / "28").write_text("v1\n{trunc")  # inside the window: found by both
     assert "file-malformed" in codes(run(cp, timeline_batches=10))

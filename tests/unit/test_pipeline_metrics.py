@@ -88,6 +88,7 @@ def test_pipeline_metrics_parse_back_with_their_labels_and_values() -> None:
         _progress(
             "raw",
             partition_lag=(PartitionLag("t", 0, 100, 130), PartitionLag("t", 1, 90, 90), PartitionLag("t", 2, 5, None)),
+            consumer_group="sparkonce-quick-raw",
             batch_ms_p50=250.0,
             batch_ms_p95=1500.0,
         ),
@@ -104,8 +105,11 @@ def test_pipeline_metrics_parse_back_with_their_labels_and_values() -> None:
     assert samples[("sparkonce_stage_batch_duration_p50_seconds", raw)] == 0.25
     assert samples[("sparkonce_stage_batch_duration_p95_seconds", raw)] == 1.5
     assert samples[("sparkonce_stage_processed_rows_per_second", raw)] == 12.5
-    lag = {k[1][3][1]: v for k, v in samples.items() if k[0] == "sparkonce_kafka_records_behind"}
-    assert lag == {"0": 30, "1": 0}  # partition 2's end is unknown: no sample
+    lag = {k[1]: v for k, v in samples.items() if k[0] == "kafka_consumergroup_lag"}
+    group = (("pipeline", "quick"), ("stage", "raw"), ("consumergroup", "sparkonce-quick-raw"), ("topic", "t"))
+    assert lag == {(*group, ("partition", "0")): 30, (*group, ("partition", "1")): 0}  # partition 2: end unknown
+    position = {k[1][4][1]: v for k, v in samples.items() if k[0] == "kafka_consumergroup_current_offset"}
+    assert position == {"0": 100, "1": 90, "2": 5}
     assert samples[("sparkonce_delta_versions_behind", bronze)] == 3
     assert samples[("sparkonce_delta_bytes_behind", bronze)] == 123_456
     assert ("sparkonce_delta_versions_behind", raw) not in samples

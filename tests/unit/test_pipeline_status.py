@@ -88,3 +88,29 @@ def test_status_of_a_stage_running_now_and_an_unreachable_broker(tmp_path: Path)
     assert result.exit_code == 0, result.output  # gold reads a table: the broker is not asked
     data = json.loads(result.output)
     assert data["running"] is False and [s["state"] for s in data["stages"]] == ["never started"]
+
+
+def test_a_checkpoint_that_records_another_sink_is_a_finding(tmp_path: Path) -> None:
+    from sparkonce.checkpoint.tables import RecordedTable, record_tables
+    from sparkonce.storage import table_location
+    from tests.unit.doctor_helpers import make_checkpoint
+
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(quickstart_pipeline("127.0.0.1:1", topic="nowhere"))
+    config = load_pipeline(pipeline)
+    assert config.gold is not None
+    gold = config.gold.checkpoint
+    make_checkpoint(Path(gold), planned=range(2), committed=range(2))
+    own = table_location(config.gold.tables[0]).uri
+    record_tables(gold, [RecordedTable("sink", "delta", own)])
+
+    def recorded_findings() -> list[str]:  # (the checkpoint's Kafka offsets also give a lag finding, not checked here)
+        return [
+            f for f in pipeline_status(config, stages=["gold"]).stages[0].findings if f.startswith("its checkpoint")
+        ]
+
+    assert recorded_findings() == []  # the stage's own table: fine
+    record_tables(gold, [RecordedTable("sink", "delta", str(tmp_path / "old_gold"))])
+    (finding,) = recorded_findings()
+    assert finding.startswith(f"its checkpoint records batches written to {tmp_path / 'old_gold'}, a table the stage")
+    assert own in finding

@@ -78,14 +78,20 @@ def _print_doctor(report: DoctorReport) -> None:
             f"older files:     {report.unread_checkpoint_files} offsets/commits files before the timeline window "
             "were listed, not read (--checkpoint-scan full reads them)"
         )
+    origin = " (recorded in the checkpoint)" if report.table_origin == "recorded" else ""
     for t in report.tables:
         txn = "-" if t.txn_version is None else str(t.txn_version)
         at = f" (table version {t.txn_table_version})" if t.txn_table_version is not None else ""
         damaged = f", [red]{t.damaged_files} damaged file(s)[/red]" if t.damaged_files else ""
         console.print(
             f"table:           {escape(t.table_path)} \\[{t.kind}] table version {t.table_version}, "
-            f"txn_version for this query {txn}{at}{damaged}"
+            f"txn_version for this query {txn}{at}{damaged}{origin}"
         )
+    if not report.tables:
+        console.print("table:           [yellow]none examined[/yellow] (name the sink with --table TABLE)")
+    for r in report.recorded_tables:
+        if r.role == "source":
+            console.print(f"source:          {escape(r.location)} \\[{r.format}] (recorded in the checkpoint)")
     for k in report.kafka:
         console.print(
             f"kafka:           {k.topic}-{k.partition} next start {k.next_start_offset}, "
@@ -112,7 +118,11 @@ def _doctor_json(report: DoctorReport) -> dict[str, object]:
 @click.command()
 @click.argument("checkpoint", type=EXISTING_CHECKPOINT)
 @click.option(
-    "--table", "tables", multiple=True, type=TABLE, help="A sink table (Delta or file sink; a path or s3://... URI)."
+    "--table",
+    "tables",
+    multiple=True,
+    type=TABLE,
+    help="A sink table (Delta or file sink; a path or s3://... URI). Default: the sinks the checkpoint records.",
 )
 @storage_option
 @conf_option
@@ -150,6 +160,7 @@ def doctor(
     report = diagnose(
         checkpoint,
         tables=[table_location(t, storage_options=storage_options) for t in tables],
+        storage_options=storage_options,
         kafka_bootstrap=kafka,
         history_scan=history_scan,
         checkpoint_scan=checkpoint_scan,
@@ -199,7 +210,14 @@ def history(table: str, storage_options: dict[str, str], limit: int | None, as_j
 
 
 @click.command()
-@click.option("--table", "table", required=True, type=TABLE, help="The raw Delta table to check (path or URI).")
+@click.option("--table", "table", type=TABLE, help="The raw Delta table to check (path or URI).")
+@click.option(
+    "--checkpoint",
+    "checkpoint",
+    type=EXISTING_CHECKPOINT,
+    help="Check the Delta sink this query's checkpoint records (instead of --table), and its recorded Kafka topics "
+    "(instead of --topic).",
+)
 @storage_option
 @click.option("--kafka", "kafka", metavar="BOOTSTRAP", help="Expect each partition's earliest..latest offsets.")
 @click.option("--topic", "topics", multiple=True, help="Topic to check against --kafka (repeatable).")
@@ -207,7 +225,8 @@ def history(table: str, storage_options: dict[str, str], limit: int | None, as_j
 @json_option("Print JSON (see docs/doctor.md).")
 @handle_errors
 def verify(
-    table: str,
+    table: str | None,
+    checkpoint: str | None,
     storage_options: dict[str, str],
     kafka: str | None,
     topics: tuple[str, ...],
@@ -215,6 +234,13 @@ def verify(
     as_json: bool,
 ) -> None:
     """Reconcile a raw table's topic/partition/offset columns with Kafka or explicit offset ranges."""
+    if (table is None) == (checkpoint is None):
+        raise click.UsageError("give --table TABLE or --checkpoint CHECKPOINT (one of them)")
+    if checkpoint is not None:
+        table, recorded_topics = _recorded_target(checkpoint)
+        if kafka:
+            topics = topics or recorded_topics
+    assert table is not None
     if kafka and not topics:
         raise click.UsageError("--kafka needs at least one --topic")
     if topics and not kafka:
@@ -262,3 +288,24 @@ def verify(
 
 def _count(n: int) -> str:
     return "[green]0[/green]" if n == 0 else f"[bold red]{n}[/bold red]"
+
+
+def _recorded_target(checkpoint: str) -> tuple[str, tuple[str, ...]]:
+    """The one Delta sink ``checkpoint`` records, and the topics its Kafka sources subscribe to."""
+    from sparkonce.checkpoint.tables import read_recorded_tables
+
+    recorded, _ = read_recorded_tables(checkpoint)
+    sinks = [t.location for t in recorded if t.role == "sink" and t.is_delta]
+    if len(sinks) != 1:
+        raise click.UsageError(
+            f"{checkpoint} records {len(sinks)} Delta sink table(s) ({', '.join(sinks) or 'none'}): "
+            "name the table with --table"
+        )
+    topics = tuple(
+        topic.strip()
+        for t in recorded
+        if t.role == "source" and "subscribe" in t.options
+        for topic in t.options["subscribe"].split(",")
+        if topic.strip()
+    )
+    return sinks[0], topics

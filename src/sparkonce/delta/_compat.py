@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,6 +38,8 @@ from sparkonce.delta.options import (
     SESSION_CONF_OPTION,
     TABLE_DEFAULTS_OPTION,
 )
+
+log = logging.getLogger(__name__)
 
 _FORMATS: set[str] = set()
 _INSTALLED = False
@@ -174,6 +177,56 @@ def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:
     writer._jwrite = writer._jwrite.option(CHECKPOINT_QUERY_ID_OPTION, query_id)
 
 
+def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> None:
+    """Record in the checkpoint the Delta table this query writes (``sink``, when it is sparkonce's Delta sink) and
+    the tables and topics its sparkonce sources read (:mod:`sparkonce.checkpoint.tables`), so ``doctor`` finds
+    them without ``--table``.
+
+    The sources come from the query's analyzed plan (its ``StreamingRelationV2`` leaves of Python data sources named
+    ``sparkonce.*`` or one of the Delta names sparkonce registered). That plan is Spark's internal API: should its
+    shape ever change, the sources are not recorded and a WARNING says so (the query starts as before; ``doctor``
+    then needs ``--table``), rather than failing every streaming query started in the session.
+
+    Raises:
+        CheckpointError: a record cannot be written to the checkpoint.
+        StorageError: the sink path or the checkpoint location is malformed.
+    """
+    from py4j.protocol import Py4JError
+
+    from sparkonce.checkpoint.tables import RECORDED_OPTIONS, RecordedTable, record_tables
+    from sparkonce.storage import table_location
+
+    tables = [RecordedTable("sink", "delta", table_location(sink).uri)] if sink is not None else []
+    try:
+        leaves = writer._df._jdf.queryExecution().analyzed().collectLeaves().iterator()
+        while leaves.hasNext():
+            leaf = leaves.next()
+            if leaf.getClass().getSimpleName() != "StreamingRelationV2" or not leaf.source().isDefined():
+                continue
+            name = str(leaf.sourceName()).lower()
+            python = leaf.source().get().getClass().getSimpleName() == "PythonDataSourceV2"
+            if not python or not (name in _FORMATS or name.startswith("sparkonce.")):
+                continue
+            options = {str(k): str(v) for k, v in dict(leaf.extraOptions().asCaseSensitiveMap()).items()}
+            lowered = {k.lower(): v for k, v in options.items()}
+            location = lowered.get("path") or lowered.get("kafka.bootstrap.servers")
+            if location is None:
+                continue
+            if "path" in lowered:
+                location = table_location(location).uri
+            kept = {k: v for k, v in options.items() if k.lower() in RECORDED_OPTIONS}
+            tables.append(RecordedTable("source", name, location, kept))
+    except Py4JError as err:
+        log.warning(
+            "checkpoint %s: the query's sources were not recorded (Spark's plan could not be read: %s); "
+            "sparkonce doctor needs --table for them",
+            checkpoint,
+            str(err).splitlines()[0],
+        )
+    if tables:
+        record_tables(checkpoint, tables, spark=writer._spark)
+
+
 def _adapt_batch_writer(writer: Any) -> None:
     from pyspark.sql.classic.column import _to_seq
 
@@ -216,6 +269,9 @@ def _wrap_start(cls: type) -> None:
         columns = getattr(self, "_sparkonce_partition_by", None)
         if columns and ours:
             self._jwrite = self._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))
+        if checkpoint is not None:
+            sink = path or options.get("path") or getattr(self, "_sparkonce_path", None)
+            _record_query_tables(self, str(checkpoint), str(sink) if ours and sink else None)
         return original(self, path, outputMode=outputMode, queryName=queryName, **options)
 
     cls.start = start  # type: ignore[attr-defined]

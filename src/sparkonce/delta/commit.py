@@ -45,7 +45,7 @@ from sparkonce.delta.column_mapping import mapping_mode, new_table_columns, repl
 from sparkonce.delta.conflicts import ReadSet, check_winners
 from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
-from sparkonce.delta.log import Snapshot, advance
+from sparkonce.delta.log import DeltaLog, Snapshot, advance
 from sparkonce.delta.log_checkpoint import write_checkpoint
 from sparkonce.delta.log_cleanup import cleanup_expired_logs
 from sparkonce.delta.log_entry import (
@@ -58,6 +58,7 @@ from sparkonce.delta.log_entry import (
     new_table_metadata,
 )
 from sparkonce.delta.properties import new_table_protocol
+from sparkonce.delta.restores import restored_app_id, undone_batch
 from sparkonce.delta.schema import delta_fields, delta_schema_string, reconcile, table_fields
 from sparkonce.delta.table_view import AnyTable, LogTable, current_table, remember_table
 from sparkonce.errors import (
@@ -65,6 +66,7 @@ from sparkonce.errors import (
     DeltaLogError,
     OptionError,
     SchemaMismatchError,
+    SinkError,
     SqlError,
     StorageError,
     TableNotFoundError,
@@ -193,11 +195,44 @@ def committed_txn_version(table: AnyTable, txn: BatchTxn) -> int | None:
     return int(committed) if committed is not None and committed >= txn.txn_version else None
 
 
+def refuse_undone_batch(location: TableLocation, read_version: int, txn: BatchTxn) -> None:
+    """Refuse to skip a batch whose txn the table holds only because a RESTORE kept it (its rows were undone).
+
+    Called where :func:`committed_txn_version` found the batch "already in the table"; reads the Delta commits from
+    ``read_version`` down to the one that wrote the batch (:func:`~sparkonce.delta.restores.undone_batch`).
+
+    Raises:
+        SinkError: a RESTORE undid the batch and it was not written again under the safe app id; the message gives
+            that app id (:func:`~sparkonce.delta.restores.restored_app_id`).
+    """
+    undone = undone_batch(DeltaLog(location), read_version, txn.app_id, txn.txn_version)
+    if undone is None or undone.rewritten:
+        return
+    safe = restored_app_id(txn.app_id, undone.restore_table_version)
+    raise SinkError(
+        f"batch {txn.txn_version} of app id {txn.app_id} is not in {location}: the RESTORE at table version "
+        f"{undone.restore_table_version} (to table version {undone.restored_table_version}) undid its commit (table "
+        f"version(s) {', '.join(map(str, undone.table_versions))}), but a RESTORE keeps the txn, so the table "
+        f"would skip it and its rows would be lost (delta-io/delta#1813). Nothing was written. Write the undone "
+        f"batches {', '.join(map(str, undone.batch_ids))} again under a new app id: a batch write with "
+        f".option('txnAppId', '{safe}').option('txnVersion', <batch id>) for each (sparkonce doctor names their "
+        f"offsets); a stream whose query id is {txn.app_id} goes on under that id once they are written"
+    )
+
+
 def table_committed_txn_version(table: str | TableLocation, txn: BatchTxn) -> int | None:
     """:func:`committed_txn_version` on the newest table version (the snapshot this process keeps, brought up to
-    date: :func:`sparkonce.delta.table_view.current_table`); None when there is no table yet."""
+    date: :func:`sparkonce.delta.table_view.current_table`); None when there is no table yet.
+
+    Raises:
+        SinkError: the batch's txn is there but a RESTORE undid its rows (:func:`refuse_undone_batch`).
+    """
     current = current_table(table)
-    return None if current is None else committed_txn_version(current, txn)
+    committed = None if current is None else committed_txn_version(current, txn)
+    if committed is not None:
+        assert current is not None
+        refuse_undone_batch(table_location(table), int(current.version()), txn)
+    return committed
 
 
 def _diagnose_log(location: TableLocation) -> DeltaLogError | None:
@@ -353,6 +388,16 @@ def commit_files(
         if txn is not None:
             committed = committed_txn_version(snapshot, txn)
             if committed is not None:
+                try:
+                    refuse_undone_batch(location, read_version, txn)
+                except SinkError:
+                    remove_unreferenced_files(
+                        location,
+                        (f.path for f in [*files, *change_files]),
+                        written_after=written_after,
+                        purpose=f"refused batch (txn {txn.app_id} {txn.txn_version})",
+                    )
+                    raise
                 cleanup = remove_unreferenced_files(
                     location,
                     (f.path for f in [*files, *change_files]),
@@ -891,6 +936,7 @@ __all__ = [
     "checkpoint_if_due",
     "commit_files",
     "committed_txn_version",
+    "refuse_undone_batch",
     "table_committed_txn_version",
     "load_table",
     "metadata_action",

@@ -25,6 +25,7 @@ from sparkonce._types import BatchId
 from sparkonce.checkpoint.fs import is_local_checkpoint
 from sparkonce.checkpoint.query import read_offsets_text, read_query_id
 from sparkonce.checkpoint.sdp import earlier_generations
+from sparkonce.checkpoint.tables import RecordedTable, record_tables
 from sparkonce.crash import crash_point
 from sparkonce.delta.auto_compact import (
     AUTO_COMPACT_PROPERTY,
@@ -166,6 +167,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         location = self.options.checkpoint_location
         local = is_local_checkpoint(location)
         query_id = self.options.checkpoint_query_id or read_query_id(location)
+        if local:  # a Hadoop-file-system checkpoint is recorded by the driver's start() (the shim)
+            record_tables(location, [RecordedTable("sink", "delta", str(self.options.location))])
         files = collect_files(messages)
         # offsets/N of a Hadoop-file-system checkpoint is out of this worker's reach: not recorded (a rebuild from
         # the table then says so); everything else about the commit is the same.

@@ -29,7 +29,7 @@ from sparkonce.delta.column_mapping import (
     replaced_columns,
     with_new_columns,
 )
-from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version
+from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, refuse_undone_batch
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
 from sparkonce.delta.generated import GeneratedColumns, has_generation_expressions
@@ -172,6 +172,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.txn is not None:
             committed = committed_txn_version(table, self.txn)
             if committed is not None:
+                refuse_undone_batch(self.options.location, table.version(), self.txn)
                 return (
                     f"already completed: txn(app_id={self.txn.app_id}, txn_version={committed}) "
                     f">= {self.txn.txn_version}"

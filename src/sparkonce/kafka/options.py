@@ -22,15 +22,18 @@ Names and meanings follow Spark's own Kafka source:
 ``minPartitions``          split large offset ranges so a batch has at least about this many tasks
 ``failOnDataLoss``         default true: fail when offsets point at records that no longer exist
 ``includeHeaders``         default false: add the ``headers`` column
-``groupIdPrefix``          prefix of the (never committed) consumer group ids, default ``spark-kafka-source``
+``groupIdPrefix``          prefix of the consumer group ids, default ``spark-kafka-source`` (the group that lag tools
+                           see is ``kafka.group.id``, else this prefix and a hash of the subscription)
 ``kafkaConsumer.pollTimeoutMs``  how long an executor waits for records it knows exist (default 120000)
 ``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs``  streams: attempts of the driver's offset requests
                            (default 3) and the wait between them (default 1000 ms), as Spark retries them
 =========================  ==========================================================================
 
 sparkonce adds ``metadataTimeoutMs`` (default 10000: the deadline of driver-side metadata and offset requests,
-and of the broker reachability check) and ``confirmLatestOffsets`` (default true: confirm end offsets with a
-fetch's high watermark, see :mod:`sparkonce.kafka.planner`).
+and of the broker reachability check), ``confirmLatestOffsets`` (default true: confirm end offsets with a
+fetch's high watermark, see :mod:`sparkonce.kafka.planner`) and ``commitOffsetsToGroup`` (streams, default true:
+commit each batch's end offsets to a consumer group for lag tools, informational only; see
+:mod:`sparkonce.kafka.group`).
 
 Every invalid option raises :class:`~sparkonce.errors.OptionError` naming the option and the value.
 """
@@ -78,6 +81,7 @@ _SOURCE_OPTIONS = {
     "kafkaconsumer.polltimeoutms",
     "metadatatimeoutms",
     "confirmlatestoffsets",
+    "commitoffsetstogroup",
     "fetchoffset.numretries",
     "fetchoffset.retryintervalms",
 }
@@ -171,6 +175,8 @@ class KafkaOptions:
     poll_timeout_ms: int
     metadata_timeout_ms: int
     confirm_latest_offsets: bool
+    commit_offsets_to_group: bool = True
+    """``commitOffsetsToGroup``: a stream commits each batch's end offsets to its consumer group (for lag tools)."""
     fetch_offset_attempts: int = 3
     """``fetchOffset.numRetries`` (Spark's default 3): attempts of a stream's offset requests."""
     fetch_offset_retry_interval_ms: int = 1000
@@ -295,6 +301,7 @@ class KafkaOptions:
             poll_timeout_ms=get_int(options, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1) or 120_000,
             metadata_timeout_ms=get_int(options, "metadataTimeoutMs", 10_000, minimum=1) or 10_000,
             confirm_latest_offsets=get_bool(options, "confirmLatestOffsets", True),
+            commit_offsets_to_group=get_bool(options, "commitOffsetsToGroup", True),
             fetch_offset_attempts=get_int(options, "fetchOffset.numRetries", 3, minimum=1) or 3,
             fetch_offset_retry_interval_ms=get_int(options, "fetchOffset.retryIntervalMs", 1000, minimum=0) or 0,
             client_config=client_config,

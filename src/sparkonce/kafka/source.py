@@ -10,15 +10,16 @@ Usage is Spark's, with the format name changed::
         .load()
 
 Offsets are Spark's Kafka JSON (``{"events": {"0": 42}}``, the next offset to read). Each micro-batch reads
-exactly ``[start, end)`` per partition, so a re-run batch reads the identical records; nothing is committed to
-Kafka consumer groups. See :mod:`sparkonce.kafka.options` for every option.
+exactly ``[start, end)`` per partition, so a re-run batch reads the identical records. After each batch the end
+offsets are committed to a consumer group for lag tools, never read back (:mod:`sparkonce.kafka.group`). See
+:mod:`sparkonce.kafka.options` for every option.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -33,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 from sparkonce.crash import crash_point
 from sparkonce.errors import BrokerError, OptionError
 from sparkonce.extras import require
+from sparkonce.kafka.group import GroupOffsetsCommitter
 from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, check_broker
@@ -212,6 +214,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self.settings = _read_settings(options)
         self._planner: OffsetPlanner | None = None
+        self._group: GroupOffsetsCommitter | None = None
+        self._group_committed: dict[TopicPartition, int] = {}
         self._latest: PartitionOffsets | None = None
         self._available_now_target: dict[TopicPartition, int] | None = None
         self._available_now = False
@@ -220,6 +224,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_planner"] = None  # clients stay on the driver
+        state["_group"] = None
         return state
 
     @property
@@ -305,6 +310,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         crash_point("before_offsets")
         start_offsets = _parse_start(start)
+        self._commit_to_group(start_offsets.offsets)
         if self._available_now and self._available_now_target is not None:
             latest = dict(self._available_now_target)
         else:
@@ -374,14 +380,37 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read_partition(self.settings, partition, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Source commit: nothing to do; Kafka consumer groups are never written (the checkpoint rules)."""
+        """Source commit: Spark calls it with batch N-1's end once batch N is planned (after ``commits/N-1``), so
+        the consumer group usually has these offsets already (:meth:`_commit_to_group`). Runs on the driver."""
         crash_point("after_commits")
-        log.debug("batch up to %s done; no offsets are committed to Kafka", end)
+        self._commit_to_group(PartitionOffsets.from_json(end, what="end offsets").offsets)
+
+    def _commit_to_group(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit where the next batch starts to the consumer group for lag tools (``commitOffsetsToGroup``;
+        informational only: no restart reads them; see :mod:`sparkonce.kafka.group`). Runs on the driver.
+
+        Called from :meth:`latestOffset`, whose ``start`` is the end of the last batch, committed to the checkpoint
+        before Spark asks for the next one: this is the first call after a batch's checkpoint commit (Spark's
+        ``commit(end)`` comes one batch late, when the next batch is planned, and never for a run's last batch).
+        Offsets equal to the last ones committed are not sent again (an idle stream asks every trigger).
+        """
+        if not self.options.commit_offsets_to_group:
+            return
+        numbered = {tp: o for tp, o in offsets.items() if o >= 0}  # an initial marker (earliest/latest) is no offset
+        if not numbered or numbered == self._group_committed:
+            return
+        if self._group is None:
+            self._group = GroupOffsetsCommitter(self.options)
+        self._group.commit(numbered)
+        self._group_committed = numbered
 
     def stop(self) -> None:
         if self._planner is not None:
             self._planner.close()
             self._planner = None
+        if self._group is not None:
+            self._group.close()
+            self._group = None
 
 
 __all__ = ["KafkaBatchReader", "KafkaDataSource", "KafkaInputPartition", "KafkaStreamReader"]

@@ -2,9 +2,10 @@
 (atomically, for node_exporter's textfile collector) and/or served on ``http://127.0.0.1:PORT/metrics``. Runs on
 the driver; no dependency beyond the standard library.
 
-Every sample carries the labels ``pipeline`` (the pipeline's ``name``) and ``stage``; Kafka lag adds ``topic`` and
-``partition``. Counters count from the start of the run (a restart begins at 0 again, as Prometheus expects of a
-counter).
+Every sample carries the labels ``pipeline`` (the pipeline's ``name``) and ``stage``. Kafka lag uses the names of
+the Kafka consumer-group exporters (``kafka_consumergroup_lag``, ``kafka_consumergroup_current_offset``) and adds
+their labels ``consumergroup`` (the group the stage commits its offsets to), ``topic`` and ``partition``. Counters
+count from the start of the run (a restart begins at 0 again, as Prometheus expects of a counter).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import math
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from sparkonce.pipeline.lag import PartitionLag
     from sparkonce.pipeline.run import StageProgress
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -92,15 +94,24 @@ def pipeline_families(pipeline: str, progress: Sequence[StageProgress]) -> list[
         return tuple(Sample((("pipeline", pipeline), ("stage", p.stage)), float(v)) for p, v in values if v is not None)
 
     ms = 1000.0
-    kafka = tuple(
-        Sample(
-            (("pipeline", pipeline), ("stage", p.stage), ("topic", lag.topic), ("partition", str(lag.partition))),
-            float(lag.lag),
+
+    def per_partition(value: Callable[[PartitionLag], float | None]) -> tuple[Sample, ...]:
+        return tuple(
+            Sample(
+                (
+                    ("pipeline", pipeline),
+                    ("stage", p.stage),
+                    ("consumergroup", p.consumer_group or ""),
+                    ("topic", lag.topic),
+                    ("partition", str(lag.partition)),
+                ),
+                float(v),
+            )
+            for p in progress
+            for lag in p.partition_lag
+            if (v := value(lag)) is not None
         )
-        for p in progress
-        for lag in p.partition_lag
-        if lag.lag is not None
-    )
+
     return [
         Family(
             "sparkonce_stage_up",
@@ -151,10 +162,17 @@ def pipeline_families(pipeline: str, progress: Sequence[StageProgress]) -> list[
             per_stage((p, None if p.batch_ms_p95 is None else p.batch_ms_p95 / ms) for p in progress),
         ),
         Family(
-            "sparkonce_kafka_records_behind",
+            "kafka_consumergroup_lag",
             "gauge",
-            "Kafka records the stage has not read yet: the partition's end offset minus the stage's position.",
-            kafka,
+            "Kafka records the stage has not read yet: the partition's end offset minus the stage's position "
+            "(the name and labels of the Kafka consumer-group exporters).",
+            per_partition(lambda lag: lag.lag),
+        ),
+        Family(
+            "kafka_consumergroup_current_offset",
+            "gauge",
+            "The stage's position in the partition: the next offset its next batch reads (committed to the group).",
+            per_partition(lambda lag: lag.position),
         ),
         Family(
             "sparkonce_delta_versions_behind",

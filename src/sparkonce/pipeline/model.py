@@ -334,6 +334,11 @@ class PipelineConfig:
                 found.add(stage.name)
         return tuple(s.name for s in self.stages if s.name in found)
 
+    def consumer_group(self, stage_name: str) -> str:
+        """The Kafka consumer group a stage reading the source commits its batches' end offsets to (for lag tools:
+        ``kafka-consumer-groups.sh --describe --group sparkonce-<pipeline>-<stage>``; informational only)."""
+        return f"sparkonce-{self.name}-{stage_name}"
+
     def stage(self, name: str) -> Stage:
         """The stage called ``name``.
 

@@ -51,6 +51,8 @@ class StageProgress:
     batches: int
     partition_lag: tuple[PartitionLag, ...] = ()
     """Raw stage: lag per Kafka partition."""
+    consumer_group: str | None = None
+    """A stage reading Kafka: the consumer group its batches' end offsets are committed to."""
     versions_behind: int | None = None
     """A stage reading a Delta table: input table versions not read yet."""
     bytes_behind: int | None = None
@@ -356,6 +358,7 @@ class _Monitor:
                     total_rows=rows,
                     batches=batches,
                     partition_lag=lag,
+                    consumer_group=self.config.consumer_group(stage.name) if stage.input == SOURCE else None,
                     versions_behind=None if behind is None else behind.versions_behind,
                     bytes_behind=None if behind is None else behind.bytes_behind,
                     batch_ms_p50=_percentile(self.durations.get(stage.name), 0.50),

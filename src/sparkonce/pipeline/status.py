@@ -23,6 +23,7 @@ from sparkonce.errors import SparkonceError
 from sparkonce.pipeline.kinds.base import OutputFacts
 from sparkonce.pipeline.lag import DeltaLag, DeltaLagReader, PartitionLag, kafka_positions, partition_lags
 from sparkonce.pipeline.model import SOURCE, PipelineConfig, Stage
+from sparkonce.storage import table_location
 
 STATUS_SCHEMA_VERSION = 1
 """The ``schema_version`` of ``sparkonce status --json``; raised when a field changes meaning or goes away."""
@@ -175,6 +176,7 @@ def _stage_status(
         state = read_checkpoint(checkpoint_dir, read_sources=False, newest_batches=3)
         last_planned, last_committed = state.last_planned, state.last_committed
         findings.extend(f"checkpoint file {p.path}: {p.problem}" for p in state.problems)
+        findings.extend(_recorded_table_findings(stage, checkpoint_dir))
         if last_committed is not None:
             last_commit_at = _mtime(os.path.join(checkpoint_dir, "commits", str(last_committed)))
             offsets = state.offsets.get(last_committed)
@@ -235,6 +237,24 @@ def _stage_status(
         outputs=outputs,
         findings=tuple(findings),
     )
+
+
+def _recorded_table_findings(stage: Stage, checkpoint_dir: str) -> list[str]:
+    """What the checkpoint's record of its tables (``_sparkonce_tables/``) says against the pipeline file: a sink
+    the stage no longer writes means the checkpoint's batches went to another table (the file was changed under a
+    running pipeline, or the checkpoint belongs elsewhere), so its txns are not in the table the stage writes now."""
+    from sparkonce.checkpoint.tables import read_recorded_tables
+
+    recorded, problems = read_recorded_tables(checkpoint_dir)
+    findings = [f"the record of its tables cannot be read: {p}" for p in problems]
+    writes = {table_location(t).uri for t in stage.tables}
+    for other in sorted(t.location for t in recorded if t.role == "sink" and t.is_delta and t.location not in writes):
+        findings.append(
+            f"its checkpoint records batches written to {other}, a table the stage does not write now "
+            f"({', '.join(sorted(writes)) or 'no Delta table'}): the new table lacks them and holds no txn for them "
+            "(replay the stage, or restore the pipeline file's table)"
+        )
+    return findings
 
 
 def _owner_findings(config: PipelineConfig, stage: Stage, checkpoint_dir: str) -> list[str]:

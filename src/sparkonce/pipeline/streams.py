@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from sparkonce.checkpoint.tables import RecordedTable, record_tables
 from sparkonce.delta.commit import load_table, table_exists
 from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
 from sparkonce.errors import TableNotFoundError
@@ -38,11 +39,15 @@ def query_name(config: PipelineConfig, stage: Stage) -> str:
     return f"{config.name}.{stage.name}"
 
 
-def raw_frame(spark: SparkSession, config: PipelineConfig) -> DataFrame:
-    """The Kafka stream in the raw table's shape."""
+def raw_frame(spark: SparkSession, config: PipelineConfig, stage_name: str | None = None) -> DataFrame:
+    """The Kafka stream in the raw table's shape; a stage's batches commit their end offsets to its consumer group
+    (:meth:`PipelineConfig.consumer_group`, for lag tools)."""
     import pyspark.sql.functions as F
 
-    stream = spark.readStream.format("sparkonce.kafka").options(**config.source.spark_options()).load()
+    options = config.source.spark_options()
+    if stage_name is not None:
+        options["kafka.group.id"] = config.consumer_group(stage_name)
+    stream = spark.readStream.format("sparkonce.kafka").options(**options).load()
     return stream.select(
         F.col("key").cast("string").alias("key"),
         F.col("value").cast("string").alias("value"),
@@ -72,7 +77,7 @@ def stage_source(
 ) -> DataFrame:
     """The stream a user stage reads: the Kafka records (raw shape), or its input's Delta table."""
     if stage.input == SOURCE:
-        return raw_frame(spark, config)
+        return raw_frame(spark, config, stage.name)
     options["skipChangeCommits"] = "true"  # a replayed (overwritten) input does not stop the stage
     if stage.max_files_per_trigger is not None:
         options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
@@ -82,7 +87,12 @@ def stage_source(
 def start_foreach_batch(
     source: DataFrame, process: Callable[[DataFrame, int], None], config: PipelineConfig, stage: Stage
 ) -> StreamingQuery:
-    """Start a stage whose batches are written by ``process`` (bronze, gold) on the stage's own checkpoint."""
+    """Start a stage whose batches are written by ``process`` (bronze, gold) on the stage's own checkpoint.
+
+    The stage's Delta tables are recorded in its checkpoint as the query's sinks (``doctor`` examines them without
+    ``--table``); its sources are recorded by ``start()`` itself.
+    """
+    record_tables(stage.checkpoint, [RecordedTable("sink", "delta", table_location(t).uri) for t in stage.tables])
     return (
         source.writeStream.foreachBatch(process)
         .queryName(query_name(config, stage))

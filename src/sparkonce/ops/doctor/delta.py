@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sparkonce.checkpoint.reader import CheckpointState
 from sparkonce.delta.interval import parse_interval_ms
 from sparkonce.delta.log import CommitEntry, DeltaLog, Snapshot
+from sparkonce.delta.restores import restored_app_id, undone_batches, undone_table_versions
 from sparkonce.errors import DeltaLogError
 from sparkonce.ops.doctor.orphans import DamagedFile, check_files, trace_origins
 from sparkonce.ops.doctor.ranges import range_text
@@ -141,8 +142,9 @@ def delta_findings(
             )
     # Same batch ids under several app ids.
     by_app: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    undone = undone_table_versions(facts.entries, snap.table_version)  # a RESTORE took their rows out
     for entry in facts.entries:
-        if entry.query_id is not None and entry.batch_id is not None:
+        if entry.query_id is not None and entry.batch_id is not None and entry.table_version not in undone:
             by_app[entry.query_id][entry.batch_id].append(entry.table_version)
     for app_id, batches in by_app.items():
         twice = {b: sorted(v) for b, v in batches.items() if len(v) > 1}
@@ -214,6 +216,7 @@ def delta_findings(
             )
         )
     findings.extend(_retention_findings(table, snap, app, lp, now_ms))
+    findings.extend(_restore_findings(state, table, facts))
     checked = check_files(facts.log, snap)
     facts.damaged_files = len(checked.damaged)
     if checked.damaged:
@@ -465,4 +468,62 @@ def _retention_findings(table: str, snap: Snapshot, app: str | None, lp: int | N
             details={"retention": retention_text, "retention_ms": retention},
         )
     )
+    return findings
+
+
+def _restore_findings(state: CheckpointState, table: str, facts: DeltaFacts) -> list[Finding]:
+    """Per RESTORE in the scanned history and per app id: the batches it undid while the table kept their txn
+    (``restore-kept-txn``: a replay under that app id is skipped), or that were written again under the app id of
+    :func:`~sparkonce.delta.restores.restored_app_id` (``restore-rewritten``)."""
+    findings: list[Finding] = []
+    for u in undone_batches(facts.entries, facts.snapshot.table_version, facts.snapshot.txns):
+        safe = restored_app_id(u.app_id, u.restore_table_version)
+        batches = range_text(list(u.batch_ids))
+        details = {
+            "app_id": u.app_id,
+            "restore_table_version": u.restore_table_version,
+            "restored_table_version": u.restored_table_version,
+            "batch_ids": list(u.batch_ids),
+            "table_versions": list(u.table_versions),
+            "safe_app_id": safe,
+        }
+        if u.rewritten:
+            findings.append(
+                Finding(
+                    "restore-rewritten",
+                    "info",
+                    f"{table}: the RESTORE at table version {u.restore_table_version} undid batches {batches} of app "
+                    f"id {u.app_id}; they were written again under app id {safe}",
+                    "nothing to do",
+                    path=table,
+                    details=details,
+                )
+            )
+            continue
+        first, last = u.batch_ids[0], u.batch_ids[-1]
+        if u.app_id == state.query_id:
+            start = "the sources' starting offsets" if first == 0 else f"offsets/{first - 1}"
+            source = f"the source's records from {start} to offsets/{last} of this checkpoint"
+        else:
+            source = (
+                "the source's records of those batches (each sparkonce commit records its offsets: "
+                "sparkonce history --json)"
+            )
+        findings.append(
+            Finding(
+                "restore-kept-txn",
+                "error",
+                f"{table}: the RESTORE at table version {u.restore_table_version} (to table version "
+                f"{u.restored_table_version}) undid batches {batches} of app id {u.app_id} (table version(s) "
+                f"{range_text(list(u.table_versions))}), but a RESTORE keeps the txn: the table still holds "
+                f"txn({u.app_id}, {facts.snapshot.txn_version(u.app_id)}), so a replay of those batches under "
+                f"{u.app_id} is skipped and their rows stay lost (delta-io/delta#1813)",
+                f"write {source} again under a new app id, one batch write per batch: "
+                f".option('txnAppId', '{safe}').option('txnVersion', <batch id>); sparkonce's sink refuses the "
+                "unsafe replay and names the same app id; a pipeline stage that reads a Delta table is rebuilt "
+                "with `sparkonce replay` instead",
+                path=table,
+                details=details,
+            )
+        )
     return findings

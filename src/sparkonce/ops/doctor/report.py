@@ -9,11 +9,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sparkonce.checkpoint.tables import RecordedTable
 from sparkonce.ops.findings import Finding, Severity, worst_severity
 
-__all__ = ["BatchRow", "CheckpointScan", "DoctorReport", "HistoryScan", "KafkaPartitionState", "TableReport"]
+__all__ = [
+    "BatchRow",
+    "CheckpointScan",
+    "DoctorReport",
+    "HistoryScan",
+    "KafkaPartitionState",
+    "TableOrigin",
+    "TableReport",
+]
 
 HistoryScan = Literal["auto", "full", "window"]
+TableOrigin = Literal["given", "recorded", "none"]
+"""Where the examined tables came from: ``--table``, the checkpoint's record of the query's tables, or nowhere."""
 CheckpointScan = Literal["window", "full"]
 
 
@@ -76,6 +87,10 @@ class DoctorReport:
     generated_at_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     unread_checkpoint_files: int = 0
     """``offsets/``/``commits/`` files older than the timeline window, listed but not read (``window`` scan)."""
+    table_origin: TableOrigin = "given"
+    """Where ``tables`` came from: ``--table``, the checkpoint's record, or nowhere (no table examined)."""
+    recorded_tables: tuple[RecordedTable, ...] = ()
+    """Every table and topic set the checkpoint records (sinks and sources), examined or not."""
 
     @property
     def severity(self) -> Severity | None:

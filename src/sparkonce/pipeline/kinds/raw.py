@@ -43,7 +43,7 @@ class RawKind(Kind[RawStage]):
         self, spark: SparkSession, config: PipelineConfig, stage: RawStage, options: dict[str, str]
     ) -> StreamingQuery:
         return (
-            raw_frame(spark, config)
+            raw_frame(spark, config, stage.name)
             .writeStream.format("delta")
             .queryName(query_name(config, stage))
             .option("checkpointLocation", stage.checkpoint)
