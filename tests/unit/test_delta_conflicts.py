@@ -202,7 +202,9 @@ def test_whole_table_delete_loses_to_a_delta_rs_append_but_not_to_a_blind_append
     table = _table_with_two_partitions(tmp_path)
     read, files = _read_of(table, None)
     write_deltalake(table, pa.table({"id": [7], "part": ["b"]}, schema=SCHEMA), mode="append")
-    with pytest.raises(ConcurrentAppendError):
+    with pytest.raises(
+        ConcurrentAppendError, match=r"^\[DELTA_CONCURRENT_APPEND\] .*\(WRITE\) .*partition \{'part': 'b'\}"
+    ):
         _delete(table, read, files)
     read, files = _read_of(table, None)
     _append(table, [8], "a", txn=BatchTxn("stream", 0))
@@ -274,7 +276,9 @@ def test_optimize_loses_to_a_delete_of_a_file_it_compacts(tmp_path: Path) -> Non
     _delete(table, *_read_of(table, "a"))
     version = DeltaTable(table).version()
     compacted = _write(table, [1, 2], "a")
-    with pytest.raises(ConcurrentDeleteReadError):
+    with pytest.raises(
+        ConcurrentDeleteReadError, match=r"^\[DELTA_CONCURRENT_DELETE_READ\] .*removed 1 file\(s\) this"
+    ):
         _optimize(table, read, removes, compacted)
     assert DeltaTable(table).version() == version and _ids(table) == [3, 4]  # no deleted row came back
     assert not (tmp_path / "t" / compacted[0].path).exists()  # the loser's file is removed with it
