@@ -318,8 +318,22 @@ def test_a_read_app_txn_committed_concurrently_is_a_conflict(tmp_path: Path) -> 
 
 
 def test_every_conflict_is_a_commit_conflict_error() -> None:
-    for error in (ConcurrentAppendError, ConcurrentDeleteReadError, ConcurrentDeleteDeleteError, MetadataChangedError):
+    import sparkonce.delta.exceptions as delta_exceptions
+    from sparkonce.errors import DELTA_EXCEPTION_NAMES, ConcurrentWriteError, ProtocolChangedError
+
+    conflicts = (
+        ConcurrentWriteError,
+        MetadataChangedError,
+        ProtocolChangedError,
+        ConcurrentAppendError,
+        ConcurrentDeleteReadError,
+        ConcurrentDeleteDeleteError,
+        ConcurrentTransactionError,
+    )
+    for error in conflicts:
         assert issubclass(error, CommitConflictError)
+    assert delta_exceptions.__all__ == list(DELTA_EXCEPTION_NAMES)  # delta-spark's names, in its order
+    assert [getattr(delta_exceptions, name) for name in DELTA_EXCEPTION_NAMES] == [CommitConflictError, *conflicts]
 
 
 # -- (f) delta-spark's names, and giving up ------------------------------------------------------------------
