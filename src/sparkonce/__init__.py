@@ -11,7 +11,8 @@ The rest of the public API is re-exported here (imported on first use, so ``impo
 :class:`DeltaTable` (delta-spark's API),
 :class:`FanOutWriter` and :class:`PostgresSink` (exactly-once ``foreachBatch`` sinks), :func:`merge_latest`
 (upsert by key), :func:`history` (``DESCRIBE HISTORY``), :func:`vacuum`, :func:`diagnose` (the doctor), and
-the error tree.
+the error tree, the commit conflicts also under delta-spark's names (``ConcurrentAppendException``, ...;
+:mod:`sparkonce.delta.exceptions`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,26 @@ from sparkonce.errors import (
     BrokerError,
     CheckpointError,
     CommitConflictError,
+    CommitRetriesExceededError,
+    ConcurrentAppendError,
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteError,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadError,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionError,
+    ConcurrentTransactionException,
+    ConcurrentWriteError,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
     DeltaLogError,
+    MetadataChangedError,
+    MetadataChangedException,
     MissingExtraError,
     OptionError,
     PipelineConfigError,
+    ProtocolChangedError,
+    ProtocolChangedException,
     SchemaMismatchError,
     SinkError,
     SourceOffsetError,
@@ -35,6 +52,7 @@ from sparkonce.errors import (
     StorageError,
     TableNotFoundError,
     UnsupportedFeatureError,
+    VersionNotFoundError,
 )
 
 if TYPE_CHECKING:
@@ -213,4 +231,21 @@ __all__ = [
     "register",
     "table_location",
     "vacuum",
+    "CommitRetriesExceededError",
+    "ConcurrentAppendError",
+    "ConcurrentDeleteDeleteError",
+    "ConcurrentDeleteReadError",
+    "ConcurrentTransactionError",
+    "ConcurrentWriteError",
+    "MetadataChangedError",
+    "ProtocolChangedError",
+    "VersionNotFoundError",
+    "ConcurrentAppendException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteException",
+    "DeltaConcurrentModificationException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
 ]

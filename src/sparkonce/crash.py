@@ -90,6 +90,8 @@ import signal
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from sparkonce.errors import CrashPointError
+
 CrashPoint = Literal[
     "before_offsets",
     "after_offsets",
@@ -119,10 +121,6 @@ ENV_ARM = "SPARKONCE_CRASH_ARM"
 CrashTarget = Literal["driver", "process", "task", "executor"]
 """What a crash point kills (documented above)."""
 CRASH_TARGETS: tuple[CrashTarget, ...] = get_args(CrashTarget)
-
-
-class CrashPointError(RuntimeError):
-    """A crash point is armed but cannot kill what it is asked to (a harness set-up error, never data's fault)."""
 
 
 @dataclass(frozen=True)

@@ -2,29 +2,48 @@
 
 Every error is a :class:`SparkonceError`. Subclasses name the domain that failed, and every message names the
 file, option, table version or record that is wrong, so a user can act on it without a traceback.
+
+A Delta commit fails in one of two ways. :class:`CommitConflictError` and its subclasses: a concurrent commit
+conflicts with what this transaction read or writes (Delta's ``DeltaConcurrentModificationException`` and its
+subclasses; each is also importable under delta-spark's name, see :mod:`sparkonce.delta.exceptions`).
+:class:`CommitRetriesExceededError`: no concurrent commit conflicted, but the commit lost the race for the next
+table version too many times in a row and gave up (Delta's ``DELTA_MAX_COMMIT_RETRIES_EXCEEDED``).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "DELTA_EXCEPTION_NAMES",
     "BrokerError",
     "CheckpointError",
     "ClusterError",
     "CommitConflictError",
+    "CommitRetriesExceededError",
     "ConcurrentAppendError",
+    "ConcurrentAppendException",
     "ConcurrentDeleteDeleteError",
+    "ConcurrentDeleteDeleteException",
     "ConcurrentDeleteReadError",
+    "ConcurrentDeleteReadException",
     "ConcurrentTransactionError",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteError",
+    "ConcurrentWriteException",
     "ConstraintViolationError",
+    "CrashPointError",
     "DataFileMissingError",
+    "DdlError",
+    "DeltaConcurrentModificationException",
     "DeltaLogError",
     "DriverError",
     "ExpressionError",
     "MetadataChangedError",
+    "MetadataChangedException",
     "MissingExtraError",
     "OptionError",
     "PipelineConfigError",
     "ProtocolChangedError",
+    "ProtocolChangedException",
     "SchemaMismatchError",
     "SinkError",
     "SourceOffsetError",
@@ -33,6 +52,7 @@ __all__ = [
     "StorageError",
     "TableNotFoundError",
     "UnsupportedFeatureError",
+    "VersionNotFoundError",
 ]
 
 
@@ -93,7 +113,23 @@ class SchemaMismatchError(SparkonceError):
 
 
 class CommitConflictError(SparkonceError):
-    """A Delta commit lost to concurrent writers more times than the retry budget allows."""
+    """A concurrent Delta commit conflicts with this transaction: it changed what this transaction read or removes
+    (nothing of this transaction was committed; read the table again and retry). Delta's
+    ``DeltaConcurrentModificationException``; the subclasses below are its subclasses."""
+
+
+class CommitRetriesExceededError(SparkonceError):
+    """A Delta commit lost the race for the next table version ``attempts`` times in a row and gave up, each time
+    to a commit that did not conflict with it (Delta's ``DELTA_MAX_COMMIT_RETRIES_EXCEEDED``). Not a conflict:
+    nothing of this transaction was committed, and running it again may succeed once the table is less busy."""
+
+    def __init__(self, table: str, attempts: int, detail: str) -> None:
+        self.table = table
+        self.attempts = attempts
+        super().__init__(
+            f"[DELTA_MAX_COMMIT_RETRIES_EXCEEDED] gave up committing to {table} after {attempts} attempts, each of "
+            f"which lost the race for the next table version to a concurrent writer ({detail})"
+        )
 
 
 class _DeltaConflict(CommitConflictError):
@@ -134,10 +170,51 @@ class ConcurrentDeleteDeleteError(_DeltaConflict):
     error_class = "DELTA_CONCURRENT_DELETE_DELETE"
 
 
+class ConcurrentWriteError(_DeltaConflict):
+    """Delta's ``ConcurrentWriteException``: a concurrent commit wrote to the table after this transaction read a
+    state that the commit cannot be checked against file by file (a table version, an identity column's
+    high-water mark)."""
+
+    error_class = "DELTA_CONCURRENT_WRITE"
+
+
 class ConcurrentTransactionError(_DeltaConflict):
     """Delta's ``ConcurrentTransactionException``: a concurrent commit carries the same ``txn`` ``appId``."""
 
     error_class = "DELTA_CONCURRENT_TRANSACTION"
+
+
+class DdlError(SparkonceError, ValueError):
+    """A field list that is not ``name TYPE, ...`` (the message says what; the caller names the key)."""
+
+
+class CrashPointError(SparkonceError, RuntimeError):
+    """A crash point (:mod:`sparkonce.crash`) is armed but cannot kill what it is asked to (a harness set-up error,
+    never data's fault)."""
+
+
+# delta-spark's names (its ``delta.exceptions`` module, and ``io.delta.exceptions`` in Scala) for the same classes:
+# an ``except ConcurrentAppendException`` ported from delta-spark catches sparkonce's conflict. As in Delta's Scala
+# hierarchy, every conflict is a DeltaConcurrentModificationException.
+DeltaConcurrentModificationException = CommitConflictError
+ConcurrentWriteException = ConcurrentWriteError
+MetadataChangedException = MetadataChangedError
+ProtocolChangedException = ProtocolChangedError
+ConcurrentAppendException = ConcurrentAppendError
+ConcurrentDeleteReadException = ConcurrentDeleteReadError
+ConcurrentDeleteDeleteException = ConcurrentDeleteDeleteError
+ConcurrentTransactionException = ConcurrentTransactionError
+DELTA_EXCEPTION_NAMES = (
+    "DeltaConcurrentModificationException",
+    "ConcurrentWriteException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException",
+)
+"""delta-spark's exception names, in its ``delta.exceptions.__all__`` order."""
 
 
 class CheckpointError(SparkonceError):

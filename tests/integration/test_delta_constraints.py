@@ -161,3 +161,34 @@ def test_a_stream_batch_that_violates_a_constraint_fails_the_query(spark: Any, t
         query.awaitTermination()
     assert _rs(path).version() == before
     assert _amounts(path) == [(1, 5), (2, 0)]
+
+
+def test_a_write_between_the_check_and_the_commit_is_delta_sparks_concurrent_write(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADD CONSTRAINT checks the rows of the table version it read; a delta-rs append that commits after that check
+    and before the constraint's commit (forced there by running it just before the commit step) makes the
+    statement fail with Delta's ``ConcurrentWriteException``, caught under delta-spark's name, and nothing of it is
+    committed."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    import sparkonce.delta.alter as alter
+    from sparkonce.delta.exceptions import ConcurrentWriteException, DeltaConcurrentModificationException
+
+    path = tmp_path / "t"
+    _append(spark, path, [(1, 5)])
+    commit_configuration = alter.commit_configuration
+
+    def after_a_concurrent_append(*args: Any, **kwargs: Any) -> Any:
+        rows = pa.table({"id": pa.array([2], pa.int64()), "amount": pa.array([-1], pa.int64())})
+        write_deltalake(str(path), rows, mode="append")  # a row the constraint's check never saw
+        return commit_configuration(*args, **kwargs)
+
+    monkeypatch.setattr(alter, "commit_configuration", after_a_concurrent_append)
+    with pytest.raises(
+        ConcurrentWriteException, match=r"^\[DELTA_CONCURRENT_WRITE\] ADD CONSTRAINT pos on .*table_version 1\) while"
+    ) as conflict:
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT pos CHECK (amount >= 0)")
+    assert isinstance(conflict.value, DeltaConcurrentModificationException)
+    assert _rs(path).version() == 1 and _rs(path).metadata().configuration == {}

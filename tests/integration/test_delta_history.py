@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,7 +119,8 @@ def test_same_batch_ids_from_two_query_ids_are_flagged(spark: SparkSession, sour
 
 
 def test_bad_arguments(spark: SparkSession, tmp_path: Path, source: Path) -> None:
-    with pytest.raises(TableNotFoundError):
+    missing = re.escape(str(tmp_path / "nothing"))
+    with pytest.raises(TableNotFoundError, match=f"^{missing} is not a Delta table: no _delta_log folder$"):
         sparkonce.history(spark, tmp_path / "nothing")
     with pytest.raises(OptionError, match="limit"):
         sparkonce.history(spark, source, limit=0)

@@ -18,7 +18,7 @@ from pyspark.errors import AnalysisException
 from sparkonce.delta.commit import BatchTxn, commit_files, load_table
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.delta.log import DeltaLog
-from sparkonce.errors import StorageError
+from sparkonce.errors import SqlError, StorageError
 from sparkonce.storage import table_location
 from tests.fixtures_storage import EmbeddedStore, copy_table_to_store
 
@@ -454,7 +454,9 @@ def test_tables_by_name_with_the_warehouse_and_an_external_table_on_s3(
         names = {r.tableName for r in spark.sql("SHOW TABLES").collect()}
         assert {"s3_managed", "s3_copy", "s3_external"} <= names
 
-        with pytest.raises(Exception, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
+        with pytest.raises(
+            SqlError, match=r"^\[TABLE_OR_VIEW_ALREADY_EXISTS\] Cannot create table or view `default`.`s3_external`"
+        ):
             spark.sql(f"CREATE TABLE s3_external USING delta LOCATION '{external}'")
         spark.sql("DROP TABLE s3_managed")  # managed: its files go
         spark.sql("DROP TABLE s3_external")  # external: its files stay

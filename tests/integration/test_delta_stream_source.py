@@ -196,7 +196,8 @@ def test_added_column_is_read_past_and_a_type_change_fails_the_stream(spark: Spa
         retyped = pa.table({"id": ["x"], "part": ["a"]})
         write_deltalake(str(table), retyped, mode="overwrite", schema_mode="overwrite")  # table version 2
         with pytest.raises(
-            Exception, match=r"schema of the source Delta table .* changed incompatibly at table version 2"
+            StreamingQueryException,
+            match=r"schema of the source Delta table .* changed incompatibly at table version 2",
         ):
             query.processAllAvailable()
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -71,5 +72,5 @@ def test_verify_against_topic(broker: EmbeddedBroker, topic: str, tmp_path: Path
 
 def test_unreachable_broker(tmp_path: Path) -> None:
     dead = f"127.0.0.1:{free_port()}"
-    with pytest.raises(BrokerError):
+    with pytest.raises(BrokerError, match=rf"^cannot list earliest offset of t-0 on {re.escape(dead)}: "):
         fetch_watermarks(dead, [TopicPartition("t", 0)], timeout_s=1.0)

@@ -5,6 +5,7 @@ between two tables leaves no duplicate after the restart.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,18 +53,28 @@ def test_replayed_batch_is_skipped_per_table(spark: SparkSession, tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    ("targets", "kwargs", "option"),
+    ("targets", "kwargs", "option", "problem"),
     [
-        ([], {"app_id": "a"}, "targets"),
-        ([FanOutTarget("/x/t"), FanOutTarget("/y/t")], {"app_id": "a"}, "targets"),
-        ([FanOutTarget("/x/t", options={"txnVersion": "3"})], {"app_id": "a"}, "targets[t].options"),
-        ([FanOutTarget("/x/t")], {}, "app_id"),
-        ([FanOutTarget("/x/t")], {"app_id": "a", "checkpoint_dir": "/ck"}, "app_id"),
+        ([], {"app_id": "a"}, "targets", "a fan-out needs at least one target table"),
+        (
+            [FanOutTarget("/x/t"), FanOutTarget("/y/t")],
+            {"app_id": "a"},
+            "targets",
+            r"table names must be unique \(give name=...\): \['t'\] repeat",
+        ),
+        (
+            [FanOutTarget("/x/t", options={"txnVersion": "3"})],
+            {"app_id": "a"},
+            "targets[t].options",
+            "are set by the fan-out",
+        ),
+        ([FanOutTarget("/x/t")], {}, "app_id", "give exactly one of app_id and checkpoint_dir"),
+        ([FanOutTarget("/x/t")], {"app_id": "a", "checkpoint_dir": "/ck"}, "app_id", "give exactly one of app_id"),
     ],
     ids=["no-targets", "duplicate-names", "reserved-option", "no-app-id", "both-app-ids"],
 )
-def test_bad_configuration(targets: list[FanOutTarget], kwargs: dict[str, str], option: str) -> None:
-    with pytest.raises(OptionError) as info:
+def test_bad_configuration(targets: list[FanOutTarget], kwargs: dict[str, str], option: str, problem: str) -> None:
+    with pytest.raises(OptionError, match=rf"^option {re.escape(repr(option))} = .*: {problem}") as info:
         FanOutWriter(targets, **kwargs)
     assert info.value.option == option
 

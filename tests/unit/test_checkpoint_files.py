@@ -128,15 +128,30 @@ def test_commit_formats(text: str, watermark: int | None, version: int) -> None:
     assert (parsed.next_batch_watermark_ms, parsed.log_version) == (watermark, version)
 
 
-@pytest.mark.parametrize("text", ["", "v1\n{not json", "v9\n{}"])
-def test_bad_commits(text: str) -> None:
-    with pytest.raises(CheckpointError):
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", r"empty commit file \(incomplete log file\)"),
+        ("v1\n{not json", r"commit metadata is not valid JSON \(.*\): '\{not json'"),
+        ("v9\n{}", r"log version v9 is newer than the v2 this reader supports"),
+    ],
+)
+def test_bad_commits(text: str, problem: str) -> None:
+    with pytest.raises(CheckpointError, match=rf"^<text>: {problem}"):
         parse_commit(text, 0)
 
 
-@pytest.mark.parametrize("text", ["", "{}", '{"id":5}', "{trunc"])
-def test_bad_metadata(text: str) -> None:
-    with pytest.raises(CheckpointError):
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", r"metadata is not valid JSON \(.*\): ''"),
+        ("{}", r"metadata has no query 'id'"),
+        ('{"id":5}', r"metadata has no query 'id'"),
+        ("{trunc", r"metadata is not valid JSON \(.*\): '\{trunc'"),
+    ],
+)
+def test_bad_metadata(text: str, problem: str) -> None:
+    with pytest.raises(CheckpointError, match=rf"^<text>: {problem}"):
         parse_metadata(text)
 
 
@@ -153,9 +168,17 @@ def test_kafka_initial_offsets_leading_bytes(fixtures_dir: Path) -> None:
     assert (rate.leading_byte, rate.log_version, rate.offsets) == (None, 1, 1795279328480)
 
 
-@pytest.mark.parametrize("raw", [b"", b"\x00", b"\x00v1", b"\x00\xff\xfe"])
-def test_bad_source_offsets(raw: bytes) -> None:
-    with pytest.raises(CheckpointError):
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b"", "empty source offsets file"),
+        (b"\x00", "source offsets file holds only a leading byte"),
+        (b"\x00v1", "malformed log file: no newline after the version line"),
+        (b"\x00\xff\xfe", r"not UTF-8 after the leading byte \(invalid start byte\)"),
+    ],
+)
+def test_bad_source_offsets(raw: bytes, problem: str) -> None:
+    with pytest.raises(CheckpointError, match=rf"^<text>: {problem}$"):
         parse_source_initial_offsets(raw)
 
 

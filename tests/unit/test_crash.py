@@ -28,13 +28,23 @@ CHILD = [
 ]
 
 
-def test_unarmed_and_unmatched_points_do_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_POINT, raising=False)
-    crash_point("after_delta_commit", 3)
-    monkeypatch.setenv(ENV_POINT, "after_delta_commit:4")
-    monkeypatch.setenv(ENV_TARGET, "driver")
-    crash_point("after_delta_commit", 3)  # another batch
-    crash_point("mid_write", 4)  # another point
+@pytest.mark.parametrize(
+    "armed",
+    [None, "after_delta_commit:4", "mid_write:3", "mid_write"],
+    ids=["unarmed", "another-batch", "another-point-same-batch", "another-point-any-batch"],
+)
+def test_unarmed_and_unmatched_points_do_nothing(tmp_path: Path, armed: str | None) -> None:
+    """The child reaches ``after_delta_commit`` for batch 3 with target ``process`` (which would kill it) and a
+    record file: a point that is not armed, or armed for another batch or point, lets it run on and records
+    nothing."""
+    record = tmp_path / "crashes.jsonl"
+    env = {"PATH": "/usr/bin:/bin", ENV_TARGET: "process", ENV_RECORD: str(record)}
+    if armed is not None:
+        env[ENV_POINT] = armed
+    proc = subprocess.run([sys.executable, *CHILD], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("survived ")
+    assert read_crash_records(str(record)) == [] and not record.exists()
 
 
 def test_driver_target_without_a_process_group_refuses_loudly(monkeypatch: pytest.MonkeyPatch) -> None:

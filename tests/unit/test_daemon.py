@@ -50,8 +50,12 @@ def _spawn(tmp_path: Path, code: str) -> subprocess.Popen[bytes]:
     """A child in its own session that says ``ready`` once its signal disposition is set."""
     log_file = tmp_path / "child.log"
     proc = Daemon.spawn([sys.executable, "-c", code, MARKER], log_file=log_file)
+    deadline = time.monotonic() + 60
     while b"ready" not in log_file.read_bytes():
         assert proc.poll() is None, log_file.read_text()
+        if time.monotonic() > deadline:
+            kill(proc.pid)
+            pytest.fail(f"the child did not say ready within 60 s: {log_file.read_text()!r}")
         time.sleep(0.02)
     return proc
 

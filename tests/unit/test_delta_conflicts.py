@@ -202,7 +202,9 @@ def test_whole_table_delete_loses_to_a_delta_rs_append_but_not_to_a_blind_append
     table = _table_with_two_partitions(tmp_path)
     read, files = _read_of(table, None)
     write_deltalake(table, pa.table({"id": [7], "part": ["b"]}, schema=SCHEMA), mode="append")
-    with pytest.raises(ConcurrentAppendError):
+    with pytest.raises(
+        ConcurrentAppendError, match=r"^\[DELTA_CONCURRENT_APPEND\] .*\(WRITE\) .*partition \{'part': 'b'\}"
+    ):
         _delete(table, read, files)
     read, files = _read_of(table, None)
     _append(table, [8], "a", txn=BatchTxn("stream", 0))
@@ -274,7 +276,9 @@ def test_optimize_loses_to_a_delete_of_a_file_it_compacts(tmp_path: Path) -> Non
     _delete(table, *_read_of(table, "a"))
     version = DeltaTable(table).version()
     compacted = _write(table, [1, 2], "a")
-    with pytest.raises(ConcurrentDeleteReadError):
+    with pytest.raises(
+        ConcurrentDeleteReadError, match=r"^\[DELTA_CONCURRENT_DELETE_READ\] .*removed 1 file\(s\) this"
+    ):
         _optimize(table, read, removes, compacted)
     assert DeltaTable(table).version() == version and _ids(table) == [3, 4]  # no deleted row came back
     assert not (tmp_path / "t" / compacted[0].path).exists()  # the loser's file is removed with it
@@ -314,8 +318,131 @@ def test_a_read_app_txn_committed_concurrently_is_a_conflict(tmp_path: Path) -> 
 
 
 def test_every_conflict_is_a_commit_conflict_error() -> None:
-    for error in (ConcurrentAppendError, ConcurrentDeleteReadError, ConcurrentDeleteDeleteError, MetadataChangedError):
+    import sparkonce.delta.exceptions as delta_exceptions
+    from sparkonce.errors import DELTA_EXCEPTION_NAMES, ConcurrentWriteError, ProtocolChangedError
+
+    conflicts = (
+        ConcurrentWriteError,
+        MetadataChangedError,
+        ProtocolChangedError,
+        ConcurrentAppendError,
+        ConcurrentDeleteReadError,
+        ConcurrentDeleteDeleteError,
+        ConcurrentTransactionError,
+    )
+    for error in conflicts:
         assert issubclass(error, CommitConflictError)
+    assert delta_exceptions.__all__ == list(DELTA_EXCEPTION_NAMES)  # delta-spark's names, in its order
+    assert [getattr(delta_exceptions, name) for name in DELTA_EXCEPTION_NAMES] == [CommitConflictError, *conflicts]
+
+
+# -- (f) delta-spark's names, and giving up ------------------------------------------------------------------
+
+
+def _conflict_protocol(table: str) -> None:
+    """A DELETE of partition a loses to a protocol upgrade committed after its read."""
+    from sparkonce.delta.alter import alter_properties
+
+    read, files = _read_of(table, "a")
+    alter_properties(table, set={"delta.minWriterVersion": "3"})
+    _delete(table, read, files)
+
+
+def _conflict_metadata(table: str) -> None:
+    """A DELETE of partition a loses to a schema change (a column added by an append with mergeSchema)."""
+    read, files = _read_of(table, "a")
+    _add_column(table)
+    _delete(table, read, files)
+
+
+def _conflict_append(table: str) -> None:
+    """A DELETE of partition a loses to a MERGE that inserted rows into partition a."""
+    read, files = _read_of(table, "a")
+    _merge(table, [5], "a")
+    _delete(table, read, files)
+
+
+def _conflict_delete_read(table: str) -> None:
+    """A DELETE of partition a loses to another DELETE of it: a file it read is gone."""
+    read, files = _read_of(table, "a")
+    _delete(table, *_read_of(table, "a"))
+    _delete(table, read, files)
+
+
+def _conflict_delete_delete(table: str) -> None:
+    """A removal of partition a's file that read nothing loses to a DELETE of the same file."""
+    read, files = _read_of(table, "a")
+    _delete(table, *_read_of(table, "a"))
+    _delete(table, ReadSet(read.read_version), files)
+
+
+def _conflict_transaction(table: str) -> None:
+    """A write that read app q's txn_version loses to q's next batch."""
+    read = ReadSet(DeltaTable(table).version(), app_ids=frozenset({"q"}))
+    _append(table, [5], "a", txn=BatchTxn("q", 0))
+    commit_files(table, _write(table, [6], "a"), data_schema=SCHEMA, read=read)
+
+
+DELTA_SPARK_CONFLICTS = [
+    ("ProtocolChangedException", "DELTA_PROTOCOL_CHANGED", _conflict_protocol),
+    ("MetadataChangedException", "DELTA_METADATA_CHANGED", _conflict_metadata),
+    ("ConcurrentAppendException", "DELTA_CONCURRENT_APPEND", _conflict_append),
+    ("ConcurrentDeleteReadException", "DELTA_CONCURRENT_DELETE_READ", _conflict_delete_read),
+    ("ConcurrentDeleteDeleteException", "DELTA_CONCURRENT_DELETE_DELETE", _conflict_delete_delete),
+    ("ConcurrentTransactionException", "DELTA_CONCURRENT_TRANSACTION", _conflict_transaction),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "error_class", "provoke"), DELTA_SPARK_CONFLICTS, ids=[c[0] for c in DELTA_SPARK_CONFLICTS]
+)
+def test_each_conflict_is_caught_under_delta_sparks_name(
+    tmp_path: Path, name: str, error_class: str, provoke: Any
+) -> None:
+    """A conflict of each kind, from a real commit between the loser's read and its commit, caught by an
+    ``except`` clause written for delta-spark (``from delta.exceptions import ...``, here sparkonce's module) and
+    by the base class; the loser committed nothing. ``ConcurrentWriteException`` (ADD CONSTRAINT's) needs Spark:
+    tests/integration/test_delta_constraints.py."""
+    import sparkonce
+    import sparkonce.delta.exceptions as delta_exceptions
+
+    table = _table_with_two_partitions(tmp_path)
+    delta_name = getattr(delta_exceptions, name)
+    assert getattr(sparkonce, name) is delta_name  # the root exports the same class
+    caught: list[BaseException] = []
+    version = None
+    try:
+        try:
+            provoke(table)
+        except delta_name as conflict:  # what a ported ``except`` clause does
+            caught.append(conflict)
+            version = DeltaTable(table).version()
+            raise
+    except delta_exceptions.DeltaConcurrentModificationException as conflict:
+        assert conflict is caught[0]
+    assert len(caught) == 1 and str(caught[0]).startswith(f"[{error_class}] ")
+    assert caught[0].error_class == error_class
+    assert DeltaTable(table).version() == version
+
+
+def test_giving_up_after_lost_races_is_not_a_conflict(tmp_path: Path) -> None:
+    """A blind append that may try once, on a snapshot a concurrent append made stale: it loses the race for the
+    next table version, no rule is broken, and it gives up with CommitRetriesExceededError naming the attempts."""
+    import sparkonce.delta.exceptions as delta_exceptions
+    from sparkonce.delta.commit import load_table
+    from sparkonce.errors import CommitRetriesExceededError
+
+    table = _table_with_two_partitions(tmp_path)
+    stale = load_table(table)
+    _append(table, [5], "a")  # the concurrent writer takes table_version 2
+    with pytest.raises(
+        CommitRetriesExceededError,
+        match=r"^\[DELTA_MAX_COMMIT_RETRIES_EXCEEDED\] gave up committing to .* after 1 attempts",
+    ) as gave_up:
+        commit_files(table, _write(table, [6], "a"), data_schema=SCHEMA, snapshot=stale, max_attempts=1)
+    assert gave_up.value.attempts == 1
+    assert not isinstance(gave_up.value, (CommitConflictError, delta_exceptions.DeltaConcurrentModificationException))
+    assert DeltaTable(table).version() == 2 and _ids(table) == [1, 2, 3, 4, 5]
 
 
 # -- appenders, OPTIMIZE and DELETE all at once ---------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -227,14 +228,21 @@ def test_unknown_table_version(fixtures_dir: Path) -> None:
         DeltaLog(fixtures_dir / "delta-tables" / "checkpoint").snapshot(99)
 
 
-@pytest.mark.parametrize("layout", ["no-folder", "no-log", "empty-log"])
-def test_not_a_table(tmp_path: Path, layout: str) -> None:
+@pytest.mark.parametrize(
+    ("layout", "problem"),
+    [
+        ("no-folder", "no _delta_log folder"),
+        ("no-log", "no _delta_log folder"),
+        ("empty-log", "_delta_log holds no commit or checkpoint"),
+    ],
+)
+def test_not_a_table(tmp_path: Path, layout: str, problem: str) -> None:
     path = tmp_path / "t"
     if layout != "no-folder":
         path.mkdir()
     if layout == "empty-log":
         (path / "_delta_log").mkdir()
-    with pytest.raises(TableNotFoundError):
+    with pytest.raises(TableNotFoundError, match=rf"^{re.escape(str(path))} is not a Delta table: {problem}$"):
         DeltaLog(path)
 
 

@@ -310,10 +310,13 @@ def test_file_sink_outputs_missing_from_spark_metadata(tmp_path: Path) -> None:
 
 
 def test_unknown_paths(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError):
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(tmp_path / 'nope'))}: checkpoint directory not found"):
         diagnose(tmp_path / "nope")
     cp = make_checkpoint(tmp_path / "cp", planned=[0], committed=[0])
-    with pytest.raises(TableNotFoundError):
+    with pytest.raises(
+        TableNotFoundError,
+        match=rf"^{re.escape(str(tmp_path))} is neither a Delta table \(_delta_log\) nor a file sink",
+    ):
         diagnose(cp, tables=[tmp_path])
 
 

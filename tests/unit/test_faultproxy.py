@@ -154,7 +154,7 @@ def test_a_lost_answer_reaches_the_store_and_ends_the_client_connection_exactly_
     log_file = "/b/t/_delta_log/00000000000000000007.json"
     assert _put(proxy, "/b/t/part-0.parquet").status == 200  # another path: forwarded
     for _ in range(2):
-        with pytest.raises(http.client.RemoteDisconnected):
+        with pytest.raises(http.client.RemoteDisconnected, match=r"^Remote end closed connection without response$"):
             _put(proxy, log_file, b"commit")
     assert _put(proxy, log_file + "?x-id=PutObject").status == 200  # the third: the rule is spent
     paths = [r.split(b" ", 2)[1].decode() for _, r in store.requests]
@@ -168,7 +168,7 @@ def test_a_lost_answer_can_end_the_connection_with_a_reset(store: ScriptedStore,
     rule = proxy.lose_responses("*", r"x$", close="reset")
     with _connect(proxy) as conn:
         conn.sendall(b"DELETE /b/x HTTP/1.1\r\nHost: s\r\n\r\n")
-        with pytest.raises(ConnectionResetError):
+        with pytest.raises(ConnectionResetError, match="Connection reset by peer"):
             assert conn.recv(1024) == b"", "expected a reset, not an end of stream"
     assert rule.fired == 1 and len(store.requests) == 1
 
@@ -236,7 +236,7 @@ def test_a_reset_of_any_request_comes_after_the_store_applied_it(store: Scripted
     rule = proxy.lose_responses("*", "", close="reset")  # store_net_reset: the next request, whatever it is
     with _connect(proxy) as conn:
         conn.sendall(b"GET /b/list?prefix=x HTTP/1.1\r\nHost: s\r\n\r\n")
-        with pytest.raises(ConnectionResetError):
+        with pytest.raises(ConnectionResetError, match="Connection reset by peer"):
             assert conn.recv(1024) == b"", "expected a reset, not an end of stream"
     assert _put(proxy, "/b/next").status == 200  # spent after one request
     assert [r.split(b" ", 2)[1] for _, r in store.requests] == [b"/b/list?prefix=x", b"/b/next"]
@@ -277,7 +277,7 @@ def test_rules_are_armed_and_read_from_another_process(store: ScriptedStore, pro
         return done.stdout.strip()
 
     rule_id = int(other_process("print(c.lose_responses('PUT', r'/k$', count=1).rule_id)"))
-    with pytest.raises(http.client.RemoteDisconnected):
+    with pytest.raises(http.client.RemoteDisconnected, match=r"^Remote end closed connection without response$"):
         _put(proxy, "/b/k")
     assert proxy.rule(rule_id).fired == 1
     assert other_process(f"print(c.rule({rule_id}).status().fired, len(c.rules()))") == "1 1"
@@ -310,7 +310,7 @@ def test_close_ends_the_proxy_process(store: ScriptedStore) -> None:
     pid, port = proxy.pid, proxy.port
     os.kill(pid, 0)  # running
     proxy.close()
-    with pytest.raises(ProcessLookupError):
+    with pytest.raises(ProcessLookupError, match="No such process"):
         os.kill(pid, 0)
-    with pytest.raises(ConnectionRefusedError):
+    with pytest.raises(ConnectionRefusedError, match="Connection refused"):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()

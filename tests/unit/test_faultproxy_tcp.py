@@ -125,7 +125,7 @@ def test_reset_ends_both_connections_with_a_reset(echo: EchoServer, proxy: TcpFa
     rule = proxy.reset_connections(direction="up")
     with connect(proxy) as conn:
         conn.sendall(b"reset me")
-        with pytest.raises(ConnectionResetError):
+        with pytest.raises(ConnectionResetError, match="Connection reset by peer"):
             conn.recv(100)
     assert echo.wait_ended(1) == ["reset"]
     assert rule.fired == 1 and echo.received == []
@@ -140,7 +140,7 @@ def test_pause_holds_every_connection_open_then_resumes(echo: EchoServer, proxy:
         second = connect(proxy)  # accepted while paused; waits too
         second.sendall(b"waiting")
         first.settimeout(0.3)
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError, match=r"^timed out$"):
             first.recv(100)  # nothing forwarded while the peer is paused
         first.settimeout(30)
         assert first.recv(100) == b"echo:held"  # the same connection, after the pause

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from sparkonce.delta.exceptions import MetadataChangedException
 from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import (
     HIGH_WATER_MARK,
@@ -17,7 +18,7 @@ from sparkonce.delta.identity import (
     plan_identity,
     split_identity_clauses,
 )
-from sparkonce.errors import CommitConflictError, SqlError
+from sparkonce.errors import MetadataChangedError, SqlError
 
 
 def _fields(start: int, step: int, hwm: int | None = None, *, allow: bool = False) -> list[dict[str, object]]:
@@ -88,7 +89,7 @@ def test_plan_and_high_water_marks() -> None:
     moved = negative.updated_fields(_fields(-1, -1, allow=True), [_file([-100, -5])], table="t")
     assert moved is not None and moved[0]["metadata"][HIGH_WATER_MARK] == -100
     # A concurrent commit that moved the mark since the plan: the values may overlap.
-    with pytest.raises(CommitConflictError, match="moved its high-water mark"):
+    with pytest.raises(MetadataChangedError, match=r"^\[DELTA_METADATA_CHANGED\] identity column id of t: .*moved"):
         plan.updated_fields(_fields(1, 3, 19), [_file([7])], table="t")
     # GENERATED ALWAYS takes no values.
     with pytest.raises(SqlError, match="DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED"):
@@ -99,7 +100,8 @@ def test_plan_and_high_water_marks() -> None:
 
 def test_concurrent_writers_that_both_generated_values_conflict(tmp_path: Path) -> None:
     """Two writes plan against the same high-water mark; the first commits and moves it, the second's commit is a
-    conflict (its values may repeat the first's) and the table keeps only the first's rows."""
+    conflict (its values may repeat the first's), Delta's ``MetadataChangedException`` (both commits change the
+    metadata: the mark), and the table keeps only the first's rows."""
     from deltalake import DeltaTable
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -131,7 +133,7 @@ def test_concurrent_writers_that_both_generated_values_conflict(tmp_path: Path) 
     first_files = first.write(iter([batch]))
     second_files = second.write(iter([batch]))
     first.commit([first_files])
-    with pytest.raises(CommitConflictError, match="moved its high-water mark"):
+    with pytest.raises(MetadataChangedException, match=r"^\[DELTA_METADATA_CHANGED\] identity column id .*moved its"):
         second.commit([second_files])
     table = DeltaTable(str(tmp_path))
     assert (table.version(), sorted(table.to_pyarrow_table().column("id").to_pylist())) == (1, [1, 2])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 
 import pytest
 
@@ -58,7 +59,7 @@ def test_bad_offsets_are_rejected(data: object, problem: str) -> None:
 def test_special_offsets_only_where_allowed() -> None:
     parsed = PartitionOffsets.from_json({"a": {"0": -2, "1": -1}}, allowed_special=frozenset({-2, -1}))
     assert parsed[A0] == -2 and parsed[A1] == -1
-    with pytest.raises(SourceOffsetError):
+    with pytest.raises(SourceOffsetError, match=r"^offsets: not valid JSON \(.*\): 'not json'$"):
         PartitionOffsets.loads("not json")
 
 
@@ -182,20 +183,30 @@ def test_bad_options_name_option_and_value(options: dict[str, str], option: str,
 
 
 @pytest.mark.parametrize(
-    ("mode", "options", "option"),
+    ("mode", "options", "option", "problem"),
     [
-        ("stream", {**BASE, "endingOffsets": "latest"}, "endingOffsets"),
-        ("batch", {**BASE, "startingOffsets": "latest"}, "startingOffsets"),
-        ("batch", {**BASE, "startingOffsets": '{"a": {"0": -1}}'}, "startingOffsets"),
-        ("batch", {**BASE, "endingOffsets": "earliest"}, "endingOffsets"),
-        ("batch", {**BASE, "endingOffsets": '{"a": {"0": -2}}'}, "endingOffsets"),
-        ("stream", {**BASE, "endingOffsetsByTimestamp": '{"a": {"0": 5}}'}, "endingOffsetsByTimestamp"),
-        ("stream", {**BASE, "endingTimestamp": "5"}, "endingTimestamp"),
+        ("stream", {**BASE, "endingOffsets": "latest"}, "endingOffsets", "is only valid for batch reads, not streams"),
+        ("batch", {**BASE, "startingOffsets": "latest"}, "startingOffsets", r"latest \(-1\) is not allowed for batch"),
+        ("batch", {**BASE, "startingOffsets": '{"a": {"0": -1}}'}, "startingOffsets", r"latest \(-1\) is not allowed"),
+        (
+            "batch",
+            {**BASE, "endingOffsets": "earliest"},
+            "endingOffsets",
+            r"earliest \(-2\) is not allowed as an ending",
+        ),
+        ("batch", {**BASE, "endingOffsets": '{"a": {"0": -2}}'}, "endingOffsets", r"earliest \(-2\) is not allowed as"),
+        (
+            "stream",
+            {**BASE, "endingOffsetsByTimestamp": '{"a": {"0": 5}}'},
+            "endingOffsetsByTimestamp",
+            "is only valid for batch reads, not streams",
+        ),
+        ("stream", {**BASE, "endingTimestamp": "5"}, "endingTimestamp", "is only valid for batch reads, not streams"),
     ],
 )
-def test_mode_rules(mode: str, options: dict[str, str], option: str) -> None:
+def test_mode_rules(mode: str, options: dict[str, str], option: str, problem: str) -> None:
     parsed = KafkaOptions.parse(options)
-    with pytest.raises(OptionError) as info:
+    with pytest.raises(OptionError, match=rf"^option '{option}' = .*: {problem}") as info:
         parsed.check_mode(mode, given=options)  # type: ignore[arg-type]
     assert info.value.option == option
 
@@ -288,7 +299,9 @@ def test_new_partition_is_read_from_earliest() -> None:
 
 
 def test_start_below_earliest_fails_naming_topic_partition_and_range() -> None:
-    with pytest.raises(SourceOffsetError) as info:
+    with pytest.raises(
+        SourceOffsetError, match=r"^data loss in topic 'a' partition 0: offsets \[5, 20\) are gone"
+    ) as info:
         plan_ranges(
             PartitionOffsets({A0: 5}),
             PartitionOffsets({A0: 50}),
@@ -396,15 +409,27 @@ def test_resolve_start_replaces_initial_markers() -> None:
 
 
 @pytest.mark.parametrize(
-    ("extra", "option"),
+    ("extra", "option", "problem"),
     [
-        ({"kafka.sasl.jaas.config": "x", "kafka.client.id": "me"}, "kafka.sasl.jaas.config"),
-        ({"kafka.fetch.wait.max.ms": "abc", "kafka.client.id": "me"}, "kafka.fetch.wait.max.ms"),
-        ({"kafka.no.such.setting": "1"}, "kafka.no.such.setting"),
+        (
+            {"kafka.sasl.jaas.config": "x", "kafka.client.id": "me"},
+            "kafka.sasl.jaas.config",
+            "Java JAAS configuration is not supported",
+        ),
+        (
+            {"kafka.fetch.wait.max.ms": "abc", "kafka.client.id": "me"},
+            "kafka.fetch.wait.max.ms",
+            'Invalid value for configuration property "fetch.wait.max.ms"',
+        ),
+        ({"kafka.no.such.setting": "1"}, "kafka.no.such.setting", 'No such configuration property: "no.such.setting"'),
     ],
 )
-def test_client_settings_refused_by_the_client_name_the_option(extra: dict[str, str], option: str) -> None:
+def test_client_settings_refused_by_the_client_name_the_option(
+    extra: dict[str, str], option: str, problem: str
+) -> None:
     # The client refuses them while it is built, before it talks to any broker.
-    with pytest.raises(OptionError) as info:
+    with pytest.raises(
+        OptionError, match=rf"^option '{re.escape(option)}' = .*: rejected by the client: {problem}"
+    ) as info:
         check_broker(KafkaOptions.parse({**BASE, **extra}))
     assert info.value.option == option

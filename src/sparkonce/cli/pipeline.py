@@ -75,35 +75,37 @@ class _MetricsExporter:
     """Publishes each progress snapshot as Prometheus metrics: to a file and/or an HTTP endpoint (CLI process)."""
 
     def __init__(self, pipeline: str, path: Path | None, port: int | None) -> None:
-        from sparkonce.pipeline.metrics import MetricsServer
+        from sparkonce.pipeline.metrics import MetricsServer, PipelineMetrics
 
         self.pipeline = pipeline
         self.path = path
+        self.metrics: PipelineMetrics | None = None
         self.server: MetricsServer | None = None
         self.failed = False
+        if path is None and port is None:
+            return
+        self.metrics = PipelineMetrics()
         if port is not None:
             try:
-                self.server = MetricsServer(port)
+                self.server = MetricsServer(self.metrics.registry, port)
             except OSError as err:
                 raise click.BadParameter(
                     f"cannot listen on 127.0.0.1:{port}: {err}", param_hint="--metrics-port"
                 ) from err
 
     def publish(self, progress: tuple[Any, ...]) -> None:
-        if self.path is None and self.server is None:
+        if self.metrics is None:
             return
-        from sparkonce.pipeline.metrics import pipeline_families, render, write_metrics_file
+        from sparkonce.pipeline.metrics import pipeline_families
 
-        text = render(pipeline_families(self.pipeline, progress))
+        self.metrics.update(pipeline_families(self.pipeline, progress))  # the server serves it from now on
         if self.path is not None:
             try:
-                write_metrics_file(self.path, text)
+                self.metrics.write_file(self.path)
             except OSError as err:  # metrics must not stop the pipeline: say so once, keep running
                 if not self.failed:
                     err_console.print(f"[yellow]warning:[/yellow] cannot write --metrics-file {self.path}: {err}")
                 self.failed = True
-        if self.server is not None:
-            self.server.update(text)
 
     def close(self) -> None:
         if self.server is not None:

@@ -38,7 +38,7 @@ from sparkonce.delta.log_entry import (
     writer_features,
 )
 from sparkonce.delta.properties import new_table_protocol, table_properties
-from sparkonce.errors import CommitConflictError, OptionError, SqlError, UnsupportedFeatureError
+from sparkonce.errors import CommitRetriesExceededError, OptionError, SqlError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def alter_properties(
             ``if_exists``), a protocol downgrade, or nothing to change.
         UnsupportedFeatureError: the new properties ask writers for what sparkonce does not do.
         TableNotFoundError: no Delta table there.
-        CommitConflictError: lost ``max_attempts`` races in a row.
+        CommitRetriesExceededError: lost ``max_attempts`` races in a row.
     """
     given = dict(set or {})
     if not given and not unset:
@@ -364,7 +364,7 @@ def _commit_metadata(
         if landed is not None:
             return TableVersion(landed)
         log.info("%s on %s lost a race at table_version %s (attempt %d)", operation.name, location, target, attempt)
-    raise CommitConflictError(f"gave up committing {operation.name} to {location} after {max_attempts} attempts")
+    raise CommitRetriesExceededError(str(location), max_attempts, operation.name)
 
 
 def alter_clustering(
@@ -376,7 +376,7 @@ def alter_clustering(
 
     Raises:
         SqlError: the table is partitioned, or a column is not a top-level column of the table.
-        CommitConflictError: lost ``max_attempts`` races in a row.
+        CommitRetriesExceededError: lost ``max_attempts`` races in a row.
     """
     from sparkonce.delta import clustering
 

@@ -63,6 +63,8 @@ from sparkonce.delta.schema import delta_fields, delta_schema_string, reconcile,
 from sparkonce.delta.table_view import AnyTable, LogTable, current_table, remember_table
 from sparkonce.errors import (
     CommitConflictError,
+    CommitRetriesExceededError,
+    ConcurrentDeleteReadError,
     DeltaLogError,
     OptionError,
     SchemaMismatchError,
@@ -304,8 +306,9 @@ def commit_files(
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
         UnsupportedFeatureError: the table's protocol asks something of writers that sparkonce does not do.
-        CommitConflictError: lost ``max_attempts`` races in a row, or a file to remove is gone or changed; its
-            subclasses (``ConcurrentAppendError``, ...) when a concurrent commit conflicts by Delta's rules.
+        CommitConflictError: a concurrent commit conflicts by Delta's rules (its subclasses,
+            ``ConcurrentAppendError``, ...), or a file to remove is gone or changed (``ConcurrentDeleteReadError``).
+        CommitRetriesExceededError: lost ``max_attempts`` races in a row to commits that did not conflict.
     """
     files = list(files)
     removes = list(removes)
@@ -546,8 +549,8 @@ def commit_files(
             part_size=checkpoint_part_size,
         )
         return CommitResult(table_version, False, attempt, len(files), rows, len(removals))
-    raise CommitConflictError(
-        f"gave up committing to {table_uri} after {max_attempts} attempts lost to concurrent writers (txn {txn})"
+    raise CommitRetriesExceededError(
+        table_uri, max_attempts, f"{operation.name}, first read table_version {written_after}, txn {txn}"
     )
 
 
@@ -659,9 +662,10 @@ def _removals(
         by_path = {unquote(k): v.get("deletionVector") for k, v in active.items()}
         changed = [r.path for r in removes if by_path.get(unquote(r.path), False) != r.deletion_vector]
         if changed:
-            raise CommitConflictError(
-                f"{len(changed)} file(s) to remove from {location} changed in table_version {read_version} "
-                f"(a concurrent writer rewrote them or deleted rows of them), e.g. {changed[0]}"
+            raise ConcurrentDeleteReadError(
+                f"[DELTA_CONCURRENT_DELETE_READ] {len(changed)} file(s) to remove from {location} changed in "
+                f"table_version {read_version} (a concurrent writer rewrote them or deleted rows of them), "
+                f"e.g. {changed[0]}; read the table again and retry the operation"
             )
     actions = []
     for r in removes:

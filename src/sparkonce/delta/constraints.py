@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sparkonce._types import TableVersion
-from sparkonce.errors import CommitConflictError, ConstraintViolationError, SqlError, UnsupportedFeatureError
+from sparkonce.errors import ConcurrentWriteError, ConstraintViolationError, SqlError, UnsupportedFeatureError
 from sparkonce.sqltext.expression import Expr, columns_of, parse_expression
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def add_constraint(
         SqlError: a constraint of that name exists (``DELTA_CONSTRAINT_ALREADY_EXISTS``), rows of the table
             violate it (``DELTA_NEW_CHECK_CONSTRAINT_VIOLATION``), or it is not boolean.
         UnsupportedFeatureError: sparkonce cannot evaluate the expression.
-        CommitConflictError: the table changed while its rows were checked.
+        ConcurrentWriteError: the table changed while its rows were checked.
     """
     from sparkonce.delta.alter import commit_configuration
     from sparkonce.delta.commit import load_table
@@ -167,9 +167,10 @@ def add_constraint(
 
     def change(current: Any) -> dict[str, str]:
         if int(current.version()) != checked_version:
-            raise CommitConflictError(
-                f"ADD CONSTRAINT {name} on {shown}: the table changed (table_version {current.version()}) while its "
-                f"rows at table_version {checked_version} were checked; run the statement again"
+            raise ConcurrentWriteError(
+                f"[DELTA_CONCURRENT_WRITE] ADD CONSTRAINT {name} on {shown}: the table changed (table_version "
+                f"{current.version()}) while its rows at table_version {checked_version} were checked; run the "
+                "statement again"
             )
         return {**configuration, key: expression}
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparkonce.errors import CommitConflictError, SqlError
+from sparkonce.errors import CommitConflictError, MetadataChangedError, SqlError
 
 START = "delta.identity.start"
 STEP = "delta.identity.step"
@@ -216,7 +216,7 @@ class IdentityPlan:
         ``fields``: the table's schema as the commit attempt read it. Runs on the driver.
 
         Raises:
-            CommitConflictError: a concurrent commit moved a high-water mark since the plan (the values this write
+            MetadataChangedError: a concurrent commit moved a high-water mark since the plan (the values this write
                 generated may be taken).
         """
         now = {c.name: c for c in identity_columns(fields)}
@@ -225,8 +225,9 @@ class IdentityPlan:
         for column in self.columns:
             current = now.get(column.name)
             if current is None or current.high_water_mark != column.high_water_mark:
-                raise CommitConflictError(
-                    f"identity column {column.name} of {table}: a concurrent commit moved its high-water mark "
+                raise MetadataChangedError(  # Delta: both commits change the metadata (the marks)
+                    f"[DELTA_METADATA_CHANGED] identity column {column.name} of {table}: a concurrent commit moved "
+                    "its high-water mark "
                     f"({column.high_water_mark} when this write planned, "
                     f"{current.high_water_mark if current else 'no column'} now); nothing was committed, run the "
                     "write again"

@@ -168,7 +168,8 @@ def merge_into(
     Raises:
         SchemaMismatchError: an ``*`` clause lacks a target column in the source, or adds columns without
             ``schema_evolution``; two source rows modify one target row.
-        CommitConflictError: a concurrent writer rewrote a touched file, or too many lost races.
+        CommitConflictError: a concurrent writer rewrote a touched file.
+        CommitRetriesExceededError: too many lost races.
     """
     import pyspark.sql.functions as F
 
@@ -389,7 +390,8 @@ def merge_latest(
     Raises:
         SchemaMismatchError: the batch lacks a column of the table, has new ones without ``merge_schema``, or
             the table is partitioned.
-        CommitConflictError: lost the commit race too often, or a concurrent writer rewrote a touched file.
+        CommitConflictError: a concurrent writer rewrote a touched file.
+        CommitRetriesExceededError: lost the commit race too often.
     """
     import pyspark.sql.functions as F
 

@@ -40,7 +40,7 @@ from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, check_broker
 from sparkonce.kafka.ranges import BY_TIMESTAMP, plan_ranges, rate_limit, resolve_start
 from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
-from sparkonce.retries import log_retry
+from sparkonce.retries import call_with_retries
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -242,24 +242,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         restart) costs a retry, not the query. Runs on the driver.
         """
         attempts = self.options.fetch_offset_attempts
-        for attempt in range(1, attempts + 1):
-            try:
-                return body()
-            except BrokerError as err:
-                if attempt >= attempts:
-                    raise
-                log_retry(
-                    log,
-                    "kafka_offsets",
-                    "attempt %d of %d getting Kafka offsets failed (%s); again in %.1fs with new clients",
-                    attempt,
-                    attempts,
-                    err,
-                    self.options.fetch_offset_retry_interval_ms / 1000.0,
-                )
-                self.stop()
-                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return call_with_retries(
+            body,
+            logger=log,
+            kind="kafka_offsets",
+            retry_on=BrokerError,
+            attempts=attempts,
+            pause=lambda _attempt: self.options.fetch_offset_retry_interval_ms / 1000.0,
+            message=lambda attempt, err, pause: (
+                f"attempt {attempt} of {attempts} getting Kafka offsets failed ({err}); again in {pause:.1f}s with "
+                "new clients"
+            ),
+            before_retry=self.stop,
+        )
 
     # -- offsets ---------------------------------------------------------------------------------------------
 

@@ -5,8 +5,9 @@ another ``N`` micro-batches (its batch id crossed a multiple of ``N``), its Delt
 (:func:`sparkonce.delta.optimize.compact`: OPTIMIZE, with ``zorder_by`` ``OPTIMIZE ... ZORDER BY``) in a thread of
 the driver, with Spark tasks rewriting the files, while the stream goes on committing: an append and a compaction
 never conflict, and downstream streams skip the OPTIMIZE commits (``dataChange=false``). A compaction that loses
-to a concurrent DELETE/MERGE of a file it compacted (:class:`~sparkonce.errors.CommitConflictError`) is logged and
-tried again at the next schedule; any other failure fails the run, naming the stage. Runs on the driver.
+to a concurrent DELETE/MERGE of a file it compacted (:class:`~sparkonce.errors.CommitConflictError`), or that
+gives up after losing the commit race too often (:class:`~sparkonce.errors.CommitRetriesExceededError`), is logged
+and tried again at the next schedule; any other failure fails the run, naming the stage. Runs on the driver.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkonce.errors import CommitConflictError, SparkonceError
+from sparkonce.errors import CommitConflictError, CommitRetriesExceededError, SparkonceError
 from sparkonce.pipeline.model import CompactionSchedule, PipelineConfig, Stage
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class ScheduledCompaction:
                     result.files_removed,
                     result.files_added,
                 )
-        except CommitConflictError as conflict:
+        except (CommitConflictError, CommitRetriesExceededError) as conflict:
             log.warning(
                 "scheduled compaction of stage %s lost to a concurrent change (%s); tried again at the next schedule",
                 schedule.stage,

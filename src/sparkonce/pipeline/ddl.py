@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from sparkonce.errors import DdlError
 from sparkonce.pipeline.model import SchemaField
 
 if TYPE_CHECKING:
@@ -43,10 +44,6 @@ _PRIMITIVE_TYPES = {
 _COMPLEX_TYPES = {"ARRAY", "MAP", "STRUCT"}
 _FIELD = re.compile(r"^\s*(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?\s+(.+?)\s*$", re.S)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class DdlError(ValueError):
-    """A field list that is not ``name TYPE, ...`` (the message says what; the caller names the key)."""
 
 
 def parse_fields(text: str) -> tuple[SchemaField, ...]:

@@ -1,37 +1,42 @@
-"""Prometheus metrics of a pipeline run by ``sparkonce run``: the text exposition format 0.0.4, written to a file
-(atomically, for node_exporter's textfile collector) and/or served on ``http://127.0.0.1:PORT/metrics``. Runs on
-the driver; no dependency beyond the standard library.
+"""Prometheus metrics of a pipeline run by ``sparkonce run``, through ``prometheus_client`` (the ``metrics``
+extra): the text exposition format 0.0.4, written to a file (atomically, for node_exporter's textfile collector)
+and/or served on ``http://127.0.0.1:PORT/metrics``. Runs on the driver.
 
 Every sample carries the labels ``pipeline`` (the pipeline's ``name``) and ``stage``. Kafka lag uses the names of
 the Kafka consumer-group exporters (``kafka_consumergroup_lag``, ``kafka_consumergroup_current_offset``) and adds
-their labels ``consumergroup`` (the group the stage commits its offsets to), ``topic`` and ``partition``. Counters
-count from the start of the run (a restart begins at 0 again, as Prometheus expects of a counter).
+their labels ``consumergroup`` (the group the stage commits its offsets to), ``topic`` and ``partition``. Counters count from the start of the run (a restart begins at 0 again, as Prometheus expects of a
+counter). Each run's numbers come from Spark's query progress, so the families are built afresh for each snapshot
+(:func:`pipeline_families`) and handed to prometheus_client as a custom collector (:class:`PipelineMetrics`),
+rather than kept in prometheus_client's own counters and gauges.
 """
 
 from __future__ import annotations
 
-import http.server
-import math
 import os
-import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+import wsgiref.simple_server
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from sparkonce.extras import require
 
 if TYPE_CHECKING:
     from sparkonce.pipeline.lag import PartitionLag
+    from prometheus_client.registry import CollectorRegistry
+
     from sparkonce.pipeline.run import StageProgress
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-"""The HTTP content type of the text exposition format."""
+"""The HTTP content type of the text exposition format (prometheus_client's ``CONTENT_TYPE_PLAIN_0_0_4``), served
+to a scraper that asks for no other."""
 
 MetricType = Literal["counter", "gauge"]
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One line of a metric family: its labels (in order) and value."""
+    """One sample of a metric family: its labels and value."""
 
     labels: tuple[tuple[str, str], ...]
     value: float
@@ -39,7 +44,7 @@ class Sample:
 
 @dataclass(frozen=True)
 class Family:
-    """A metric: name, type, help text and its samples."""
+    """A metric: name (a counter's ends with ``_total``), type, help text and its samples."""
 
     name: str
     type: MetricType
@@ -47,44 +52,77 @@ class Family:
     samples: tuple[Sample, ...]
 
 
-def escape_label_value(value: str) -> str:
-    """A label value as the exposition format writes it: backslash, double quote and line feed escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class PipelineMetrics:
+    """The latest snapshot of a run's metric families, in a prometheus_client registry of its own: rendered as
+    text (:meth:`text`), written to a textfile (:meth:`write_file`), served over HTTP (:class:`MetricsServer`).
+    A family without samples is left out. Runs on the driver; thread-safe (a scrape may come while the run
+    updates).
+
+    Raises:
+        MissingExtraError: prometheus_client is not installed (``pip install 'sparkonce[metrics]'``).
+    """
+
+    def __init__(self) -> None:
+        require("metrics", "Prometheus metrics (--metrics-file, --metrics-port)")
+        from prometheus_client.registry import CollectorRegistry
+
+        self._families: tuple[Family, ...] = ()
+        self._lock = threading.Lock()
+        self.registry: CollectorRegistry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self._snapshot))
+
+    def update(self, families: Iterable[Family]) -> None:
+        """Expose ``families`` from now on (replacing the previous snapshot)."""
+        with self._lock:
+            self._families = tuple(families)
+
+    def _snapshot(self) -> tuple[Family, ...]:
+        with self._lock:
+            return self._families
+
+    def text(self) -> str:
+        """The text exposition (format 0.0.4) of the snapshot: ``# HELP``, ``# TYPE``, then one line per sample."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry).decode("utf-8")
+
+    def write_file(self, path: str | os.PathLike[str]) -> None:
+        """Replace ``path`` with the exposition atomically (a temporary file in the same directory, then a rename:
+        a reader, e.g. node_exporter's textfile collector, never sees a partial file).
+
+        Raises:
+            OSError: the file cannot be written (the temporary file is removed).
+        """
+        from prometheus_client import write_to_textfile
+
+        write_to_textfile(os.path.abspath(os.fspath(path)), self.registry)
 
 
-def escape_help(text: str) -> str:
-    """A HELP text as the exposition format writes it: backslash and line feed escaped."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+class _Collector:
+    """A prometheus_client collector of the families ``snapshot`` returns. Runs on the driver."""
 
+    def __init__(self, snapshot: Callable[[], tuple[Family, ...]]) -> None:
+        self._snapshot = snapshot
 
-def format_value(value: float) -> str:
-    """A sample value: integers without a fraction, ``NaN``, ``+Inf``, ``-Inf`` as the format spells them."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 2**53:
-        return str(int(value))
-    return repr(float(value))
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+
+        for family in self._snapshot():
+            if not family.samples:
+                continue
+            counter = family.type == "counter"
+            metric = (CounterMetricFamily if counter else GaugeMetricFamily)(family.name, family.help)
+            name = metric.name + "_total" if counter else metric.name  # a counter family's name drops ``_total``
+            for sample in family.samples:  # samples of one family may have different labels
+                metric.add_sample(name, dict(sample.labels), sample.value)
+            yield metric
 
 
 def render(families: Iterable[Family]) -> str:
-    """The text exposition (format 0.0.4) of ``families``: ``# HELP``, ``# TYPE``, then one line per sample.
-    A family without samples is left out."""
-    lines: list[str] = []
-    for family in families:
-        if not family.samples:
-            continue
-        lines.append(f"# HELP {family.name} {escape_help(family.help)}")
-        lines.append(f"# TYPE {family.name} {family.type}")
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in sample.labels)
-            lines.append(
-                f"{family.name}{{{labels}}} {format_value(sample.value)}"
-                if labels
-                else f"{family.name} {format_value(sample.value)}"
-            )
-    return "\n".join(lines) + "\n" if lines else ""
+    """The text exposition (format 0.0.4) of ``families`` (:meth:`PipelineMetrics.text` of a snapshot)."""
+    metrics = PipelineMetrics()
+    metrics.update(families)
+    return metrics.text()
 
 
 def pipeline_families(pipeline: str, progress: Sequence[StageProgress]) -> list[Family]:
@@ -189,30 +227,12 @@ def pipeline_families(pipeline: str, progress: Sequence[StageProgress]) -> list[
     ]
 
 
-def write_metrics_file(path: str | os.PathLike[str], text: str) -> None:
-    """Replace ``path`` with ``text`` atomically: a temporary file in the same directory, then a rename (a reader,
-    e.g. node_exporter's textfile collector, never sees a partial file)."""
-    target = os.path.abspath(os.fspath(path))
-    directory = os.path.dirname(target)
-    fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 class MetricsServer:
-    """Serves the latest exposition text on ``http://<host>:<port>/metrics`` from a daemon thread. Runs on the
-    driver.
+    """Serves a registry's metrics on ``http://<host>:<port>/metrics`` (prometheus_client's WSGI app, from a
+    daemon thread; any other path is 404). Runs on the driver.
 
     Args:
+        registry: What to serve (:attr:`PipelineMetrics.registry`), collected at each scrape.
         port: The TCP port; 0 picks a free one (see :attr:`port`).
         host: The address to listen on (the loopback interface by default: put a proxy in front to expose it).
 
@@ -220,28 +240,22 @@ class MetricsServer:
         OSError: the port cannot be bound (in use, or not allowed).
     """
 
-    def __init__(self, port: int, *, host: str = "127.0.0.1") -> None:
-        self._text = ""
-        self._lock = threading.Lock()
-        server = self
+    def __init__(self, registry: CollectorRegistry, port: int, *, host: str = "127.0.0.1") -> None:
+        from prometheus_client import make_wsgi_app
+        from prometheus_client.exposition import ThreadingWSGIServer
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?", 1)[0] != "/metrics":
-                    self.send_error(404, "only /metrics is served")
-                    return
-                body = server.text.encode("utf-8")
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        metrics_app = make_wsgi_app(registry)
 
-            def log_message(self, format: str, *args: object) -> None:
-                pass  # the library never prints; scrapes are not worth a log line each
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            if environ.get("PATH_INFO") != "/metrics":
+                start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+                return [b"only /metrics is served\n"]
+            result: Iterable[bytes] = metrics_app(environ, start_response)
+            return result
 
-        self._httpd = http.server.ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = wsgiref.simple_server.make_server(
+            host, port, app, server_class=ThreadingWSGIServer, handler_class=_QuietHandler
+        )
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="sparkonce-metrics", daemon=True)
         self._thread.start()
 
@@ -250,31 +264,25 @@ class MetricsServer:
         """The port it listens on."""
         return int(self._httpd.server_address[1])
 
-    @property
-    def text(self) -> str:
-        with self._lock:
-            return self._text
-
-    def update(self, text: str) -> None:
-        """Serve ``text`` from now on."""
-        with self._lock:
-            self._text = text
-
     def close(self) -> None:
         """Stop serving and free the port."""
         self._httpd.shutdown()
         self._httpd.server_close()
 
 
+class _QuietHandler(wsgiref.simple_server.WSGIRequestHandler):
+    """The library never prints: scrapes are not worth a log line each."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 __all__ = [
     "CONTENT_TYPE",
     "Family",
     "MetricsServer",
+    "PipelineMetrics",
     "Sample",
-    "escape_help",
-    "escape_label_value",
-    "format_value",
     "pipeline_families",
     "render",
-    "write_metrics_file",
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkonce.errors import OptionError, SinkError
-from sparkonce.retries import log_retry
+from sparkonce.retries import call_with_retries
 from sparkonce.sinks.postgres import sql as pgsql
 from sparkonce.sinks.postgres import two_phase
 from sparkonce.sinks.postgres.loader import StagingLoader
@@ -347,28 +347,27 @@ class PostgresSink:
         a connection sends nothing a retry could repeat."""
         import psycopg
 
-        for attempt in range(1, CONNECT_ATTEMPTS + 1):
-            try:
-                return psycopg.connect(self.options.dsn, autocommit=True, connect_timeout=self.options.connect_timeout)
-            except psycopg.OperationalError as err:
-                if attempt == CONNECT_ATTEMPTS:
-                    raise SinkError(
-                        f"PostgreSQL at {self.options.address} is unreachable after {attempt} attempts: "
-                        f"{_first_line(err)}"
-                    ) from err
-                pause = CONNECT_BACKOFF_SECONDS * 2 ** (attempt - 1)
-                log_retry(
-                    log,
-                    "postgres_connect",
-                    "PostgreSQL at %s: connection attempt %d of %d failed (%s); again in %.1fs",
-                    self.options.address,
-                    attempt,
-                    CONNECT_ATTEMPTS,
-                    _first_line(err),
-                    pause,
-                )
-                time.sleep(pause)  # backoff before the next connection attempt
-        raise AssertionError("unreachable")
+        try:
+            connection: Any = call_with_retries(
+                lambda: psycopg.connect(
+                    self.options.dsn, autocommit=True, connect_timeout=self.options.connect_timeout
+                ),
+                logger=log,
+                kind="postgres_connect",
+                retry_on=psycopg.OperationalError,
+                attempts=CONNECT_ATTEMPTS,
+                pause=lambda attempt: CONNECT_BACKOFF_SECONDS * 2 ** (attempt - 1),
+                message=lambda attempt, err, pause: (
+                    f"PostgreSQL at {self.options.address}: connection attempt {attempt} of {CONNECT_ATTEMPTS} "
+                    f"failed ({_first_line(err)}); again in {pause:.1f}s"
+                ),
+            )
+        except psycopg.OperationalError as err:
+            raise SinkError(
+                f"PostgreSQL at {self.options.address} is unreachable after {CONNECT_ATTEMPTS} attempts: "
+                f"{_first_line(err)}"
+            ) from err
+        return connection
 
     @contextlib.contextmanager
     def _sql_errors(self, doing: str) -> Iterator[None]:
