@@ -5,7 +5,8 @@ and/or served on ``http://127.0.0.1:PORT/metrics``. Runs on the driver.
 Every sample carries the labels ``pipeline`` (the pipeline's ``name``) and ``stage``. Kafka lag uses the names of
 the Kafka consumer-group exporters (``kafka_consumergroup_lag``, ``kafka_consumergroup_current_offset``) and adds
 their labels ``consumergroup`` (the group the stage commits its offsets to), ``topic`` and ``partition``. Counters
-count from the start of the run (a restart begins at 0 again, as Prometheus expects of a counter). Each run's numbers come from Spark's query progress, so the families are built afresh for each snapshot
+count from the start of the run (a restart begins at 0 again, as Prometheus expects of a counter). Each run's
+numbers come from Spark's query progress, so the families are built afresh for each snapshot
 (:func:`pipeline_families`) and handed to prometheus_client as a custom collector (:class:`PipelineMetrics`),
 rather than kept in prometheus_client's own counters and gauges.
 """
