@@ -6,6 +6,8 @@ file, option, table version or record that is wrong, so a user can act on it wit
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BrokerError",
     "CheckpointError",
@@ -33,6 +35,8 @@ __all__ = [
     "StorageError",
     "TableNotFoundError",
     "UnsupportedFeatureError",
+    "analysis_error",
+    "unsupported_operation_error",
 ]
 
 
@@ -182,3 +186,43 @@ class ConstraintViolationError(SparkonceError, ValueError):
 class ExpressionError(SparkonceError, ValueError):
     """A SQL expression that sparkonce evaluates itself (a generated column's) failed on a row, as Spark's ANSI
     mode fails it (an overflow, a division by zero, a string that does not cast)."""
+
+
+_SPARK_FLAVOURED: dict[tuple[type[SparkonceError], str], type[SparkonceError]] = {}
+
+
+def _spark_flavoured(base: type[SparkonceError], pyspark_class: str, error_class: str, message: str) -> SparkonceError:
+    """An instance of ``base`` that is also PySpark's ``pyspark.errors.<pyspark_class>``, carrying Delta's error
+    class. PySpark is imported on first use only (``import sparkonce`` stays free of it), so the class is made
+    then, once per pair."""
+    key = (base, pyspark_class)
+    flavoured = _SPARK_FLAVOURED.get(key)
+    if flavoured is None:
+        import pyspark.errors
+
+        spark_base = getattr(pyspark.errors, pyspark_class)
+
+        def init(self: Any, error_class: str, message: str) -> None:
+            Exception.__init__(self, f"[{error_class}] {message}")
+            spark_base.__init__(self, message=message, errorClass=error_class, messageParameters={})
+
+        flavoured = type(f"{base.__name__}", (base, spark_base), {"__init__": init, "__module__": __name__})
+        _SPARK_FLAVOURED[key] = flavoured
+    return flavoured(error_class, message)
+
+
+def analysis_error(error_class: str, message: str) -> SqlError:
+    """A :class:`SqlError` that is also PySpark's ``AnalysisException`` (what Delta raises as
+    ``DeltaAnalysisException``, and Spark for a missing or existing table): ``except AnalysisException`` in code
+    written for Delta catches it. ``str()`` is ``[error_class] message``."""
+    error = _spark_flavoured(SqlError, "AnalysisException", error_class, message)
+    assert isinstance(error, SqlError)
+    return error
+
+
+def unsupported_operation_error(error_class: str, message: str) -> UnsupportedFeatureError:
+    """An :class:`UnsupportedFeatureError` that is also PySpark's ``UnsupportedOperationException`` (Delta's
+    ``DeltaUnsupportedOperationException``). ``str()`` is ``[error_class] message``."""
+    error = _spark_flavoured(UnsupportedFeatureError, "UnsupportedOperationException", error_class, message)
+    assert isinstance(error, UnsupportedFeatureError)
+    return error
