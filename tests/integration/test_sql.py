@@ -597,7 +597,7 @@ def test_delta_table_arguments_are_checked_as_delta_spark_checks_them(spark: Spa
         (ValueError, "'condition' in merge cannot be None", lambda: table.merge(source, None)),
         (
             ValueError,
-            "'values' cannot be None",
+            "'values' in whenNotMatchedInsert cannot be None",
             lambda: table.alias("t").merge(source.alias("s"), "t.id = s.id").whenNotMatchedInsert(),
         ),
         (ValueError, "version needs to be an int", lambda: table.restoreToVersion("0")),
