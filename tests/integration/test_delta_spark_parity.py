@@ -264,3 +264,30 @@ def test_existing_schema_columns_keep_their_nullability(spark: SparkSession, tmp
         ("value", True),
         ("value2", True),
     ]
+
+
+def test_merge_schema_evolution_adds_nullable_columns(spark: SparkSession, tmp_path: Path) -> None:
+    """delta-spark's test_merge_with_inconsistent_sessions: the source's new column is NOT NULL (``spark.range``),
+    the target's old row has no value for it; the column is added nullable, as Delta adds it."""
+    from pyspark.sql.functions import col
+
+    source_path, target_path = tmp_path / "source", tmp_path / "target"
+    spark.range(3).withColumn("x", col("id")).withColumn("y", col("id")).write.format("delta").save(str(source_path))
+    spark.range(1).withColumn("x", col("id")).write.format("delta").save(str(target_path))
+    source = spark.read.format("delta").load(str(source_path)).alias("s")
+    (
+        DeltaTable.forPath(spark, str(target_path))
+        .alias("t")
+        .merge(source, "t.id = s.id")
+        .whenMatchedUpdate(set={"t.x": "t.x + 1"})
+        .whenNotMatchedInsertAll()
+        .withSchemaEvolution()
+        .execute()
+    )
+    fields = json.loads(RsTable(str(target_path)).schema().to_json())["fields"]
+    assert [(f["name"], f["nullable"]) for f in fields] == [("id", False), ("x", False), ("y", True)]
+    assert sorted(tuple(r) for r in spark.read.format("delta").load(str(target_path)).collect()) == [
+        (0, 1, None),
+        (1, 1, 1),
+        (2, 2, 2),
+    ]
