@@ -4,6 +4,8 @@ predicates as Delta records them for ``OPTIMIZE ... WHERE`` (Catalyst's unresolv
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from pyspark.errors import AnalysisException
 from pyspark.errors.exceptions.base import UnsupportedOperationException
@@ -21,6 +23,8 @@ def test_analysis_error_is_a_sql_error_and_pysparks_analysis_exception() -> None
     with pytest.raises(AnalysisException, match="cannot be found"):
         raise error
     assert type(analysis_error("A", "x")) is type(error)  # one class, made once
+    copy = pickle.loads(pickle.dumps(error))  # crosses processes as any error does
+    assert type(copy) is type(error) and str(copy) == str(error)
 
 
 def test_unsupported_operation_error_is_both() -> None:
