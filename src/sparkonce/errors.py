@@ -12,6 +12,8 @@ table version too many times in a row and gave up (Delta's ``DELTA_MAX_COMMIT_RE
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "DELTA_EXCEPTION_NAMES",
     "BrokerError",
@@ -53,6 +55,8 @@ __all__ = [
     "TableNotFoundError",
     "UnsupportedFeatureError",
     "VersionNotFoundError",
+    "analysis_error",
+    "unsupported_operation_error",
 ]
 
 
@@ -259,3 +263,52 @@ class ConstraintViolationError(SparkonceError, ValueError):
 class ExpressionError(SparkonceError, ValueError):
     """A SQL expression that sparkonce evaluates itself (a generated column's) failed on a row, as Spark's ANSI
     mode fails it (an overflow, a division by zero, a string that does not cast)."""
+
+
+_SPARK_FLAVOURED: dict[tuple[type[SparkonceError], str], type[SparkonceError]] = {}
+
+
+def _spark_flavoured(
+    base: type[SparkonceError], pyspark_class: str, error_class: str, message: str, factory: Any
+) -> SparkonceError:
+    """An instance of ``base`` that is also PySpark's ``pyspark.errors.<pyspark_class>``, carrying Delta's error
+    class. PySpark is imported on first use only (``import sparkonce`` stays free of it), so the class is made
+    then, once per pair; it pickles as a call of ``factory`` (the public function that makes it)."""
+    key = (base, pyspark_class)
+    flavoured = _SPARK_FLAVOURED.get(key)
+    if flavoured is None:
+        import pyspark.errors
+
+        spark_base = getattr(pyspark.errors, pyspark_class)
+
+        def init(self: Any, error_class: str, message: str) -> None:
+            Exception.__init__(self, f"[{error_class}] {message}")
+            spark_base.__init__(self, message=message, errorClass=error_class, messageParameters={})
+            self.delta_error = (error_class, message)
+
+        def reduce(self: Any) -> tuple[Any, tuple[str, str]]:
+            return factory, self.delta_error
+
+        namespace = {"__init__": init, "__reduce__": reduce, "__module__": __name__}
+        flavoured = type(base.__name__, (base, spark_base), namespace)
+        _SPARK_FLAVOURED[key] = flavoured
+    return flavoured(error_class, message)
+
+
+def analysis_error(error_class: str, message: str) -> SqlError:
+    """A :class:`SqlError` that is also PySpark's ``AnalysisException`` (what Delta raises as
+    ``DeltaAnalysisException``, and Spark for a missing or existing table): ``except AnalysisException`` in code
+    written for Delta catches it. ``str()`` is ``[error_class] message``."""
+    error = _spark_flavoured(SqlError, "AnalysisException", error_class, message, analysis_error)
+    assert isinstance(error, SqlError)
+    return error
+
+
+def unsupported_operation_error(error_class: str, message: str) -> UnsupportedFeatureError:
+    """An :class:`UnsupportedFeatureError` that is also PySpark's ``UnsupportedOperationException`` (Delta's
+    ``DeltaUnsupportedOperationException``). ``str()`` is ``[error_class] message``."""
+    error = _spark_flavoured(
+        UnsupportedFeatureError, "UnsupportedOperationException", error_class, message, unsupported_operation_error
+    )
+    assert isinstance(error, UnsupportedFeatureError)
+    return error

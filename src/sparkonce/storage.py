@@ -41,6 +41,7 @@ __all__ = [
     "STORAGE_OPTION_PREFIX",
     "TableLocation",
     "checkpoint_path",
+    "hadoop_storage_options",
     "session_storage_options",
     "set_session_storage_options",
     "storage_options_from",
@@ -345,6 +346,36 @@ def storage_options_from(options: Mapping[str, str]) -> dict[str, str]:
     """The storage options among data source options: ``storage.<NAME>`` -> ``<NAME>`` (case kept)."""
     prefix = len(STORAGE_OPTION_PREFIX)
     return {key[prefix:]: value for key, value in options.items() if key.lower().startswith(STORAGE_OPTION_PREFIX)}
+
+
+HADOOP_STORAGE_KEYS = {
+    "fs.s3a.access.key": "AWS_ACCESS_KEY_ID",
+    "fs.s3a.secret.key": "AWS_SECRET_ACCESS_KEY",
+    "fs.s3a.session.token": "AWS_SESSION_TOKEN",
+    "fs.s3a.endpoint": "AWS_ENDPOINT_URL",
+    "fs.s3a.endpoint.region": "AWS_REGION",
+    "fs.gs.auth.service.account.json.keyfile": "GOOGLE_SERVICE_ACCOUNT",
+    "fs.gs.project.id": "GOOGLE_PROJECT_ID",
+}
+"""Hadoop file system settings (as delta-spark's ``hadoopConf`` passes them) -> the storage option of the same
+meaning; Azure's per-account ``fs.azure.account.key.<account>.dfs.core.windows.net`` maps onto
+``AZURE_STORAGE_ACCOUNT_KEY``."""
+
+
+def hadoop_storage_options(conf: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Split Hadoop file system settings into those that name a storage option (``{hadoop key: option name}``)
+    and the rest (implementations, caches, buffers: nothing to do without Hadoop), in ``conf``'s order."""
+    mapped: dict[str, str] = {}
+    ignored: list[str] = []
+    for key in conf:
+        lowered = str(key).lower()
+        if lowered in HADOOP_STORAGE_KEYS:
+            mapped[key] = HADOOP_STORAGE_KEYS[lowered]
+        elif lowered.startswith("fs.azure.account.key."):
+            mapped[key] = "AZURE_STORAGE_ACCOUNT_KEY"
+        else:
+            ignored.append(key)
+    return mapped, ignored
 
 
 def storage_options_from_conf(conf: Mapping[str, str]) -> dict[str, str]:

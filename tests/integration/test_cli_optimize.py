@@ -22,7 +22,7 @@ def test_optimize_command(spark, tmp_path: Path) -> None:  # type: ignore[no-unt
     runner = CliRunner()
 
     bad_where = runner.invoke(cli, ["optimize", str(table), "--where", "id = 1"])
-    assert bad_where.exit_code == 2 and "partition columns only" in bad_where.output
+    assert bad_where.exit_code == 2 and "DELTA_NON_PARTITION_COLUMN_REFERENCE" in bad_where.output
     bad_size = runner.invoke(cli, ["optimize", str(table), "--target-file-size", "lots"])
     assert bad_size.exit_code == 2 and "target-file-size" in bad_size.output
     not_delta = runner.invoke(cli, ["optimize", str(tmp_path)])

@@ -4,10 +4,12 @@ the same table (exact rows), the commit it made (operation, metrics) and the fil
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyspark.errors import AnalysisException
 
 from sparkonce.delta.tables import DeltaTable
 from sparkonce.errors import OptionError, SchemaMismatchError, TableNotFoundError
@@ -199,7 +201,9 @@ def test_optimize_compacts_small_files_without_data_change(spark, tmp_path: Path
             "append"
         ).partitionBy("p").save(str(table))
     dt = DeltaTable.forPath(spark, str(table))
-    with pytest.raises(OptionError, match="partition columns only"):
+    with pytest.raises(
+        AnalysisException, match=re.escape("Predicate references non-partition column 'id'. Only the partition columns")
+    ):
         dt.optimize().where("id > 1").executeCompaction()
 
     result = dt.optimize().where("p = 'a'").executeCompaction().collect()[0]

@@ -11,6 +11,7 @@ import click
 from rich.table import Table
 
 from sparkonce.cli.common import TABLE, console, handle_errors, json_option, print_json, storage_option, to_jsonable
+from sparkonce.errors import OptionError, SqlError
 from sparkonce.storage import table_location
 
 __all__ = ["optimize"]
@@ -40,7 +41,10 @@ def optimize(
     size = get_bytes({"target-file-size": target_file_size}, "target-file-size")
     assert size is not None
     location = table_location(table, storage_options=storage_options)
-    result = optimize_table(location, where=where, target_file_size=size)
+    try:
+        result = optimize_table(location, where=where, target_file_size=size)
+    except SqlError as err:  # the --where predicate Delta refuses (DELTA_NON_PARTITION_COLUMN_REFERENCE): usage
+        raise OptionError("--where", where, str(err)) from err
     if as_json:
         print_json({"kind": "optimize", **to_jsonable(result)})
         return

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sparkonce._types import TableVersion
+from sparkonce.delta import protocol
 from sparkonce.delta.cleanup import find_commit
 from sparkonce.delta.column_mapping import (
     MAX_ID_PROPERTY,
@@ -30,12 +31,10 @@ from sparkonce.delta.commit import (
     protocol_action,
 )
 from sparkonce.delta.log_entry import (
-    LEGACY_WRITER_FEATURES,
     Operation,
     check_writable,
     commit_info,
     encode_entry,
-    writer_features,
 )
 from sparkonce.delta.properties import new_table_protocol, table_properties
 from sparkonce.errors import CommitRetriesExceededError, OptionError, SqlError, UnsupportedFeatureError
@@ -188,40 +187,77 @@ _DROPPABLE_WITH_HISTORY = frozenset(
 
 
 def drop_feature(table: str | TableLocation, feature: str, *, truncate_history: bool = False) -> TableVersion:
-    """``ALTER TABLE t DROP FEATURE f``: remove a writer feature Delta can drop (``checkConstraints`` once the
-    table has no constraint, ``inCommitTimestamp`` with its properties) from the protocol in one Delta commit,
-    downgraded to the lowest protocol that holds the remaining features, as Delta does.
+    """``ALTER TABLE t DROP FEATURE f [TRUNCATE HISTORY]``: remove a feature Delta can drop from the protocol in
+    one ``DROP FEATURE`` commit, which leaves the weakest protocol holding the remaining features, with Delta's
+    checks in Delta's order (``AlterTableDropFeatureDeltaCommand``): a feature the protocol lacks, one Delta
+    cannot drop, one Delta does not know; ``TRUNCATE HISTORY`` only for a feature whose traces must leave the
+    history. Writer features: ``checkConstraints`` once the table has no constraint, ``inCommitTimestamp`` with
+    its properties, Delta's test features (``DELTA_TESTING``). A reader-writer feature is dropped only when it
+    leaves no trace in the table's files or history (Delta's test feature); the others need their traces
+    rewritten and the history truncated, which sparkonce does not do.
 
     Raises:
-        OptionError: a feature Delta does not have, or one the table's protocol does not hold.
-        UnsupportedFeatureError: a feature Delta cannot drop; a reader-writer feature (sparkonce truncates no
-            history and writes no checkpoint protection); constraints still on the table.
+        OptionError: the feature is not in the table's protocol (``DELTA_FEATURE_DROP_FEATURE_NOT_PRESENT``), or
+            Delta has no such feature (``DELTA_FEATURE_DROP_UNSUPPORTED_CLIENT_FEATURE``).
+        UnsupportedFeatureError: a feature Delta cannot drop (``DELTA_FEATURE_DROP_NONREMOVABLE_FEATURE``),
+            ``truncate_history`` for one that needs no truncation
+            (``DELTA_FEATURE_DROP_HISTORY_TRUNCATION_NOT_ALLOWED``), a reader-writer feature sparkonce cannot
+            clean, or constraints still on the table; nothing is written.
     """
     location = table_location(table)
-    known = {f.lower(): f for f in READER_WRITER_FEATURES | WRITER_FEATURES}
-    name = known.get(feature.lower())
-    if name is None:
-        raise OptionError("featureName", feature, "[DELTA_FEATURE_DROP_UNSUPPORTED_CLIENT_FEATURE] unknown feature")
+    current = protocol_action(load_table(location))
+    present = {f.lower(): f for f in protocol.supported_features(current)}
+    known = protocol.feature(feature)
+    if known is not None and known.name.lower() not in present:
+        raise OptionError(
+            "featureName",
+            feature,
+            f"[DELTA_FEATURE_DROP_FEATURE_NOT_PRESENT] Cannot drop {feature} from this table because it is not "
+            f"currently present in the table's protocol. ({location})",
+        )
+    if known is None:
+        raise OptionError(
+            "featureName",
+            feature,
+            f"[DELTA_FEATURE_DROP_UNSUPPORTED_CLIENT_FEATURE] Cannot drop {feature} because it is not supported "
+            "by this Delta version. Consider using Delta with a higher version.",
+        )
+    if not known.removable:
+        raise UnsupportedFeatureError(
+            f"[DELTA_FEATURE_DROP_NONREMOVABLE_FEATURE] Cannot drop {known.name} because dropping this feature is "
+            f"not supported. ({location}; nothing was written)"
+        )
+    if truncate_history and not known.history_protection:
+        raise UnsupportedFeatureError(
+            "[DELTA_FEATURE_DROP_HISTORY_TRUNCATION_NOT_ALLOWED] The particular feature does not require history "
+            f"truncation. ({known.name} on {location}; nothing was written)"
+        )
+    name = known.name
     if name in _DROPPABLE_WITH_HISTORY:
         raise UnsupportedFeatureError(
             f"DROP FEATURE {name} on {location}: dropping a reader-writer feature removes its traces from the files "
             "and truncates the history older readers could read; sparkonce does neither (nothing was written)"
         )
-    if name not in ("checkConstraints", "inCommitTimestamp"):
+    if name == "columnMapping":
         raise UnsupportedFeatureError(
-            f"[DELTA_FEATURE_DROP_NONREMOVABLE_FEATURE] Cannot drop {name}: Delta cannot remove this feature from "
-            f"a table's protocol ({location}; nothing was written)"
+            f"DROP FEATURE columnMapping on {location}: the files must be rewritten with the logical column names "
+            "first; sparkonce does not (nothing was written)"
+        )
+    if name == "allowColumnDefaults":
+        raise UnsupportedFeatureError(
+            f"DROP FEATURE allowColumnDefaults on {location}: sparkonce does not check the columns' defaults "
+            "(nothing was written)"
         )
     operation = Operation("DROP FEATURE", {"featureName": name, "truncateHistory": str(truncate_history).lower()})
 
     def change(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
         configuration = dict(snapshot.metadata().configuration)
-        if name not in writer_features(protocol_action(snapshot)):
+        if name not in protocol.supported_features(protocol_action(snapshot)):
             raise OptionError(
                 "featureName",
                 name,
-                f"[DELTA_FEATURE_DROP_FEATURE_NOT_PRESENT] Cannot drop {name} from {location} because it is not "
-                "currently present in the table's protocol",
+                f"[DELTA_FEATURE_DROP_FEATURE_NOT_PRESENT] Cannot drop {name} from this table because it is not "
+                f"currently present in the table's protocol. ({location})",
             )
         if name == "checkConstraints":
             constraints = sorted(k for k in configuration if k.lower().startswith("delta.constraints."))
@@ -230,28 +266,11 @@ def drop_feature(table: str | TableLocation, feature: str, *, truncate_history: 
                     "[DELTA_CANNOT_DROP_CHECK_CONSTRAINT_FEATURE] Cannot drop the CHECK constraints table feature. "
                     f"The following constraints must be dropped first: {', '.join(constraints)}."
                 )
-        else:
+        elif name == "inCommitTimestamp":
             configuration = {k: v for k, v in configuration.items() if k not in _ICT_PROPERTIES}
         return configuration, snapshot.schema().to_json(), {}
 
-    return _commit_metadata(location, operation, change, 100, downgrade=lambda p: _without(p, name))
-
-
-def _without(protocol: Mapping[str, Any], feature: str) -> dict[str, Any]:
-    """``protocol`` without ``feature``: the lowest legacy protocol that holds the remaining features, else table
-    features at writer 7 (reader 3 only while a reader-writer feature remains)."""
-    remaining = set(writer_features(protocol)) - {feature}
-    reader_features = set(protocol.get("readerFeatures") or ()) - {feature}
-    if int(protocol["minReaderVersion"]) == 2:
-        reader_features.add("columnMapping")
-    for version, implied in sorted(LEGACY_WRITER_FEATURES.items()):
-        if remaining == implied and reader_features <= {"columnMapping"}:
-            return {"minReaderVersion": 2 if reader_features else 1, "minWriterVersion": version}
-    out: dict[str, Any] = {"minReaderVersion": 3 if reader_features else 1, "minWriterVersion": 7}
-    if reader_features:
-        out["readerFeatures"] = sorted(reader_features)
-    out["writerFeatures"] = sorted(remaining)
-    return out
+    return _commit_metadata(location, operation, change, 100, downgrade=lambda p: protocol.without(p, name))
 
 
 def _feature(key: str, value: str) -> str:
@@ -261,12 +280,18 @@ def _feature(key: str, value: str) -> str:
         OptionError: another value, or a feature Delta does not have.
     """
     name = key[len("delta.feature.") :]
-    known = {f.lower(): f for f in READER_WRITER_FEATURES | WRITER_FEATURES}
     if str(value).strip().lower() != "supported":
         raise OptionError(key, value, "a table feature property takes the value 'supported'")
-    if name.lower() not in known:
-        raise OptionError(key, value, f"[DELTA_UNSUPPORTED_FEATURES_IN_CONFIG] unknown table feature {name!r}")
-    return known[name.lower()]
+    known = protocol.feature(name)
+    if known is None:
+        raise OptionError(
+            key,
+            value,
+            "[DELTA_UNSUPPORTED_FEATURES_IN_CONFIG] Table features configured in the following Spark configs or Delta "
+            f"table properties are not recognized by this version of Delta Lake: {key}. (unknown table feature "
+            f"{name!r})",
+        )
+    return known.name
 
 
 def commit_configuration(
@@ -425,37 +450,22 @@ def _upgraded(
     location: TableLocation,
     features: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The protocol that supports ``current``, ``needed``, the versions asked for and the table ``features`` asked
-    for (which need table features: writer 7, and reader 3 for a reader-writer feature), never lower."""
-    for name, value in requested.items():
-        if value < int(current[name]):
-            raise OptionError(
-                f"delta.{name}",
-                value,
-                f"[DELTA_INVALID_PROTOCOL_DOWNGRADE] {location} is at {name} {current[name]}: protocols only go up",
-            )
-    reader, writer = (
-        max(int(current[name]), int(needed[name]), requested.get(name, 0))
-        for name in ("minReaderVersion", "minWriterVersion")
-    )
-    if features:
-        writer = 7
-        if any(f in READER_WRITER_FEATURES for f in features):
-            reader = 3
-    if writer < 7:
-        return {"minReaderVersion": reader, "minWriterVersion": writer}
-    all_writer = set(writer_features(current)) | set(needed.get("writerFeatures") or ()) | set(features)
-    if int(current["minWriterVersion"]) < 7 and int(needed["minWriterVersion"]) < 7:
-        all_writer |= set(writer_features({"minWriterVersion": max(int(needed["minWriterVersion"]), 2)}))
-    out: dict[str, Any] = {"minReaderVersion": reader, "minWriterVersion": 7}
-    if reader >= 3:
-        reader_features = set(current.get("readerFeatures") or ()) | set(needed.get("readerFeatures") or ())
-        reader_features |= {f for f in all_writer if f in READER_WRITER_FEATURES}
-        if int(current["minReaderVersion"]) == 2:
-            reader_features.add("columnMapping")  # what reader version 2 implied
-        out["readerFeatures"] = sorted(reader_features)
-    out["writerFeatures"] = sorted(all_writer)
-    return out
+    """The protocol after an upgrade, as Delta makes it (:func:`sparkonce.delta.protocol.merged`): ``current``
+    merged with what the metadata ``needs``, the versions ``requested`` (``delta.minReaderVersion`` /
+    ``delta.minWriterVersion``, ``upgradeTableProtocol``) and the table ``features`` asked for. Versions below the
+    table's ask for nothing new: a no-op, never a downgrade (Delta's ``delta.protocol.downgradeIgnored``)."""
+    asked: dict[str, Any] = {
+        "minReaderVersion": requested.get("minReaderVersion", int(current["minReaderVersion"])),
+        "minWriterVersion": requested.get("minWriterVersion", int(current["minWriterVersion"])),
+    }
+    upgraded = protocol.merged(current, needed, asked, protocol.weakest_protocol(features))
+    if upgraded != current:
+        log.info("%s: protocol %s -> %s", location, _versions(current), _versions(upgraded))
+    return upgraded
+
+
+def _versions(action: Mapping[str, Any]) -> str:
+    return f"({action['minReaderVersion']}, {action['minWriterVersion']})"
 
 
 __all__ = [

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sparkonce.delta.create import CreateMode, CreateRequest, create_table
 from sparkonce.delta.identity import IdentityGenerator, column_metadata
-from sparkonce.errors import OptionError, UnsupportedFeatureError
+from sparkonce.errors import OptionError, UnsupportedFeatureError, unsupported_operation_error
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,8 +79,15 @@ class DeltaTableBuilder:
     ) -> DeltaTableBuilder:
         """One column: its name, a type (DDL text such as ``"INT"`` or a ``DataType``), nullability, an identity
         (``generatedAlwaysAs`` / ``generatedByDefaultAs`` an :class:`~sparkonce.delta.identity.IdentityGenerator`),
-        comment."""
-        from pyspark.sql.types import DataType, StructField, _parse_datatype_string
+        comment. Checked as delta-spark checks it, in its order.
+
+        Raises:
+            TypeError: an argument of the wrong type. ValueError: both generations, or an identity step of 0.
+            ParseException: a type Spark cannot parse (PySpark's, from Spark's parser).
+            UnsupportedFeatureError: an identity column that is not BIGINT (also PySpark's
+                ``UnsupportedOperationException``, as delta-spark raises it).
+        """
+        from pyspark.sql.types import DataType, LongType, StructField, _parse_datatype_string
 
         if type(colName) is not str:
             self._raise_type_error("Column name must be str.", [colName])
@@ -114,6 +121,11 @@ class DeltaTableBuilder:
         if comment is not None and type(comment) is not str:
             self._raise_type_error("Column comment must be str.", [comment])
         parsed = _parse_datatype_string(dataType) if isinstance(dataType, str) else dataType
+        if identity and not isinstance(parsed, LongType):  # delta-spark's column builder refuses it at once
+            raise unsupported_operation_error(
+                "DELTA_IDENTITY_COLUMNS_UNSUPPORTED_DATA_TYPE",
+                f"DataType {parsed.typeName()} is not supported for IDENTITY columns.",
+            )
         metadata: dict[str, Any] = {**identity, **({"comment": comment} if comment else {})}
         if generation is not None:
             metadata["delta.generationExpression"] = generation

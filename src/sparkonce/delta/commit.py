@@ -269,6 +269,7 @@ def commit_files(
     snapshot: AnyTable | None = None,
     written_after: int | None = None,
     new_table_properties: Mapping[str, str] | None = None,
+    replace_configuration: Mapping[str, str] | None = None,
     table_description: str | None = None,
     new_table_clustering: tuple[str, ...] = (),
     identity: IdentityPlan | None = None,
@@ -291,6 +292,8 @@ def commit_files(
     (txn check included). ``written_after``: the table version read before ``files`` were written (default: the
     version this call reads first); only later commits can name them. ``new_table_properties``: the
     ``metaData.configuration`` of the table when this commit creates it (:mod:`sparkonce.delta.properties`).
+    ``replace_configuration``: the table's new ``metaData.configuration`` when this commit replaces the table
+    (``overwriteSchema``; Delta's ``REPLACE TABLE`` with its properties); None keeps the table's.
     ``table_description``: the table's comment (``metaData.description``) when this commit creates the table or
     replaces its schema (``overwriteSchema``); None keeps the comment the table has. ``new_table_clustering``: the
     clustering columns of the table when this commit creates it (:mod:`sparkonce.delta.clustering`). ``identity``:
@@ -462,12 +465,15 @@ def commit_files(
             snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema
         )
         replacement: list[dict[str, Any]] = []
+        configuration = dict(metadata.configuration)
+        if replacing and replace_configuration is not None:
+            configuration = dict(replace_configuration)
         if replacing and new_schema is not None:
             new_schema, replacement = _replacement(
                 location,
                 read_version,
                 protocol,
-                dict(metadata.configuration),
+                configuration,
                 new_schema,
                 partition_by,
                 new_table_clustering,
@@ -477,7 +483,11 @@ def commit_files(
             moved = identity.updated_fields(json.loads(new_schema or schema_string)["fields"], files, table=table_uri)
             if moved is not None:
                 new_schema = json.dumps({"type": "struct", "fields": moved}, separators=(",", ":"))
-        if replacing and (table_partitions != partition_by or table_description not in (None, metadata.description)):
+        if replacing and (
+            table_partitions != partition_by
+            or table_description not in (None, metadata.description)
+            or configuration != dict(metadata.configuration)
+        ):
             new_schema = new_schema or schema_string
         removals = _removals(location, snapshot, mode, removes, data_change, now)
         actions: list[dict[str, Any]] = [a for a in replacement if "protocol" in a]
@@ -485,7 +495,11 @@ def commit_files(
             partitions = partition_by if replacing else None
             comment = table_description if replacing else None
             action = metadata_action(
-                metadata, new_schema, new_configuration, partition_columns=partitions, description=comment
+                metadata,
+                new_schema,
+                _chosen_configuration(new_configuration, configuration if replacing else None),
+                partition_columns=partitions,
+                description=comment,
             )
             actions.append({"metaData": action})
         actions += [a for a in replacement if "protocol" not in a]
@@ -838,6 +852,20 @@ def metadata_action(
         createdTime=metadata.created_time,
     )
     return action
+
+
+def _chosen_configuration(
+    schema_configuration: Mapping[str, str] | None, replaced: Mapping[str, str] | None
+) -> Mapping[str, str] | None:
+    """The configuration of a commit that changes the schema: a REPLACE's properties (``replaced``) when given, with
+    the column mapping keys the new schema needs (``schema_configuration``, e.g. ``delta.columnMapping.maxColumnId``)
+    over them; else ``schema_configuration`` (None: unchanged)."""
+    if replaced is None:
+        return schema_configuration
+    chosen = dict(replaced)
+    if schema_configuration is not None:
+        chosen.update({k: v for k, v in schema_configuration.items() if k.startswith("delta.columnMapping.")})
+    return chosen
 
 
 def _schema_change(

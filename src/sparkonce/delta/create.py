@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Literal
 from sparkonce.delta.catalog import DeltaCatalog, table_key
 from sparkonce.delta.clustering import CLUSTERING_OPTION, check_columns, table_clustering
 from sparkonce.delta.identity import check_new_columns as check_identity_columns
-from sparkonce.errors import SqlError
+from sparkonce.delta.options import TABLE_PROPERTIES_OPTION
+from sparkonce.errors import SqlError, analysis_error
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,18 +78,19 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
             raise SqlError(f"{shown}: sparkonce's catalog takes [spark_catalog.]database.table names")
         existing = catalog.get(*key)
         if existing is None and _spark_has_table(spark, *key):
-            raise SqlError(
-                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{key[0]}`.`{key[1]}` because it "
-                "already exists in Spark's catalog (not a sparkonce Delta table)."
+            raise analysis_error(
+                "TABLE_OR_VIEW_ALREADY_EXISTS",
+                f"Cannot create table or view `{key[0]}`.`{key[1]}` because it already exists in Spark's catalog "
+                "(not a sparkonce Delta table).",
             )
     if existing is not None:
         if request.mode == "createIfNotExists":
             return Created(existing.location, False)
         if request.mode == "create":
             assert key is not None
-            raise SqlError(
-                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{key[0]}`.`{key[1]}` because it "
-                "already exists."
+            raise analysis_error(
+                "TABLE_OR_VIEW_ALREADY_EXISTS",
+                f"Cannot create table or view `{key[0]}`.`{key[1]}` because it already exists.",
             )
         if request.location is not None and request.location != existing.location:
             raise SqlError(f"{shown}: the location {request.location} differs from the table's {existing.location}")
@@ -98,10 +100,16 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
     else:
         assert catalog is not None and key is not None
         location = catalog.managed_location(*key)
+    if request.mode == "replace" and key is not None and existing is None:
+        # REPLACE of a name the catalog lacks: Spark's CannotReplaceMissingTableException
+        raise analysis_error("TABLE_OR_VIEW_NOT_FOUND", f"The table or view `{key[0]}`.`{key[1]}` cannot be found.")
     exists = table_exists(location)
     if request.mode == "replace" and not exists:
-        raise SqlError(f"[DELTA_CANNOT_REPLACE_MISSING_TABLE] Table {shown} cannot be replaced as it does not exist.")
-    properties = _delta_properties(request.properties)
+        raise analysis_error(
+            "DELTA_CANNOT_REPLACE_MISSING_TABLE",
+            f"Table {shown} cannot be replaced as it does not exist. Use CREATE OR REPLACE TABLE to create the table.",
+        )
+    properties = _table_properties(request.properties)
     frame = request.query
     if frame is None and request.schema is not None:
         from sparkonce.delta.generated import check_spark_schema
@@ -118,7 +126,7 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
                 "holds a Delta table"
             )
         if request.name is None:
-            raise SqlError(f"[DELTA_TABLE_ALREADY_EXISTS] Table {shown} already exists.")
+            raise analysis_error("DELTA_TABLE_ALREADY_EXISTS", f"Table {shown} already exists.")
         if frame is not None:
             have = spark_schema(load_table(location)).simpleString()
             want = frame.schema.simpleString()
@@ -156,8 +164,7 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
             writer = writer.option("overwriteSchema", "true")
         if request.partitioned_by:
             writer = writer.partitionBy(*request.partitioned_by)
-        for name, value in properties.items():
-            writer = writer.option(name, value)
+        writer = writer.option(TABLE_PROPERTIES_OPTION, json.dumps(properties))
         if request.comment is not None:
             writer = writer.option("description", request.comment)
         writer.save(location)
@@ -214,21 +221,18 @@ def spark_schema(table: object) -> StructType:
     return StructType.fromJson(json.loads(table.schema().to_json()))  # type: ignore[attr-defined]
 
 
-def _delta_properties(properties: Mapping[str, str]) -> dict[str, str]:
-    """Properties of a new table: Delta's ``delta.*`` properties, checked as write options are.
+def _table_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """Properties of a new or replaced table, as Delta takes them at ``CREATE``/``REPLACE``: Delta's ``delta.*``
+    properties checked as write options are (canonical keys), every other key the user's, stored as given.
 
     Raises:
-        SqlError: a key outside ``delta.*`` (sparkonce sets only Delta's own properties at creation).
+        OptionError: an unknown or malformed ``delta.*`` property.
     """
     from sparkonce.delta.properties import table_properties
 
-    others = [k for k in properties if not k.lower().startswith("delta.")]
-    if others:
-        raise SqlError(
-            f"table properties {others}: sparkonce sets Delta's own delta.* table properties when it creates a "
-            "table; add other properties with ALTER TABLE ... SET TBLPROPERTIES"
-        )
-    return table_properties(properties)
+    checked = table_properties(properties)
+    checked.update({str(k): str(v) for k, v in properties.items() if not str(k).lower().startswith("delta.")})
+    return checked
 
 
 __all__ = ["CreateMode", "CreateRequest", "Created", "convert_parquet", "create_table", "spark_schema"]

@@ -20,6 +20,7 @@ Runs on the driver.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,6 +56,18 @@ SUPPORTED_WRITER_FEATURES = frozenset(
     }
 )
 """Writer features sparkonce may commit to; some only while the table does not use them (:func:`check_writable`)."""
+
+DELTA_TESTING_ENV = "DELTA_TESTING"
+"""Set (to anything): Delta's test-only table features exist, as in Delta (``DeltaUtils.isTesting``)."""
+TEST_WRITER_FEATURES = frozenset({"testWriter", "testRemovableWriter", "testReaderWriter", "testRemovableReaderWriter"})
+"""Delta's test-only features known under ``DELTA_TESTING`` (:mod:`sparkonce.delta.protocol`): they ask nothing of
+writers."""
+
+
+def delta_testing() -> bool:
+    """True when ``DELTA_TESTING`` is set in the environment (Delta's test-only table features exist)."""
+    return os.environ.get(DELTA_TESTING_ENV) is not None
+
 
 LEGACY_WRITER_FEATURES: dict[int, frozenset[str]] = {  # the features each legacy minWriterVersion implies
     1: frozenset(),
@@ -221,7 +234,8 @@ def check_writable(
         UnsupportedFeatureError: naming the table, the operation and the feature.
     """
     features = writer_features(protocol)
-    unknown = sorted(features - SUPPORTED_WRITER_FEATURES)
+    supported = SUPPORTED_WRITER_FEATURES | (TEST_WRITER_FEATURES if delta_testing() else frozenset())
+    unknown = sorted(features - supported)
     if unknown:
         _refuse(
             table, operation, f"the table's protocol has writer feature(s) {unknown}, which sparkonce cannot honour"
@@ -251,12 +265,15 @@ def encode_entry(actions: Iterable[Mapping[str, Any]]) -> bytes:
 
 
 __all__ = [
+    "DELTA_TESTING_ENV",
+    "TEST_WRITER_FEATURES",
     "BLIND_APPENDS",
     "LEGACY_WRITER_FEATURES",
     "ENGINE_INFO",
     "SUPPORTED_WRITER_FEATURES",
     "Operation",
     "check_writable",
+    "delta_testing",
     "commit_info",
     "encode_entry",
     "file_metrics",

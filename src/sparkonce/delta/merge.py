@@ -504,9 +504,9 @@ def _new_columns(
     table_uri: str,
     generated: frozenset[str] = frozenset(),
 ) -> list[Any]:
-    """Source columns that ``*`` clauses add to the table (schema evolution only; without it they are ignored, as
-    in Delta), after checking that the source has every column of the table but its generated ones (``generated``,
-    lower case: computed when missing)."""
+    """Source columns that ``*`` clauses add to the table, as nullable columns (schema evolution only; without it
+    they are ignored, as in Delta), after checking that the source has every column of the table but its generated
+    ones (``generated``, lower case: computed when missing)."""
     star = [c for c in clauses if c.assignments is None and c.kind != "delete"]
     if not star:
         return []
@@ -517,7 +517,15 @@ def _new_columns(
         )
     if not evolve:
         return []  # as Delta: ``*`` means the table's columns; the source's others are ignored
-    return [f for f in source.schema.fields if f.name not in target_columns and not f.name.startswith("_sparkonce_")]
+    from pyspark.sql.types import StructField
+
+    # nullable: the table's rows from before have no value for them (Delta adds them so; a NOT NULL source column
+    # would declare the old rows' nulls impossible)
+    return [
+        StructField(f.name, f.dataType, True, f.metadata)
+        for f in source.schema.fields
+        if f.name not in target_columns and not f.name.startswith("_sparkonce_")
+    ]
 
 
 def _candidates(

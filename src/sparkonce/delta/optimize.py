@@ -44,7 +44,8 @@ from sparkonce.delta.rewrite import (
     written_files,
 )
 from sparkonce.delta.schema import arrow_schema_for_spark
-from sparkonce.errors import OptionError, SqlError
+from sparkonce.errors import OptionError, SqlError, analysis_error
+from sparkonce.sqltext.expression import catalyst_string, column_references, parse_expression
 from sparkonce.storage import TableLocation
 
 if TYPE_CHECKING:
@@ -166,8 +167,11 @@ def compact(
         zorder_by: Data columns (not partition columns) to Z-order by.
 
     Raises:
-        OptionError: ``where`` references a column that is not a partition column, or the size is not positive;
-            a Z-order column that is unknown or a partition column.
+        SqlError: ``where`` references a column that is not a partition column, or a Z-order column is a
+            partition column (Delta's ``DELTA_NON_PARTITION_COLUMN_REFERENCE`` and
+            ``DELTA_ZORDERING_ON_PARTITION_COLUMN``, ``AnalysisException``s).
+        OptionError: the size is not positive; a Z-order column that is unknown; a predicate Spark cannot
+            evaluate on the partition values.
         TableNotFoundError: not a Delta table.
         CommitConflictError: a concurrent writer removed one of the compacted files.
     """
@@ -177,6 +181,7 @@ def compact(
     snapshot = open_snapshot(table, operation="OPTIMIZE")
     table_uri = snapshot.table_uri
     files = list(snapshot.files)
+    predicate = _partition_predicate(where, snapshot.partition_columns) if isinstance(where, str) else None
     if where is not None:
         chosen = files_by_partition_predicate(spark, snapshot, where)
         if chosen is None:
@@ -198,8 +203,9 @@ def compact(
     columns = [f.name for f in snapshot.spark_schema().fields]
     for name in zorder_by:
         if name in snapshot.partition_columns:
-            raise OptionError(
-                "zOrderBy", name, f"[DELTA_ZORDERING_ON_PARTITION_COLUMN] {name} is a partition column of {table_uri}"
+            raise analysis_error(
+                "DELTA_ZORDERING_ON_PARTITION_COLUMN",
+                f"{name} is a partition column. Z-Ordering can only be performed on data columns ({table_uri})",
             )
         if name not in columns:
             raise OptionError("zOrderBy", name, f"is not a column of {table_uri} ({columns})")
@@ -218,13 +224,38 @@ def compact(
     if clustered_by:
         written = [dataclasses.replace(f, clustering_provider=PROVIDER) for f in written]
     params = {
-        "predicate": json.dumps([] if where is None else [sql_text(where)]),
+        "predicate": json.dumps([] if where is None else [predicate or sql_text(where)]),
         "zOrderBy": [] if clustered_by is not None else list(zorder_by),  # compact JSON, as Delta writes it
         "clusterBy": json.dumps(list(clustered_by or ()), separators=(",", ":")),
         "auto": False,
         "targetFileSize": target_file_size,
     }
     return commit_compaction(snapshot, files, removed, written, params, started=started)
+
+
+def _partition_predicate(where: str, partition_columns: Sequence[str]) -> str | None:
+    """Check ``OPTIMIZE ... WHERE`` as Delta does before reading anything (``verifyPartitionPredicates``): only
+    partition columns may be referenced. Returns the predicate as Delta records it in ``operationParameters``
+    (:func:`sparkonce.sqltext.expression.catalyst_string`); None when sparkonce's expression parser does not read
+    it (Spark evaluates it all the same, and refuses other columns then).
+
+    Raises:
+        SqlError: a column that is not a partition column (Delta's ``DELTA_NON_PARTITION_COLUMN_REFERENCE``, an
+            ``AnalysisException``).
+    """
+    try:
+        expr = parse_expression(where)
+    except SqlError:
+        return None
+    partitions = {c.lower() for c in partition_columns}
+    for name in column_references(expr):
+        if name.lower() not in partitions:
+            raise analysis_error(
+                "DELTA_NON_PARTITION_COLUMN_REFERENCE",
+                f"Predicate references non-partition column '{name}'. Only the partition columns may be referenced: "
+                f"[{', '.join(partition_columns)}]",
+            )
+    return catalyst_string(expr)
 
 
 def commit_compaction(

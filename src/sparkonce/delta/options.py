@@ -27,6 +27,10 @@ COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
 CHECKPOINT_QUERY_ID_OPTION = "__sparkonce_checkpoint_query_id"
 """Set by the ``start()`` shim (``_compat``) for a non-local checkpoint: its query id, read (or written) by the
 driver through Hadoop's file system, since the sink's commit runs in a Python worker that has no JVM."""
+TABLE_PROPERTIES_OPTION = "__sparkonce_table_properties"
+"""Set by :func:`sparkonce.delta.create.create_table` (``CREATE``/``REPLACE TABLE``, delta-spark's builders): the
+whole ``metaData.configuration`` of the table the write creates or replaces, as a JSON object: Delta's checked
+``delta.*`` properties and the user's own keys (which a plain write option could not carry)."""
 CHECKPOINT_PART_SIZE_CONF = "spark.databricks.delta.checkpoint.partSize"
 CHECKPOINT_PART_SIZE_OPTION = "__sparkonce_checkpoint_part_size"
 """Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.checkpoint.partSize``."""
@@ -83,6 +87,9 @@ class WriteOptions:
     table must already have them."""
     session_table_defaults: tuple[tuple[str, str], ...] = ()
     """The session's ``spark.databricks.delta.properties.defaults.*`` as ``delta.*`` keys: for new tables only."""
+    declared_properties: tuple[tuple[str, str], ...] | None = None
+    """:data:`TABLE_PROPERTIES_OPTION`: the configuration of the table a ``CREATE``/``REPLACE TABLE`` makes; with
+    ``overwriteSchema`` it replaces the table's configuration, as Delta's ``REPLACE`` does. None for other writes."""
     description: str | None = None
     """The ``description`` option (delta-rs's name): the comment of a table this write creates or replaces
     (``overwriteSchema``)."""
@@ -102,7 +109,8 @@ class WriteOptions:
 
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
-        return {**dict(self.session_table_defaults), **dict(self.table_properties)}
+        declared = dict(self.declared_properties or ())
+        return {**dict(self.session_table_defaults), **dict(self.table_properties), **declared}
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -143,6 +151,7 @@ class WriteOptions:
             checkpoint_location=get_str(options, "checkpointLocation"),
             full_refresh=get_choice(options, "fullRefresh", ("fail", "truncate"), "fail"),
             table_properties=tuple(sorted(table_properties(options).items())),
+            declared_properties=_declared_properties(options),
             session_table_defaults=tuple(sorted(_session_defaults(options).items())),
             cluster_by=parse_clustering(options),
             identity_tasks=get_int(options, "__identity_tasks", None, minimum=1),
@@ -158,6 +167,23 @@ def _session_defaults(options: Mapping[str, str]) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise OptionError(TABLE_DEFAULTS_OPTION, str(raw), "must be a JSON object")
     return session_defaults((str(k), str(v)) for k, v in raw.items())
+
+
+def _declared_properties(options: Mapping[str, str]) -> tuple[tuple[str, str], ...] | None:
+    """:data:`TABLE_PROPERTIES_OPTION`: Delta's ``delta.*`` keys checked (canonical spelling), the user's as given.
+
+    Raises:
+        OptionError: not a JSON object, or a bad ``delta.*`` property (naming it).
+    """
+    if lookup(options, TABLE_PROPERTIES_OPTION) is None:
+        return None
+    raw = get_json(options, TABLE_PROPERTIES_OPTION)
+    if not isinstance(raw, dict):
+        raise OptionError(TABLE_PROPERTIES_OPTION, str(raw), "must be a JSON object")
+    given = {str(k): str(v) for k, v in raw.items()}
+    found = table_properties(given)
+    found.update({k: v for k, v in given.items() if not k.lower().startswith("delta.")})
+    return tuple(sorted(found.items()))
 
 
 def _session_conf(options: Mapping[str, str]) -> dict[str, str]:

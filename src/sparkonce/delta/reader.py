@@ -44,6 +44,7 @@ from sparkonce.storage import TableLocation
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ def scan_schema(table: DeltaTable, *, metadata_column: bool = False) -> ScanSche
     from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
 
     logical = table_arrow_schema(table)
-    schema = spark_schema(_strip_field_metadata(logical))
+    schema = _with_comments(spark_schema(_strip_field_metadata(logical)), json.loads(table.schema().to_json()))
     if metadata_column:
         if METADATA_COLUMN in schema.names:
             raise OptionError("metadataColumn", "true", f"the table has a column named {METADATA_COLUMN} already")
@@ -223,6 +224,23 @@ def scan_schema(table: DeltaTable, *, metadata_column: bool = False) -> ScanSche
         if renames:
             nested[f["name"]] = renames
     return ScanSchema(output, tuple(table.metadata().partition_columns), physical, nested, metadata_column)
+
+
+def _with_comments(schema: StructType, delta_schema: dict[str, Any]) -> StructType:
+    """``schema`` with the columns' comments of the Delta schema (as Delta's reads show them: a column's
+    ``comment``, not its generation expression, identity or column mapping metadata)."""
+    from pyspark.sql.types import StructField, StructType
+
+    fields = delta_schema["fields"]
+    comments = {f["name"]: f["metadata"]["comment"] for f in fields if "comment" in (f.get("metadata") or {})}
+    if not comments:
+        return schema
+    return StructType(
+        [
+            StructField(f.name, f.dataType, f.nullable, {"comment": comments[f.name]}) if f.name in comments else f
+            for f in schema.fields
+        ]
+    )
 
 
 def _strip_field_metadata(schema: pa.Schema) -> pa.Schema:

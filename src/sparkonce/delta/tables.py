@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -33,7 +34,7 @@ import pyarrow as pa
 
 from sparkonce.delta.commit import BatchTxn, load_table, table_exists
 from sparkonce.delta.merge import MergeClause, merge_into
-from sparkonce.errors import OptionError, TableNotFoundError, UnsupportedFeatureError
+from sparkonce.errors import OptionError, TableNotFoundError, UnsupportedFeatureError, analysis_error
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
     from sparkonce.delta.builder import DeltaTableBuilder
     from sparkonce.delta.create import CreateMode
+
+log = logging.getLogger(__name__)
 
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
@@ -105,12 +108,28 @@ class DeltaTable:
     def forPath(cls, sparkSession: SparkSession, path: str, hadoopConf: Mapping[str, str] | None = None) -> DeltaTable:
         """The Delta table at ``path``.
 
+        ``hadoopConf``: the Hadoop file system settings delta-spark passes to its Hadoop configuration. sparkonce has
+        no Hadoop file system: settings that have no storage option counterpart (``fs.<scheme>.impl``, caches,
+        buffers, ...) are accepted and ignored (logged at debug level); one that names a credential or an endpoint
+        (:func:`sparkonce.storage.hadoop_storage_options`) is refused, naming the storage option to set instead.
+
         Raises:
             TableNotFoundError: ``path`` is not a Delta table (``... is not a Delta table``).
-            OptionError: ``hadoopConf`` was given (sparkonce reads tables through delta-rs, not Hadoop).
+            OptionError: a ``hadoopConf`` entry that maps onto a storage option.
         """
         if hadoopConf:
-            raise OptionError("hadoopConf", ",".join(hadoopConf), "is not used by sparkonce (no Hadoop file system)")
+            from sparkonce.storage import hadoop_storage_options
+
+            mapped, ignored = hadoop_storage_options(hadoopConf)
+            if mapped:
+                key, name = next(iter(mapped.items()))
+                raise OptionError(
+                    f"hadoopConf[{key!r}]",
+                    hadoopConf[key],
+                    f"is sparkonce's storage option {name}: set it as spark.sparkonce.storage.{name} in the session "
+                    "(a DeltaTable does not carry storage options of its own)",
+                )
+            log.debug("DeltaTable.forPath(%s): hadoopConf %s ignored (no Hadoop file system)", path, sorted(ignored))
         text = os.fspath(path)
         if not table_exists(text):
             raise TableNotFoundError(f"{text} is not a Delta table")
@@ -223,7 +242,9 @@ class DeltaTable:
     def detail(self) -> DataFrame:
         """One row with ``DESCRIBE DETAIL``'s columns (format, id, location, numFiles, sizeInBytes, ...)."""
         from sparkonce.delta.clustering import table_clustering
+        from sparkonce.delta.commit import protocol_action
         from sparkonce.delta.history import history_rows
+        from sparkonce.delta.protocol import supported_features
 
         table = load_table(self._path)
         metadata = table.metadata()
@@ -231,7 +252,7 @@ class DeltaTable:
         sizes = pa.table(table.get_add_actions(flatten=False)).column("size_bytes").to_pylist()
         newest = history_rows(self._path, limit=1)[0]
         created = dt.datetime.fromtimestamp(metadata.created_time / 1000, dt.UTC) if metadata.created_time else None
-        features = sorted(set(protocol.reader_features or []) | set(protocol.writer_features or []))
+        features = sorted(supported_features(protocol_action(table)))  # a legacy protocol's implied ones too
         row: tuple[Any, ...] = (
             "delta",
             metadata.id,
@@ -290,7 +311,7 @@ class DeltaTable:
         """Raise the table's protocol to at least ``readerVersion`` / ``writerVersion`` (one commit; never down).
 
         Raises:
-            ValueError: a version that is not an integer (delta-spark's message), or a downgrade.
+            ValueError: a version that is not an integer (delta-spark's message).
         """
         from sparkonce.delta.alter import alter_properties
 
@@ -307,33 +328,31 @@ class DeltaTable:
         """Add the table feature ``featureName`` to the table's protocol (one commit; table features protocol).
 
         Raises:
-            TypeError: the name is not a string.
+            ValueError: the name is not a string (delta-spark's message).
             OptionError: a feature Delta does not have.
             UnsupportedFeatureError: a feature whose writers must do what sparkonce does not.
         """
         from sparkonce.delta.alter import alter_properties
 
-        if not isinstance(featureName, str):
-            raise TypeError(f"featureName needs to be a string but got '{type(featureName)}'.")
+        _check_str(featureName, "featureName")
         alter_properties(self._path, set={f"delta.feature.{featureName}": "supported"})
 
     def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:
-        """Drop a writer feature Delta can drop (``checkConstraints``, ``inCommitTimestamp``) from the table's
-        protocol, downgraded as Delta downgrades it (one ``DROP FEATURE`` commit; :func:`sparkonce.delta.alter.
-        drop_feature`).
+        """Drop a feature Delta can drop from the table's protocol, which becomes the weakest protocol holding the
+        remaining features (one ``DROP FEATURE`` commit; :func:`sparkonce.delta.alter.drop_feature`).
 
         Raises:
-            TypeError: ``featureName`` is not a string, ``truncateHistory`` not a bool.
+            ValueError: ``featureName`` is not a string, ``truncateHistory`` not a bool (delta-spark's messages).
             OptionError: an unknown feature, or one the table does not have.
-            UnsupportedFeatureError: a feature Delta cannot drop, a reader-writer feature (its history truncation
-                is not done by sparkonce), or constraints still on the table; nothing is written.
+            UnsupportedFeatureError: a feature Delta cannot drop, ``truncateHistory`` for one that needs no
+                truncation, a reader-writer feature whose traces sparkonce cannot remove, or constraints still on
+                the table; nothing is written.
         """
         from sparkonce.delta.alter import drop_feature
 
-        if not isinstance(featureName, str):
-            raise TypeError(f"featureName needs to be a string but got '{type(featureName)}'.")
+        _check_str(featureName, "featureName")
         if truncateHistory is not None and not isinstance(truncateHistory, bool):
-            raise TypeError(f"truncateHistory needs to be a boolean but got '{type(truncateHistory)}'.")
+            raise ValueError(f"truncateHistory needs to be a boolean but got '{type(truncateHistory)}'.")
         drop_feature(self._path, featureName, truncate_history=bool(truncateHistory))
 
     def optimize(self) -> DeltaOptimizeBuilder:
@@ -347,12 +366,24 @@ class DeltaTable:
         return self._restore(version, {"version": str(version)})
 
     def restoreToTimestamp(self, timestamp: str) -> DataFrame:
-        """Restore the table's content as of ``timestamp`` (the newest table version committed at or before it)."""
+        """Restore the table's content as of ``timestamp`` (the newest table version committed at or before it).
+
+        Raises:
+            ValueError: ``timestamp`` is not a string (delta-spark's message).
+            SqlError: ``timestamp`` is not a timestamp (Delta's ``DELTA_TIMESTAMP_INVALID``, an
+                ``AnalysisException``).
+        """
         from sparkonce.delta.options import parse_timestamp
 
         if not isinstance(timestamp, str):
             raise ValueError(f"timestamp needs to be a string but got '{type(timestamp)}'.")
-        when = parse_timestamp("timestamp", timestamp)
+        try:
+            when = parse_timestamp("timestamp", timestamp)
+        except OptionError as err:
+            raise analysis_error(
+                "DELTA_TIMESTAMP_INVALID",
+                f"The provided timestamp ('{timestamp}') cannot be converted to a valid timestamp.",
+            ) from err
         return self._restore(when, {"timestamp": timestamp})
 
     def _restore(self, target: int | dt.datetime, parameters: dict[str, str]) -> DataFrame:
@@ -455,7 +486,8 @@ class DeltaMergeBuilder:
         self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None
     ) -> DeltaMergeBuilder:
         """Update matched target rows (where ``condition`` holds) with ``set``: column -> expression."""
-        return self._add(MergeClause("matched", "update", _condition(condition), _mapping(set, "'set'")))
+        assignments = _mapping(set, "'set' in whenMatchedUpdate")  # delta-spark checks set before condition
+        return self._add(MergeClause("matched", "update", _condition(condition), assignments))
 
     def whenMatchedUpdateAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
         """Update every column of matched target rows from the source column of the same name."""
@@ -469,7 +501,8 @@ class DeltaMergeBuilder:
         self, condition: str | Column | None = None, values: Mapping[str, str | Column] | None = None
     ) -> DeltaMergeBuilder:
         """Insert source rows without a match: ``values`` column -> expression (other columns null)."""
-        return self._add(MergeClause("notMatched", "insert", _condition(condition), _mapping(values, "'values'")))
+        assignments = _mapping(values, "'values' in whenNotMatchedInsert")
+        return self._add(MergeClause("notMatched", "insert", _condition(condition), assignments))
 
     def whenNotMatchedInsertAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
         """Insert source rows without a match, every column from the source column of the same name."""
@@ -479,7 +512,8 @@ class DeltaMergeBuilder:
         self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None
     ) -> DeltaMergeBuilder:
         """Update target rows no source row matches (where ``condition`` holds) with ``set``."""
-        return self._add(MergeClause("notMatchedBySource", "update", _condition(condition), _mapping(set, "'set'")))
+        assignments = _mapping(set, "'set' in whenNotMatchedBySourceUpdate")
+        return self._add(MergeClause("notMatchedBySource", "update", _condition(condition), assignments))
 
     def whenNotMatchedBySourceDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
         """Delete target rows no source row matches (where ``condition`` holds)."""
@@ -566,6 +600,16 @@ class DeltaOptimizeBuilder:
             result.considered_files - result.files_removed,
         )
         return self._spark.createDataFrame([(_uri(self._path), metrics)], COMPACTION_SCHEMA)
+
+
+def _check_str(value: Any, name: str) -> None:
+    """delta-spark's ``_verify_type_str``.
+
+    Raises:
+        ValueError: ``value`` is not a string (delta-spark's message).
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{name} needs to be a string but got '{type(value)}'.")
 
 
 def _condition(condition: Any, argname: str = "'condition'") -> str | Column | None:

@@ -226,6 +226,9 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             custom_metadata=commit_metadata("WRITE", params, self.options.user_metadata),
             written_after=written_after(messages),
             new_table_properties=self.options.new_table_properties(),
+            replace_configuration=(
+                self.options.new_table_properties() if self.options.declared_properties is not None else None
+            ),
             table_description=self.options.description,
             new_table_clustering=self.options.cluster_by,
             identity=self.identity,

@@ -147,6 +147,58 @@ def walk(expr: Expr) -> list[Expr]:
     return out
 
 
+_CATALYST_TYPES = {"INTEGER": "int", "LONG": "bigint", "SHORT": "smallint", "BYTE": "tinyint", "REAL": "float"}
+
+
+def catalyst_string(expr: Expr) -> str:
+    """The expression as Spark's parser leaves it, printed (Catalyst's ``toString`` of the unresolved tree): what
+    Delta records for predicates it parses but does not resolve (``OPTIMIZE ... WHERE``'s ``predicate``).
+    ``key = 'a'`` -> ``('key = a)``; ``p IN (1, 2)`` -> ``'p IN (1,2)``; ``x IS NULL`` -> ``isnull('x)``."""
+    if isinstance(expr, Column):
+        return f"'{expr.name}"
+    if isinstance(expr, Literal):
+        if expr.kind == "null":
+            return "null"
+        if expr.kind == "boolean":
+            return str(expr.value).lower()
+        return str(expr.value)
+    if isinstance(expr, Cast):
+        name = _CATALYST_TYPES.get(expr.type_name, expr.type_name.lower())
+        return f"cast({catalyst_string(expr.operand)} as {name})"
+    if isinstance(expr, Call):
+        return f"'{expr.name.lower()}({', '.join(catalyst_string(a) for a in expr.args)})"
+    if isinstance(expr, Unary):
+        inner = catalyst_string(expr.operand)
+        return f"NOT {inner}" if expr.op == "NOT" else f"-{inner}"
+    if isinstance(expr, Binary):
+        left, right = catalyst_string(expr.left), catalyst_string(expr.right)
+        if expr.op == "<>":
+            return f"NOT ({left} = {right})"
+        if expr.op == "||":
+            return f"'concat({left}, {right})"
+        return f"({left} {expr.op.lower() if expr.op == 'DIV' else expr.op} {right})"
+    if isinstance(expr, IsNull):
+        return f"{'isnotnull' if expr.negated else 'isnull'}({catalyst_string(expr.operand)})"
+    if isinstance(expr, In):
+        shown = f"{catalyst_string(expr.operand)} IN ({','.join(catalyst_string(v) for v in expr.values)})"
+        return f"NOT {shown}" if expr.negated else shown
+    parts = ["CASE"] + ([catalyst_string(expr.operand)] if expr.operand is not None else [])
+    for when, then in expr.branches:
+        parts += ["WHEN", catalyst_string(when), "THEN", catalyst_string(then)]
+    if expr.otherwise is not None:
+        parts += ["ELSE", catalyst_string(expr.otherwise)]
+    return " ".join([*parts, "END"])
+
+
+def column_references(expr: Expr) -> list[str]:
+    """The columns an expression reads, left to right, each once (as written)."""
+    found: list[str] = []
+    for node in reversed(walk(expr)):
+        if isinstance(node, Column) and node.name not in found:
+            found.append(node.name)
+    return found
+
+
 class _Parser:
     def __init__(self, text: str, tokens: list[Token]) -> None:
         self.text = text
@@ -501,6 +553,8 @@ __all__ = [
     "IsNull",
     "Literal",
     "Unary",
+    "catalyst_string",
+    "column_references",
     "columns_of",
     "functions_of",
     "parse_expression",
