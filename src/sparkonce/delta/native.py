@@ -317,6 +317,12 @@ def _physical_type(delta_type: Any) -> Any:
     return delta_type
 
 
+def _comment(field: Mapping[str, Any]) -> dict[str, Any]:
+    """The field metadata Spark shows of a Delta field: its ``comment``, if any."""
+    comment = (field.get("metadata") or {}).get("comment")
+    return {"comment": comment} if comment is not None else {}
+
+
 def _logical_type(delta_type: Any) -> Any:
     """A Delta type without field metadata (Spark's view of the table's type)."""
     if isinstance(delta_type, dict):
@@ -329,7 +335,7 @@ def _logical_type(delta_type: Any) -> Any:
                         "name": f["name"],
                         "type": _logical_type(f["type"]),
                         "nullable": f.get("nullable", True),
-                        "metadata": {},
+                        "metadata": _comment(f),
                     }
                     for f in delta_type.get("fields") or []
                 ],
@@ -384,7 +390,12 @@ class DeltaFileIndex:
         return {
             "type": "struct",
             "fields": [
-                {"name": c, "type": _logical_type(by_name[c]["type"]), "nullable": True, "metadata": {}}
+                {
+                    "name": c,
+                    "type": _logical_type(by_name[c]["type"]),
+                    "nullable": True,
+                    "metadata": _comment(by_name[c]),
+                }
                 for c in self.layout.partition_columns
             ],
         }
@@ -397,7 +408,7 @@ class DeltaFileIndex:
             partition = f["name"] in self.layout.partition_columns
             name = f["name"] if partition else self.layout.physical.get(f["name"], f["name"])
             kind = _logical_type(f["type"]) if partition else _physical_type(f["type"])
-            fields.append({"name": name, "type": kind, "nullable": f.get("nullable", True), "metadata": {}})
+            fields.append({"name": name, "type": kind, "nullable": f.get("nullable", True), "metadata": _comment(f)})
         return {"type": "struct", "fields": fields}
 
     def frame(self, catalog_table: Any = None) -> DataFrame:
@@ -430,7 +441,7 @@ class DeltaFileIndex:
                 continue
             physical = self.layout.physical.get(name, name)
             logical_type = _parse_datatype_json_value(_logical_type(f["type"]))
-            columns.append(F.col(f"`{physical}`").cast(logical_type).alias(name))
+            columns.append(F.col(f"`{physical}`").cast(logical_type).alias(name, metadata=_comment(f)))
         return frame.select(*columns)
 
     # -- FileIndex -------------------------------------------------------------------------------------------------
