@@ -393,7 +393,7 @@ class DeltaFileIndex:
                 {
                     "name": c,
                     "type": _logical_type(by_name[c]["type"]),
-                    "nullable": True,
+                    "nullable": by_name[c].get("nullable", True),
                     "metadata": _comment(by_name[c]),
                 }
                 for c in self.layout.partition_columns
