@@ -96,8 +96,10 @@ StopResult = DaemonStopResult
 def server_properties(*, port: int, controller_port: int, advertised: str, data_dir: Path) -> dict[str, str]:
     """The broker's configuration: one KRaft node on loopback, internal topics of one partition and one replica.
 
-    ``auto.create.topics.enable`` is on (Kafka's default: a producer's first record makes its topic); the flush
-    settings are Kafka's defaults (see the module docstring for what a kill and a machine crash keep).
+    ``auto.create.topics.enable`` is off: a topic is made by CreateTopics (``sparkonce broker start --topic``,
+    :func:`create_topic`, the sample producer), so a deleted topic stays deleted while a producer still writes to
+    it (Kafka's default would recreate it at the producer's next metadata request). The flush settings are Kafka's
+    defaults (see the module docstring for what a kill and a machine crash keep).
     """
     return {
         "process.roles": "broker,controller",
@@ -112,7 +114,7 @@ def server_properties(*, port: int, controller_port: int, advertised: str, data_
         "num.partitions": "1",
         "default.replication.factor": "1",
         "min.insync.replicas": "1",
-        "auto.create.topics.enable": "true",
+        "auto.create.topics.enable": "false",
         "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": "1",
         "transaction.state.log.replication.factor": "1",
