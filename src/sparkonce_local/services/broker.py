@@ -204,9 +204,17 @@ def _start(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         advertised=advertise,
     )
-    DAEMON.launch(state, info, ready=lambda: wait_until_ready(bootstrap, timeout=timeout, process=proc))
+    DAEMON.launch(state, info, ready=lambda: _ready(info, proc, timeout))
     log.info("started Kafka broker pid %d on %s (state %s)", proc.pid, bootstrap, state)
     return info
+
+
+def _ready(info: BrokerInfo, process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait until the just started broker answers; a failure carries the end of its log (a port taken, ...)."""
+    try:
+        wait_until_ready(info.bootstrap, timeout=timeout, process=process)
+    except BrokerError as err:
+        raise BrokerError(f"{err}; the end of {info.log_file}:\n{log_tail(info.log_file)}") from err
 
 
 def _java() -> str:
