@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_cluster.py [--records 200000] [--batch 50000] [--partitions 2]
 [--workers 2] [--repeat 2]``.
 
-An embedded tansu broker and a standalone cluster (``--workers`` workers of 1 core and 2 GiB, from
+An embedded Kafka broker and a standalone cluster (``--workers`` workers of 1 core and 2 GiB, from
 :mod:`sparkonce_local.services.cluster`) are started in a temporary directory and stopped at the end; ``--records``
 sensor readings are produced once to a topic of ``--partitions`` partitions, plus a small warm-up topic. For each
 mode a driver process (``local[2]``, then ``spark://...``) builds its session (executors probed), runs the raw

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_kafka.py [--records 1000000] [--value-bytes 100] [--partitions 2]
 [--bootstrap host:port]``.
 
-Without ``--bootstrap`` an embedded tansu broker is started (and stopped) in a temporary directory. The topic is
+Without ``--bootstrap`` an embedded Kafka broker is started (and stopped) in a temporary directory. The topic is
 filled once; then each reader reads all of it, ``--repeat`` times (best run kept):
 
 * ``raw consumer``: one confluent-kafka Consumer assigned to every partition, ``consume()`` in batches of 10,000,

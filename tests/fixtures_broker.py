@@ -1,7 +1,8 @@
-"""The session-wide embedded Kafka-compatible broker (tansu) for integration tests.
+"""The session-wide embedded Kafka broker (Apache Kafka, KRaft, one node) for integration tests.
 
 Register with ``pytest_plugins = ["tests.fixtures_broker"]``. The ``broker`` fixture starts one broker per test
-session in a temporary state directory and stops it at the end; tests create their own uniquely named topics.
+session (so one per pytest-xdist worker: a JVM start costs seconds) in a temporary state directory and stops it at
+the end; tests create their own uniquely named topics. Tests that kill or restart a broker start their own.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class EmbeddedBroker:
         producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
                 "linger.ms": linger_ms,
                 "batch.num.messages": batch_num_messages,
                 "log_level": 0,

@@ -39,6 +39,7 @@ __all__ = [
     "DeltaLogError",
     "DriverError",
     "ExpressionError",
+    "JarsError",
     "MetadataChangedError",
     "MetadataChangedException",
     "MissingExtraError",
@@ -231,6 +232,11 @@ class DriverError(SparkonceError):
 
 class SourceOffsetError(SparkonceError):
     """Source offsets are malformed or point at data that no longer exists (data loss)."""
+
+
+class JarsError(SparkonceError):
+    """A set of Maven jars sparkonce needs (Apache Kafka's broker, the S3A file system) is not resolved, or Maven
+    failed to resolve it; the message names the command that fetches it."""
 
 
 class BrokerError(SparkonceError):

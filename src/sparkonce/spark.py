@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from sparkonce.errors import ClusterError, OptionError
+from sparkonce.jars import S3A
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,6 +50,7 @@ def local_session(
     shuffle_partitions: int = 2,
     extra_conf: dict[str, str] | None = None,
     jvm: JvmMode | None = None,
+    s3a: bool | None = None,
 ) -> SparkSession:
     """Build (or get) a SparkSession whose Python workers run this interpreter, with sparkonce registered.
 
@@ -65,7 +67,14 @@ def local_session(
     seconds to minutes (tests, crash-and-restart runs, the quickstart); it only applies when this call starts the
     JVM. Java options in ``extra_conf`` come after them.
 
+    ``s3a`` puts the S3A file system's jars (:data:`sparkonce.jars.S3A`: hadoop-aws and the AWS SDK's S3 modules)
+    on the driver's (and a cluster's executors') classpath, so checkpoints can live on ``s3a://``: None (default)
+    when they were fetched (``sparkonce jars fetch s3a``), True always (an error naming that command when they
+    were not), False never. Like ``jvm`` it only applies when this call starts the JVM. The store's endpoint and
+    keys are Hadoop conf in ``extra_conf`` (``spark.hadoop.fs.s3a.*``; see :func:`s3a_conf`).
+
     Raises:
+        JarsError: ``s3a=True`` and the S3A jars were not fetched.
         ClusterError: on a cluster master, no executor came up in time or an executor cannot import sparkonce.
         OptionError: ``jvm`` or ``SPARKONCE_JVM`` is not a JVM mode.
     """
@@ -97,8 +106,16 @@ def local_session(
         conf["spark.driver.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS
         if clustered:
             conf["spark.executor.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS
+    jars = S3A.classpath() if s3a or (s3a is None and S3A.resolved() is not None) else []
+    if jars:
+        classpath = os.pathsep.join(str(jar) for jar in jars)
+        conf["spark.driver.extraClassPath"] = classpath
+        if clustered:
+            conf["spark.executor.extraClassPath"] = classpath
     for key, value in (extra_conf or {}).items():
-        if key.endswith(".extraJavaOptions") and key in conf:
+        if key.endswith(".extraClassPath") and key in conf:
+            value = f"{conf[key]}{os.pathsep}{value}"
+        elif key.endswith(".extraJavaOptions") and key in conf:
             value = f"{conf[key]} {value}"
         conf[key] = value
     for key, value in conf.items():
@@ -113,6 +130,25 @@ def local_session(
             raise
     sparkonce.register(spark)
     return spark
+
+
+def s3a_conf(
+    *, endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1", path_style: bool = True
+) -> dict[str, str]:
+    """The Spark conf (``spark.hadoop.fs.s3a.*``) that points the S3A file system at an S3-compatible store.
+
+    Path-style access (``http://host/bucket/key``, as SeaweedFS and MinIO serve it) unless ``path_style`` is
+    false; plain HTTP when ``endpoint`` is ``http://``; simple access/secret key credentials.
+    """
+    return {
+        "spark.hadoop.fs.s3a.endpoint": endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": region,
+        "spark.hadoop.fs.s3a.path.style.access": str(path_style).lower(),
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https://")).lower(),
+        "spark.hadoop.fs.s3a.access.key": access_key,
+        "spark.hadoop.fs.s3a.secret.key": secret_key,
+        "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
 
 
 @dataclass(frozen=True)
@@ -227,4 +263,5 @@ __all__ = [
     "jvm_mode",
     "local_session",
     "probe_executors",
+    "s3a_conf",
 ]

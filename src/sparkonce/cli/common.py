@@ -27,6 +27,7 @@ from sparkonce.errors import (
     BrokerError,
     CheckpointError,
     ClusterError,
+    JarsError,
     OptionError,
     PipelineConfigError,
     SparkonceError,
@@ -135,14 +136,16 @@ conf_option = click.option(
 
 def checkpoint_session(checkpoint: str, conf: dict[str, str]) -> None:
     """Start a local Spark session when ``checkpoint`` is not local: sparkonce reads it through Hadoop's file system
-    of that session, which gets ``conf`` (``spark.hadoop.*`` settings, ``spark.jars.packages``). CLI process."""
-    from sparkonce.checkpoint.fs import is_local_checkpoint
+    of that session, which gets ``conf`` (``spark.hadoop.*`` settings, ``spark.jars.packages``); an ``s3a://`` one
+    needs the S3A jars (``sparkonce jars fetch s3a``; a :class:`JarsError` naming it otherwise). CLI process."""
+    from sparkonce.checkpoint.fs import checkpoint_scheme, is_local_checkpoint
 
     if is_local_checkpoint(checkpoint):
         return
     from sparkonce.spark import local_session
 
-    local_session(app_name="sparkonce-cli", master="local[1]", shuffle_partitions=1, extra_conf=conf)
+    s3a = True if checkpoint_scheme(checkpoint) == "s3a" else None
+    local_session(app_name="sparkonce-cli", master="local[1]", shuffle_partitions=1, extra_conf=conf, s3a=s3a)
 
 
 storage_option = click.option(
@@ -226,7 +229,7 @@ def exit_code_for(error: SparkonceError) -> int:
     """Map an error to the CLI's exit code: 2 usage, 3 something unreachable, 1 otherwise."""
     if isinstance(error, OptionError | PipelineConfigError):
         return EXIT_USAGE
-    if isinstance(error, BrokerError | StorageError | ClusterError | TableNotFoundError | CheckpointError):
+    if isinstance(error, BrokerError | StorageError | ClusterError | TableNotFoundError | CheckpointError | JarsError):
         return EXIT_UNREACHABLE
     return EXIT_FINDINGS
 

@@ -35,6 +35,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("sparkonce.cli.pipeline", "check"),
     "status": ("sparkonce.cli.pipeline", "status"),
     "optimize": ("sparkonce.cli.optimize", "optimize"),
+    "jars": ("sparkonce.cli.jars", "jars"),
 }
 
 

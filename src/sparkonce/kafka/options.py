@@ -30,10 +30,11 @@ Names and meanings follow Spark's own Kafka source:
 =========================  ==========================================================================
 
 sparkonce adds ``metadataTimeoutMs`` (default 10000: the deadline of driver-side metadata and offset requests,
-and of the broker reachability check), ``confirmLatestOffsets`` (default true: confirm end offsets with a
-fetch's high watermark, see :mod:`sparkonce.kafka.planner`) and ``commitOffsetsToGroup`` (streams, default true:
-commit each batch's end offsets to a consumer group for lag tools, informational only; see
-:mod:`sparkonce.kafka.group`).
+and of the broker reachability check), ``confirmLatestOffsets`` (default false: trust ListOffsets, as Kafka
+answers it; true confirms end offsets with a fetch's high watermark and timestamp lookups by reading the records
+around them, for Kafka-compatible brokers that answer ListOffsets short, see :mod:`sparkonce.kafka.planner`) and
+``commitOffsetsToGroup`` (streams, default true: commit each batch's end offsets to a consumer group for lag tools,
+informational only; see :mod:`sparkonce.kafka.group`).
 
 Every invalid option raises :class:`~sparkonce.errors.OptionError` naming the option and the value.
 """
@@ -300,7 +301,7 @@ class KafkaOptions:
             group_id_prefix=get_str(options, "groupIdPrefix", "spark-kafka-source") or "spark-kafka-source",
             poll_timeout_ms=get_int(options, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1) or 120_000,
             metadata_timeout_ms=get_int(options, "metadataTimeoutMs", 10_000, minimum=1) or 10_000,
-            confirm_latest_offsets=get_bool(options, "confirmLatestOffsets", True),
+            confirm_latest_offsets=get_bool(options, "confirmLatestOffsets", False),
             commit_offsets_to_group=get_bool(options, "commitOffsetsToGroup", True),
             fetch_offset_attempts=get_int(options, "fetchOffset.numRetries", 3, minimum=1) or 3,
             fetch_offset_retry_interval_ms=get_int(options, "fetchOffset.retryIntervalMs", 1000, minimum=0) or 0,

@@ -6,15 +6,15 @@ in :mod:`sparkonce.kafka.ranges` (no client). One module of ~560 lines because :
 (ListOffsets, the confirming fetch, timestamp lookups and their answer checks) share one admin/consumer pair, its
 timeouts and its error mapping.
 
-**End offsets are confirmed with a fetch.** Some Kafka-compatible brokers (the embedded ``tansu`` among them)
-answer ListOffsets(latest) with the base offset of the last record batch + 1 instead of the log end offset, so
-a source that trusts ListOffsets never sees the tail of a partition written in multi-record batches. The
-planner therefore takes ListOffsets as a *candidate* end and confirms it with one fetch positioned at the
-candidate: the Fetch response's high watermark is the true end. On a correct broker that fetch is empty and
-answers within ``fetch.wait.max.ms`` (100 ms; end-of-partition is reported as an event), so real Kafka pays one
-round trip per planning, at most 100 ms; ``confirmLatestOffsets=false`` turns it off. Not 1 ms: tansu with its
-log on an object store answers a fetch that has to read records within the wait time with an empty response, so
-with 1 ms a candidate below the end (records still being produced) was never answered.
+**End offsets can be confirmed with a fetch** (``confirmLatestOffsets=true``; off by default: Kafka answers
+ListOffsets right). Some Kafka-compatible brokers (tansu 0.6, the embedded broker before Apache Kafka's) answer
+ListOffsets(latest) with the base offset of the last record batch + 1 instead of the log end offset, so a source
+that trusts ListOffsets never sees the tail of a partition written in multi-record batches. With the option the
+planner takes ListOffsets as a *candidate* end and confirms it with one fetch positioned at the candidate: the
+Fetch response's high watermark is the true end. On a correct broker that fetch is empty and answers within
+``fetch.wait.max.ms`` (100 ms; end-of-partition is reported as an event), one round trip per planning. Not 1 ms:
+tansu with its log on an object store answered a fetch that had to read records within the wait time with an
+empty response.
 
 **Data loss** (``failOnDataLoss``): a start offset below the partition's earliest offset (retention, deleted
 records) or above its end (topic recreated), a partition that disappeared, or a new partition that does not

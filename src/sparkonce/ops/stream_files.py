@@ -1,7 +1,7 @@
 """Driver program for the demo and crash tests: a JSON file stream (one input file per batch) into a Delta table.
 
 Usage: python -m sparkonce.ops.stream_files INPUT_DIR TABLE CHECKPOINT [--format FMT]
-           [--partition-by COL] [--option KEY=VALUE ...]
+           [--partition-by COL] [--option KEY=VALUE ...] [--conf KEY=VALUE ...]
 
 Runs with the availableNow trigger until every input file is processed, then prints ``DONE`` and exits 0.
 Crash points are armed by the environment (see sparkonce.crash).
@@ -22,9 +22,11 @@ def main() -> None:
     parser.add_argument("--format", default="delta")
     parser.add_argument("--partition-by", default=None)
     parser.add_argument("--option", action="append", default=[], help="a sink option KEY=VALUE (repeatable)")
+    parser.add_argument("--conf", action="append", default=[], help="a Spark conf KEY=VALUE (repeatable)")
     args = parser.parse_args()
 
-    spark = local_session(app_name="files-to-delta")
+    conf = dict(pair.partition("=")[::2] for pair in args.conf)
+    spark = local_session(app_name="files-to-delta", extra_conf=conf)
     stream = (
         spark.readStream.format("json")
         .schema("id long, device string, value double")

@@ -85,7 +85,7 @@ def run_chaos(options: ChaosOptions, *, on_round: RoundCallback | None = None) -
         )
         missing = {f.kind for f in plan.faults if f.kind in STORE_KINDS} if setup.storage_dir is None else set()
         if missing:
-            raise OptionError("plan", sorted(missing), "needs the broker on the object store, which this run has not")
+            raise OptionError("plan", sorted(missing), "needs the object store, which this run has not")
         unlinked = {
             f.kind
             for f in plan.faults

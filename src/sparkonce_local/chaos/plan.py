@@ -38,8 +38,8 @@ FaultKind = Literal[
 """``driver_kill``: SIGKILL of the driver's process group (Python driver, JVM, its Python workers) at a random
 moment; ``worker_kill``: SIGKILL of one executor Python worker (a child of ``pyspark.daemon``) while it runs a
 task; ``postgres_restart``: SIGKILL of the PostgreSQL server, restarted on the same data directory and port after
-a random downtime; ``broker_restart``: SIGKILL of the tansu broker (its log on the object store), restarted on
-the same port and storage after a random downtime; ``storage_restart``: SIGKILL of the object store (SeaweedFS,
+a random downtime; ``broker_restart``: SIGKILL of the Kafka broker, restarted on
+the same ports and data directory after a random downtime; ``storage_restart``: SIGKILL of the object store (SeaweedFS,
 which holds the broker's log), restarted on the same ports and data after a random downtime; ``crash_point``: the
 driver group dies when the run reaches a named :mod:`sparkonce.crash` point for the ``hit``-th time;
 ``commit_process_kill`` (soak mode): the driver-side Python process that runs a Delta sink's ``commit()`` dies
@@ -101,8 +101,8 @@ soak mode)."""
 
 RESTART_KINDS: tuple[FaultKind, ...] = ("postgres_restart", "broker_restart", "storage_restart")
 """Kinds that kill a service the harness runs and restart it after ``downtime`` seconds (quickstart setup only)."""
-STORE_KINDS: tuple[FaultKind, ...] = ("broker_restart", "storage_restart")
-"""Kinds that need the broker's log on the object store (an in-memory broker loses its topics on a restart)."""
+STORE_KINDS: tuple[FaultKind, ...] = ("storage_restart",)
+"""Kinds that need the embedded object store running (the harness starts it for them)."""
 
 NaiveKind = Literal["delta-append", "postgres-append", "file-sink-glob"]
 """``delta-append``: the raw stage is a ``foreachBatch`` appending to Delta without ``txnAppId``/``txnVersion``;

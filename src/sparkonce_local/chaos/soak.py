@@ -110,7 +110,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
     deadline = started + options.deadline
     work_dir = chaos_work_dir(options.work_dir)
     plan = options.plan if isinstance(options.plan, SoakPlan) else None
-    # The broker's log is on the object store in soak mode (a restart must keep the topic): storage is always on.
+    # The object store is always on in soak mode (a storage_restart can be drawn whatever the tables' place).
     # The broker's and PostgreSQL's links get a fault proxy when a network kind can be drawn.
     network = {f.kind for f in plan.faults} if plan is not None else set(options.kinds)
     kinds = (*STORE_KINDS, *(k for k in NETWORK_KINDS if k in network))
@@ -140,7 +140,7 @@ def run_soak(options: ChaosOptions, *, on_fault: FaultCallback | None = None) ->
                 on_fault(event)
 
         def ended(index: int, fault: Fault, at: float, end: float, injected: bool, note: str) -> None:
-            if injected and fault.kind in (*STORE_KINDS, "broker_net_pause"):
+            if injected and fault.kind in (*STORE_KINDS, "broker_restart", "broker_net_pause"):
                 outages.append((at, end))
             record(FaultEvent(index, fault.kind, round(at - started, 2), round(end - at, 2), injected, note))
 

@@ -127,9 +127,9 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
         if wants_network(options):
             port = free_port()
             links["broker"] = TcpFaultProxy(LOOPBACK, port)
-            info = start_broker(state_dir=broker_dir, store=store, port=port, advertise=links["broker"].address)
+            info = start_broker(state_dir=broker_dir, port=port, advertise=links["broker"].address)
         else:
-            info = start_broker(state_dir=broker_dir, store=store)
+            info = start_broker(state_dir=broker_dir)
     except BaseException:
         for link in links.values():
             link.close()
@@ -220,8 +220,7 @@ def set_up(options: ChaosOptions, work_dir: Path) -> ChaosSetup:
 
 
 def wants_store(options: ChaosOptions) -> bool:
-    """True when the run has its tables on the object store, or can draw a broker or store restart (the broker's
-    log then goes on the object store)."""
+    """True when the run has its tables on the object store, or can draw a restart of the store."""
     if options.storage == "s3":
         return True
     if options.plan is not None:
@@ -277,8 +276,8 @@ def restart_service(setup: ChaosSetup, fault: Fault) -> tuple[bool, str]:
         if killed is None:
             return False, "missed: PostgreSQL was not running (started again)"
         return True, f"PostgreSQL {killed} killed, down {fault.downtime:.2f}s, restarted"
-    if setup.storage_dir is None or setup.broker_dir is None:
-        return False, f"missed: {fault.kind} needs the broker on the object store"
+    if setup.broker_dir is None:
+        return False, f"missed: {fault.kind} needs the harness's own broker and store (quickstart setup)"
     if fault.kind == "broker_restart":
         killed = kill_broker(state_dir=setup.broker_dir)
         time.sleep(fault.downtime)  # the planned downtime of the broker
@@ -286,6 +285,8 @@ def restart_service(setup: ChaosSetup, fault: Fault) -> tuple[bool, str]:
         if killed is None:
             return False, "missed: the broker was not running (started again)"
         return True, f"broker {killed} killed, down {fault.downtime:.2f}s, restarted"
+    if setup.storage_dir is None:
+        return False, "missed: storage_restart needs the object store, which this run has not"
     killed = kill_storage(state_dir=setup.storage_dir)
     time.sleep(fault.downtime)  # the planned downtime of the object store
     restart_storage(state_dir=setup.storage_dir, crash=True)
@@ -293,8 +294,8 @@ def restart_service(setup: ChaosSetup, fault: Fault) -> tuple[bool, str]:
         return False, "missed: the object store was not running (started again)"
     note = f"object store {killed} killed, down {fault.downtime:.2f}s, restarted"
     if not broker_status(state_dir=setup.broker_dir).running:
-        # Not seen so far (tansu refuses requests while its store is down and serves again after), but a broker
-        # that died with its store must not end the run: it is restarted on its log, and the round says so.
+        # The broker keeps its log on local disk and never needs the store; but a broker that died meanwhile
+        # must not end the run: it is restarted on its data, and the round says so.
         restart_broker(state_dir=setup.broker_dir)
         note += "; the broker had died with it and was restarted"
     return True, note

