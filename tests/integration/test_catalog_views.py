@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from sparkonce.errors import SqlError
+from sparkonce.errors import SqlError, UnsupportedFeatureError
 from sparkonce.sql.runner import DeltaSql
 
 pytestmark = pytest.mark.spark
@@ -167,6 +169,29 @@ def test_a_table_made_in_one_session_is_seen_by_a_session_started_later(
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"tables": ["events"], "exists": True, "before": 2, "after": [3, 4, 10, 11], "provider": "delta"}
     assert _ids(spark, "SELECT id FROM events") == [0, 1, 2, 3, 4, 10, 11]
+
+
+def test_dataframe_writer_v2_creates_replaces_and_appends(spark: SparkSession, sql: DeltaSql) -> None:
+    """Row: writeTo(...).using("delta").create() (failed with "option 'path' is required")."""
+    spark.range(3).selectExpr("id", "id % 2 AS p").writeTo("e3").using("delta").partitionedBy("p").tableProperty(
+        "team", "a"
+    ).create()
+    assert spark.catalog.tableExists("e3")
+    assert _ids(spark, "SELECT id FROM e3") == [0, 1, 2]
+    detail = sql("DESCRIBE DETAIL e3").collect()[0]
+    assert detail.partitionColumns == ["p"] and detail.properties["team"] == "a"
+    with pytest.raises(AnalysisException, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
+        spark.range(1).selectExpr("id", "id AS p").writeTo("e3").using("delta").create()
+    spark.range(3, 5).selectExpr("id", "id % 2 AS p").writeTo("e3").append()  # no provider: the catalog's table
+    assert _ids(spark, "SELECT id FROM e3") == [0, 1, 2, 3, 4]
+    spark.range(7, 8).selectExpr("id", "id % 2 AS p").writeTo("e3").using("delta").createOrReplace()
+    assert _ids(spark, "SELECT id FROM e3") == [7]
+    spark.range(8, 9).selectExpr("id", "id % 2 AS p").writeTo("e3").using("delta").replace()
+    assert _ids(spark, "SELECT id FROM e3") == [8]
+    with pytest.raises(AnalysisException, match="TABLE_OR_VIEW_NOT_FOUND"):
+        spark.range(1).writeTo("missing_v2").append()
+    with pytest.raises(UnsupportedFeatureError, match="replaceWhere"):
+        spark.range(1).selectExpr("id", "id AS p").writeTo("e3").overwrite(F.col("id") > 0)
 
 
 def test_time_travel_past_the_latest_commit_is_refused(spark: SparkSession, events: str, sql: DeltaSql) -> None:

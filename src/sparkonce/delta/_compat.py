@@ -472,6 +472,133 @@ def _wrap_table_names() -> None:
 
     DataStreamWriter.toTable = toTable  # type: ignore[method-assign]
     _wrap_catalog_api()
+    _wrap_writer_v2()
+
+
+# -- DataFrameWriterV2 (``df.writeTo(name)``) ------------------------------------------------------------------------
+
+_V2_TERMINALS = ("create", "replace", "createOrReplace", "append", "overwrite", "overwritePartitions")
+
+
+def _wrap_writer_v2() -> None:
+    """``df.writeTo(name).using("delta")...create()`` and the other terminal calls of Spark's ``DataFrameWriterV2``
+    run through sparkonce's table creation and writes when the provider is one of sparkonce's Delta formats, or when
+    no provider is given and sparkonce's catalog holds the name (as delta-spark's catalog answers for its tables);
+    every other table is Spark's."""
+    from pyspark.sql.readwriter import DataFrameWriterV2
+
+    init = DataFrameWriterV2.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, df: Any, table: str) -> None:
+        init(self, df, table)
+        self._sparkonce_v2 = _V2Plan(table)
+
+    DataFrameWriterV2.__init__ = __init__  # type: ignore[method-assign]
+    _record(DataFrameWriterV2, "using", lambda w, provider: setattr(w._sparkonce_v2, "provider", str(provider).lower()))
+    _record(
+        DataFrameWriterV2,
+        "option",
+        lambda w, key, value: w._sparkonce_v2.options.update({str(key): _option_text(value)}),
+    )
+    _record(
+        DataFrameWriterV2,
+        "options",
+        lambda w, **options: w._sparkonce_v2.options.update({str(k): _option_text(v) for k, v in options.items()}),
+    )
+    _record(DataFrameWriterV2, "tableProperty", lambda w, key, value: w._sparkonce_v2.properties.update({key: value}))
+    _record(DataFrameWriterV2, "partitionedBy", lambda w, col, *cols: w._sparkonce_v2.partition((col, *cols)))
+    _record(DataFrameWriterV2, "clusterBy", lambda w, col, *cols: w._sparkonce_v2.clustered.extend([col, *cols]))
+    for name in _V2_TERMINALS:
+        setattr(DataFrameWriterV2, name, _v2_terminal(name, getattr(DataFrameWriterV2, name)))
+
+
+class _V2Plan:
+    """What a ``DataFrameWriterV2`` was told, for sparkonce's terminal calls. Driver only."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self.provider: str | None = None
+        self.options: dict[str, str] = {}
+        self.properties: dict[str, str] = {}
+        self.partitioned: list[str] = []
+        self.transforms: list[str] = []
+        self.clustered: list[str] = []
+
+    def partition(self, columns: tuple[Any, ...]) -> None:
+        for column in columns:
+            name = column if isinstance(column, str) else None
+            if name is None:
+                text = str(column)  # Column<'name'> for a plain column, Column<'days(ts)'> for a transform
+                inner = text[len("Column<'") : -2] if text.startswith("Column<'") else text
+                if inner.replace("_", "").replace("`", "").isalnum():
+                    name = inner.strip("`")
+                else:
+                    self.transforms.append(inner)
+                    continue
+            self.partitioned.append(name)
+
+
+def _v2_terminal(name: str, original: Any) -> Any:
+    @functools.wraps(original)
+    def terminal(self: Any, *args: Any) -> Any:
+        plan: _V2Plan | None = getattr(self, "_sparkonce_v2", None)
+        if plan is None or not _v2_is_ours(self._spark, plan):
+            return original(self, *args)
+        _activate(self._spark)
+        return _v2_write(self._spark, self._df, plan, name)
+
+    return terminal
+
+
+def _v2_is_ours(spark: Any, plan: _V2Plan) -> bool:
+    if not serves_catalog(spark):
+        return False
+    if plan.provider is not None:
+        return plan.provider in _FORMATS
+    return _find(spark, plan.table) is not None
+
+
+def _v2_write(spark: Any, df: Any, plan: _V2Plan, terminal: str) -> None:
+    """A ``DataFrameWriterV2`` terminal call on a Delta table of sparkonce's catalog (driver; executors write)."""
+    from sparkonce.delta.create import CreateMode, CreateRequest, create_table
+    from sparkonce.delta.spark_catalog import sync_table
+    from sparkonce.errors import UnsupportedFeatureError, analysis_error
+    from sparkonce.sqltext.grammar import parse_name
+
+    if plan.transforms:
+        raise UnsupportedFeatureError(
+            f"writeTo({plan.table}).partitionedBy({', '.join(plan.transforms)}): Delta tables are partitioned by "
+            "columns only (add a generated column for the transform and partition by it)"
+        )
+    if terminal in ("overwrite", "overwritePartitions"):
+        raise UnsupportedFeatureError(
+            f"writeTo({plan.table}).{terminal}(): sparkonce does not replace rows by condition or partition yet "
+            "(Delta's replaceWhere); use MERGE INTO, or DeltaTable.delete followed by an append"
+        )
+    parts = parse_name(plan.table)
+    if terminal == "append":
+        if _find(spark, plan.table) is None:
+            raise analysis_error("TABLE_OR_VIEW_NOT_FOUND", f"The table or view {plan.table} cannot be found.")
+        df.write.format("sparkonce.delta").options(**plan.options).mode("append").saveAsTable(plan.table)
+        return
+    modes: dict[str, CreateMode] = {"create": "create", "replace": "replace", "createOrReplace": "createOrReplace"}
+    create_table(
+        spark,
+        CreateRequest(
+            mode=modes[terminal],
+            name=tuple(parts),
+            location=plan.options.get("path"),
+            query=df,
+            partitioned_by=tuple(plan.partitioned),
+            properties=dict(plan.properties),
+            shown=plan.table,
+            cluster_by=tuple(str(c) for c in plan.clustered),
+        ),
+    )
+    entry = _find(spark, plan.table)
+    if entry is not None:
+        sync_table(spark, entry)
 
 
 def _wrap_catalog_api() -> None:

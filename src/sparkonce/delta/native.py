@@ -150,7 +150,9 @@ def _index_of(spark: SparkSession, location: TableLocation, snapshot: Snapshot, 
 
 
 def _identity(location: TableLocation, snapshot: Snapshot, *, pinned: bool) -> tuple[str, int | None, str]:
-    return (location.uri, snapshot.table_version if pinned else None, str(snapshot.metadata.get("schemaString") or ""))
+    """(table, pinned table version or None for the latest, schemaString and partition columns)."""
+    layout = json.dumps([snapshot.metadata.get("schemaString"), snapshot.metadata.get("partitionColumns")])
+    return (location.uri, snapshot.table_version if pinned else None, layout)
 
 
 def is_native(frame: DataFrame) -> bool:
@@ -510,7 +512,7 @@ class DeltaFileIndex:
 
     @property
     def identity(self) -> tuple[str, int | None, str]:
-        """(table, pinned table version or None for the latest, schemaString)."""
+        """(table, pinned table version or None for the latest, schema and partition columns)."""
         return _identity(self.location, self.snapshot, pinned=self.pinned)
 
     # -- listing ---------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ Runs on the driver.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
@@ -42,8 +43,8 @@ HELPER_VIEW_PREFIX = "__sparkonce_"
 API's ``listTables``)."""
 
 _synced: dict[tuple[int, str, str], tuple[str, str]] = {}
-"""(session, database, table) -> the location and ``schemaString`` the Spark catalog entry and the cached plan were
-made with: the entries this module made (it never drops another)."""
+"""(session, database, table) -> the location and the schema and partitioning the Spark catalog entry and the
+cached plan were made with: the entries this module made (it never drops another)."""
 _lock = threading.Lock()
 
 
@@ -98,7 +99,8 @@ def sync_table(spark: SparkSession, entry: CatalogTable) -> bool:
     table = current_table(entry.location)
     if table is None:
         return False
-    state = (entry.location, str(table.snapshot.metadata.get("schemaString") or ""))
+    meta = table.snapshot.metadata
+    state = (entry.location, json.dumps([meta.get("schemaString"), meta.get("partitionColumns")]))
     key = (id(spark), entry.database, entry.name)
     j = spark._jsparkSession
     jvm = spark._jvm
