@@ -4,6 +4,8 @@ them. Runs on the driver (no Spark)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 from pathlib import Path
 from typing import Any
@@ -36,3 +38,17 @@ def checkpoint_query_id(checkpoint: str | Path) -> str:
 def checkpoint_commits(checkpoint: str | Path) -> set[int]:
     """The batch ids a Spark checkpoint's ``commits`` folder records as done."""
     return {int(p.name) for p in (Path(checkpoint) / "commits").iterdir() if p.name.isdigit()}
+
+
+def comparable(value: Any) -> Any:
+    """A read value in a form two engines' answers compare equal in: timestamps naive UTC, decimals and floats as
+    floats, maps as sorted pairs, lists as tuples."""
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+    if isinstance(value, decimal.Decimal | float):
+        return float(value)
+    if isinstance(value, dict):
+        return tuple(sorted(((k, comparable(v)) for k, v in value.items()), key=repr))
+    if isinstance(value, list | tuple):
+        return tuple(comparable(v) for v in value)
+    return value

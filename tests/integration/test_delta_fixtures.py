@@ -6,8 +6,6 @@ wrong rows.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import re
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,8 @@ import pytest
 from deltalake import DeltaTable
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
+
+from tests.delta_helpers import comparable
 
 pytestmark = pytest.mark.spark
 
@@ -30,20 +30,8 @@ READABLE = [
 ]
 
 
-def _norm(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
-    if isinstance(value, decimal.Decimal | float):
-        return float(value)
-    if isinstance(value, dict):
-        return tuple(sorted(((k, _norm(v)) for k, v in value.items()), key=repr))
-    if isinstance(value, list | tuple):
-        return tuple(_norm(v) for v in value)
-    return value
-
-
 def _canon(rows: list[dict[str, Any]]) -> list[str]:
-    return sorted(repr(tuple((k, _norm(v)) for k, v in sorted(r.items()))) for r in rows)
+    return sorted(repr(tuple((k, comparable(v)) for k, v in sorted(r.items()))) for r in rows)
 
 
 def _spark_rows(spark: SparkSession, path: Path, **options: str) -> list[dict[str, Any]]:

@@ -7,8 +7,6 @@ pruned; a DataFrame and a view over it see the table's state at each query, as d
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkonce.delta.native import NATIVE_READS_CONF, last_scan
+from tests.delta_helpers import comparable
 
 pytestmark = pytest.mark.spark
 
@@ -30,21 +29,9 @@ LOG_ONLY = frozenset({"checkpoint", "corrupted-last-checkpoint"})
 """Fixtures with a Delta log and no data files (Delta's golden log tests)."""
 
 
-def _norm(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
-    if isinstance(value, decimal.Decimal | float):
-        return float(value)
-    if isinstance(value, dict):
-        return tuple(sorted(((k, _norm(v)) for k, v in value.items()), key=repr))
-    if isinstance(value, list | tuple):
-        return tuple(_norm(v) for v in value)
-    return value
-
-
 def _rows(frame: DataFrame) -> list[str]:
     # toArrow, not collect: a map with array keys cannot become a Python dict (a PySpark Row limitation)
-    return sorted(repr(tuple((k, _norm(v)) for k, v in r.items())) for r in frame.toArrow().to_pylist())
+    return sorted(repr(tuple((k, comparable(v)) for k, v in r.items())) for r in frame.toArrow().to_pylist())
 
 
 def _both(spark: SparkSession, read: Any) -> tuple[Any, Any]:

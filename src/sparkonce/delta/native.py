@@ -293,6 +293,15 @@ def _has_physical_names(delta_type: Any) -> bool:
 
 def _physical_type(delta_type: Any) -> Any:
     """A Delta type with every nested field under its physical name and no field metadata."""
+    return _spark_type(delta_type, physical=True)
+
+
+def _logical_type(delta_type: Any) -> Any:
+    """A Delta type as Spark shows the table: logical names, only the ``comment`` of the field metadata."""
+    return _spark_type(delta_type, physical=False)
+
+
+def _spark_type(delta_type: Any, *, physical: bool) -> Any:
     if isinstance(delta_type, dict):
         kind = delta_type.get("type")
         if kind == "struct":
@@ -300,21 +309,21 @@ def _physical_type(delta_type: Any) -> Any:
                 "type": "struct",
                 "fields": [
                     {
-                        "name": (f.get("metadata") or {}).get(_PHYSICAL_NAME) or f["name"],
-                        "type": _physical_type(f["type"]),
+                        "name": ((f.get("metadata") or {}).get(_PHYSICAL_NAME) if physical else None) or f["name"],
+                        "type": _spark_type(f["type"], physical=physical),
                         "nullable": f.get("nullable", True),
-                        "metadata": {},
+                        "metadata": {} if physical else _comment(f),
                     }
                     for f in delta_type.get("fields") or []
                 ],
             }
         if kind == "array":
-            return {**delta_type, "elementType": _physical_type(delta_type["elementType"])}
+            return {**delta_type, "elementType": _spark_type(delta_type["elementType"], physical=physical)}
         if kind == "map":
             return {
                 **delta_type,
-                "keyType": _physical_type(delta_type["keyType"]),
-                "valueType": _physical_type(delta_type["valueType"]),
+                "keyType": _spark_type(delta_type["keyType"], physical=physical),
+                "valueType": _spark_type(delta_type["valueType"], physical=physical),
             }
     return delta_type
 
@@ -323,34 +332,6 @@ def _comment(field: Mapping[str, Any]) -> dict[str, Any]:
     """The field metadata Spark shows of a Delta field: its ``comment``, if any."""
     comment = (field.get("metadata") or {}).get("comment")
     return {"comment": comment} if comment is not None else {}
-
-
-def _logical_type(delta_type: Any) -> Any:
-    """A Delta type without field metadata (Spark's view of the table's type)."""
-    if isinstance(delta_type, dict):
-        kind = delta_type.get("type")
-        if kind == "struct":
-            return {
-                "type": "struct",
-                "fields": [
-                    {
-                        "name": f["name"],
-                        "type": _logical_type(f["type"]),
-                        "nullable": f.get("nullable", True),
-                        "metadata": _comment(f),
-                    }
-                    for f in delta_type.get("fields") or []
-                ],
-            }
-        if kind == "array":
-            return {**delta_type, "elementType": _logical_type(delta_type["elementType"])}
-        if kind == "map":
-            return {
-                **delta_type,
-                "keyType": _logical_type(delta_type["keyType"]),
-                "valueType": _logical_type(delta_type["valueType"]),
-            }
-    return delta_type
 
 
 class DeltaFileIndex:
