@@ -33,6 +33,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures_postgres",
     "tests.fixtures_storage",
     "tests.fixtures_cluster",
+    "tests.fixtures_delta_oracle",
 ]
 
 
