@@ -224,6 +224,7 @@ class DeltaTable:
         """One row with ``DESCRIBE DETAIL``'s columns (format, id, location, numFiles, sizeInBytes, ...)."""
         from sparkonce.delta.clustering import table_clustering
         from sparkonce.delta.history import history_rows
+        from sparkonce.delta.log_entry import writer_features
 
         table = load_table(self._path)
         metadata = table.metadata()
@@ -231,7 +232,9 @@ class DeltaTable:
         sizes = pa.table(table.get_add_actions(flatten=False)).column("size_bytes").to_pylist()
         newest = history_rows(self._path, limit=1)[0]
         created = dt.datetime.fromtimestamp(metadata.created_time / 1000, dt.UTC) if metadata.created_time else None
-        features = sorted(set(protocol.reader_features or []) | set(protocol.writer_features or []))
+        # As delta-spark lists them: a legacy protocol's implied features too ((1, 2): appendOnly, invariants).
+        legacy = {"minWriterVersion": protocol.min_writer_version, "writerFeatures": protocol.writer_features}
+        features = sorted(set(protocol.reader_features or []) | writer_features(legacy))
         row: tuple[Any, ...] = (
             "delta",
             metadata.id,
