@@ -55,7 +55,7 @@ def test_the_protocol_a_new_table_needs() -> None:
         "minReaderVersion": 3,
         "minWriterVersion": 7,
         "readerFeatures": ["deletionVectors"],
-        "writerFeatures": ["appendOnly", "deletionVectors"],
+        "writerFeatures": ["appendOnly", "deletionVectors", "invariants"],
     }
     with pytest.raises(UnsupportedFeatureError, match=r"delta.columnMapping.mode = name: column mapping"):
         new_table_protocol(SCHEMA, {"delta.columnMapping.mode": "name"})
