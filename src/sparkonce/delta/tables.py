@@ -232,9 +232,13 @@ class DeltaTable:
         sizes = pa.table(table.get_add_actions(flatten=False)).column("size_bytes").to_pylist()
         newest = history_rows(self._path, limit=1)[0]
         created = dt.datetime.fromtimestamp(metadata.created_time / 1000, dt.UTC) if metadata.created_time else None
-        # As delta-spark lists them: a legacy protocol's implied features too ((1, 2): appendOnly, invariants).
+        # As delta-spark lists them: a legacy protocol's implied features too ((1, 2): appendOnly, invariants);
+        # columnMapping only with reader version 2 as well.
         legacy = {"minWriterVersion": protocol.min_writer_version, "writerFeatures": protocol.writer_features}
-        features = sorted(set(protocol.reader_features or []) | writer_features(legacy))
+        implied = writer_features(legacy)
+        if protocol.min_reader_version < 2:
+            implied -= {"columnMapping"}
+        features = sorted(set(protocol.reader_features or []) | implied)
         row: tuple[Any, ...] = (
             "delta",
             metadata.id,
