@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -197,3 +198,39 @@ def test_both_engines_append_to_one_table_each_with_its_txn(
     assert sorted(r["id"] for r in delta_oracle.rows(table)) == expected
     assert sorted(r["id"] for r in spark_rows(spark.read.format("delta").load(str(table)))) == expected
     assert [h["version"] for h in delta_oracle.history(table)] == list(range(9))  # create + 8 appends, no replay
+
+
+def test_both_engines_append_to_one_table_at_the_same_time(
+    spark: SparkSession, delta_oracle: DeltaOracle, tmp_path: Path
+) -> None:
+    """(c) delta-spark appends from a thread while sparkonce appends: each commit lands once, as its own table
+    version, whichever engine lost a race retried on top of the other's commit."""
+    table = tmp_path / "shared"
+    delta_oracle.sql(f"CREATE TABLE {table_ref(table)} (id BIGINT, device STRING, value DOUBLE) USING delta")
+    batches = 6
+    failures: list[BaseException] = []
+
+    def delta_side() -> None:
+        try:
+            for batch_id in range(batches):
+                row = [{"id": 1000 + batch_id, "device": "delta", "value": 1.0}]
+                delta_oracle.append(table, row, SCHEMA, txnAppId="delta-app", txnVersion=str(batch_id))
+        except BaseException as err:  # handed to the test's thread
+            failures.append(err)
+
+    thread = threading.Thread(target=delta_side)
+    thread.start()
+    for batch_id in range(batches):
+        row = [{"id": batch_id, "device": "sparkonce", "value": 1.0}]
+        spark.createDataFrame(row, SCHEMA).write.format("delta").mode("append").option(
+            "txnAppId", "sparkonce-app"
+        ).option("txnVersion", str(batch_id)).save(str(table))
+    thread.join(timeout=600)
+    assert not thread.is_alive() and not failures, failures
+
+    expected = sorted([*range(batches), *range(1000, 1000 + batches)])
+    assert sorted(r["id"] for r in delta_oracle.rows(table)) == expected
+    assert sorted(r["id"] for r in spark_rows(spark.read.format("delta").load(str(table)))) == expected
+    history = delta_oracle.history(table)
+    assert [h["version"] for h in history] == list(range(2 * batches + 1))
+    assert sorted(h["operation"] for h in history[1:]) == ["WRITE"] * (2 * batches)
