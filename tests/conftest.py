@@ -35,6 +35,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures_storage",
     "tests.fixtures_cluster",
     "tests.fixtures_spark_kafka",
+    "tests.fixtures_delta_oracle",
 ]
 
 

@@ -55,7 +55,7 @@ def test_the_protocol_a_new_table_needs() -> None:
         "minReaderVersion": 3,
         "minWriterVersion": 7,
         "readerFeatures": ["deletionVectors"],
-        "writerFeatures": ["appendOnly", "deletionVectors"],
+        "writerFeatures": ["appendOnly", "deletionVectors", "invariants"],
     }
     for mode in ("name", "id"):  # column mapping: Delta's (2, 5), or the feature beside another one
         assert new_table_protocol(SCHEMA, {"delta.columnMapping.mode": mode}) == {

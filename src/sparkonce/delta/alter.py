@@ -309,7 +309,9 @@ def commit_configuration(
     location.check_commit_safety()
     current = protocol_action(load_table(location))
     table_features = int(current["minWriterVersion"]) >= 7 and feature is not None
-    request = {} if table_features or not writer_version else {"minWriterVersion": writer_version}
+    # A table already at a higher writer version (an identity column's 6) keeps it: only an upgrade is asked for.
+    upgrade = not table_features and writer_version > int(current["minWriterVersion"])
+    request = {"minWriterVersion": writer_version} if upgrade else {}
 
     def full(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
         return change(snapshot), snapshot.schema().to_json(), request

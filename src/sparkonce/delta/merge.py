@@ -96,8 +96,9 @@ class MergeClause:
     """Target column -> SQL expression or Column; None for ``UPDATE SET *`` / ``INSERT *`` (columns by name)."""
 
     def describe(self) -> dict[str, str]:
-        """The clause as Delta records it in ``operationParameters`` (``matchedPredicates``, ...)."""
-        out = {"actionType": self.kind if self.assignments is not None or self.kind == "delete" else f"{self.kind}Star"}
+        """The clause as Delta records it in ``operationParameters`` (``matchedPredicates``, ...): ``UPDATE SET *`` and
+        ``INSERT *`` are ``update`` and ``insert`` there too (delta-spark resolves the star before it records)."""
+        out: dict[str, str] = {"actionType": self.kind}
         if self.condition is not None:
             out["predicate"] = sql_text(self.condition)
         return out
@@ -310,9 +311,11 @@ def merge_into(
     }
     params: dict[str, Any] = {
         "predicate": json.dumps([sql_text(condition)]),
-        "matchedPredicates": json.dumps([c.describe() for c in clauses if c.when == "matched"]),
-        "notMatchedPredicates": json.dumps([c.describe() for c in clauses if c.when == "notMatched"]),
-        "notMatchedBySourcePredicates": json.dumps([c.describe() for c in clauses if c.when == "notMatchedBySource"]),
+        # Compact JSON, as Delta writes it.
+        **{
+            f"{when}Predicates": json.dumps([c.describe() for c in clauses if c.when == when], separators=(",", ":"))
+            for when in ("matched", "notMatched", "notMatchedBySource")
+        },
     }
     if txn is not None:
         params.update(txnAppId=txn.app_id, txnVersion=txn.txn_version)

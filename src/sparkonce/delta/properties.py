@@ -204,7 +204,9 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
             writer = max(writer, int(value))
     if not reader_features and not writer_features and writer < 7:
         return {"minReaderVersion": reader, "minWriterVersion": writer}
-    # Table features: every feature the table uses is named (legacy ones included).
+    # Table features: every feature the table uses is named (legacy ones included), and those of Delta's default
+    # protocol (1, 2), as delta-spark names them in a new table's protocol.
+    writer_features |= {"appendOnly", "invariants"}
     if enabled(configuration, "delta.enableChangeDataFeed"):
         writer_features.add("changeDataFeed")
     if enabled(configuration, "delta.appendOnly"):

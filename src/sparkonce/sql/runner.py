@@ -590,7 +590,9 @@ class DeltaSql:
                 f"[INSERT_COLUMN_ARITY_MISMATCH.{more}] Cannot write to {target.shown}: the table's columns "
                 f"{given} vs the data's {frame.columns}."
             )
-        by_name = {g.lower(): F.col(f"`{c}`") for g, c in zip(given, frame.columns)}
+        # By position, as Delta: the query's own names may repeat (`SELECT id, CAST(id AS STRING)` names both `id`).
+        frame = frame.toDF(*given)
+        by_name = {g.lower(): F.col(f"`{g}`") for g in given}
         identity = [f for f in table_schema.fields if IDENTITY_START in f.metadata]
         always = [f.name for f in identity if not f.metadata.get(ALLOW_EXPLICIT_INSERT) and f.name.lower() in by_name]
         if always:

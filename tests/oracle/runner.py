@@ -1,0 +1,139 @@
+"""The delta-spark oracle: Delta Lake's own JVM connector, in a process of its own, answering the test suite.
+
+Run by the oracle virtualenv's interpreter (``.venv-delta/bin/python tests/oracle/runner.py``, made by
+``scripts/setup_delta_oracle.sh``: PySpark 4.2 and delta-spark's jars), never imported by sparkonce. It starts one
+SparkSession with Delta's SQL extension and catalog and keeps it for the whole pytest session (one JVM start per
+pytest-xdist worker). Requests come one JSON object a line on stdin, answers go one JSON object a line on the
+original stdout (``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``); everything else the process
+or its JVM prints goes to stderr. Operations:
+
+- ``sql``: ``statement`` (and ``conf``: session settings for that statement only); the result's rows.
+- ``read``: the rows of the Delta table at ``path`` (``options``: the reader's, e.g. ``versionAsOf``,
+  ``readChangeFeed``).
+- ``append``: write ``rows`` (JSON objects) of ``schema`` (a DDL string) to ``path`` with ``options`` (e.g.
+  ``txnAppId``/``txnVersion``), mode append.
+- ``stream``: an ``availableNow`` stream from the Delta table at ``path`` (``options``) into the Delta table at
+  ``target`` with ``checkpoint``; returns the last progress's ``numInputRows`` sum.
+
+Runs on its own driver (the oracle's JVM); the test process only talks to it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def to_json_value(value: Any) -> Any:
+    """A value Spark returned (``Row``, list, dict, date, decimal, bytes) as plain JSON, the same on both engines.
+
+    Imported by the test process too (tests/fixtures_delta_oracle.py), so the two sides' rows compare as equals.
+    """
+    if hasattr(value, "asDict"):
+        return {key: to_json_value(item) for key, item in value.asDict(recursive=False).items()}
+    if isinstance(value, dict):
+        return {str(key): to_json_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json_value(item) for item in value]
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    return value
+
+
+def _session() -> Any:
+    from pyspark.sql import SparkSession
+
+    jars = os.environ["SPARKONCE_ORACLE_JARS"]
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("delta-oracle")
+        .config("spark.jars", ",".join(os.path.join(jars, name) for name in sorted(os.listdir(jars))))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        # Delta rebuilds a snapshot's state (checkpoints, DESCRIBE DETAIL) in 50 partitions by default: a minute
+        # for a 5-commit table on a busy 2-core machine.
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.warehouse.dir", os.environ["SPARKONCE_ORACLE_WAREHOUSE"])
+        .config("spark.driver.extraJavaOptions", os.environ.get("SPARKONCE_ORACLE_JAVA_OPTIONS", ""))
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _rows(frame: Any) -> dict[str, Any]:
+    return {"columns": frame.columns, "rows": [to_json_value(row) for row in frame.collect()]}
+
+
+def _handle(spark: Any, request: dict[str, Any]) -> Any:
+    op = request["op"]
+    if op == "sql":
+        conf = request.get("conf") or {}
+        for key, value in conf.items():
+            spark.conf.set(key, value)
+        try:
+            return _rows(spark.sql(request["statement"]))
+        finally:
+            for key in conf:
+                spark.conf.unset(key)
+    if op == "read":
+        return _rows(spark.read.format("delta").options(**(request.get("options") or {})).load(request["path"]))
+    if op == "append":
+        frame = spark.createDataFrame(request["rows"], request["schema"])
+        frame.write.format("delta").mode("append").options(**(request.get("options") or {})).save(request["path"])
+        return None
+    if op == "stream":
+        query = (
+            spark.readStream.format("delta")
+            .options(**(request.get("options") or {}))
+            .load(request["path"])
+            .writeStream.format("delta")
+            .option("checkpointLocation", request["checkpoint"])
+            .trigger(availableNow=True)
+            .start(request["target"])
+        )
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        return sum(int(p["numInputRows"]) for p in query.recentProgress)
+    raise ValueError(f"unknown oracle operation {op!r}")
+
+
+def main() -> None:
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # the JVM and py4j print to fd 1: keep the answer channel for answers
+    spark = _session()
+    answers.write(json.dumps({"ok": True, "result": {"spark": spark.version}}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        started = time.monotonic()
+        try:
+            answer = {"ok": True, "result": _handle(spark, request)}
+        except Exception as err:  # every failure goes back to the test that asked, with Delta's message
+            answer = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+        took = time.monotonic() - started
+        print(
+            f"oracle: {request['op']} {request.get('statement') or request.get('path')} {took:.1f} s", file=sys.stderr
+        )
+        answers.write(json.dumps(answer) + "\n")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
