@@ -219,7 +219,14 @@ def compact(
         log.info("optimize %s at table_version %s: nothing to compact", table_uri, snapshot.table_version)
         return OptimizeResult(table_uri, None, 0, 0, 0, 0, 0, len(files), 0, snapshot.table_version)
     written = _rewrite_bins(
-        spark, snapshot.location, snapshot.scan, snapshot.partition_columns, bins, snapshot.column_mapping, zorder_by
+        spark,
+        snapshot.location,
+        snapshot.scan,
+        snapshot.partition_columns,
+        bins,
+        snapshot.column_mapping,
+        zorder_by,
+        snapshot.stats_columns(),
     )
     if clustered_by:
         written = [dataclasses.replace(f, clustering_provider=PROVIDER) for f in written]
@@ -356,15 +363,17 @@ def _rewrite_bins(
     bins: list[list[TableFile]],
     column_mapping: ColumnMapping | None = None,
     zorder_by: Sequence[str] = (),
+    stats_columns: frozenset[str] | None = None,
 ) -> list[WrittenFile]:
     """Executors: each bin (one task each) read and written into one new file (its rows Z-ordered by
-    ``zorder_by`` when given)."""
+    ``zorder_by`` when given; statistics of ``stats_columns``, None for every column)."""
     plan = [[f.data_file(location) for f in b] for b in bins]
     options = FileWriterOptions(
         location=location,
         partition_by=tuple(partition_columns),
         file_prefix="part-optimized",
         column_mapping=column_mapping,
+        stats_columns=stats_columns,
     )
 
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -384,6 +393,7 @@ def rewrite_bins_in_process(snapshot: TableSnapshot, bins: list[list[TableFile]]
         partition_by=tuple(snapshot.partition_columns),
         file_prefix="part-optimized",
         column_mapping=snapshot.column_mapping,
+        stats_columns=snapshot.stats_columns(),
     )
     indexes = pa.RecordBatch.from_arrays([pa.array(range(len(bins)), pa.int64())], names=["id"])
     written: list[WrittenFile] = []
