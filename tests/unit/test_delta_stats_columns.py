@@ -1,5 +1,5 @@
 """Delta's statistics columns (``delta.dataSkippingNumIndexedCols`` / ``delta.dataSkippingStatsColumns``): which
-columns the writers keep statistics for and data skipping may use."""
+columns the writers keep statistics for and data skipping may use; the size of Z-ordered files."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from sparkonce.delta.column_mapping import ColumnMapping
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.optimize import zorder_file_rows
 from sparkonce.delta.skipping import (
     Comparison,
     IsNull,
@@ -165,3 +166,10 @@ def test_the_writer_names_statistics_columns_by_physical_name(tmp_path: Path) ->
     stats = _written_stats(tmp_path, options, pa.table({"a": [1, 2], "b": [5, 7]}))
     assert stats["minValues"] == {"col-b": 5} and stats["maxValues"] == {"col-b": 7}
     assert stats["nullCount"] == {"col-b": 0}
+
+
+def test_zorder_files_are_sized_by_the_bytes_per_row_read() -> None:
+    assert zorder_file_rows(16_000, 800_000, 100_000) == 2_000
+    assert zorder_file_rows(10, 3_000, 1_000) == 4  # rounded up: never more files than the target size asks
+    assert zorder_file_rows(16_000, 800_000, 1 << 30) is None  # fits in one file
+    assert zorder_file_rows(16_000, 800_000, None) is None

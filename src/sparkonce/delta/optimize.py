@@ -5,7 +5,9 @@ Runs on the driver; reading and writing data runs on executors. As in Delta:
 1. the driver groups the active files by partition (optionally only the partitions a ``where`` predicate on
    partition columns selects) and packs the files smaller than ``target_file_size`` into bins of at most that
    many bytes (smallest first); bins of a single file are left alone;
-2. executors rewrite each bin into one new file (one Spark task per bin);
+2. executors rewrite each bin into one new file (one Spark task per bin); ``ZORDER BY`` (and clustering) puts a
+   partition's rows along a Z-order curve and writes them into files of about ``target_file_size`` bytes, each a
+   narrow range of the Z-order columns for data skipping;
 3. the driver makes ONE Delta commit that removes the bins' files and adds the new ones, every action with
    ``dataChange=false``: the rows did not change, so streaming readers of the table skip the commit.
 
