@@ -5,7 +5,8 @@ A clustered table has the writer features ``clustering`` and ``domainMetadata`` 
 ``domainMetadata`` action for the system domain ``delta.clustering`` whose configuration is
 ``{"clusteringColumns": [["a"], ["b"]]}`` (each column a path of physical names, as Delta's
 ``ClusteringMetadataDomain`` writes it). Clustering and partitioning exclude each other. Writers must keep
-statistics for the clustering columns (sparkonce's files carry statistics for every column), and files that
+statistics for the clustering columns (sparkonce's files carry statistics for the table's statistics
+columns, :func:`sparkonce.delta.skipping.stats_columns`, and clustering columns must be among them), and files that
 ``OPTIMIZE`` clusters carry ``clusteringProvider = "liquid"``.
 
 Runs on the driver.
@@ -17,6 +18,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sparkonce.delta.skipping import top_level_stats_columns
 from sparkonce.errors import OptionError, SqlError
 
 DOMAIN = "delta.clustering"
@@ -75,6 +77,8 @@ def check_columns(
         SqlError: partition columns too (Delta's ``DELTA_CLUSTER_BY_WITH_PARTITIONED_BY``), more than
             :data:`MAX_COLUMNS`, a column twice, a column that is not a top-level column of the table, or one
             without statistics (a struct, array or map column, or one outside Delta's statistics columns).
+        OptionError: the table's statistics column properties are invalid
+            (:func:`sparkonce.delta.skipping.stats_columns`).
     """
     if not columns:
         return ()
@@ -89,7 +93,7 @@ def check_columns(
             f"but the table has {len(columns)} clustering columns. Please remove the extra clustering columns."
         )
     by_name = {str(f["name"]).lower(): f for f in fields}
-    indexed = _stats_columns(fields, configuration or {})
+    indexed = {name.lower() for name in top_level_stats_columns(fields, partition_by, configuration or {})}
     out: list[str] = []
     for name in columns:
         field = by_name.get(name.lower())
@@ -109,20 +113,6 @@ def check_columns(
             raise SqlError(f"{table}: clustering column {name!r} is given twice")
         out.append(str(field["name"]))
     return tuple(out)
-
-
-def _stats_columns(fields: Sequence[Mapping[str, Any]], configuration: Mapping[str, str]) -> set[str]:
-    """The lower-cased top-level columns Delta keeps statistics for."""
-    conf = {k.lower(): v for k, v in configuration.items()}
-    listed = conf.get("delta.dataskippingstatscolumns")
-    if listed:
-        return {c.strip().strip("`").lower() for c in listed.split(",") if c.strip()}
-    try:
-        count = int(conf.get("delta.dataskippingnumindexedcols", "32"))
-    except ValueError:
-        count = 32
-    names = [str(f["name"]).lower() for f in fields]
-    return set(names if count < 0 else names[:count])
 
 
 def _physical(name: str, fields: Iterable[Mapping[str, Any]]) -> str:

@@ -193,6 +193,7 @@ def _rewrite(
                         column_mapping=snapshot.column_mapping,
                         generated=snapshot.generated,
                         constraints=snapshot.constraints,
+                        stats_columns=snapshot.stats_columns(),
                     )
         finally:
             rows.unpersist()

@@ -16,7 +16,7 @@ import random
 import string
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -76,6 +76,10 @@ class FileWriterOptions:
     (:meth:`GeneratedColumns.apply`)."""
     constraints: CheckConstraints | None = None
     """The table's CHECK constraints: every row written must pass them (:meth:`CheckConstraints.apply`)."""
+    stats_columns: frozenset[str] | None = None
+    """The logical top-level columns whose statistics go into the ``add`` actions: the table's statistics columns
+    (:func:`sparkonce.delta.skipping.top_level_stats_columns`, Delta's ``delta.dataSkippingStatsColumns`` /
+    ``delta.dataSkippingNumIndexedCols``); None for every column."""
     written_after: int = -1
     """The table version the driver read before any file was written (-1: no table yet). A Delta commit naming
     the files can only be a later one: cleaning up after a failure reads the commits after it
@@ -128,12 +132,15 @@ def _json_stat(value: Any) -> Any:
     return value
 
 
-def delta_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> tuple[int, str]:
-    """numRecords, minValues, maxValues and nullCount of top-level primitive columns, from the Parquet footer."""
+def delta_stats(
+    metadata: pq.FileMetaData, schema: pa.Schema, *, columns: Collection[str] | None = None
+) -> tuple[int, str]:
+    """numRecords, minValues, maxValues and nullCount of top-level primitive columns, from the Parquet footer: of
+    ``columns`` only (names as the file spells them: physical names under column mapping) when given."""
     mins: dict[str, Any] = {}
     maxs: dict[str, Any] = {}
     nulls: dict[str, int] = {}
-    top_level = {f.name: f for f in schema}
+    top_level = {f.name: f for f in schema if columns is None or f.name in columns}
     for rg_index in range(metadata.num_row_groups):
         row_group = metadata.row_group(rg_index)
         for col_index in range(row_group.num_columns):
@@ -351,7 +358,11 @@ class TableFileWriter:
         opened.writer.close()
         size = opened.sink.tell()
         opened.sink.close()  # on an object store: completes the upload
-        num_records, stats = delta_stats(opened.collector[0], opened.writer.schema)
+        wanted = self.options.stats_columns
+        mapping = self.options.column_mapping
+        if wanted is not None and mapping is not None:
+            wanted = frozenset(mapping.physical_name(name) for name in wanted)
+        num_records, stats = delta_stats(opened.collector[0], opened.writer.schema, columns=wanted)
         self._done.append(
             WrittenFile(
                 path=opened.relative_path,

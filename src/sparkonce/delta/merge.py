@@ -272,6 +272,7 @@ def merge_into(
                     column_mapping=column_mapping,
                     generated=snapshot.generated if snapshot is not None else None,
                     constraints=snapshot.constraints if snapshot is not None else None,
+                    stats_columns=snapshot.stats_columns() if snapshot is not None else None,
                 )
                 if snapshot is not None and cdf_enabled(snapshot.configuration):
                     change_files = write_change_data(

@@ -62,6 +62,7 @@ from sparkonce.delta.skipping import (
     flip,
     may_match,
     parse_stats,
+    stats_columns,
 )
 from sparkonce.delta.table_view import current_table
 from sparkonce.errors import OptionError, SchemaMismatchError, TableNotFoundError
@@ -553,14 +554,11 @@ class DeltaFileIndex:
             after_partitions = sum(len(p) for p in groups.values())
             predicate = conjunction([_predicate(e) for e in _iterate(data_filters)])
             if predicate is not None and not isinstance(predicate, Unknown):
+                kinds = self._indexed_kinds(snapshot)
                 groups = {
                     key: kept
                     for key, paths in groups.items()
-                    if (
-                        kept := [
-                            p for p in paths if may_match(predicate, self._file_stats(p, adds[p]), self.layout.kinds)
-                        ]
-                    )
+                    if (kept := [p for p in paths if may_match(predicate, self._file_stats(p, adds[p]), kinds)])
                 }
             read = sum(len(p) for p in groups.values())
             directories = []
@@ -597,6 +595,16 @@ class DeltaFileIndex:
             found = j.FileStatus(int(add.get("size") or 0), False, 1, _FILE_BLOCK_SIZE, mtime, j.Path(uri))
             self._statuses[path] = found
         return found
+
+    def _indexed_kinds(self, snapshot: Snapshot) -> dict[str, ColumnKind]:
+        """The relation's columns whose statistics data skipping may use at ``snapshot``: the table's statistics
+        columns (its ``delta.dataSkippingStatsColumns`` / ``delta.dataSkippingNumIndexedCols`` at that version)."""
+        indexed = stats_columns(
+            _schema_fields(snapshot),
+            [str(c) for c in snapshot.metadata.get("partitionColumns") or []],
+            snapshot.metadata.get("configuration") or {},
+        )
+        return column_kinds(self.layout.fields, indexed=indexed)
 
     def _file_stats(self, path: str, add: Mapping[str, Any]) -> FileStats | None:
         if path not in self._stats:

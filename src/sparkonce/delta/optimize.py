@@ -5,7 +5,9 @@ Runs on the driver; reading and writing data runs on executors. As in Delta:
 1. the driver groups the active files by partition (optionally only the partitions a ``where`` predicate on
    partition columns selects) and packs the files smaller than ``target_file_size`` into bins of at most that
    many bytes (smallest first); bins of a single file are left alone;
-2. executors rewrite each bin into one new file (one Spark task per bin);
+2. executors rewrite each bin into one new file (one Spark task per bin); ``ZORDER BY`` (and clustering) puts a
+   partition's rows along a Z-order curve and writes them into files of about ``target_file_size`` bytes, each a
+   narrow range of the Z-order columns for data skipping;
 3. the driver makes ONE Delta commit that removes the bins' files and adds the new ones, every action with
    ``dataChange=false``: the rows did not change, so streaming readers of the table skip the commit.
 
@@ -120,6 +122,15 @@ def zorder_bins(files: Sequence[TableFile], partition_columns: Sequence[str]) ->
     return [sorted(groups[key], key=lambda f: f.path) for key in sorted(groups)]
 
 
+def zorder_file_rows(num_rows: int, input_bytes: int, target_file_size: int | None) -> int | None:
+    """Rows per file of a Z-ordered bin of ``num_rows`` rows read from files of ``input_bytes``: files of about
+    ``target_file_size`` bytes (as Delta writes Z-ordered files of ``maxFileSize``), judged on the bytes per row
+    of the files read; None (one file) without a target or when the bin fits in one file."""
+    if not target_file_size or num_rows <= 0 or input_bytes <= target_file_size:
+        return None
+    return max(1, -(-num_rows * target_file_size // input_bytes))
+
+
 def zorder(table: pa.Table, columns: Sequence[str]) -> pa.Table:
     """``table``'s rows along a Z-order curve of ``columns``. Runs on executors. Each column's dense rank (nulls
     last) scaled to the same number of bits, the bits interleaved into one key, the rows sorted by it. Rows close
@@ -219,7 +230,15 @@ def compact(
         log.info("optimize %s at table_version %s: nothing to compact", table_uri, snapshot.table_version)
         return OptimizeResult(table_uri, None, 0, 0, 0, 0, 0, len(files), 0, snapshot.table_version)
     written = _rewrite_bins(
-        spark, snapshot.location, snapshot.scan, snapshot.partition_columns, bins, snapshot.column_mapping, zorder_by
+        spark,
+        snapshot.location,
+        snapshot.scan,
+        snapshot.partition_columns,
+        bins,
+        snapshot.column_mapping,
+        zorder_by,
+        snapshot.stats_columns(),
+        target_file_size,
     )
     if clustered_by:
         written = [dataclasses.replace(f, clustering_provider=PROVIDER) for f in written]
@@ -356,19 +375,24 @@ def _rewrite_bins(
     bins: list[list[TableFile]],
     column_mapping: ColumnMapping | None = None,
     zorder_by: Sequence[str] = (),
+    stats_columns: frozenset[str] | None = None,
+    target_file_size: int | None = None,
 ) -> list[WrittenFile]:
-    """Executors: each bin (one task each) read and written into one new file (its rows Z-ordered by
-    ``zorder_by`` when given)."""
+    """Executors: each bin (one task each) read and written into one new file (statistics of ``stats_columns``,
+    None for every column); with ``zorder_by``, its rows Z-ordered and written into files of about
+    ``target_file_size`` bytes along the curve (:func:`zorder_file_rows`), so that each file holds a small range
+    of the Z-order columns and data skipping drops the others."""
     plan = [[f.data_file(location) for f in b] for b in bins]
     options = FileWriterOptions(
         location=location,
         partition_by=tuple(partition_columns),
         file_prefix="part-optimized",
         column_mapping=column_mapping,
+        stats_columns=stats_columns,
     )
 
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _bin_task(batches, plan, scan, options, tuple(zorder_by))
+        yield from _bin_task(batches, plan, scan, options, tuple(zorder_by), target_file_size)
 
     rows = spark.range(0, len(bins), 1, len(bins)).mapInArrow(rewrite, WRITTEN_FILES_DDL).collect()
     return written_files(rows)
@@ -384,6 +408,7 @@ def rewrite_bins_in_process(snapshot: TableSnapshot, bins: list[list[TableFile]]
         partition_by=tuple(snapshot.partition_columns),
         file_prefix="part-optimized",
         column_mapping=snapshot.column_mapping,
+        stats_columns=snapshot.stats_columns(),
     )
     indexes = pa.RecordBatch.from_arrays([pa.array(range(len(bins)), pa.int64())], names=["id"])
     written: list[WrittenFile] = []
@@ -398,15 +423,20 @@ def _bin_task(
     scan: ScanSchema,
     options: FileWriterOptions,
     zorder_by: tuple[str, ...] = (),
+    target_file_size: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Executor side: read this task's bins and write each into one file; yields the files' descriptions."""
+    """Executor side: read this task's bins and write each into one file (Z-ordered bins into files of about
+    ``target_file_size`` bytes); yields the files' descriptions."""
     for listing in batches:
         for index in listing.column(0).to_pylist():
-            with TableFileWriter(options, task_id=int(index)) as writer:
-                rows: Iterator[pa.RecordBatch] = read_files(plan[index], scan, options.location)
-                if zorder_by:
-                    table = pa.Table.from_batches(list(rows), schema=scan.output)
-                    rows = iter(zorder(table, zorder_by).to_batches(max_chunksize=65536))
+            rows: Iterator[pa.RecordBatch] = read_files(plan[index], scan, options.location)
+            task_options = options
+            if zorder_by:
+                table = zorder(pa.Table.from_batches(list(rows), schema=scan.output), zorder_by)
+                rows = iter(table.to_batches(max_chunksize=65536))
+                per_file = zorder_file_rows(table.num_rows, sum(f.size for f in plan[index]), target_file_size)
+                task_options = dataclasses.replace(options, max_records_per_file=per_file)
+            with TableFileWriter(task_options, task_id=int(index)) as writer:
                 writer.write_batches(rows)
                 files = writer.close()
             if files:
@@ -421,4 +451,5 @@ __all__ = [
     "optimize_table",
     "zorder",
     "zorder_bins",
+    "zorder_file_rows",
 ]

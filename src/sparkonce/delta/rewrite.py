@@ -36,7 +36,16 @@ from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFil
 from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityColumn, IdentityPlan, identity_columns
 from sparkonce.delta.paths import require_fs_path
-from sparkonce.delta.reader import DataFile, ScanSchema, check_reader_features, read_files, scan_schema
+from sparkonce.delta.reader import (
+    METADATA_COLUMN,
+    DataFile,
+    ScanSchema,
+    check_reader_features,
+    read_files,
+    scan_schema,
+)
+from sparkonce.delta.schema import delta_fields
+from sparkonce.delta.skipping import top_level_stats_columns
 from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
@@ -145,6 +154,12 @@ class TableSnapshot:
             whole_table=whole_table,
             isolation="WriteSerializable" if data_change else "SnapshotIsolation",
         )
+
+    def stats_columns(self) -> frozenset[str]:
+        """The top-level columns whose statistics the files a rewrite writes carry: the table's statistics columns
+        (:func:`sparkonce.delta.skipping.top_level_stats_columns`)."""
+        fields = delta_fields(pa.schema([f for f in self.scan.output if f.name != METADATA_COLUMN]))
+        return top_level_stats_columns(fields, self.partition_columns, self.configuration)
 
     def spark_schema(self) -> StructType:
         from sparkonce.delta.schema import spark_schema
@@ -312,10 +327,12 @@ def write_rows(
     column_mapping: ColumnMapping | None = None,
     generated: GeneratedColumns | None = None,
     constraints: CheckConstraints | None = None,
+    stats_columns: frozenset[str] | None = None,
 ) -> list[WrittenFile]:
     """Write ``output`` into new data files of the table at ``location`` (on executors, one or more files per
     task, partition directories as Delta lays them out); return them for the Delta commit. Nothing is visible
-    before it."""
+    before it. ``stats_columns``: the columns the files keep statistics for (:meth:`TableSnapshot.stats_columns`;
+    None: every column)."""
     options = FileWriterOptions(
         location=location,
         partition_by=tuple(partition_by),
@@ -323,6 +340,7 @@ def write_rows(
         column_mapping=column_mapping,
         generated=generated,
         constraints=constraints,
+        stats_columns=stats_columns,
     )
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

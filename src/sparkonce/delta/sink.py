@@ -40,7 +40,8 @@ from sparkonce.delta.files import FileWriterOptions
 from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityPlan, plan_identity
 from sparkonce.delta.options import WriteOptions
-from sparkonce.delta.schema import arrow_schema_for_spark, table_fields
+from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, table_fields
+from sparkonce.delta.skipping import top_level_stats_columns
 from sparkonce.delta.table_view import LogTable, current_table
 from sparkonce.delta.writer import (
     DeltaFilesMessage,
@@ -134,14 +135,19 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         """
         check_partition_columns(self.options, self.arrow_schema)
         self.options.location.check_commit_safety()
+        new_table_stats = top_level_stats_columns(
+            delta_fields(self.arrow_schema), self.options.partition_by, self.table_configuration
+        )
         if not self.options.location.check_reachable(for_write=True):
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
             self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
+            self.file_options.stats_columns = new_table_stats
         else:
             table = current_table(self.options.location)
             if table is None:  # a _delta_log without commits yet: the first batch creates the table
                 self.file_options.generated = check_new_table(self.options, self.arrow_schema)
                 self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
+                self.file_options.stats_columns = new_table_stats
                 return
             self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
             self.file_options.column_mapping = target_mapping(table, self.options, self.arrow_schema)
@@ -151,6 +157,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             self.file_options.constraints = CheckConstraints.of(table, shown=self.options.path)
             self.file_options.written_after = table.version()
             self.table_configuration = {k: str(v) for k, v in table.metadata().configuration.items() if v is not None}
+            self.file_options.stats_columns = top_level_stats_columns(
+                table_fields(table), self.file_options.partition_by, self.table_configuration
+            )
             self._snapshot = table
 
     def __getstate__(self) -> dict[str, object]:

@@ -13,6 +13,9 @@ Delta's rules kept here, each for a reason:
   one millisecond before it is compared;
 * floating-point statistics exclude NaN, and Spark orders NaN above every number: a ``>``/``>=`` test on a
   ``float``/``double`` column cannot use the maximum;
+* statistics count only for the table's statistics columns (:func:`stats_columns`: ``delta.dataSkippingStatsColumns``,
+  else the first ``delta.dataSkippingNumIndexedCols`` leaf columns): a file may carry statistics for other columns
+  (written before the property changed), and Delta does not use them;
 * a string statistic that may be truncated (Delta truncates to 32 characters, the maximum with a tie-breaker) is
   used only as a bound it still is: a truncated minimum is a lower bound; a maximum of 32 characters or more is no
   upper bound.
@@ -28,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal, TypeAlias
+
+from sparkonce.errors import OptionError
 
 __all__ = [
     "And",
@@ -45,6 +50,8 @@ __all__ = [
     "conjunction",
     "may_match",
     "parse_stats",
+    "stats_columns",
+    "top_level_stats_columns",
 ]
 
 Op: TypeAlias = Literal["=", "<=>", "<", "<=", ">", ">="]
@@ -139,11 +146,155 @@ class FileStats:
     null_counts: Mapping[str, int]
 
 
-def column_kinds(schema_fields: Sequence[Mapping[str, Any]]) -> dict[str, ColumnKind]:
-    """Logical top-level column name -> how its statistics compare, from ``schemaString``'s fields."""
+NUM_INDEXED_COLS = "delta.dataSkippingNumIndexedCols"
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+DEFAULT_NUM_INDEXED_COLS = 32
+"""Delta's default ``delta.dataSkippingNumIndexedCols``: statistics for the first 32 leaf columns."""
+
+_PHYSICAL_NAME = "delta.columnMapping.physicalName"
+
+
+def stats_columns(
+    schema_fields: Sequence[Mapping[str, Any]],
+    partition_columns: Sequence[str],
+    configuration: Mapping[str, str | None],
+    *,
+    physical: bool = False,
+) -> frozenset[tuple[str, ...]]:
+    """The leaf columns Delta keeps statistics for, each a path of names (logical names as the schema spells them,
+    or physical names with ``physical``), by Delta's rules (``StatisticsCollection.getIndexedColumns``):
+
+    * ``delta.dataSkippingStatsColumns`` (comma-separated, nested names dotted, backticks quote, matched without
+      case) when set: those columns, every leaf of a struct it names; names the schema lacks are left out (Delta
+      refuses them when the property is set);
+    * else the first ``delta.dataSkippingNumIndexedCols`` (default 32; -1 for all) leaf columns in schema order,
+      a struct counted by its leaves and an array or map as one.
+
+    Partition columns are never counted (their values are in the log). Runs on the driver.
+
+    Raises:
+        OptionError: ``delta.dataSkippingNumIndexedCols`` is not an integer of at least -1, or
+            ``delta.dataSkippingStatsColumns`` is not a list of column names.
+    """
+    conf = {k.lower(): v for k, v in configuration.items() if v is not None}
+    partitions = {c.lower() for c in partition_columns}
+    fields = [f for f in schema_fields if str(f["name"]).lower() not in partitions]
+    leaves = _leaves(fields, (), ())
+    listed = conf.get(STATS_COLUMNS.lower())
+    if listed is not None:
+        wanted = [tuple(part.lower() for part in name) for name in _column_list(listed)]
+        return frozenset(
+            path if physical else logical
+            for logical, path in leaves
+            if any(tuple(n.lower() for n in logical[: len(w)]) == w for w in wanted)
+        )
+    raw = conf.get(NUM_INDEXED_COLS.lower())
+    try:
+        count = DEFAULT_NUM_INDEXED_COLS if raw is None else int(str(raw).strip())
+    except ValueError:
+        count = -2
+    if count < -1:
+        raise OptionError(NUM_INDEXED_COLS, raw, "needs to be an integer larger than or equal to -1 (Delta's rule)")
+    chosen = leaves if count == -1 else leaves[:count]
+    return frozenset(path if physical else logical for logical, path in chosen)
+
+
+def top_level_stats_columns(
+    schema_fields: Sequence[Mapping[str, Any]],
+    partition_columns: Sequence[str],
+    configuration: Mapping[str, str | None],
+) -> frozenset[str]:
+    """The logical names of the top-level columns that are statistics columns (:func:`stats_columns`): the ones
+    sparkonce's writers keep statistics for. Runs on the driver.
+
+    Raises:
+        OptionError: as :func:`stats_columns`.
+    """
+    return frozenset(
+        path[0] for path in stats_columns(schema_fields, partition_columns, configuration) if len(path) == 1
+    )
+
+
+def _leaves(
+    fields: Sequence[Mapping[str, Any]], logical: tuple[str, ...], physical: tuple[str, ...]
+) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """(logical path, physical path) of every leaf under ``fields``, in schema order (a struct's leaves in place of
+    the struct; an array or map is one leaf)."""
+    out: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    for field in fields:
+        name = str(field["name"])
+        names = (*logical, name)
+        physicals = (*physical, str((field.get("metadata") or {}).get(_PHYSICAL_NAME, name)))
+        kind = field.get("type")
+        if isinstance(kind, dict) and kind.get("type") == "struct":
+            out.extend(_leaves(kind.get("fields") or [], names, physicals))
+        else:
+            out.append((names, physicals))
+    return out
+
+
+def _column_list(text: str) -> list[tuple[str, ...]]:
+    """``a, b.c, `d.e`.f`` as [(a,), (b, c), (d.e, f)] (backticks quote a name, a doubled backtick is one)."""
+    names: list[tuple[str, ...]] = []
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False  # the current part was quoted
+    i = 0
+
+    def bad(problem: str) -> OptionError:
+        return OptionError(STATS_COLUMNS, text, f"must be a comma-separated list of column names: {problem}")
+
+    while i <= len(text):
+        c = text[i] if i < len(text) else ","
+        if c == "`":
+            end = i + 1
+            while True:
+                end = text.find("`", end)
+                if end < 0:
+                    raise bad("a backtick is not closed")
+                if text[end + 1 : end + 2] == "`":
+                    end += 2
+                    continue
+                break
+            if "".join(current).strip():
+                raise bad(f"a quoted name follows other text near position {i}")
+            current = [text[i + 1 : end].replace("``", "`")]
+            quoted = True
+            i = end + 1
+            continue
+        if c in ".,":
+            part = "".join(current)
+            if not quoted:
+                part = part.strip()
+            if not part:
+                if c == "," and not parts and i >= len(text) and not names:
+                    return names  # an empty list
+                raise bad(f"an empty name near position {i}")
+            parts.append(part)
+            current, quoted = [], False
+            if c == ",":
+                names.append(tuple(parts))
+                parts = []
+        elif quoted:
+            if not c.isspace():
+                raise bad(f"text follows a quoted name near position {i}")
+        else:
+            current.append(c)
+        i += 1
+    return names
+
+
+def column_kinds(
+    schema_fields: Sequence[Mapping[str, Any]], *, indexed: frozenset[tuple[str, ...]] | None = None
+) -> dict[str, ColumnKind]:
+    """Logical top-level column name -> how its statistics compare, from ``schemaString``'s fields; with
+    ``indexed`` (logical paths, :func:`stats_columns`) only the columns in it: :func:`may_match` uses no statistics
+    of a column left out."""
     kinds: dict[str, ColumnKind] = {}
     for field in schema_fields:
-        kinds[str(field["name"])] = _kind(field.get("type"))
+        name = str(field["name"])
+        if indexed is None or (name,) in indexed:
+            kinds[name] = _kind(field.get("type"))
     return kinds
 
 
@@ -240,10 +391,27 @@ def _typed(value: Any, kind: ColumnKind, *, upper: bool) -> Any:
 
 
 def may_match(predicate: Predicate, stats: FileStats | None, kinds: Mapping[str, ColumnKind]) -> bool:
-    """False only when the statistics prove no row of the file satisfies ``predicate``."""
+    """False only when the statistics prove no row of the file satisfies ``predicate``; only the statistics of the
+    columns in ``kinds`` count."""
     if stats is None:
         return True
-    return _may(predicate, stats, kinds)
+    return _may(predicate, _only(stats, kinds), kinds)
+
+
+def _only(stats: FileStats, kinds: Mapping[str, ColumnKind]) -> FileStats:
+    """``stats`` without the columns outside ``kinds`` (a column that is not a statistics column)."""
+    if (
+        all(c in kinds for c in stats.null_counts)
+        and all(c in kinds for c in stats.min_values)
+        and all(c in kinds for c in stats.max_values)
+    ):
+        return stats
+    return FileStats(
+        stats.num_records,
+        {c: v for c, v in stats.min_values.items() if c in kinds},
+        {c: v for c, v in stats.max_values.items() if c in kinds},
+        {c: v for c, v in stats.null_counts.items() if c in kinds},
+    )
 
 
 def _may(p: Predicate, s: FileStats, kinds: Mapping[str, ColumnKind]) -> bool:

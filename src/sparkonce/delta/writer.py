@@ -37,6 +37,7 @@ from sparkonce.delta.identity import IdentityPlan, fill_batches, plan_identity
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, delta_schema_string, reconcile, table_fields
+from sparkonce.delta.skipping import top_level_stats_columns
 from sparkonce.delta.table_view import current_table
 from sparkonce.errors import OptionError, SchemaMismatchError, SqlError
 
@@ -157,6 +158,9 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if table is None:
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
             self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
+            self.file_options.stats_columns = top_level_stats_columns(
+                delta_fields(self.arrow_schema), self.options.partition_by, self.table_configuration
+            )
             return None
         check_clustering_unchanged(self.options)
         if self.options.save_mode == "error":
@@ -187,9 +191,17 @@ class DeltaBatchWriter(DataSourceArrowWriter):
                     table=str(self.options.location),
                 )
                 self.file_options.column_mapping = ColumnMapping.from_schema(mode, schema_string)
+            self.file_options.stats_columns = top_level_stats_columns(
+                delta_fields(self.arrow_schema),
+                self.options.partition_by or table.metadata().partition_columns,
+                self.table_configuration,
+            )
             return None
         self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
         self.file_options.column_mapping = target_mapping(table, self.options, self.arrow_schema)
+        self.file_options.stats_columns = top_level_stats_columns(
+            table_fields(table), self.file_options.partition_by, self.table_configuration
+        )
         self.identity = plan_identity(
             table_fields(table), self.arrow_schema, table=self.options.path, tasks=self.options.identity_tasks
         )
