@@ -199,8 +199,23 @@ def test_table_features_added_listed_and_dropped(
         {"featureName": "testRemovableWriter", "truncateHistory": "false"},
     )
 
-    # a reader-writer feature: delta-rs (which loads the table for sparkonce's metadata commits) refuses a table
-    # naming a reader feature it does not know, so Delta's testRemovableReaderWriter is checked in the unit tests
+    # a reader-writer feature delta-rs does not know: delta-rs refuses to open the table, sparkonce's log reader
+    # answers DESCRIBE DETAIL and the metadata commits
+    table.addFeatureSupport("testRemovableReaderWriter")
+    detail = table.detail().collect()[0]
+    assert (detail.minReaderVersion, detail.minWriterVersion, sorted(detail.tableFeatures)) == (
+        3,
+        7,
+        ["appendOnly", "invariants", "testRemovableReaderWriter"],
+    )
+    table.dropFeatureSupport("testRemovableReaderWriter")
+    detail = table.detail().collect()[0]
+    assert (detail.minReaderVersion, detail.minWriterVersion) == (1, 2)
+    assert _protocol(path) == (1, 2)  # delta-rs opens the table again
+    table.addFeatureSupport("testReaderWriter")
+    with pytest.raises(UnsupportedFeatureError, match="DELTA_FEATURE_DROP_NONREMOVABLE_FEATURE"):
+        table.dropFeatureSupport("testReaderWriter")
+    assert sorted(table.detail().collect()[0].tableFeatures) == ["appendOnly", "invariants", "testReaderWriter"]
     with pytest.raises(OptionError, match="DELTA_FEATURE_DROP_UNSUPPORTED_CLIENT_FEATURE"):
         table.dropFeatureSupport("__invalid_feature__")
     with pytest.raises(OptionError, match="DELTA_FEATURE_DROP_FEATURE_NOT_PRESENT"):

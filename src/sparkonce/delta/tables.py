@@ -245,11 +245,12 @@ class DeltaTable:
         from sparkonce.delta.commit import protocol_action
         from sparkonce.delta.history import history_rows
         from sparkonce.delta.protocol import supported_features
+        from sparkonce.delta.table_view import existing_table
 
-        table = load_table(self._path)
+        table = existing_table(self._path)  # sparkonce's log reader: features delta-rs does not know are shown too
         metadata = table.metadata()
         protocol = table.protocol()
-        sizes = pa.table(table.get_add_actions(flatten=False)).column("size_bytes").to_pylist()
+        sizes = [int(add.get("size") or 0) for add in table.snapshot.files.values()]
         newest = history_rows(self._path, limit=1)[0]
         created = dt.datetime.fromtimestamp(metadata.created_time / 1000, dt.UTC) if metadata.created_time else None
         features = sorted(supported_features(protocol_action(table)))  # a legacy protocol's implied ones too
