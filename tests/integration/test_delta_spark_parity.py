@@ -306,3 +306,20 @@ def test_merge_schema_evolution_adds_nullable_columns(spark: SparkSession, tmp_p
         (1, 1, 1),
         (2, 2, 2),
     ]
+
+
+def test_zorder_metrics_carry_zorder_stats(spark: SparkSession, tmp_path: Path) -> None:
+    """Delta's OPTIMIZE ZORDER BY metrics: ``zOrderStats`` with the "all" strategy and one output cube per rewritten
+    partition; a compaction has none."""
+    path = tmp_path / "t"
+    for key in ("a", "a", "b", "b", "c"):
+        write_deltalake(str(path), pa.table({"key": [key], "v": [1]}), partition_by=["key"], mode="append")
+    table = DeltaTable.forPath(spark, str(path))
+    metrics = table.optimize().where("key = 'a'").executeZOrderBy("v").first().metrics
+    stats = metrics.zOrderStats
+    assert (stats.strategyName, stats.numOutputCubes, stats.inputNumCubes) == ("all", 1, 0)
+    assert (stats.inputOtherFiles.num, stats.mergedFiles.num) == (2, 2)
+    metrics = table.optimize().executeZOrderBy("v").first().metrics
+    assert (metrics.partitionsOptimized, metrics.zOrderStats.numOutputCubes) == (3, 3)
+    write_deltalake(str(path), pa.table({"key": ["c"], "v": [2]}), partition_by=["key"], mode="append")
+    assert table.optimize().executeCompaction().first().metrics.zOrderStats is None
