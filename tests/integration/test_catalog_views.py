@@ -198,3 +198,81 @@ def test_time_travel_past_the_latest_commit_is_refused(spark: SparkSession, even
     """Row: TIMESTAMP AS OF '2099-01-01' (answered with the latest version; Delta refuses)."""
     with pytest.raises(Exception, match="DELTA_TIMESTAMP_GREATER_THAN_COMMIT"):
         sql("SELECT * FROM events TIMESTAMP AS OF '2099-01-01'").collect()
+
+
+def test_describe_table_shows_a_partitioned_tables_partitioning(spark: SparkSession, sql: DeltaSql) -> None:
+    """Delta's test_ddls: DESCRIBE TABLE of a partitioned table ends with its partition columns; Spark's catalog
+    keeps them last in the columns, reads keep the table's own column order."""
+    sql("CREATE TABLE part (a BIGINT, b STRING NOT NULL) USING delta PARTITIONED BY (a)")
+    rows = [(r.col_name, r.data_type) for r in sql("DESCRIBE TABLE part").collect()]
+    assert rows == [
+        ("b", "string"),
+        ("a", "bigint"),
+        ("# Partition Information", ""),
+        ("# col_name", "data_type"),
+        ("a", "bigint"),
+    ]
+    assert [f.name for f in spark.sql("SELECT * FROM part").schema.fields] == ["a", "b"]
+    sql("CREATE TABLE flat (a BIGINT, b STRING) USING delta")
+    assert [(r.col_name, r.data_type) for r in sql("DESCRIBE TABLE flat").collect()] == [
+        ("a", "bigint"),
+        ("b", "string"),
+    ]
+
+
+def test_rename_to_moves_a_managed_table_and_keeps_an_external_one_in_place(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    """Delta's test_ddls: ALTER TABLE t RENAME TO t2 (was refused)."""
+    warehouse = tmp_path / "warehouse"
+    spark.range(3).write.format("delta").saveAsTable("events")
+    sql("CREATE TABLE taken (id BIGINT) USING delta")
+    with pytest.raises(SqlError, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
+        sql("ALTER TABLE events RENAME TO taken")
+    assert _ids(spark, "SELECT id FROM events") == [0, 1, 2]
+
+    sql("ALTER TABLE events RENAME TO events2")
+    assert _ids(spark, "SELECT id FROM events2") == [0, 1, 2]
+    assert (warehouse / "events2" / "_delta_log").is_dir() and not (warehouse / "events").exists()
+    with pytest.raises(AnalysisException, match="TABLE_OR_VIEW_NOT_FOUND"):
+        spark.sql("SELECT * FROM events")
+    assert not spark.catalog.tableExists("events") and spark.catalog.tableExists("events2")
+    spark.range(2).write.format("delta").saveAsTable("events")  # the old name is free again, at its own place
+    assert _ids(spark, "SELECT id FROM events") == [0, 1]
+
+    outside = tmp_path / "outside"
+    spark.range(4).write.format("delta").save(str(outside))
+    sql(f"CREATE TABLE ext USING delta LOCATION '{outside}'")
+    sql("ALTER TABLE ext RENAME TO ext2")
+    assert _ids(spark, "SELECT id FROM ext2") == [0, 1, 2, 3]
+    assert (outside / "_delta_log").is_dir()
+    assert sql("DESCRIBE DETAIL ext2").collect()[0].location.rstrip("/").endswith("outside")
+
+
+def test_set_location_points_a_name_at_a_table_of_the_same_schema(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    """Delta's test_ddls: ALTER TABLE t SET LOCATION (was refused); Delta's schema check."""
+    sql("CREATE TABLE t (b STRING, a BIGINT) USING delta")
+    other = tmp_path / "other"
+    spark.createDataFrame([("x", 1)], "b STRING, a BIGINT").write.format("delta").save(str(other))
+    different = tmp_path / "different"
+    spark.createDataFrame([(1,)], "a BIGINT").write.format("delta").save(str(different))
+    with pytest.raises(SqlError, match="DELTA_SET_LOCATION_SCHEMA_MISMATCH"):
+        sql(f"ALTER TABLE t SET LOCATION '{different}'")
+    with pytest.raises(SqlError, match="DELTA_MISSING_DELTA_TABLE"):
+        sql(f"ALTER TABLE t SET LOCATION '{tmp_path / 'missing'}'")
+    assert spark.sql("SELECT count(*) FROM t").collect()[0][0] == 0
+
+    sql(f"ALTER TABLE t SET LOCATION '{other}'")
+    assert [tuple(r) for r in spark.sql("SELECT * FROM t").collect()] == [("x", 1)]
+    sql("DROP TABLE t")  # the table is external now: its files stay
+    assert (other / "_delta_log").is_dir()
+
+    sql(f"CREATE TABLE u USING delta LOCATION '{other}'")
+    spark.conf.set("spark.databricks.delta.alterLocation.bypassSchemaCheck", "true")
+    try:
+        sql(f"ALTER TABLE u SET LOCATION '{different}'")
+    finally:
+        spark.conf.unset("spark.databricks.delta.alterLocation.bypassSchemaCheck")
+    assert _ids(spark, "SELECT a FROM u") == [1]

@@ -199,8 +199,23 @@ def test_table_features_added_listed_and_dropped(
         {"featureName": "testRemovableWriter", "truncateHistory": "false"},
     )
 
-    # a reader-writer feature: delta-rs (which loads the table for sparkonce's metadata commits) refuses a table
-    # naming a reader feature it does not know, so Delta's testRemovableReaderWriter is checked in the unit tests
+    # a reader-writer feature delta-rs does not know: delta-rs refuses to open the table, sparkonce's log reader
+    # answers DESCRIBE DETAIL and the metadata commits
+    table.addFeatureSupport("testRemovableReaderWriter")
+    detail = table.detail().collect()[0]
+    assert (detail.minReaderVersion, detail.minWriterVersion, sorted(detail.tableFeatures)) == (
+        3,
+        7,
+        ["appendOnly", "invariants", "testRemovableReaderWriter"],
+    )
+    table.dropFeatureSupport("testRemovableReaderWriter")
+    detail = table.detail().collect()[0]
+    assert (detail.minReaderVersion, detail.minWriterVersion) == (1, 2)
+    assert _protocol(path) == (1, 2)  # delta-rs opens the table again
+    table.addFeatureSupport("testReaderWriter")
+    with pytest.raises(UnsupportedFeatureError, match="DELTA_FEATURE_DROP_NONREMOVABLE_FEATURE"):
+        table.dropFeatureSupport("testReaderWriter")
+    assert sorted(table.detail().collect()[0].tableFeatures) == ["appendOnly", "invariants", "testReaderWriter"]
     with pytest.raises(OptionError, match="DELTA_FEATURE_DROP_UNSUPPORTED_CLIENT_FEATURE"):
         table.dropFeatureSupport("__invalid_feature__")
     with pytest.raises(OptionError, match="DELTA_FEATURE_DROP_FEATURE_NOT_PRESENT"):
@@ -291,3 +306,20 @@ def test_merge_schema_evolution_adds_nullable_columns(spark: SparkSession, tmp_p
         (1, 1, 1),
         (2, 2, 2),
     ]
+
+
+def test_zorder_metrics_carry_zorder_stats(spark: SparkSession, tmp_path: Path) -> None:
+    """Delta's OPTIMIZE ZORDER BY metrics: ``zOrderStats`` with the "all" strategy and one output cube per rewritten
+    partition; a compaction has none."""
+    path = tmp_path / "t"
+    for key in ("a", "a", "b", "b", "c"):
+        write_deltalake(str(path), pa.table({"key": [key], "v": [1]}), partition_by=["key"], mode="append")
+    table = DeltaTable.forPath(spark, str(path))
+    metrics = table.optimize().where("key = 'a'").executeZOrderBy("v").first().metrics
+    stats = metrics.zOrderStats
+    assert (stats.strategyName, stats.numOutputCubes, stats.inputNumCubes) == ("all", 1, 0)
+    assert (stats.inputOtherFiles.num, stats.mergedFiles.num) == (2, 2)
+    metrics = table.optimize().executeZOrderBy("v").first().metrics
+    assert (metrics.partitionsOptimized, metrics.zOrderStats.numOutputCubes) == (3, 3)
+    write_deltalake(str(path), pa.table({"key": ["c"], "v": [2]}), partition_by=["key"], mode="append")
+    assert table.optimize().executeCompaction().first().metrics.zOrderStats is None

@@ -25,8 +25,10 @@ from sparkonce.sql.statements import (
     Merge,
     Optimize,
     RenameColumn,
+    RenameTable,
     ReplaceColumns,
     Restore,
+    SetLocation,
     ShowTables,
     ShowTblProperties,
     Statement,
@@ -254,8 +256,8 @@ def test_other_statements() -> None:
     assert isinstance(stmt, AlterProperties) and stmt.set == {"delta.enableChangeDataFeed": "true", "team": "data"}
     stmt = parse("ALTER TABLE t UNSET TBLPROPERTIES IF EXISTS ('team')")
     assert isinstance(stmt, AlterProperties) and stmt.unset == ("team",) and stmt.if_exists
-    stmt = parse("ALTER TABLE t RENAME TO u")
-    assert isinstance(stmt, AlterOther) and stmt.clause == "ALTER TABLE ... RENAME TO"
+    stmt = parse("ALTER TABLE t ADD PARTITION (p = 1)")
+    assert isinstance(stmt, AlterOther) and stmt.clause == "ALTER TABLE ... ADD PARTITION"
     text = "ALTER TABLE t ADD COLUMNS (a INT COMMENT 'x, y', b ARRAY<STRING> FIRST, s.c STRUCT<p: INT, q: INT> AFTER b)"
     stmt = parse(text)
     assert isinstance(stmt, AddColumns)
@@ -308,3 +310,14 @@ def test_other_statements() -> None:
 def test_errors_quote_the_statement() -> None:
     with pytest.raises(SqlError, match=r"expected INTO .* in: MERGE t USING"):
         parse("MERGE t USING s ON a = b WHEN MATCHED THEN DELETE")
+
+
+def test_alter_table_rename_to_and_set_location() -> None:
+    stmt = parse("ALTER TABLE db.t RENAME TO db2.`t 2`")
+    assert isinstance(stmt, RenameTable) and stmt.table.name == ("db", "t") and stmt.new_name == ("db2", "t 2")
+    stmt = parse("ALTER TABLE t SET LOCATION '/data/t2'")
+    assert isinstance(stmt, SetLocation) and stmt.table.name == ("t",) and stmt.location == "/data/t2"
+    with pytest.raises(SqlError, match="RENAME TO takes a table name"):
+        parse("ALTER TABLE t RENAME TO '/data/t2'")
+    with pytest.raises(SqlError, match="SET LOCATION takes a string"):
+        parse("ALTER TABLE t SET LOCATION t2")

@@ -26,7 +26,6 @@ from sparkonce.delta.column_mapping import (
 )
 from sparkonce.delta.commit import (
     checkpoint_if_due,
-    load_table,
     metadata_action,
     protocol_action,
 )
@@ -37,6 +36,7 @@ from sparkonce.delta.log_entry import (
     encode_entry,
 )
 from sparkonce.delta.properties import new_table_protocol, table_properties
+from sparkonce.delta.table_view import existing_table
 from sparkonce.errors import CommitRetriesExceededError, OptionError, SqlError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
@@ -83,7 +83,7 @@ def alter_properties(
     location = table_location(table)
     location.check_commit_safety()
     if any(k.lower() == MODE_PROPERTY.lower() for k in [*properties, *unset]):
-        current = protocol_action(load_table(location))
+        current = protocol_action(existing_table(location))
         if int(current["minWriterVersion"]) >= 7 and configured_mode(properties) != "none":
             features.append("columnMapping")  # a table-features protocol names the feature
     operation = (
@@ -205,7 +205,7 @@ def drop_feature(table: str | TableLocation, feature: str, *, truncate_history: 
             clean, or constraints still on the table; nothing is written.
     """
     location = table_location(table)
-    current = protocol_action(load_table(location))
+    current = protocol_action(existing_table(location))
     present = {f.lower(): f for f in protocol.supported_features(current)}
     known = protocol.feature(feature)
     if known is not None and known.name.lower() not in present:
@@ -307,7 +307,7 @@ def commit_configuration(
     """One Delta commit of the table's configuration as ``change(snapshot)`` gives it (``ADD CONSTRAINT``, ``DROP
     CONSTRAINT``), the protocol upgraded to ``writer_version`` or, on a table-features protocol, to ``feature``."""
     location.check_commit_safety()
-    current = protocol_action(load_table(location))
+    current = protocol_action(existing_table(location))
     table_features = int(current["minWriterVersion"]) >= 7 and feature is not None
     # A table already at a higher writer version (an identity column's 6) keeps it: only an upgrade is asked for.
     upgrade = not table_features and writer_version > int(current["minWriterVersion"])
@@ -338,7 +338,7 @@ def _commit_metadata(
     ``domainMetadata``)."""
     commit_id = str(uuid.uuid4())
     for attempt in range(1, max_attempts + 1):
-        snapshot = load_table(location)
+        snapshot = existing_table(location)
         read_version = int(snapshot.version())
         configuration, schema_string, protocol_request = change(snapshot)
         current = protocol_action(snapshot)
@@ -409,7 +409,7 @@ def alter_clustering(
 
     location = table_location(table)
     location.check_commit_safety()
-    snapshot = load_table(location)
+    snapshot = existing_table(location)
     fields = json.loads(snapshot.schema().to_json())["fields"]
     if snapshot.metadata().partition_columns:
         raise SqlError(

@@ -26,8 +26,8 @@ from sparkonce.delta.column_mapping import (
     configured_mode,
     max_column_id,
 )
-from sparkonce.delta.commit import load_table
 from sparkonce.delta.log_entry import Operation
+from sparkonce.delta.table_view import existing_table
 from sparkonce.errors import OptionError, SqlError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
 
@@ -341,7 +341,7 @@ def drop_columns(
 
     location_shown = str(location)
     if if_exists:
-        schema = _schema(load_table(location))
+        schema = _schema(existing_table(location))
         present = []
         for path in wanted:
             try:
@@ -423,7 +423,7 @@ def change_column(
         new_field.update(field)
         return configuration, _encode(schema), {}
 
-    fields, index = _locate(_schema(load_table(location)), path, shown=str(location))
+    fields, index = _locate(_schema(existing_table(location)), path, shown=str(location))
     preview = dict(fields[index])
     if change.nullable is True:
         preview["nullable"] = True

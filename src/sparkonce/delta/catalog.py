@@ -102,6 +102,12 @@ def find_named_table(name: str, *, warehouse: str | None = None) -> CatalogTable
     return DeltaCatalog(root).get(*key)
 
 
+def _name_taken(database: str, name: str) -> SqlError:
+    return SqlError(
+        f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{database}`.`{name}` because it already exists."
+    )
+
+
 class DeltaCatalog:
     """The catalog in one warehouse: a local directory or an object-store URI (``s3://lake/warehouse``, with the
     session's storage options, :func:`sparkonce.storage.table_location`)."""
@@ -148,15 +154,67 @@ class DeltaCatalog:
         self.location.check_commit_safety()
         data = json.dumps({"location": location, "managed": managed}).encode()
         if not self.location.put_if_absent(relative, data):
-            raise SqlError(
-                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view `{database}`.`{name}` because it "
-                "already exists."
-            )
+            raise _name_taken(database, name)
         return CatalogTable(database.lower(), name.lower(), location, managed)
 
     def remove(self, table: CatalogTable) -> None:
         """Forget ``table`` (its files stay; see :func:`sparkonce.sql` ``DROP TABLE`` for managed tables)."""
         self.location.filesystem().delete_file(self.location.fs_path(self._entry(table.database, table.name)))
+
+    def rename(self, table: CatalogTable, database: str, name: str) -> CatalogTable:
+        """``ALTER TABLE t RENAME TO database.name``: the table under its new name, the old name forgotten. A
+        managed table moves to the new name's managed location, as Spark's catalog moves it; an external one stays
+        where it is.
+
+        Raises:
+            SqlError: the new name is taken (``TABLE_OR_VIEW_ALREADY_EXISTS``), the new managed location holds
+                files already (``LOCATION_ALREADY_EXISTS``), or a managed table lives on an object store (moving
+                its files is not done by sparkonce); nothing changed.
+            StorageError: the warehouse's store refused the write.
+        """
+        if self.get(database, name) is not None:
+            raise _name_taken(database, name)
+        if not table.managed:
+            renamed = self.add(database, name, table.location, managed=False)
+            self.remove(table)
+            return renamed
+        target = self.managed_location(database, name)
+        source = table_location(table.location)
+        if not source.is_local or not table_location(target).is_local:
+            raise SqlError(
+                f"ALTER TABLE {table.database}.{table.name} RENAME TO {database}.{name}: the managed table's files "
+                f"at {table.location} would move to {target}; sparkonce moves files only on a local disk (nothing "
+                "changed; register the table by LOCATION to rename it in place)"
+            )
+        if os.path.exists(target):
+            raise SqlError(
+                f"[LOCATION_ALREADY_EXISTS] Cannot name the managed table as `{database}`.`{name}`, as its "
+                f"associated location '{target}' already exists. Please pick a different table name, or remove "
+                "the existing location first."
+            )
+        renamed = self.add(database, name, target, managed=True)
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.rename(source.local_path, target)
+        except OSError as err:
+            self.remove(renamed)
+            raise SqlError(
+                f"ALTER TABLE {table.database}.{table.name} RENAME TO {database}.{name}: cannot move "
+                f"{table.location} to {target}: {err} (nothing changed)"
+            ) from err
+        self.remove(table)
+        return renamed
+
+    def relocate(self, table: CatalogTable, location: str) -> CatalogTable:
+        """``ALTER TABLE t SET LOCATION 'location'``: the entry points at ``location`` from now on and is external
+        (``DROP TABLE`` never deletes files the user pointed at; the old location's files stay).
+
+        Raises:
+            StorageError: the warehouse's store refused the write.
+        """
+        data = json.dumps({"location": location, "managed": False}).encode()
+        self.location.put(self._entry(table.database, table.name), data)
+        return CatalogTable(table.database, table.name, location, False)
 
     def tables(self, database: str) -> list[CatalogTable]:
         """Every table of ``database``, by name."""

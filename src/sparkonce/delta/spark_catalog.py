@@ -158,7 +158,16 @@ def _create_entry(
     name = f"`{entry.database}`.`{entry.name}`"
     if replace:
         sql(f"DROP TABLE IF EXISTS {name}")
-    columns = spark._jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json()).toDDL()  # type: ignore[union-attr]
+    # partition columns last, as Spark's catalog keeps a partitioned table's schema (DESCRIBE TABLE then shows its
+    # "# Partition Information"); reads resolve to the cached plan, in the table's own column order
+    from pyspark.sql.types import StructType
+
+    lowered = [c.lower() for c in partitions]
+    ordered = StructType(
+        [f for f in schema.fields if f.name.lower() not in lowered]
+        + sorted((f for f in schema.fields if f.name.lower() in lowered), key=lambda f: lowered.index(f.name.lower()))
+    )
+    columns = spark._jvm.org.apache.spark.sql.types.DataType.fromJson(ordered.json()).toDDL()  # type: ignore[union-attr]
     partitioned = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partitions)})" if partitions else ""
     location = entry.location.replace("'", "\\'")
     sql(f"CREATE TABLE {name} ({columns}) USING delta{partitioned} LOCATION '{location}'")

@@ -32,7 +32,15 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable, Schema
     from deltalake.table import ProtocolVersions
 
-__all__ = ["AnyTable", "LogTable", "TableMetadata", "current_table", "forget_table", "remember_table"]
+__all__ = [
+    "AnyTable",
+    "LogTable",
+    "TableMetadata",
+    "current_table",
+    "existing_table",
+    "forget_table",
+    "remember_table",
+]
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,22 @@ def current_table(table: str | TableLocation) -> LogTable | None:
         snapshot = delta_log.snapshot()
     _keep(location, snapshot, delta_log.commit_stamp(snapshot.table_version))
     return LogTable(location, snapshot)
+
+
+def existing_table(table: str | TableLocation) -> LogTable:
+    """:func:`current_table` for a table that must exist. Unlike delta-rs, it opens a table whose protocol names
+    features delta-rs does not know (Delta's test features, newer reader features): the metadata commits and
+    ``DESCRIBE DETAIL`` read it here. Runs on the driver.
+
+    Raises:
+        TableNotFoundError: no Delta table there.
+        DeltaLogError: the log cannot be read.
+        StorageError: the store cannot be reached.
+    """
+    found = current_table(table)
+    if found is None:
+        raise TableNotFoundError(f"{table_location(table)} is not a Delta table (no _delta_log commits found)")
+    return found
 
 
 def _keep(location: TableLocation, snapshot: Snapshot, stamp: tuple[int, int] | None) -> None:

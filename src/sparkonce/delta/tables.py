@@ -66,7 +66,10 @@ COMPACTION_SCHEMA = (
     "path STRING, metrics STRUCT<numFilesAdded: BIGINT, numFilesRemoved: BIGINT, "
     "filesAdded: STRUCT<min: BIGINT, max: BIGINT, avg: DOUBLE, totalFiles: BIGINT, totalSize: BIGINT>, "
     "filesRemoved: STRUCT<min: BIGINT, max: BIGINT, avg: DOUBLE, totalFiles: BIGINT, totalSize: BIGINT>, "
-    "partitionsOptimized: BIGINT, numBatches: BIGINT, totalConsideredFiles: BIGINT, totalFilesSkipped: BIGINT>"
+    "partitionsOptimized: BIGINT, zOrderStats: STRUCT<strategyName: STRING, inputCubeFiles: STRUCT<num: BIGINT, "
+    "size: BIGINT>, inputOtherFiles: STRUCT<num: BIGINT, size: BIGINT>, inputNumCubes: BIGINT, mergedFiles: "
+    "STRUCT<num: BIGINT, size: BIGINT>, numOutputCubes: BIGINT, mergedNumCubes: BIGINT>, numBatches: BIGINT, "
+    "totalConsideredFiles: BIGINT, totalFilesSkipped: BIGINT>"
 )
 
 
@@ -245,11 +248,12 @@ class DeltaTable:
         from sparkonce.delta.commit import protocol_action
         from sparkonce.delta.history import history_rows
         from sparkonce.delta.protocol import supported_features
+        from sparkonce.delta.table_view import existing_table
 
-        table = load_table(self._path)
+        table = existing_table(self._path)  # sparkonce's log reader: features delta-rs does not know are shown too
         metadata = table.metadata()
         protocol = table.protocol()
-        sizes = pa.table(table.get_add_actions(flatten=False)).column("size_bytes").to_pylist()
+        sizes = [int(add.get("size") or 0) for add in table.snapshot.files.values()]
         newest = history_rows(self._path, limit=1)[0]
         created = dt.datetime.fromtimestamp(metadata.created_time / 1000, dt.UTC) if metadata.created_time else None
         features = sorted(supported_features(protocol_action(table)))  # a legacy protocol's implied ones too
@@ -589,12 +593,19 @@ class DeltaOptimizeBuilder:
         m = result.metrics
         added = (m.get("minFileSize"), m.get("maxFileSize"), _avg(result.bytes_added, result.files_added))
         removed_avg = _avg(result.bytes_removed, result.files_removed)
+        rewritten = (result.files_removed, result.bytes_removed)
+        # Z-order's "all" strategy, as Delta's: every file of a selected partition is merged into that partition's
+        # one output cube; a compaction has no zOrderStats
+        zorder_stats = (
+            ("all", (0, 0), rewritten, 0, rewritten, result.partitions_optimized, None) if zorder_by else None
+        )
         metrics = (
             result.files_added,
             result.files_removed,
             (*added, result.files_added, result.bytes_added),
             (None, None, removed_avg, result.files_removed, result.bytes_removed),
             result.partitions_optimized,
+            zorder_stats,
             1 if result.files_added else 0,
             result.considered_files,
             result.considered_files - result.files_removed,

@@ -36,8 +36,10 @@ from sparkonce.sql.statements import (
     MergeWhen,
     Optimize,
     RenameColumn,
+    RenameTable,
     ReplaceColumns,
     Restore,
+    SetLocation,
     ShowTables,
     ShowTblProperties,
     Statement,
@@ -507,9 +509,23 @@ def _alter(
     | AlterClusterBy
     | AddConstraint
     | DropConstraint
+    | RenameTable
+    | SetLocation
     | AlterOther
 ):
     table = parse_table(c)
+    if c.take_word("RENAME TO"):
+        renamed = parse_table(c)
+        if renamed.name is None or renamed.table_version is not None or renamed.timestamp is not None:
+            raise c.error("RENAME TO takes a table name")
+        c.expect_end()
+        return RenameTable(table, renamed.name)
+    if c.take_word("SET LOCATION"):
+        token = c.take()
+        if token.kind != "string":
+            raise c.error("SET LOCATION takes a string")
+        c.expect_end()
+        return SetLocation(table, token.value)
     if c.take_word("SET TBLPROPERTIES"):
         properties = parse_properties(c)
         c.expect_end()

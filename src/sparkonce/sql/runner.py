@@ -33,6 +33,7 @@ from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table, tabl
 from sparkonce.delta.native import is_native
 from sparkonce.delta.options import METADATA_COLUMN_OPTION
 from sparkonce.delta.spark_catalog import HELPER_VIEW_PREFIX, forget_stale, forget_table, sync_all, sync_table
+from sparkonce.delta.table_view import forget_table as forget_view
 from sparkonce.errors import SqlError
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
@@ -57,8 +58,10 @@ from sparkonce.sql.statements import (
     Merge,
     Optimize,
     RenameColumn,
+    RenameTable,
     ReplaceColumns,
     Restore,
+    SetLocation,
     ShowTables,
     ShowTblProperties,
     Statement,
@@ -80,6 +83,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
+
+BYPASS_LOCATION_SCHEMA_CHECK_CONF = "spark.databricks.delta.alterLocation.bypassSchemaCheck"
 
 FORMAT = "sparkonce.delta"
 _FROM_LIST_END = frozenset(
@@ -255,6 +260,10 @@ class DeltaSql:
 
             drop_constraint(self.spark, target.location, stmt.name, if_exists=stmt.if_exists, shown=target.shown)
             return self._empty()
+        if isinstance(stmt, RenameTable):
+            return self._rename(target, stmt)
+        if isinstance(stmt, SetLocation):
+            return self._set_location(target, stmt)
         if isinstance(stmt, AlterOther):
             raise SqlError(f"{stmt.clause} is not supported by sparkonce's Delta SQL on {target.shown}")
         raise AssertionError(stmt)
@@ -686,6 +695,47 @@ class DeltaSql:
         convert_parquet(stmt.path, partition_schema=schema, collect_stats=stmt.collect_stats)
         return self._empty()
 
+    def _rename(self, target: Target, stmt: RenameTable) -> DataFrame:
+        """``ALTER TABLE t RENAME TO new``: sparkonce's catalog renames the entry (a managed table's files move
+        with it, :meth:`DeltaCatalog.rename`), Spark's catalog follows."""
+        if target.catalog is None:
+            raise SqlError(f"ALTER TABLE {target.shown} RENAME TO: a table named by its path has no name to change")
+        key = table_key(self.spark, stmt.new_name)
+        if key is None:
+            raise SqlError(f"RENAME TO {'.'.join(stmt.new_name)}: sparkonce's catalog holds names db.t only")
+        renamed = DeltaCatalog.of(self.spark).rename(target.catalog, *key)
+        forget_table(self.spark, target.catalog.database, target.catalog.name)
+        forget_view(target.catalog.location)
+        sync_table(self.spark, renamed)
+        return self._empty()
+
+    def _set_location(self, target: Target, stmt: SetLocation) -> DataFrame:
+        """``ALTER TABLE t SET LOCATION 'path'``: the name points at the Delta table at ``path``, whose schema and
+        partitioning must be the table's (Delta's check; ``spark.databricks.delta.alterLocation.bypassSchemaCheck``
+        skips it)."""
+        from sparkonce.delta.table_view import current_table
+
+        if target.catalog is None:
+            raise SqlError(f"ALTER TABLE {target.shown} SET LOCATION: a table named by its path has no location to set")
+        new = current_table(stmt.location)
+        if new is None:
+            raise SqlError(f"[DELTA_MISSING_DELTA_TABLE] {stmt.location} is not a Delta table.")
+        bypass = str(self.spark.conf.get(BYPASS_LOCATION_SCHEMA_CHECK_CONF, "false")).lower() == "true"
+        old = current_table(target.location)
+        if old is not None and not bypass:
+            before = (_plain_fields(old.schema_fields()), old.metadata().partition_columns)
+            after = (_plain_fields(new.schema_fields()), new.metadata().partition_columns)
+            if before != after:
+                raise SqlError(
+                    "[DELTA_SET_LOCATION_SCHEMA_MISMATCH] The schema of the new Delta location is different than "
+                    f"the current table schema. original schema: {before} destination schema: {after} (table "
+                    f"{target.shown}, location {stmt.location}). If this is an intended change, you may turn this "
+                    f"check off by running: SET {BYPASS_LOCATION_SCHEMA_CHECK_CONF} = true"
+                )
+        relocated = DeltaCatalog.of(self.spark).relocate(target.catalog, stmt.location)
+        sync_table(self.spark, relocated)
+        return self._empty()
+
     def _drop(self, stmt: DropTable) -> DataFrame | None:
         if stmt.table.path is not None:
             raise SqlError(f"DROP TABLE takes a table name, not a path ({stmt.table.shown})")
@@ -782,6 +832,17 @@ class DeltaSql:
         from pyspark.sql.types import StructType
 
         return self.spark.createDataFrame([], StructType([]))
+
+
+def _plain_fields(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A schema's fields without column mapping's metadata (ids and physical names differ between two tables)."""
+    return [
+        {
+            **f,
+            "metadata": {k: v for k, v in (f.get("metadata") or {}).items() if not k.startswith("delta.columnMapping")},
+        }
+        for f in fields
+    ]
 
 
 def _text(text: str, span: Span) -> str:

@@ -244,6 +244,22 @@ class DropConstraint:
 
 
 @dataclass(frozen=True)
+class RenameTable:
+    """``ALTER TABLE t RENAME TO new_name``."""
+
+    table: TableRef
+    new_name: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SetLocation:
+    """``ALTER TABLE t SET LOCATION 'path'``."""
+
+    table: TableRef
+    location: str
+
+
+@dataclass(frozen=True)
 class AlterOther:
     """Another ``ALTER TABLE`` form: Spark's for its own tables, not supported on a Delta table."""
 
@@ -275,6 +291,8 @@ Statement = (
     | AlterClusterBy
     | AddConstraint
     | DropConstraint
+    | RenameTable
+    | SetLocation
     | AlterOther
     | GenerateManifest
     | ConvertToDelta
@@ -287,6 +305,7 @@ __all__ = [
     "ColumnDefinition",
     "DropColumns",
     "RenameColumn",
+    "RenameTable",
     "ReplaceColumns",
     "AlterClusterBy",
     "AlterOther",
@@ -306,6 +325,7 @@ __all__ = [
     "MergeAction",
     "Optimize",
     "Restore",
+    "SetLocation",
     "ShowTables",
     "ShowTblProperties",
     "Statement",
