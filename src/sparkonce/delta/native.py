@@ -561,6 +561,7 @@ class DeltaFileIndex:
                     if (kept := [p for p in paths if may_match(predicate, self._file_stats(p, adds[p]), kinds)])
                 }
             read = sum(len(p) for p in groups.values())
+            self._forget_removed(adds)
             directories = []
             for key, paths in groups.items():
                 array = j.gateway.new_array(j.FileStatus, len(paths))
@@ -580,6 +581,14 @@ class DeltaFileIndex:
             after_partitions - read,
         )
         return j.seq(directories)
+
+    def _forget_removed(self, adds: Mapping[str, Any]) -> None:
+        """Drop what the index keeps of files no longer in the table once they outnumber the live ones (a table
+        that a stream appends to for months must not grow the driver's memory)."""
+        for kept in (self._statuses, self._stats):
+            if len(kept) > 2 * len(adds) + 1000:
+                for path in [p for p in kept if p not in adds]:
+                    del kept[path]
 
     def _uri(self, fs_path: str) -> str:
         if not fs_path:
