@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from py4j.protocol import Py4JError
+
 from sparkonce.delta.log import DeltaLog, Snapshot
 from sparkonce.delta.options import ReadOptions
 from sparkonce.delta.paths import require_fs_path
@@ -434,11 +436,9 @@ class DeltaFileIndex:
         return self._j.seq([self._j.Path(self._uri(""))])
 
     def listFiles(self, partitionFilters: Any, dataFilters: Any) -> Any:  # driver (JVM callback)
-        try:
-            return self._list_files(partitionFilters, dataFilters)
-        except Exception:
-            log.exception("listing the files of the Delta table at %s failed", self.location)
-            raise
+        """The files of the table's current (or pinned) snapshot that the filters may need; an error here reaches
+        the query as py4j's exception with the Python traceback in its message."""
+        return self._list_files(partitionFilters, dataFilters)
 
     def inputFiles(self) -> Any:  # driver (JVM callback)
         snapshot = self._current()
@@ -486,7 +486,7 @@ class DeltaFileIndex:
                 int(other.hashCode()) == self.hashCode()
                 and str(other.toString()).startswith(f"DeltaFileIndex[{self.location}")
             )
-        except Exception:
+        except Py4JError:  # not an index of ours: it has no such methods
             return False
 
     def hashCode(self) -> int:  # driver (JVM callback)

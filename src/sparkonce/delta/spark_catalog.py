@@ -27,9 +27,13 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+
 from sparkonce.delta.catalog import DEFAULT_DATABASE, CatalogTable, DeltaCatalog
 from sparkonce.delta.native import native_frame
 from sparkonce.delta.options import ReadOptions
+from sparkonce.errors import SparkonceError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -122,7 +126,7 @@ def sync_table(spark: SparkSession, entry: CatalogTable) -> bool:
             catalog_table=catalog.getTableMetadata(_ident(spark, entry)),
         )
         catalog.cacheTable(qualified, (native if native is not None else frame)._jdf.queryExecution().analyzed())
-    except Exception as err:
+    except (Py4JError, PySparkException, SparkonceError) as err:  # the name then stays sparkonce's alone
         log.warning("table %s.%s is not in Spark's catalog: %s", entry.database, entry.name, err)
         return False
     with _lock:
