@@ -42,6 +42,7 @@ __all__ = [
     "TableLocation",
     "checkpoint_path",
     "hadoop_storage_options",
+    "s3a_hadoop_conf",
     "session_storage_options",
     "set_session_storage_options",
     "storage_options_from",
@@ -376,6 +377,42 @@ def hadoop_storage_options(conf: Mapping[str, str]) -> tuple[dict[str, str], lis
         else:
             ignored.append(key)
     return mapped, ignored
+
+
+def s3a_hadoop_conf(options: Mapping[str, str]) -> dict[str, str]:
+    """The Hadoop S3A settings (``fs.s3a.*``) of S3 storage options, so Hadoop's S3A file system reaches the store
+    delta-rs reaches with ``options`` (names in any letter case, with or without ``AWS_``): the endpoint
+    (``AWS_ENDPOINT_URL``; TLS unless it is ``http://``), the region, the keys (simple credentials; a session token
+    makes them temporary ones) and path-style access (object_store's default for an explicit endpoint, unless
+    ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true``). What the options do not give is left to S3A's own defaults (its
+    credential chain, AWS's endpoints). Runs on the driver.
+    """
+    given: dict[str, str] = {}
+    for name, value in options.items():
+        lowered = str(name).lower()
+        given[lowered.removeprefix("aws_")] = str(value)
+    conf: dict[str, str] = {}
+    endpoint = given.get("endpoint_url") or given.get("endpoint")
+    if endpoint:
+        conf["fs.s3a.endpoint"] = endpoint
+        conf["fs.s3a.connection.ssl.enabled"] = str(not endpoint.lower().startswith("http://")).lower()
+    region = given.get("region") or given.get("default_region")
+    if region:
+        conf["fs.s3a.endpoint.region"] = region
+    virtual_hosted = given.get("virtual_hosted_style_request")
+    if virtual_hosted is not None or endpoint:
+        conf["fs.s3a.path.style.access"] = str((virtual_hosted or "false").strip().lower() != "true").lower()
+    access_key, secret_key = given.get("access_key_id"), given.get("secret_access_key")
+    if access_key and secret_key:
+        conf["fs.s3a.access.key"] = access_key
+        conf["fs.s3a.secret.key"] = secret_key
+        token = given.get("session_token") or given.get("token")
+        if token:
+            conf["fs.s3a.session.token"] = token
+            conf["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        else:
+            conf["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+    return conf
 
 
 def storage_options_from_conf(conf: Mapping[str, str]) -> dict[str, str]:

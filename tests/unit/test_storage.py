@@ -10,7 +10,7 @@ import pytest
 from sparkonce._types import BatchId
 from sparkonce.checkpoint.query import read_offsets_text, read_query_id
 from sparkonce.errors import CheckpointError, StorageError
-from sparkonce.storage import checkpoint_path, table_location
+from sparkonce.storage import checkpoint_path, s3a_hadoop_conf, table_location
 
 
 @pytest.mark.parametrize(
@@ -142,3 +142,37 @@ def test_aws_profile_cannot_reach_the_log_writer_and_says_what_to_give() -> None
     location = table_location("s3://lake/t", storage_options={"conditional_put": "etag", "AWS_PROFILE": "prod"})
     with pytest.raises(StorageError, match=r"s3://lake/t: AWS_PROFILE .*AWS_ACCESS_KEY_ID"):
         location.put_if_absent("_delta_log/00000000000000000000.json", b"{}\n")
+
+
+def test_s3_storage_options_become_the_s3a_settings_of_the_same_store() -> None:
+    options = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:8333",
+        "aws_access_key_id": "ak",
+        "AWS_SECRET_ACCESS_KEY": "sk",
+        "region": "eu-west-1",
+        "AWS_ALLOW_HTTP": "true",
+        "conditional_put": "etag",
+    }
+    assert s3a_hadoop_conf(options) == {
+        "fs.s3a.endpoint": "http://127.0.0.1:8333",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.endpoint.region": "eu-west-1",
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.access.key": "ak",
+        "fs.s3a.secret.key": "sk",
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
+    temporary = s3a_hadoop_conf(
+        {
+            "AWS_ENDPOINT_URL": "https://s3.example",
+            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true",
+            "AWS_ACCESS_KEY_ID": "ak",
+            "AWS_SECRET_ACCESS_KEY": "sk",
+            "AWS_SESSION_TOKEN": "tok",
+        }
+    )
+    assert temporary["fs.s3a.connection.ssl.enabled"] == "true"
+    assert temporary["fs.s3a.path.style.access"] == "false"
+    assert temporary["fs.s3a.session.token"] == "tok"
+    assert temporary["fs.s3a.aws.credentials.provider"] == "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    assert s3a_hadoop_conf({"AWS_REGION": "us-east-2"}) == {"fs.s3a.endpoint.region": "us-east-2"}

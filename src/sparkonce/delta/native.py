@@ -21,9 +21,15 @@ Column mapping is a projection from physical to logical names over the relation;
 relation's partition columns, with their values from the log. Spark's ``_metadata`` columns come with the file
 source.
 
+Tables on ``s3://`` (or ``s3a://``) read natively too when the session has Hadoop's S3A file system (the S3A jars
+of ``sparkonce jars fetch s3a`` on its classpath): the index lists ``s3a://bucket/key`` files and the relation
+carries the S3A settings of the table's storage options (:func:`sparkonce.storage.s3a_hadoop_conf`) as its
+options, which Spark puts into the Hadoop conf of that scan only (nothing global changes).
+
 What stays on the Python data source (:func:`native_frame` returns None): sessions without py4j (Spark Connect,
-Spark Declarative Pipelines), tables on object stores (Spark has no S3 file system here), tables that can hold
-deletion vectors (Spark's Parquet reader cannot apply them), and ``spark.sparkonce.nativeReads=false``.
+Spark Declarative Pipelines), tables on object stores Spark cannot read here (S3 without the S3A jars, other
+stores), tables that can hold deletion vectors (Spark's Parquet reader cannot apply them), and
+``spark.sparkonce.nativeReads=false``.
 
 Runs on the driver; executors run Spark's own Parquet reader.
 """
@@ -68,7 +74,7 @@ from sparkonce.delta.skipping import (
 )
 from sparkonce.delta.table_view import current_table
 from sparkonce.errors import OptionError, SchemaMismatchError, TableNotFoundError
-from sparkonce.storage import TableLocation, table_location
+from sparkonce.storage import TableLocation, s3a_hadoop_conf, table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -79,6 +85,8 @@ NATIVE_READS_CONF = "spark.sparkonce.nativeReads"
 """``false`` sends every batch read through the Python data source (default ``true``)."""
 
 _FILE_BLOCK_SIZE = 128 * 1024 * 1024
+_S3_SCHEMES = ("s3", "s3a")
+_S3A_FILE_SYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 _PHYSICAL_NAME = "delta.columnMapping.physicalName"
 
 
@@ -115,7 +123,7 @@ def native_frame(spark: SparkSession, options: ReadOptions, *, catalog_table: An
         UnsupportedFeatureError: the table needs a reader feature sparkonce cannot honour.
         TableNotFoundError: there is no Delta table at the path.
     """
-    if not native_reads_enabled(spark) or not options.location.is_local:
+    if not native_reads_enabled(spark) or not _spark_reads_store(spark, options.location):
         return None
     pinned = _pinned_version(options)
     snapshot = DeltaLog(options.location).snapshot(pinned) if pinned is not None else _latest(options.location)
@@ -170,6 +178,14 @@ def native_reads_enabled(spark: SparkSession) -> bool:
     return str(spark.conf.get(NATIVE_READS_CONF, "true")).strip().lower() != "false"
 
 
+def _spark_reads_store(spark: SparkSession, location: TableLocation) -> bool:
+    """True when Spark's Parquet scan can read the table's files: local tables, and tables on S3 when the session
+    has the S3A file system."""
+    if location.is_local:
+        return True
+    return location.scheme in _S3_SCHEMES and _jvm_of(spark).has_s3a
+
+
 def _latest(location: TableLocation) -> Snapshot:
     table = current_table(location)
     if table is None:
@@ -221,6 +237,21 @@ class _Jvm:
         self.bind = getattr(getattr(self.expressions, "BindReferences$"), "MODULE$")
         self.attribute_seq = getattr(self.expressions, "package$AttributeSeq")
         self.predicate = getattr(getattr(self.expressions, "Predicate$"), "MODULE$")
+        self._has_s3a: bool | None = None
+
+    @property
+    def has_s3a(self) -> bool:
+        """True when Hadoop's S3A file system class loads in the driver's JVM (asked once per session)."""
+        if self._has_s3a is None:
+            from py4j.protocol import Py4JJavaError
+
+            try:
+                loader = self.jvm.java.lang.Thread.currentThread().getContextClassLoader()
+                self.jvm.java.lang.Class.forName(_S3A_FILE_SYSTEM, False, loader)
+                self._has_s3a = True
+            except Py4JJavaError:
+                self._has_s3a = False
+        return self._has_s3a
 
     def seq(self, items: Sequence[Any]) -> Any:
         """A Scala immutable ``List`` of ``items``."""
@@ -229,8 +260,10 @@ class _Jvm:
         java_list = ListConverter().convert(list(items), self.gateway._gateway_client)
         return self.converters.asScala(java_list).toList()
 
-    def empty_map(self) -> Any:
-        return getattr(self.jvm.scala.collection.immutable.Map, "from")(self.seq([]))
+    def map(self, items: Mapping[str, str]) -> Any:
+        """A Scala immutable ``Map`` of ``items``."""
+        pairs = [self.jvm.scala.Tuple2(key, value) for key, value in items.items()]
+        return getattr(self.jvm.scala.collection.immutable.Map, "from")(self.seq(pairs))
 
 
 _JVMS: dict[int, _Jvm] = {}
@@ -406,7 +439,7 @@ class DeltaFileIndex:
         data_schema = j.DataType.fromJson(json.dumps(self._data_struct()))
         format_ = j.jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
         relation = j.jvm.org.apache.spark.sql.execution.datasources.HadoopFsRelation(
-            self, self._partition_schema, data_schema, j.none, format_, j.empty_map(), j.session
+            self, self._partition_schema, data_schema, j.none, format_, j.map(self._hadoop_options()), j.session
         )
         plan = (
             j.logical_relation.apply(relation, False)
@@ -591,9 +624,16 @@ class DeltaFileIndex:
                     del kept[path]
 
     def _uri(self, fs_path: str) -> str:
-        if not fs_path:
-            fs_path = self.location.fs_path()
-        return f"file:{fs_path}"
+        """The Hadoop URI of a file (or, for ``""``, of the table root): ``file:/...`` or ``s3a://bucket/...``."""
+        if self.location.is_local:
+            return f"file:{fs_path or self.location.fs_path()}"
+        root = "s3a://" + self.location.uri.split("://", 1)[1].rstrip("/")
+        return f"{root}/{fs_path}" if fs_path else root
+
+    def _hadoop_options(self) -> dict[str, str]:
+        """The relation's options: Spark sets them in the Hadoop conf of its scan (the S3A settings of an S3
+        table's storage options; none for a local table)."""
+        return {} if self.location.is_local else s3a_hadoop_conf(self.location.options())
 
     def _status(self, path: str, add: Mapping[str, Any]) -> Any:
         found = self._statuses.get(path)
