@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
+
+from sparkonce.errors import OptionError, VersionNotFoundError
 
 pytestmark = pytest.mark.spark
 
@@ -52,14 +53,14 @@ def test_old_log_files_go_at_the_next_checkpoint_and_the_table_reads_the_same(
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").select("version", "operation").collect()
     assert [(r.version, r.operation) for r in history] == [(v, "WRITE") for v in range(10, 6, -1)]
     assert [h["version"] for h in DeltaTable(table).history()] == list(range(10, 6, -1))
-    with pytest.raises(
-        AnalysisException,
+    with pytest.raises(  # refused by load(), before any data moves (the native read path plans there)
+        VersionNotFoundError,
         match=r"\[DELTA_VERSION_NOT_FOUND\] Cannot time travel Delta table to "
         r"version 3\. Available versions: \[10, 10\]\.",
     ):
         spark.read.format("delta").option("versionAsOf", "3").load(table).collect()
     with pytest.raises(
-        AnalysisException,
+        OptionError,
         match=r"option 'versionAsOf' = '11': is beyond the latest table version 10 of ",
     ):
         spark.read.format("delta").option("versionAsOf", "11").load(table).collect()

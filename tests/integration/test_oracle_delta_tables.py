@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pyspark.errors import AnalysisException
 
+from sparkonce.errors import UnsupportedFeatureError
 from tests.fixtures_delta_oracle import (
     DeltaOracle,
     spark_rows,
@@ -361,5 +361,5 @@ def test_a_table_delta_spark_widened_is_refused_naming_the_feature(
     ]:
         delta_oracle.sql(statement.format(t=table_ref(table)))
     assert delta_oracle.rows(table) == [{"id": 1, "f": 1.5}, {"id": 5000000000, "f": 2.25}]
-    with pytest.raises(AnalysisException, match=r"reader feature\(s\) typeWidening that sparkonce cannot honour yet"):
+    with pytest.raises(UnsupportedFeatureError, match=r"reader feature\(s\) typeWidening that sparkonce cannot honour"):
         sparkonce_rows(spark, table)
