@@ -21,6 +21,29 @@ def write_input_files(directory: Path, files: int, rows_per_file: int, *, start:
     return write_json_batches(directory, files, rows_per_file, start=start)
 
 
+INPUT_SCHEMA = "id long, device string, value double"
+"""The rows :func:`write_input_files` writes."""
+
+
+def stream_input_files(spark: SparkSession, inputs: Path, checkpoint: Path, table: Path, **options: str) -> str:
+    """Stream the JSON files of :func:`write_input_files` into the Delta table at ``table``, one file a batch,
+    ``availableNow`` (sink ``options`` added); wait for it to end and return the query id."""
+    query = (
+        spark.readStream.format("json")
+        .schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .load(str(inputs))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(checkpoint))
+        .options(**options)
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    return str(query.id)
+
+
 def delta_ids(table: Path) -> list[int]:
     """All ids of a Delta table read through delta-rs (independent of our reader), sorted."""
     return sorted(table_ids(table))

@@ -17,31 +17,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.fixtures_delta_oracle import DeltaOracle, spark_rows, sparkonce_detail, sparkonce_history, table_ref
-from tests.integration.conftest import write_input_files
+from tests.integration.conftest import INPUT_SCHEMA, stream_input_files, write_input_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.oracle]
 
-SCHEMA = "id long, device string, value double"
-
-
-def _stream_files(spark: SparkSession, inputs: Path, target: Path, checkpoint: Path) -> str:
-    query = (
-        spark.readStream.format("json")
-        .schema(SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .load(str(inputs))
-        .writeStream.format("delta")
-        .option("checkpointLocation", str(checkpoint))
-        .option("delta.checkpointInterval", "2")
-        .trigger(availableNow=True)
-        .start(str(target))
-    )
-    query.awaitTermination()
-    assert query.exception() is None
-    return str(query.id)
+SCHEMA = INPUT_SCHEMA
 
 
 def test_delta_spark_reads_the_sinks_commits_and_honours_their_txn(
@@ -49,7 +32,7 @@ def test_delta_spark_reads_the_sinks_commits_and_honours_their_txn(
 ) -> None:
     write_input_files(tmp_path / "in", files=3, rows_per_file=4)
     target = tmp_path / "events"
-    query_id = _stream_files(spark, tmp_path / "in", target, tmp_path / "ck")
+    query_id = stream_input_files(spark, tmp_path / "in", tmp_path / "ck", target, **{"delta.checkpointInterval": "2"})
     assert (target / "_delta_log" / f"{2:020d}.checkpoint.parquet").is_file()
 
     assert delta_oracle.rows(target) == spark_rows(spark.read.format("delta").load(str(target)))

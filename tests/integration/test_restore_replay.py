@@ -15,26 +15,11 @@ from pyspark.sql import SparkSession
 from sparkonce.cli.main import cli
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.restores import restored_app_id
-from tests.integration.conftest import delta_ids, write_input_files
+from tests.integration.conftest import INPUT_SCHEMA, delta_ids, stream_input_files, write_input_files
 
 pytestmark = pytest.mark.spark
 
-SCHEMA = "id long, device string, value double"
-
-
-def _run_stream(spark: SparkSession, inputs: Path, ck: Path, table: Path) -> str:
-    query = (
-        spark.readStream.format("json")
-        .schema(SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .load(str(inputs))
-        .writeStream.format("delta")
-        .option("checkpointLocation", str(ck))
-        .trigger(availableNow=True)
-        .start(str(table))
-    )
-    query.awaitTermination()
-    return str(query.id)
+SCHEMA = INPUT_SCHEMA
 
 
 def _doctor(ck: Path) -> tuple[int, dict]:  # type: ignore[type-arg]
@@ -47,7 +32,7 @@ def test_restore_then_replay_loses_nothing_through_the_safe_path(spark: SparkSes
 
     inputs, ck, table = tmp_path / "in", tmp_path / "ck", tmp_path / "events"
     ids = write_input_files(inputs, files=3, rows_per_file=5)
-    query_id = _run_stream(spark, inputs, ck, table)
+    query_id = stream_input_files(spark, inputs, ck, table)
     assert sorted(delta_ids(table)) == sorted(ids)
     # Batch b wrote ids [5b, 5b+5) at table version b. Restore to table version 0: batches 1 and 2 are undone.
     DeltaTable.forPath(spark, str(table)).restoreToVersion(0)
@@ -88,5 +73,5 @@ def test_restore_then_replay_loses_nothing_through_the_safe_path(spark: SparkSes
 
     # The stream goes on under its query id: the next batch is written once, the earlier ones are not repeated.
     more = write_input_files(inputs, files=1, rows_per_file=5, start=len(ids))
-    assert _run_stream(spark, inputs, ck, table) == query_id
+    assert stream_input_files(spark, inputs, ck, table) == query_id
     assert sorted(delta_ids(table)) == sorted(ids + more)
