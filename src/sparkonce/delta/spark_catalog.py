@@ -33,6 +33,7 @@ from pyspark.errors import PySparkException
 from sparkonce.delta.catalog import DEFAULT_DATABASE, CatalogTable, DeltaCatalog
 from sparkonce.delta.native import native_frame
 from sparkonce.delta.options import ReadOptions
+from sparkonce.delta.table_view import current_table
 from sparkonce.errors import SparkonceError
 
 if TYPE_CHECKING:
@@ -98,8 +99,6 @@ def sync_table(spark: SparkSession, entry: CatalogTable) -> bool:
     schema; False when it cannot (the name then stays sparkonce's alone)."""
     if not _usable(spark):
         return False
-    from sparkonce.delta.table_view import current_table
-
     table = current_table(entry.location)
     if table is None:
         return False
