@@ -229,9 +229,18 @@ def _jvm_options() -> list[str]:
     return [*JAVA_OPTIONS, f"-Dlog4j2.configurationFile={KAFKA.resources / 'log4j2.properties'}"]
 
 
+def _cluster_id() -> str:
+    """A new KRaft cluster id: 16 random bytes, URL-safe base64 without padding. Like Kafka's ``Uuid.randomUuid``,
+    never one that starts with ``-``: the storage tool's argument parser would take it for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def _format(java: str, classpath: str, config: Path, log_path: Path) -> None:
     """Format the data directory of ``config`` for KRaft with a new cluster id (Kafka's ``kafka-storage format``)."""
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = _cluster_id()
     with open(log_path, "ab") as out:
         done = subprocess.run(
             [java, *_jvm_options(), "-cp", classpath, _STORAGE_TOOL, "format", "-t", cluster_id, "-c", str(config)],
