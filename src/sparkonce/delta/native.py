@@ -73,7 +73,7 @@ from sparkonce.delta.skipping import (
     stats_columns,
 )
 from sparkonce.delta.table_view import current_table
-from sparkonce.errors import OptionError, SchemaMismatchError, TableNotFoundError
+from sparkonce.errors import DeltaLogError, OptionError, SchemaMismatchError, TableNotFoundError
 from sparkonce.storage import TableLocation, s3a_hadoop_conf, table_location
 
 if TYPE_CHECKING:
@@ -739,6 +739,115 @@ class DeltaFileIndex:
         return j.jvm.org.apache.spark.sql.catalyst.types.DataTypeUtils.toAttribute(field)
 
 
+class FileSetIndex(DeltaFileIndex):
+    """The file index of a fixed set of a table's files, read with the schema of one snapshot: a streaming
+    micro-batch's files (:mod:`sparkonce.delta.native_stream`), or the candidate files a MERGE/UPDATE/DELETE/OPTIMIZE
+    rewrites (:func:`file_rows`). Made on the driver; Spark calls it while planning that scan (partition pruning and
+    data skipping apply to the set too).
+
+    Args:
+        spark: The (classic) session.
+        location: The table.
+        snapshot: The snapshot whose schema, partitioning and column mapping the files are read with.
+        adds: The files' ``add`` actions, by raw path.
+        label: How the set shows in logs and ``explain``.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        location: TableLocation,
+        snapshot: Snapshot,
+        adds: Mapping[str, Mapping[str, Any]],
+        label: str,
+    ) -> None:
+        super().__init__(spark, location, snapshot, pinned=True)
+        self.label = label
+        self._adds = dict(adds)
+
+    def _listing(self) -> tuple[Snapshot, Mapping[str, Mapping[str, Any]]]:
+        return self.snapshot, self._adds
+
+    def _record(self, scan: ScanReport) -> None:
+        """A file set's scan is not the table's last scan (:func:`last_scan`)."""
+
+    def _scan_label(self) -> str:
+        return f" ({self.label})"
+
+    def toString(self) -> str:  # driver (JVM callback)
+        return f"DeltaFileSetIndex[{self.location}, {self.label}, {len(self._adds)} file(s)]"
+
+    def equals(self, other: Any) -> bool:  # driver (JVM callback)
+        if other is self:
+            return True
+        try:
+            return bool(int(other.hashCode()) == self.hashCode() and str(other.toString()) == self.toString())
+        except Py4JError:
+            return False
+
+    def hashCode(self) -> int:  # driver (JVM callback)
+        return id(self) & 0x7FFFFFFF
+
+    def file_uris(self) -> dict[str, str]:
+        """Raw ``add`` path -> the file's URI as Spark's ``_metadata.file_path`` shows it."""
+        return {path: str(self._status(path, add).getPath().toUri().toString()) for path, add in self._adds.items()}
+
+
+def file_rows(
+    spark: SparkSession,
+    location: TableLocation,
+    table_version: int,
+    paths: Sequence[str],
+    *,
+    file_column: str,
+    row_column: str,
+) -> DataFrame | None:
+    """The rows of the table's files ``paths`` (raw ``add`` paths of ``table_version``) read by Spark's Parquet scan,
+    in table column order, plus ``file_column`` (the file's raw path) and ``row_column`` (the row's position in its
+    file): what a MERGE/UPDATE/DELETE/OPTIMIZE rewrite reads. None when the native path cannot read them (see the
+    module's documentation; deletion vectors included); the caller then reads them on Python workers. Runs on the
+    driver.
+
+    Raises:
+        DeltaLogError: ``table_version`` cannot be read, or a path is not a file of it.
+    """
+    from pyspark.sql import functions as F
+
+    if not paths or not reads_natively(spark, location):
+        return None
+    held = current_table(location)
+    if held is not None and held.snapshot.table_version == table_version:
+        snapshot = held.snapshot
+    else:
+        snapshot = DeltaLog(location).snapshot(table_version)
+    if "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or []):
+        return None
+    missing = [p for p in paths if p not in snapshot.files]
+    if missing:
+        raise DeltaLogError(
+            f"{location}: {len(missing)} file(s) to rewrite are not in table version {table_version} (first "
+            f"{missing[0]})"
+        )
+    index = FileSetIndex(
+        spark, location, snapshot, {p: snapshot.files[p] for p in paths}, f"{len(paths)} file(s) to rewrite"
+    )
+    frame = index.frame()
+    columns = list(frame.columns)
+    uris = spark.createDataFrame(
+        [(uri, path) for path, uri in index.file_uris().items()], f"`{_URI}` string, `{file_column}` string"
+    )
+    tagged = frame.select(
+        *[F.col(f"`{c}`") for c in columns],
+        F.col("_metadata.file_path").alias(_URI),
+        F.col("_metadata.row_index").alias(row_column),
+    )
+    joined = tagged.join(F.broadcast(uris), _URI)
+    return joined.select(*[F.col(f"`{c}`") for c in columns], F.col(f"`{file_column}`"), F.col(f"`{row_column}`"))
+
+
+_URI = "_sparkonce_file_uri"
+
+
 def _raw_partition_value(values: Mapping[str, Any], logical: str, physical: str) -> Any:
     raw = values.get(physical, values.get(logical))
     return None if raw is None else str(raw)
@@ -861,7 +970,9 @@ def _internal(value: Any, type_name: str) -> Any:
 __all__ = [
     "NATIVE_READS_CONF",
     "DeltaFileIndex",
+    "FileSetIndex",
     "ScanReport",
+    "file_rows",
     "is_native",
     "jvm_of",
     "last_scan",

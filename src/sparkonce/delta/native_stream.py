@@ -35,20 +35,19 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JError
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxFiles
 
 from sparkonce.delta.log import Snapshot
-from sparkonce.delta.native import DeltaFileIndex, ScanReport, jvm_of, latest_snapshot, reads_natively
+from sparkonce.delta.native import FileSetIndex, jvm_of, latest_snapshot, reads_natively
 from sparkonce.delta.options import METADATA_COLUMN_OPTION, StreamReadOptions
-from sparkonce.delta.reader import DataFile, check_protocol_readable
+from sparkonce.delta.reader import check_protocol_readable
 from sparkonce.delta.stream import DeltaStreamReader
 from sparkonce.errors import OptionError, UnsupportedFeatureError
 from sparkonce.options import lookup
-from sparkonce.storage import TableLocation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -107,57 +106,10 @@ def _pinned_threads(spark: SparkSession) -> bool:
     return isinstance(spark.sparkContext._gateway, ClientServer)
 
 
-class BatchFileIndex(DeltaFileIndex):
-    """The file index of one micro-batch: exactly the files the stream planned for it, read with the schema the
-    stream reads. Made on the driver in ``getBatch``; Spark calls it while planning that batch's scan.
-
-    Args:
-        spark: The (classic) session.
-        location: The table.
-        snapshot: The snapshot the query started from: its schema, partitioning and column mapping.
-        files: The micro-batch's files (with their ``add`` actions).
-        label: How the batch shows in logs and ``explain``.
-    """
-
-    def __init__(
-        self, spark: SparkSession, location: TableLocation, snapshot: Snapshot, files: Sequence[DataFile], label: str
-    ) -> None:
-        super().__init__(spark, location, snapshot, pinned=True)
-        self.label = label
-        self._adds: dict[str, Mapping[str, Any]] = {}
-        for f in files:
-            if f.action is None:
-                raise ValueError(f"{f.path}: a stream's data file without its add action")
-            self._adds[str(f.action["path"])] = f.action
-
-    def _listing(self) -> tuple[Snapshot, Mapping[str, Mapping[str, Any]]]:
-        return self.snapshot, self._adds
-
-    def _record(self, scan: ScanReport) -> None:
-        """A micro-batch's scan is not the table's last scan (:func:`sparkonce.delta.native.last_scan`)."""
-
-    def _scan_label(self) -> str:
-        return f" ({self.label})"
-
-    def toString(self) -> str:  # driver (JVM callback)
-        return f"DeltaBatchFileIndex[{self.location}, {self.label}, {len(self._adds)} file(s)]"
-
-    def equals(self, other: Any) -> bool:  # driver (JVM callback)
-        if other is self:
-            return True
-        try:
-            return bool(int(other.hashCode()) == self.hashCode() and str(other.toString()) == self.toString())
-        except Py4JError:
-            return False
-
-    def hashCode(self) -> int:  # driver (JVM callback)
-        return id(self) & 0x7FFFFFFF
-
-
 class NativeDeltaSource:
     """Spark's streaming ``Source`` of one Delta table, as a py4j proxy (driver only: the JVM calls it from the
     query's micro-batch thread). Planning is delegated to one :class:`DeltaStreamReader` per query run; each
-    micro-batch is a streaming relation over its files (:class:`BatchFileIndex`).
+    micro-batch is a streaming relation over its files (:class:`sparkonce.delta.native.FileSetIndex`).
 
     Args:
         spark: The (classic) session.
@@ -188,7 +140,7 @@ class NativeDeltaSource:
         self.format_name = format_name
         self._j = jvm_of(spark)
         self._token = uuid.uuid4().int & 0x7FFFFFFF
-        shape = BatchFileIndex(spark, options.location, snapshot, (), "schema").frame()
+        shape = FileSetIndex(spark, options.location, snapshot, {}, "schema").frame()
         self.spark_schema = shape.schema
         self._jschema = shape._jdf.schema()
         self._offset = self._j.jvm.org.apache.spark.sql.execution.streaming.runtime.SerializedOffset
@@ -272,7 +224,12 @@ class NativeDeltaSource:
                 "same checkpoint through sparkonce's Python source, which applies them"
             )
         label = f"micro-batch ending at table_version {finish.get('reservoirVersion')} index {finish.get('index')}"
-        index = BatchFileIndex(self.spark, self.options.location, self.snapshot, files, label)
+        adds = {}
+        for f in files:
+            if f.action is None:
+                raise ValueError(f"{f.path}: a stream's data file without its add action")
+            adds[str(f.action["path"])] = f.action
+        index = FileSetIndex(self.spark, self.options.location, self.snapshot, adds, label)
         return index.frame(stream=self)._jdf
 
     def commit(self, end: Any) -> None:  # driver (JVM callback), after Spark's checkpoint commit
@@ -335,4 +292,4 @@ def _python_limit(limit: Any) -> ReadLimit:
     return ReadAllAvailable()
 
 
-__all__ = ["BatchFileIndex", "NativeDeltaSource", "native_source_of", "native_stream_frame"]
+__all__ = ["NativeDeltaSource", "native_source_of", "native_stream_frame"]
