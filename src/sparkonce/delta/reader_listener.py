@@ -1,0 +1,238 @@
+"""Keeping a streaming query's reader registrations (:mod:`sparkonce.delta.readers`) up to date. Runs on the driver.
+
+A query's Delta sources cannot register themselves: the Python source plans in a worker process that knows neither
+the query id nor the checkpoint. The driver knows both, so when ``writeStream...start()`` starts a query in a
+session where sparkonce is registered (the shim of :mod:`sparkonce.delta._compat`), :func:`follow_query` registers
+the query on each Delta table it reads, at the table version its checkpoint's last committed batch ends at (a new
+query: ``startingVersion``, else the latest table version; ``startingTimestamp``: table version 0 until its first
+batch commits), and a streaming query listener of the session moves the registration on:
+
+* each progress event carries the end offsets of a batch whose checkpoint commit (``commits/N``) is written: their
+  ``reservoirVersion`` is where a restart reads from;
+* a registration is rewritten when that table version moves, or, while it does not (an idle query), at most every
+  :data:`REFRESH_MS` (a quarter of the table's ``sparkonce.readerRetentionDuration`` when shorter), so a running
+  query never expires;
+* listener events come late, never early, so a registration can only be behind its query (keeping more), never
+  ahead (keeping less).
+
+A failed write is logged as a WARNING and never fails a batch: the registration stays at its last table version,
+which keeps more, not less.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
+
+from sparkonce.checkpoint.reader import read_checkpoint
+from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.readers import RegisteredReader, reader_retention_ms, register_reader
+from sparkonce.errors import SparkonceError
+from sparkonce.storage import TableLocation, table_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = ["REFRESH_MS", "ReadTable", "follow_query"]
+
+log = logging.getLogger(__name__)
+
+REFRESH_MS = 600_000
+"""How often an idle query's registration is confirmed (at most; less when the table's limit is shorter)."""
+
+
+@dataclass(frozen=True)
+class ReadTable:
+    """A Delta table a query reads, as found in its plan: its location and its source options (lower-case keys)."""
+
+    location: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        """``cdf`` for the change data feed, else ``delta``."""
+        return "cdf" if self.options.get("readchangefeed", "").strip().lower() == "true" else "delta"
+
+
+class _Registration:
+    """One query's registration on one table, and when it was last written. Driver only."""
+
+    def __init__(self, location: TableLocation, table_id: str, reader: RegisteredReader, refresh_ms: int) -> None:
+        self.location = location
+        self.table_id = table_id
+        self.reader = reader
+        self.refresh_ms = refresh_ms
+        self.written_ms: int | None = None
+
+    def update(self, table_version: int | None, *, now_ms: int) -> None:
+        """Write the registration when ``table_version`` moved it, or when it is due a refresh."""
+        moved = table_version is not None and table_version != self.reader.table_version
+        if not moved and self.written_ms is not None and now_ms - self.written_ms < self.refresh_ms:
+            return
+        version = self.reader.table_version if table_version is None else table_version
+        reader = RegisteredReader(
+            self.reader.query_id,
+            self.reader.checkpoint_dir,
+            self.reader.source,
+            version,
+            now_ms,
+            self.reader.query_name,
+        )
+        try:
+            register_reader(self.location, reader)
+        except (OSError, SparkonceError) as err:  # the batch stands; the registration keeps its older version
+            log.warning(
+                "could not register the reader query %s on %s at table_version %s: %s",
+                reader.query_id,
+                self.location,
+                version,
+                err,
+            )
+            return
+        self.reader = reader
+        self.written_ms = now_ms
+
+
+_FOLLOWED: dict[str, list[_Registration]] = {}
+"""Query id -> its registrations, while the query runs in this process."""
+_LOCK = threading.Lock()
+_LISTENING: set[int] = set()
+"""The JVM sessions (by hash code) whose query manager has the listener."""
+
+
+def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str, tables: Iterable[ReadTable]) -> None:
+    """Register ``query`` on every Delta table of ``tables`` and keep the registrations up to date while it runs.
+
+    Never raises for a table or checkpoint it cannot read: the query runs unguarded there, and a WARNING says so.
+    """
+    query_id = str(query.id)
+    name = query.name
+    registrations: list[_Registration] = []
+    committed = _committed_offsets(checkpoint_dir)
+    now = int(time.time() * 1000)
+    by_location: dict[str, list[ReadTable]] = {}
+    for table in tables:
+        by_location.setdefault(table.location, []).append(table)
+    for uri, reads in by_location.items():
+        try:
+            location = table_location(uri)
+            snapshot = DeltaLog(location).snapshot()
+            table_id = str(snapshot.metadata.get("id"))
+            versions = [int(o["reservoirVersion"]) for o in committed if o.get("reservoirId") == table_id]
+            version = min(versions) if versions else min(_first_version(r, snapshot.table_version) for r in reads)
+            refresh = min(REFRESH_MS, reader_retention_ms(snapshot.configuration) // 4)
+        except (OSError, SparkonceError, ValueError, TypeError) as err:
+            log.warning(
+                "the query %s reading %s is not registered as its reader (log cleanup and VACUUM do not know it "
+                "reads the table): %s",
+                query_id,
+                uri,
+                err,
+            )
+            continue
+        source = "cdf" if any(r.source == "cdf" for r in reads) else "delta"
+        reader = RegisteredReader(query_id, checkpoint_dir, source, version, now, name)
+        registration = _Registration(location, table_id, reader, refresh)
+        registration.update(None, now_ms=now)
+        registrations.append(registration)
+        log.info("registered the query %s as a reader of %s from table_version %s", query_id, location, version)
+    if not registrations:
+        return
+    with _LOCK:
+        _FOLLOWED[query_id] = registrations
+        key = int(spark._jsparkSession.hashCode())
+        if key in _LISTENING:
+            return
+        _LISTENING.add(key)
+    spark.streams.addListener(_ReaderListener())
+
+
+def _first_version(read: ReadTable, latest: int) -> int:
+    """The first table version a query that has committed no batch may read."""
+    starting = read.options.get("startingversion")
+    if starting is not None and starting.strip().isdigit():
+        return int(starting)
+    if read.options.get("startingtimestamp") is not None:
+        return 0  # resolved against commit timestamps by its first batch: keep everything until then
+    return latest
+
+
+def _committed_offsets(checkpoint_dir: str) -> list[dict[str, Any]]:
+    """The source offsets (JSON objects) of the checkpoint's last committed batch; none for a new query."""
+    try:
+        state = read_checkpoint(checkpoint_dir, read_sources=False, newest_batches=2)
+    except SparkonceError:
+        return []
+    if state.last_committed is None:
+        return []
+    offsets = state.offsets.get(state.last_committed)
+    if offsets is None:
+        return []
+    found = [offsets.source_offset(source) for source in offsets.sources]
+    return [o for o in found if isinstance(o, dict) and "reservoirVersion" in o]
+
+
+class _ReaderListener(StreamingQueryListener):
+    """Moves the registrations of the queries :func:`follow_query` follows. Driver (Spark's listener bus thread)."""
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        pass
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        try:
+            ends = [_json(s.endOffset) for s in event.progress.sources]
+            _moved(str(event.progress.id), [e for e in ends if isinstance(e, dict)])
+        except Exception as err:  # a listener must never fail the query's events; the registration stays behind
+            log.warning("reader registration of query %s not updated: %s", event.progress.id, err)
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        try:
+            _moved(str(event.id), [])
+        except Exception as err:  # as above
+            log.warning("reader registration of query %s not refreshed: %s", event.id, err)
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        with _LOCK:
+            registrations = _FOLLOWED.pop(str(event.id), [])
+        for registration in registrations:  # the registration stays (the query may restart) until it expires
+            log.info(
+                "the query %s stopped; its registration as a reader of %s stays at table_version %s",
+                event.id,
+                registration.location,
+                registration.reader.table_version,
+            )
+
+
+def _json(text: Any) -> Any:
+    try:
+        return json.loads(str(text))
+    except (TypeError, json.JSONDecodeError):
+        return None
+
+
+def _moved(query_id: str, ends: list[dict[str, Any]]) -> None:
+    """Update ``query_id``'s registrations from a progress event's end offsets (none: an idle query)."""
+    with _LOCK:
+        registrations = list(_FOLLOWED.get(query_id, ()))
+    now = int(time.time() * 1000)
+    for registration in registrations:
+        versions = [
+            int(e["reservoirVersion"])
+            for e in ends
+            if e.get("reservoirId") == registration.table_id and type(e.get("reservoirVersion")) is int
+        ]
+        registration.update(min(versions) if versions else None, now_ms=now)
