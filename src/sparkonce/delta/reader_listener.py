@@ -3,12 +3,18 @@
 A query's Delta sources cannot register themselves: the Python source plans in a worker process that knows neither
 the query id nor the checkpoint. The driver knows both, so when ``writeStream...start()`` starts a query in a
 session where sparkonce is registered (the shim of :mod:`sparkonce.delta._compat`), :func:`follow_query` registers
-the query on each Delta table it reads, at the table version its checkpoint's last committed batch ends at (a new
-query: ``startingVersion``, else the latest table version; ``startingTimestamp``: table version 0 until its first
-batch commits), and a streaming query listener of the session moves the registration on:
+the query on each Delta table it reads, and a streaming query listener of the session moves the registration on.
 
-* each progress event carries the end offsets of a batch whose checkpoint commit (``commits/N``) is written: their
-  ``reservoirVersion`` is where a restart reads from;
+The table version registered is where the query's restart may read from: the **start** of its last planned batch
+(the end offset of the batch before it), not the end of its last committed one. A restart re-runs an uncommitted
+last batch from that start, and for a committed one Spark asks a V1 source (the native Delta source) for the
+batch again (``getBatch(start, end)``, which plans its files from the log) before it goes on. So:
+
+* at the start, from the checkpoint: the ``reservoirVersion`` of ``offsets/<L-1>`` (``L`` the last planned batch);
+  a query with no batch before its first: ``startingVersion``, else the latest table version (``startingTimestamp``:
+  table version 0), or the snapshot table version ``offsets/0`` names when that is older;
+* at each progress event (sent after the batch's checkpoint commit ``commits/N``): its sources' start offsets;
+  batch 0's start (none) leaves the registration as it is;
 * a registration is rewritten when that table version moves, or, while it does not (an idle query), at most every
   :data:`REFRESH_MS` (a quarter of the table's ``sparkonce.readerRetentionDuration`` when shorter), so a running
   query never expires;
@@ -37,6 +43,7 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
+from sparkonce.checkpoint.files import OffsetsFile
 from sparkonce.checkpoint.reader import read_checkpoint
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.readers import RegisteredReader, reader_retention_ms, register_reader
@@ -122,7 +129,7 @@ def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str
     query_id = str(query.id)
     name = query.name
     registrations: list[_Registration] = []
-    committed = _committed_offsets(checkpoint_dir)
+    restart = _restart_offsets(checkpoint_dir)
     now = int(time.time() * 1000)
     by_location: dict[str, list[ReadTable]] = {}
     for table in tables:
@@ -132,8 +139,7 @@ def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str
             location = table_location(uri)
             snapshot = DeltaLog(location).snapshot()
             table_id = str(snapshot.metadata.get("id"))
-            versions = [int(o["reservoirVersion"]) for o in committed if o.get("reservoirId") == table_id]
-            version = min(versions) if versions else min(_first_version(r, snapshot.table_version) for r in reads)
+            version = _restart_version(restart, table_id, reads, snapshot.table_version)
             refresh = min(REFRESH_MS, reader_retention_ms(snapshot.configuration) // 4)
         except (OSError, SparkonceError, ValueError, TypeError) as err:
             log.warning(
@@ -162,7 +168,7 @@ def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str
 
 
 def _first_version(read: ReadTable, latest: int) -> int:
-    """The first table version a query that has committed no batch may read."""
+    """The first table version a query that has planned no batch may read."""
     starting = read.options.get("startingversion")
     if starting is not None and starting.strip().isdigit():
         return int(starting)
@@ -171,19 +177,41 @@ def _first_version(read: ReadTable, latest: int) -> int:
     return latest
 
 
-def _committed_offsets(checkpoint_dir: str) -> list[dict[str, Any]]:
-    """The source offsets (JSON objects) of the checkpoint's last committed batch; none for a new query."""
+def _restart_offsets(checkpoint_dir: str) -> tuple[bool, list[dict[str, Any]]]:
+    """Where a restart of the query reads from: (True, the Delta offsets of ``offsets/<L-1>``) for a last planned
+    batch ``L`` >= 1; (False, the Delta offsets of ``offsets/0``, maybe none) for a query at its first batch."""
     try:
         state = read_checkpoint(checkpoint_dir, read_sources=False, newest_batches=2)
     except SparkonceError:
-        return []
-    if state.last_committed is None:
-        return []
-    offsets = state.offsets.get(state.last_committed)
+        return False, []
+    last = state.last_planned
+    if last is None:
+        return False, []
+    if last == 0:
+        return False, _delta_offsets(state.offsets.get(0))
+    return True, _delta_offsets(state.offsets.get(last - 1))
+
+
+def _delta_offsets(offsets: OffsetsFile | None) -> list[dict[str, Any]]:
     if offsets is None:
         return []
     found = [offsets.source_offset(source) for source in offsets.sources]
-    return [o for o in found if isinstance(o, dict) and "reservoirVersion" in o]
+    return [o for o in found if isinstance(o, dict) and type(o.get("reservoirVersion")) is int]
+
+
+def _restart_version(
+    restart: tuple[bool, list[dict[str, Any]]], table_id: str, reads: list[ReadTable], latest: int
+) -> int:
+    """The table version to register for a query reading ``table_id`` (see the module's rules)."""
+    resolved, offsets = restart
+    mine = [o for o in offsets if o.get("reservoirId") == table_id]
+    if resolved and mine:
+        return min(int(o["reservoirVersion"]) for o in mine)
+    first = min(_first_version(r, latest) for r in reads)
+    for end in mine:  # batch 0's end: the snapshot it reads is of its table version, or of the one before
+        snapshot = int(end["reservoirVersion"]) - (0 if end.get("isStartingVersion") else 1)
+        first = min(first, max(snapshot, 0))
+    return first
 
 
 class _ReaderListener(StreamingQueryListener):
@@ -194,8 +222,8 @@ class _ReaderListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         try:
-            ends = [_json(s.endOffset) for s in event.progress.sources]
-            _moved(str(event.progress.id), [e for e in ends if isinstance(e, dict)])
+            starts = [_json(s.startOffset) for s in event.progress.sources]
+            _moved(str(event.progress.id), [e for e in starts if isinstance(e, dict)])
         except Exception as err:  # a listener must never fail the query's events; the registration stays behind
             log.warning("reader registration of query %s not updated: %s", event.progress.id, err)
 
@@ -224,15 +252,16 @@ def _json(text: Any) -> Any:
         return None
 
 
-def _moved(query_id: str, ends: list[dict[str, Any]]) -> None:
-    """Update ``query_id``'s registrations from a progress event's end offsets (none: an idle query)."""
+def _moved(query_id: str, starts: list[dict[str, Any]]) -> None:
+    """Update ``query_id``'s registrations from a progress event's start offsets (none: an idle query, or batch 0)."""
     with _LOCK:
         registrations = list(_FOLLOWED.get(query_id, ()))
     now = int(time.time() * 1000)
     for registration in registrations:
         versions = [
             int(e["reservoirVersion"])
-            for e in ends
+            for e in starts
             if e.get("reservoirId") == registration.table_id and type(e.get("reservoirVersion")) is int
         ]
+        versions = [v for v in versions if v >= 0]  # an unresolved start names no table version
         registration.update(min(versions) if versions else None, now_ms=now)

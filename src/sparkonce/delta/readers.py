@@ -12,8 +12,9 @@ per query::
     {"queryId": ..., "checkpointDir": ..., "source": "delta" | "cdf", "queryName": ...,
      "tableVersion": v, "updatedAtMs": ...}
 
-``tableVersion`` is the ``reservoirVersion`` of the query's last committed end offset: its next batch reads that
-table version and the later ones (or the snapshot of it). Delta's readers (delta-spark, delta-rs, the kernels)
+``tableVersion`` is where a restart of the query may read from: the ``reservoirVersion`` of the start of its last
+planned batch (:mod:`sparkonce.delta.reader_listener` says why the start), that table version and the later ones
+(or the snapshot of it). Delta's readers (delta-spark, delta-rs, the kernels)
 ignore the folder: they keep only ``_delta_log`` names of their own patterns (``<version>.json``,
 ``<version>.checkpoint...``), and Delta's log already has subfolders of its own (``_sidecars/``, ``_commits/``).
 
@@ -89,8 +90,8 @@ class RegisteredReader:
         query_id: The query's id (its checkpoint's ``metadata``; stable across restarts).
         checkpoint_dir: The query's checkpoint location.
         source: ``delta`` (the streaming source) or ``cdf`` (the change data feed).
-        table_version: The first table version the query's next batch may read (its last committed end offset's
-            ``reservoirVersion``).
+        table_version: The first table version a restart of the query may read (the ``reservoirVersion`` of its
+            last planned batch's start offset).
         updated_at_ms: When the query last confirmed it (ms since the epoch).
         query_name: The query's name (a pipeline stage's ``<pipeline>.<stage>``), None when unnamed.
     """

@@ -14,8 +14,10 @@ error names the table property and the override.
 
 Files a registered stream reader still needs stay (:mod:`sparkonce.delta.readers`): every file removed at or after
 the table version an active reader reads from, whatever the retention; the result names the readers and the files
-each kept. Then the other candidates are deleted here (delta-rs's vacuum would delete them all) and no ``VACUUM
-START``/``END`` commits are written. ``force`` ignores the registered readers.
+each kept. While readers are registered the candidates are deleted here, without ``VACUUM START``/``END`` commits:
+delta-rs's vacuum would delete the held files too, and the post-commit hook of its ``VACUUM START`` commit (which
+takes no settings) cleans the log by the retention alone. ``force`` deletes the held files too (still here, so the
+log stays as the guard keeps it).
 """
 
 from __future__ import annotations
@@ -121,18 +123,26 @@ def vacuum(
     held: tuple[HeldBack, ...] = ()
     expired_readers: tuple[RegisteredReader, ...] = ()
     kept: frozenset[str] = frozenset()
-    if candidates and not force:
+    readers = False
+    if candidates:
         hold = reader_hold(location, dict(table.metadata().configuration), operation="VACUUM")
-        expired_readers = hold.expired
-        if hold.table_version is not None:
-            removed_at = _removed_since(location, hold.table_version, table.version())
+        oldest = hold.table_version
+        readers = oldest is not None
+        if oldest is not None and not force:
+            expired_readers = hold.expired
+            removed_at = _removed_since(location, oldest, table.version())
             kept, held = held_data_files(hold, candidates, removed_at)
     files = {path: size for path, size in candidates.items() if path not in kept}
     if not dry_run and files:
-        if kept:  # delta-rs would delete the held files too
+        if readers:
+            # delta-rs's vacuum would delete the held files too, and its VACUUM START commit cleans the log by the
+            # retention alone (that commit takes no post-commit settings): with readers registered, delete here
             fs = location.filesystem()
             for path in sorted(files):
-                fs.delete_file(location.fs_path(path))
+                try:
+                    fs.delete_file(location.fs_path(path))
+                except FileNotFoundError:  # delta-rs lists the tombstones of files deleted before
+                    del files[path]
         else:
             deleted = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True)
             files = _table_relative(location, deleted, known=candidates)
