@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["REFRESH_MS", "ReadTable", "follow_query"]
+__all__ = ["REFRESH_MS", "ReadTable", "Registration", "follow_query", "restart_offsets", "restart_version"]
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,15 @@ class ReadTable:
         return "cdf" if self.options.get("readchangefeed", "").strip().lower() == "true" else "delta"
 
 
-class _Registration:
-    """One query's registration on one table, and when it was last written. Driver only."""
+class Registration:
+    """One query's registration on one table, and when this process last wrote it. Driver only.
+
+    Args:
+        location: The table.
+        table_id: Its ``metaData.id`` (the ``reservoirId`` of the query's offsets on it).
+        reader: The registration as last written (or to write first).
+        refresh_ms: How long an unchanged registration goes without being written again.
+    """
 
     def __init__(self, location: TableLocation, table_id: str, reader: RegisteredReader, refresh_ms: int) -> None:
         self.location = location
@@ -114,7 +121,7 @@ class _Registration:
         self.written_ms = now_ms
 
 
-_FOLLOWED: dict[str, list[_Registration]] = {}
+_FOLLOWED: dict[str, list[Registration]] = {}
 """Query id -> its registrations, while the query runs in this process."""
 _LOCK = threading.Lock()
 _LISTENING: set[int] = set()
@@ -128,8 +135,8 @@ def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str
     """
     query_id = str(query.id)
     name = query.name
-    registrations: list[_Registration] = []
-    restart = _restart_offsets(checkpoint_dir)
+    registrations: list[Registration] = []
+    restart = restart_offsets(checkpoint_dir)
     now = int(time.time() * 1000)
     by_location: dict[str, list[ReadTable]] = {}
     for table in tables:
@@ -139,7 +146,7 @@ def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str
             location = table_location(uri)
             snapshot = DeltaLog(location).snapshot()
             table_id = str(snapshot.metadata.get("id"))
-            version = _restart_version(restart, table_id, reads, snapshot.table_version)
+            version = restart_version(restart, table_id, reads, snapshot.table_version)
             refresh = min(REFRESH_MS, reader_retention_ms(snapshot.configuration) // 4)
         except (OSError, SparkonceError, ValueError, TypeError) as err:
             log.warning(
@@ -152,7 +159,7 @@ def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str
             continue
         source = "cdf" if any(r.source == "cdf" for r in reads) else "delta"
         reader = RegisteredReader(query_id, checkpoint_dir, source, version, now, name)
-        registration = _Registration(location, table_id, reader, refresh)
+        registration = Registration(location, table_id, reader, refresh)
         registration.update(None, now_ms=now)
         registrations.append(registration)
         log.info("registered the query %s as a reader of %s from table_version %s", query_id, location, version)
@@ -177,7 +184,7 @@ def _first_version(read: ReadTable, latest: int) -> int:
     return latest
 
 
-def _restart_offsets(checkpoint_dir: str) -> tuple[bool, list[dict[str, Any]]]:
+def restart_offsets(checkpoint_dir: str) -> tuple[bool, list[dict[str, Any]]]:
     """Where a restart of the query reads from: (True, the Delta offsets of ``offsets/<L-1>``) for a last planned
     batch ``L`` >= 1; (False, the Delta offsets of ``offsets/0``, maybe none) for a query at its first batch."""
     try:
@@ -199,7 +206,7 @@ def _delta_offsets(offsets: OffsetsFile | None) -> list[dict[str, Any]]:
     return [o for o in found if isinstance(o, dict) and type(o.get("reservoirVersion")) is int]
 
 
-def _restart_version(
+def restart_version(
     restart: tuple[bool, list[dict[str, Any]]], table_id: str, reads: list[ReadTable], latest: int
 ) -> int:
     """The table version to register for a query reading ``table_id`` (see the module's rules)."""
