@@ -131,3 +131,36 @@ def test_a_paused_stream_and_zero_retention(spark: SparkSession, tmp_path: Path,
     finally:
         spark.conf.unset("spark.sql.files.ignoreMissingFiles")
     assert delta_ids(sink) == [*range(30), *range(60, 80)]  # rows 30..59 silently lost
+
+
+def test_a_change_feed_stream_registers_through_the_python_source(spark: SparkSession, tmp_path: Path) -> None:
+    """The change data feed is read by the Python data source (planning in a worker that knows no query): the
+    registration comes from the driver's listener all the same."""
+    source, checkpoint = tmp_path / "source", tmp_path / "checkpoint"
+    spark.range(0, 5).write.format("delta").option("delta.enableChangeDataFeed", "true").save(str(source))
+    seen: list[int] = []
+
+    def run() -> str:
+        query = (
+            spark.readStream.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", "0")
+            .load(str(source))
+            .writeStream.foreachBatch(lambda batch, _: seen.append(batch.count()))
+            .option("checkpointLocation", str(checkpoint))
+            .queryName("feed")
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+        return str(query.id)
+
+    query_id = run()
+    reader = _registered(source, query_id, 0)  # batch 0 started at startingVersion 0
+    assert (reader.source, reader.query_name, sum(seen)) == ("cdf", "feed", 5)
+    _append(spark, source, 5)  # table version 1
+    _append(spark, source, 15)  # table version 2
+    assert run() == query_id
+    assert sum(seen) == 25
+    _registered(source, query_id, 1)  # the start of its last batch (versions 1 and 2)
