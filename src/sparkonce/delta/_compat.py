@@ -27,7 +27,7 @@ import functools
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkonce.delta.catalog import serves_catalog
 from sparkonce.delta.options import (
@@ -38,6 +38,9 @@ from sparkonce.delta.options import (
     SESSION_CONF_OPTION,
     TABLE_DEFAULTS_OPTION,
 )
+
+if TYPE_CHECKING:
+    from sparkonce.checkpoint.tables import RecordedTable
 
 log = logging.getLogger(__name__)
 
@@ -177,10 +180,11 @@ def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:
     writer._jwrite = writer._jwrite.option(CHECKPOINT_QUERY_ID_OPTION, query_id)
 
 
-def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> None:
+def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list[RecordedTable]:
     """Record in the checkpoint the Delta table this query writes (``sink``, when it is sparkonce's Delta sink) and
     the tables and topics its sparkonce sources read (:mod:`sparkonce.checkpoint.tables`), so ``doctor`` finds
-    them without ``--table``.
+    them without ``--table``. Returns the records of the Delta tables it reads (the retention guard registers the
+    query on them once it runs: :mod:`sparkonce.delta.reader_listener`).
 
     The sources come from the query's analyzed plan (its ``StreamingRelationV2`` leaves of Python data sources named
     ``sparkonce.*`` or one of the Delta names sparkonce registered, and the native Delta source's
@@ -234,6 +238,15 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> None
         )
     if tables:
         record_tables(checkpoint, tables, spark=writer._spark)
+    return [t for t in tables if t.role == "source" and t.is_delta]
+
+
+def _follow_readers(spark: Any, query: Any, checkpoint: str, read: list[Any]) -> None:
+    """Register the started ``query`` as a reader of the Delta tables it reads (the retention guard)."""
+    from sparkonce.delta.reader_listener import ReadTable, follow_query
+
+    tables = [ReadTable(t.location, {k.lower(): v for k, v in t.options.items()}) for t in read]
+    follow_query(spark, query, checkpoint, tables)
 
 
 def _adapt_batch_writer(writer: Any) -> None:
@@ -278,10 +291,14 @@ def _wrap_start(cls: type) -> None:
         columns = getattr(self, "_sparkonce_partition_by", None)
         if columns and ours:
             self._jwrite = self._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))
+        read: list[Any] = []
         if checkpoint is not None:
             sink = path or options.get("path") or getattr(self, "_sparkonce_path", None)
-            _record_query_tables(self, str(checkpoint), str(sink) if ours and sink else None)
-        return original(self, path, outputMode=outputMode, queryName=queryName, **options)
+            read = _record_query_tables(self, str(checkpoint), str(sink) if ours and sink else None)
+        query = original(self, path, outputMode=outputMode, queryName=queryName, **options)
+        if read:
+            _follow_readers(self._spark, query, str(checkpoint), read)
+        return query
 
     cls.start = start  # type: ignore[attr-defined]
 
