@@ -43,7 +43,6 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.column_mapping import mapping_mode, new_table_columns, replaced_columns, with_new_columns
 from sparkonce.delta.conflicts import ReadSet, check_winners
-from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.log import DeltaLog, Snapshot, advance
 from sparkonce.delta.log_checkpoint import write_checkpoint
@@ -51,6 +50,7 @@ from sparkonce.delta.log_cleanup import cleanup_expired_logs
 from sparkonce.delta.log_entry import (
     BLIND_APPENDS,
     Operation,
+    WrittenFile,
     check_writable,
     commit_info,
     encode_entry,
@@ -58,6 +58,7 @@ from sparkonce.delta.log_entry import (
     new_table_metadata,
 )
 from sparkonce.delta.properties import new_table_protocol
+from sparkonce.delta.protocol import upgraded
 from sparkonce.delta.restores import restored_app_id, undone_batch
 from sparkonce.delta.schema import delta_fields, delta_schema_string, reconcile, table_fields
 from sparkonce.delta.table_view import AnyTable, LogTable, current_table, remember_table
@@ -285,7 +286,7 @@ def commit_files(
     with the deletion vector they were read with; a concurrent writer that removed or changed one is a conflict,
     while a blind append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add``
     and ``remove`` as a rearrangement of rows already in the table (compaction), so streaming readers skip them.
-    ``custom_metadata`` names the operation (:func:`sparkonce.delta.writer.commit_metadata`); the commit is written
+    ``custom_metadata`` names the operation (:func:`sparkonce.delta.log_entry.commit_metadata`); the commit is written
     as Delta writes that operation (:mod:`sparkonce.delta.log_entry`). ``snapshot``: the table, loaded moments ago
     by the caller; the first attempt uses it instead of loading the table again. A stale one costs nothing but a
     retry: the commit of its next table version fails if that version exists, and the retry loads the table afresh
@@ -793,7 +794,6 @@ def _replacement(
             ``DELTA_CLUSTERING_REPLACE_TABLE_WITH_PARTITIONED_TABLE``), or clustering columns the new schema lacks.
     """
     from sparkonce.delta import clustering as liquid
-    from sparkonce.delta.alter import _upgraded
     from sparkonce.delta.identity import HIGH_WATER_MARK, identity_columns
 
     fields = json.loads(new_schema)["fields"]
@@ -819,9 +819,11 @@ def _replacement(
         features = liquid.FEATURES
     elif old:
         extra.append(liquid.domain_action((), fields))
-    upgraded = _upgraded(protocol, new_table_protocol(schema_string, configuration), {}, location, features)
-    if _normal(upgraded) != _normal(protocol):
-        extra.insert(0, {"protocol": upgraded})
+    new_protocol = upgraded(
+        protocol, new_table_protocol(schema_string, configuration), {}, table=str(location), features=features
+    )
+    if _normal(new_protocol) != _normal(protocol):
+        extra.insert(0, {"protocol": new_protocol})
     return schema_string, extra
 
 

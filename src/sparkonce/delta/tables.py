@@ -393,7 +393,7 @@ class DeltaTable:
     def _restore(self, target: int | dt.datetime, parameters: dict[str, str]) -> DataFrame:
         from deltalake import CommitProperties
 
-        from sparkonce.delta.writer import commit_metadata
+        from sparkonce.delta.log_entry import commit_metadata
 
         table = load_table(self._path)
         latest = table.version()
