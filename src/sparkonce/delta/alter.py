@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sparkonce._types import TableVersion
 from sparkonce.delta import constraints, protocol
-from sparkonce.delta.cleanup import find_commit
 from sparkonce.delta.column_mapping import (
     MAX_ID_PROPERTY,
     MODE_PROPERTY,
@@ -27,6 +25,8 @@ from sparkonce.delta.column_mapping import (
     max_column_id,
 )
 from sparkonce.delta.commit import (
+    PlannedCommit,
+    Transaction,
     checkpoint_if_due,
     load_table,
     metadata_action,
@@ -36,13 +36,11 @@ from sparkonce.delta.log_entry import (
     Operation,
     check_writable,
     commit_info,
-    encode_entry,
 )
 from sparkonce.delta.properties import new_table_protocol, table_properties
 from sparkonce.delta.schema import table_arrow_schema
 from sparkonce.delta.table_view import existing_table
 from sparkonce.errors import (
-    CommitRetriesExceededError,
     ConcurrentWriteError,
     OptionError,
     SqlError,
@@ -345,14 +343,29 @@ def _commit_metadata(
     partition_columns: Callable[[Any], tuple[str, ...]] | None = None,
 ) -> TableVersion:
     """One Delta commit of a new ``metaData`` (and protocol, when the change needs a newer one), made on the newest
-    snapshot: ``change(snapshot)`` gives the new configuration, schema string and protocol versions asked for.
-    ``downgrade(protocol)``: the new protocol instead (``DROP FEATURE``). The ``metaData`` action is written only
-    when the configuration or schema changes. ``more_actions(snapshot)``: actions the commit adds (a
-    ``domainMetadata``)."""
-    commit_id = str(uuid.uuid4())
-    for attempt in range(1, max_attempts + 1):
+    snapshot through the commit engine (:class:`sparkonce.delta.commit.Transaction`: backoff, Delta's conflict
+    rules, the landed-anyway check): ``change(snapshot)`` gives the new configuration, schema string and protocol
+    versions asked for. ``downgrade(protocol)``: the new protocol instead (``DROP FEATURE``). The ``metaData``
+    action is written only when the configuration or schema changes. ``more_actions(snapshot)``: actions the
+    commit adds (a ``domainMetadata``).
+
+    The transaction reads no data files, and changes the table's metadata: a concurrent append, blind or not, is
+    no conflict (the next attempt is made on top of it), while a concurrent commit of a new protocol or metadata
+    is, as in Delta (``ProtocolChangedError`` / ``MetadataChangedError``).
+
+    Raises:
+        CommitConflictError: a concurrent commit changed the protocol or the metadata.
+        CommitRetriesExceededError: lost ``max_attempts`` races in a row.
+    """
+    transaction = Transaction(location, what=operation.name, changes_metadata=True, max_attempts=max_attempts)
+    planned: tuple[dict[str, str], dict[str, Any]] | None = None
+    """The configuration and protocol of the last attempt."""
+
+    def plan(attempt: int) -> PlannedCommit:
+        nonlocal planned
         snapshot = existing_table(location)
         read_version = int(snapshot.version())
+        transaction.check_conflicts(read_version)
         configuration, schema_string, protocol_request = change(snapshot)
         current = protocol_action(snapshot)
         if downgrade is not None:
@@ -376,7 +389,12 @@ def _commit_metadata(
         )
         now = int(time.time() * 1000)
         info = commit_info(
-            operation, commit_id=commit_id, read_version=read_version, blind_append=False, metrics={}, now_ms=now
+            operation,
+            commit_id=transaction.commit_id,
+            read_version=read_version,
+            blind_append=False,
+            metrics={},
+            now_ms=now,
         )
         actions: list[dict[str, Any]] = [{"commitInfo": info}]
         if new_protocol != current:
@@ -392,23 +410,15 @@ def _commit_metadata(
             actions.append({"metaData": action})
         if more_actions is not None:
             actions += more_actions(snapshot)
-        target = read_version + 1
-        try:
-            made = location.put_if_absent(f"_delta_log/{target:020d}.json", encode_entry(actions))
-        except Exception:
-            landed = find_commit(location, commit_id, after=read_version)
-            if landed is not None:
-                return TableVersion(landed)
-            raise
-        if made:
-            log.info("Delta commit table_version %s on %s (%s)", target, location, operation.name)
-            checkpoint_if_due(location, target, configuration, new_protocol)
-            return TableVersion(target)
-        landed = find_commit(location, commit_id, after=read_version)
-        if landed is not None:
-            return TableVersion(landed)
-        log.info("%s on %s lost a race at table_version %s (attempt %d)", operation.name, location, target, attempt)
-    raise CommitRetriesExceededError(str(location), max_attempts, operation.name)
+        planned = (configuration, new_protocol)
+        return PlannedCommit(read_version, actions)
+
+    done = transaction.run(plan)
+    assert done is not None, "an ALTER always has a commit to make"
+    if done.planned is not None and planned is not None:
+        log.info("Delta commit table_version %s on %s (%s)", done.table_version, location, operation.name)
+        checkpoint_if_due(location, done.table_version, *planned)
+    return done.table_version
 
 
 def alter_clustering(
