@@ -69,6 +69,28 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("local commands", frozenset({"sparkonce_local.quickstart", "sparkonce_local.demo", "sparkonce_local.cli"})),
 ]
 
+# The layers inside ``sparkonce.delta``, bottom up: the sub-packages its modules are to move into (docs/architecture.md,
+# "Inside sparkonce.delta"). Checked now on the flat modules, so the move is a rename per layer: a module imports
+# its own layer and the ones below only, and a new module must pick its layer here.
+DELTA_LAYERS: list[tuple[str, frozenset[str]]] = [
+    (name, frozenset(modules.split()))
+    for name, modules in (
+        ("log", "log log_entry log_checkpoint tombstones table_view paths clock interval"),
+        (
+            "table",
+            "properties protocol schema column_mapping clustering identity generated constraints expressions "
+            "partition_filters deletion_vectors skipping catalog options",
+        ),
+        ("txn", "commit conflicts cleanup log_cleanup restores"),
+        ("write", "files cdf"),
+        ("read", "reader native stream changes change_stream history"),
+        ("ops", "rewrite merge dml optimize auto_compact vacuum manifest alter alter_columns create"),
+        ("face", "source writer sink _compat tables spark_catalog exceptions"),
+    )
+]
+DELTA = "sparkonce.delta"
+
+
 # Package cycles that exist today, each with the reason it is not broken yet. The test fails when one of them
 # disappears too, so the list only shrinks.
 KNOWN_PACKAGE_CYCLES: dict[frozenset[str], str] = {}
@@ -377,4 +399,40 @@ def test_imports_go_down_the_layers() -> None:
 def test_the_architecture_doc_names_every_package() -> None:
     doc = (SRC.parent / "docs" / "architecture.md").read_text()
     missing = [p for _, members in LAYERS for p in members if f"`{p}`" not in doc]
+    assert missing == []
+
+
+def _delta_layer(module: str) -> int:
+    name = module.removeprefix(DELTA + ".")
+    for number, (_, members) in enumerate(DELTA_LAYERS):
+        if name in members:
+            return number
+    raise AssertionError(f"{module} is in no layer of sparkonce.delta: add it to DELTA_LAYERS and docs/architecture.md")
+
+
+def test_every_delta_module_is_in_one_delta_layer() -> None:
+    modules = {m.removeprefix(DELTA + ".") for m in MODULES if m.startswith(DELTA + ".")}
+    listed = [m for _, members in DELTA_LAYERS for m in members]
+    assert sorted(listed) == sorted(set(listed)), "a module is in two layers"
+    assert modules - set(listed) == set(), "add these to DELTA_LAYERS and docs/architecture.md"
+    assert set(listed) - modules == set(), "these are gone: drop them from DELTA_LAYERS and docs/architecture.md"
+
+
+def test_delta_modules_import_down_the_delta_layers() -> None:
+    """Inside ``sparkonce.delta`` (the package's ``__init__`` aside: it is the face), every import, function-level
+    and type-only ones included, goes to the module's own layer or one below."""
+    inside = [i for i in IMPORTS if i.importer.startswith(DELTA + ".") and i.target.startswith(DELTA + ".")]
+    bad = [
+        f"{i.importer}:{i.line} ({DELTA_LAYERS[_delta_layer(i.importer)][0]}) imports {i.target} "
+        f"({DELTA_LAYERS[_delta_layer(i.target)][0]}, {i.where})"
+        for i in inside
+        if _delta_layer(i.target) > _delta_layer(i.importer)
+    ]
+    assert len(inside) > 200
+    assert bad == []
+
+
+def test_the_architecture_doc_names_every_delta_module() -> None:
+    doc = (SRC.parent / "docs" / "architecture.md").read_text()
+    missing = [m for _, members in DELTA_LAYERS for m in members if f"`{m}`" not in doc]
     assert missing == []

@@ -26,7 +26,7 @@ against the winners of a lost race, the jittered backoff and the ``delta_commit`
 plans the commits of every writer on it (txn check, the first commit, the files, checkpoint and log cleanup after),
 and ALTER TABLE its metadata commits (:mod:`sparkonce.delta.alter`).
 
-Why one module of ~950 lines: the engine, :func:`commit_files` and the protocol, metadata and add/cdc actions it
+Why one module of ~1,100 lines: the engine, :func:`commit_files` and the protocol, metadata and add/cdc actions it
 writes belong to one set of invariants.
 """
 
