@@ -76,6 +76,8 @@ def alter_properties(
             ``if_exists``), a protocol downgrade, or nothing to change.
         UnsupportedFeatureError: the new properties ask writers for what sparkonce does not do.
         TableNotFoundError: no Delta table there.
+        CommitConflictError: a concurrent commit changed the protocol or the metadata (``ProtocolChangedError``,
+            ``MetadataChangedError``, as Delta).
         CommitRetriesExceededError: lost ``max_attempts`` races in a row.
     """
     given = dict(set or {})
