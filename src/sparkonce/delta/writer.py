@@ -17,7 +17,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from sparkonce._version import __version__
 from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.clustering import check_columns, table_clustering
@@ -31,9 +30,10 @@ from sparkonce.delta.column_mapping import (
 )
 from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, refuse_undone_batch
 from sparkonce.delta.constraints import CheckConstraints
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.delta.generated import GeneratedColumns, has_generation_expressions
 from sparkonce.delta.identity import IdentityPlan, fill_batches, plan_identity
+from sparkonce.delta.log_entry import WrittenFile, commit_metadata
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, delta_schema_string, reconcile, table_fields
@@ -374,25 +374,6 @@ def check_target(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema
     return partitions
 
 
-def commit_metadata(
-    operation: str, parameters: dict[str, Any], user_metadata: str | None, **extra: Any
-) -> dict[str, Any]:
-    """What a Delta commit records of its operation: Delta's ``operation`` name and ``operationParameters`` (and
-    ``operationMetrics`` when given in ``extra``), ``userMetadata``, and sparkonce's own fields (``extra``), as
-    :func:`sparkonce.delta.commit.commit_files` takes them (``custom_metadata``) and writes them
-    (:mod:`sparkonce.delta.log_entry`)."""
-    info: dict[str, Any] = {
-        "operation": operation,
-        "operationParameters": parameters,
-        "engine": f"sparkonce/{__version__}",
-    }
-    info.update(extra)
-    metadata: dict[str, Any] = {"sparkonce": info}
-    if user_metadata is not None:
-        metadata["userMetadata"] = user_metadata
-    return metadata
-
-
 __all__ = [
     "DeltaBatchWriter",
     "DeltaFilesMessage",
@@ -401,7 +382,6 @@ __all__ = [
     "new_table_mapping",
     "target_mapping",
     "collect_files",
-    "commit_metadata",
     "write_task",
     "written_after",
 ]

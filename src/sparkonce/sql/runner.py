@@ -249,14 +249,14 @@ class DeltaSql:
             alter_clustering(target.location, stmt.columns)
             return self._empty()
         if isinstance(stmt, AddConstraint):
-            from sparkonce.delta.constraints import add_constraint
+            from sparkonce.delta.alter import add_constraint
 
             add_constraint(
                 self.spark, target.location, stmt.name, _text(text, stmt.expression).strip(), shown=target.shown
             )
             return self._empty()
         if isinstance(stmt, DropConstraint):
-            from sparkonce.delta.constraints import drop_constraint
+            from sparkonce.delta.alter import drop_constraint
 
             drop_constraint(self.spark, target.location, stmt.name, if_exists=stmt.if_exists, shown=target.shown)
             return self._empty()
