@@ -74,6 +74,7 @@ def _remember_mode(writer: Any, mode: str | None) -> None:
 
 
 def _remember_option(writer: Any, key: str, value: Any) -> None:
+    _writer_options(writer)[str(key)] = _option_text(value)
     if str(key).lower() == "checkpointlocation":
         writer._sparkonce_checkpoint = str(value)
     elif str(key).lower() == "path":
@@ -83,6 +84,14 @@ def _remember_option(writer: Any, key: str, value: Any) -> None:
 def _remember_options(writer: Any, **options: Any) -> None:
     for key, value in options.items():
         _remember_option(writer, key, value)
+
+
+def _writer_options(writer: Any) -> dict[str, str]:
+    """Every option given to ``writer`` (a selective overwrite plans from them on the driver)."""
+    found: dict[str, str] | None = getattr(writer, "_sparkonce_options", None)
+    if found is None:
+        found = writer._sparkonce_options = {}
+    return found
 
 
 def _flatten(cols: tuple[Any, ...]) -> list[str]:
@@ -122,6 +131,10 @@ def _wrap_save(cls: type) -> None:
             self.format(format)
         if getattr(self, "_sparkonce_format", None) in _FORMATS:
             _activate(self._spark)
+            if options:
+                self.options(**options)
+            if _overwrite_selectively(self, path):
+                return None
             _adapt_batch_writer(self)
         return original(self, path, **options)
 
@@ -137,21 +150,52 @@ def _activate(spark: Any) -> None:
 
 
 def _pass_session_defaults(writer: Any) -> None:
-    """Hand the session's ``spark.databricks.delta.properties.defaults.*`` (the properties of a table the write
+    """Hand the session's settings a Delta write reads (:func:`_session_options`) to the data source (which cannot
+    read the session's configuration)."""
+    for key, value in _session_options(writer._spark).items():
+        writer._jwrite = writer._jwrite.option(key, value)
+
+
+def _session_options(spark: Any) -> dict[str, str]:
+    """The session's ``spark.databricks.delta.properties.defaults.*`` (the properties of a table the write
     creates), ``spark.databricks.delta.checkpoint.partSize`` (the most actions per log checkpoint file) and its auto
-    compaction / optimized write confs to the data source (which cannot read the session's configuration)."""
+    compaction / optimized write confs, as the write options that carry them."""
     from sparkonce.delta.auto_compact import SESSION_CONFS
     from sparkonce.delta.properties import SESSION_DEFAULTS_PREFIX
 
-    conf = writer._spark.conf.getAll
+    conf = spark.conf.getAll
+    found: dict[str, str] = {}
     defaults = {k: v for k, v in conf.items() if k.startswith(SESSION_DEFAULTS_PREFIX)}
     if defaults:
-        writer._jwrite = writer._jwrite.option(TABLE_DEFAULTS_OPTION, json.dumps(defaults))
+        found[TABLE_DEFAULTS_OPTION] = json.dumps(defaults)
     if conf.get(CHECKPOINT_PART_SIZE_CONF):  # Delta's limit of actions per log checkpoint file
-        writer._jwrite = writer._jwrite.option(CHECKPOINT_PART_SIZE_OPTION, conf[CHECKPOINT_PART_SIZE_CONF])
+        found[CHECKPOINT_PART_SIZE_OPTION] = conf[CHECKPOINT_PART_SIZE_CONF]
     compaction = {k: v for k, v in conf.items() if k in SESSION_CONFS}
     if compaction:
-        writer._jwrite = writer._jwrite.option(SESSION_CONF_OPTION, json.dumps(compaction))
+        found[SESSION_CONF_OPTION] = json.dumps(compaction)
+    return found
+
+
+def _overwrite_selectively(writer: Any, path: str | None) -> bool:
+    """An overwrite with ``replaceWhere`` or dynamic partition overwrite, run on this driver
+    (:mod:`sparkonce.delta.overwrite`); False for every other write, which goes to the data source."""
+    from sparkonce.delta.overwrite import overwrite_selectively, session_settings, wants_selective_overwrite
+
+    if getattr(writer, "_sparkonce_mode", "errorifexists") != "overwrite":
+        return False
+    spark = writer._spark
+    options = dict(_writer_options(writer))
+    settings = session_settings(spark)
+    if not wants_selective_overwrite(options, settings):
+        return False
+    if path is not None:
+        options["path"] = path
+    columns = getattr(writer, "_sparkonce_partition_by", None)
+    if columns:
+        options[COMPAT_PARTITION_OPTION] = json.dumps(columns)
+    options.update(_session_options(spark))
+    overwrite_selectively(spark, writer._df, options, settings)
+    return True
 
 
 def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:
