@@ -261,3 +261,69 @@ def test_replace_where_on_a_change_data_feed_table_records_the_deletes_and_inser
     assert sorted((r["id"], r["value"], r["day"], r["_change_type"]) for r in rs) == expected
     cdc = _kinds(table, 1, "cdc")
     assert bool(cdc) is (predicate == "id >= 4")  # whole files removed: the removes are the deletes, as in Delta
+
+
+def _table_rows(spark: SparkSession, name: str) -> list[Row]:
+    return sorted(tuple(r) for r in spark.table(name).select("id", "value", "day").collect())
+
+
+def _history(spark: SparkSession, name: str) -> Any:
+    return spark.sql(f"DESCRIBE HISTORY {name}").orderBy("version").collect()[-1]
+
+
+def test_writeto_overwrite_by_condition_and_overwrite_partitions(spark: SparkSession, sql: Any) -> None:
+    import pyspark.sql.functions as F
+
+    _frame(spark, INITIAL).writeTo("rw_v2").using("delta").partitionedBy("day").create()
+    _frame(spark, [(30, "x", 2)]).writeTo("rw_v2").overwrite(F.col("day") == 2)
+    assert _table_rows(spark, "rw_v2") == [(1, "a", 1), (2, "b", 1), (5, "e", 3), (30, "x", 2)]
+    last = _history(spark, "rw_v2")
+    assert (last.version, last.operation, last.operationParameters["predicate"]) == (1, "WRITE", "(day = 2)")
+
+    _frame(spark, [(11, "k", 1)]).writeTo("rw_v2").overwrite(F.col("value") == "k")  # a string literal
+    assert _table_rows(spark, "rw_v2") == [(1, "a", 1), (2, "b", 1), (5, "e", 3), (11, "k", 1), (30, "x", 2)]
+    with pytest.raises(AnalysisException, match="DELTA_REPLACE_WHERE_MISMATCH"):
+        _frame(spark, [(31, "y", 3)]).writeTo("rw_v2").overwrite(F.col("day") == 2)
+    with pytest.raises(AnalysisException, match="DELTA_REPLACE_WHERE_IN_OVERWRITE"):
+        _frame(spark, [(31, "y", 2)]).writeTo("rw_v2").option("replaceWhere", "day = 2").overwrite(F.col("day") == 2)
+    assert _history(spark, "rw_v2").version == 2
+
+    _frame(spark, [(40, "z", 3), (41, "w", 4)]).writeTo("rw_v2").overwritePartitions()
+    expected = [(1, "a", 1), (2, "b", 1), (11, "k", 1), (30, "x", 2), (40, "z", 3), (41, "w", 4)]
+    assert _table_rows(spark, "rw_v2") == expected
+    last = _history(spark, "rw_v2")
+    assert last.operation == "WRITE" and last.operationParameters["isDynamicPartitionOverwrite"] == "true"
+    location = Path(spark.sql("DESCRIBE DETAIL rw_v2").collect()[0].location.removeprefix("file:"))
+    assert _rs_rows(location) == expected
+
+    _frame(spark, [(50, "v", 5)]).writeTo("rw_v2").overwrite(F.lit(True))  # Spark's truncate: every row
+    assert _table_rows(spark, "rw_v2") == [(50, "v", 5)]
+
+
+def test_sql_insert_replace_where_and_insert_overwrite_partition(
+    spark: SparkSession, sql: Any, conf: dict[str, str]
+) -> None:
+    sql("CREATE TABLE rw_sql (id BIGINT, value STRING, day INT) USING delta PARTITIONED BY (day)")
+    sql("INSERT INTO rw_sql VALUES (1, 'a', 1), (2, 'b', 1), (3, 'c', 2), (5, 'e', 3)")
+    sql("INSERT INTO rw_sql REPLACE WHERE day = 1 SELECT 10, 'j', 1")
+    assert _table_rows(spark, "rw_sql") == [(3, "c", 2), (5, "e", 3), (10, "j", 1)]
+    last = _history(spark, "rw_sql")
+    assert last.operation == "WRITE" and last.operationParameters["predicate"] == "day = 1"
+    with pytest.raises(AnalysisException, match="DELTA_REPLACE_WHERE_MISMATCH"):
+        sql("INSERT INTO rw_sql REPLACE WHERE day = 1 VALUES (11, 'k', 2)")
+
+    sql("INSERT OVERWRITE rw_sql PARTITION (day = 2) SELECT 20, 't'")
+    assert _table_rows(spark, "rw_sql") == [(5, "e", 3), (10, "j", 1), (20, "t", 2)]
+    assert _history(spark, "rw_sql").operationParameters["predicate"] == "`day` = 2"
+    sql("INSERT INTO rw_sql PARTITION (day = 4) (value, id) VALUES ('f', 40)")
+    assert _table_rows(spark, "rw_sql") == [(5, "e", 3), (10, "j", 1), (20, "t", 2), (40, "f", 4)]
+    with pytest.raises(Exception, match=r"PARTITION: \['value'\] are not partition columns"):
+        sql("INSERT OVERWRITE rw_sql PARTITION (value = 'x') SELECT 1, 1")
+
+    _set(spark, conf, "spark.sql.sources.partitionOverwriteMode", "dynamic")
+    sql("INSERT OVERWRITE rw_sql SELECT 50, 'g', 3")
+    expected = [(10, "j", 1), (20, "t", 2), (40, "f", 4), (50, "g", 3)]
+    assert _table_rows(spark, "rw_sql") == expected
+    assert _history(spark, "rw_sql").operationParameters["isDynamicPartitionOverwrite"] == "true"
+    location = Path(sql("DESCRIBE DETAIL rw_sql").collect()[0].location.removeprefix("file:"))
+    assert _rs_rows(location) == expected

@@ -34,6 +34,8 @@ from sparkonce.delta.options import (
     CHECKPOINT_PART_SIZE_CONF,
     CHECKPOINT_PART_SIZE_OPTION,
     COMPAT_PARTITION_OPTION,
+    PARTITION_OVERWRITE_MODE_OPTION,
+    REPLACE_WHERE_OPTION,
     SAVE_MODE_OPTION,
     SESSION_CONF_OPTION,
     TABLE_DEFAULTS_OPTION,
@@ -590,7 +592,7 @@ def _v2_terminal(name: str, original: Any) -> Any:
         if plan is None or not _v2_is_ours(self._spark, plan):
             return original(self, *args)
         _activate(self._spark)
-        return _v2_write(self._spark, self._df, plan, name)
+        return _v2_write(self._spark, self._df, plan, name, *args)
 
     return terminal
 
@@ -603,9 +605,10 @@ def _v2_is_ours(spark: Any, plan: _V2Plan) -> bool:
     return _find(spark, plan.table) is not None
 
 
-def _v2_write(spark: Any, df: Any, plan: _V2Plan, terminal: str) -> None:
+def _v2_write(spark: Any, df: Any, plan: _V2Plan, terminal: str, *args: Any) -> None:
     """A ``DataFrameWriterV2`` terminal call on a Delta table of sparkonce's catalog (driver; executors write)."""
     from sparkonce.delta.create import CreateMode, CreateRequest, create_table
+    from sparkonce.delta.overwrite import condition_text
     from sparkonce.delta.spark_catalog import sync_table
     from sparkonce.errors import UnsupportedFeatureError, analysis_error
     from sparkonce.sqltext.grammar import parse_name
@@ -615,16 +618,27 @@ def _v2_write(spark: Any, df: Any, plan: _V2Plan, terminal: str) -> None:
             f"writeTo({plan.table}).partitionedBy({', '.join(plan.transforms)}): Delta tables are partitioned by "
             "columns only (add a generated column for the transform and partition by it)"
         )
-    if terminal in ("overwrite", "overwritePartitions"):
-        raise UnsupportedFeatureError(
-            f"writeTo({plan.table}).{terminal}(): sparkonce does not replace rows by condition or partition yet "
-            "(Delta's replaceWhere); use MERGE INTO, or DeltaTable.delete followed by an append"
-        )
     parts = parse_name(plan.table)
-    if terminal == "append":
+    if terminal in ("append", "overwrite", "overwritePartitions"):
         if _find(spark, plan.table) is None:
             raise analysis_error("TABLE_OR_VIEW_NOT_FOUND", f"The table or view {plan.table} cannot be found.")
-        df.write.format("sparkonce.delta").options(**plan.options).mode("append").saveAsTable(plan.table)
+        writer = df.write.format("sparkonce.delta").options(**plan.options)
+        if terminal == "append":
+            writer.mode("append").saveAsTable(plan.table)
+            return
+        writer = writer.mode("overwrite")
+        if terminal == "overwritePartitions":  # Delta's overwriteDynamicPartitions
+            writer.option(PARTITION_OVERWRITE_MODE_OPTION, "dynamic").saveAsTable(plan.table)
+            return
+        predicate = condition_text(df, args[0])
+        if any(k.lower() == REPLACE_WHERE_OPTION.lower() for k in plan.options):
+            raise analysis_error(
+                "DELTA_REPLACE_WHERE_IN_OVERWRITE",
+                "You can't use replaceWhere in conjunction with an overwrite by filter",
+            )
+        if predicate.strip().lower() != "true":  # Spark: overwrite(lit(True)) truncates
+            writer = writer.option(REPLACE_WHERE_OPTION, predicate)
+        writer.saveAsTable(plan.table)
         return
     modes: dict[str, CreateMode] = {"create": "create", "replace": "replace", "createOrReplace": "createOrReplace"}
     create_table(

@@ -53,7 +53,7 @@ from sparkonce.errors import ConstraintViolationError, OptionError, analysis_err
 from sparkonce.sqltext.lexer import tokenize
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -460,6 +460,23 @@ def _write_task(
         yield written_batch(files)
 
 
+def condition_text(df: DataFrame, condition: Column | str) -> str:
+    """A condition (``DataFrameWriterV2.overwrite``'s Column) as the SQL text of a ``replaceWhere``: Catalyst's SQL
+    of it resolved against ``df``'s columns (``(day = 2)``, ``(value = 'k')``); PySpark's own text of a Column is
+    not SQL (``=(day, 2)``). Reads Spark's analyzed plan, an internal API: should its shape change, the Column's
+    text is taken and a predicate Spark cannot parse fails naming the option. Runs on the driver."""
+    from py4j.protocol import Py4JError
+
+    from sparkonce.delta.rewrite import sql_text
+
+    if isinstance(condition, str):
+        return condition
+    try:
+        return str(df.where(condition)._jdf.queryExecution().analyzed().condition().sql())
+    except Py4JError:
+        return sql_text(condition)
+
+
 def wants_selective_overwrite(options: Mapping[str, str], settings: Mapping[str, str]) -> bool:
     """True when an overwrite with these write options goes through :func:`overwrite_selectively`: a
     ``replaceWhere`` or a ``partitionOverwriteMode`` option (checked there, before any data moves), or dynamic
@@ -478,6 +495,7 @@ __all__ = [
     "PARTITION_OVERWRITE_MODE_CONF",
     "SESSION_CONFS",
     "SelectiveOverwrite",
+    "condition_text",
     "overwrite_selectively",
     "session_settings",
     "wants_selective_overwrite",
