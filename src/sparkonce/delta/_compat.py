@@ -286,6 +286,22 @@ def _adapt_batch_writer(writer: Any) -> None:
     if columns:
         writer._jwrite = writer._jwrite.partitionBy(_to_seq(writer._spark._sc, []))
         writer._jwrite = writer._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))
+    _pass_partition_overwrite_mode(writer)
+
+
+def _pass_partition_overwrite_mode(writer: Any) -> None:
+    """The session's ``spark.sql.sources.partitionOverwriteMode`` as the write's ``partitionOverwriteMode`` when it
+    gives none: Delta records ``isDynamicPartitionOverwrite`` on every write the session's dynamic mode covers
+    (appends too), and the data source cannot read the session. (An overwrite in that mode never gets here: it is
+    a selective overwrite, :func:`_overwrite_selectively`.)"""
+    from sparkonce.delta.overwrite import PARTITION_OVERWRITE_MODE_CONF
+    from sparkonce.options import lookup
+
+    if lookup(_writer_options(writer), PARTITION_OVERWRITE_MODE_OPTION) is not None:
+        return
+    mode = writer._spark.conf.get(PARTITION_OVERWRITE_MODE_CONF, None)
+    if mode is not None and str(mode).strip().lower() == "dynamic":
+        writer._jwrite = writer._jwrite.option(PARTITION_OVERWRITE_MODE_OPTION, "dynamic")
 
 
 def _wrap_start(cls: type) -> None:

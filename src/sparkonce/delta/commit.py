@@ -56,6 +56,7 @@ from sparkonce.delta.log_entry import (
     encode_entry,
     file_metrics,
     new_table_metadata,
+    overwrite_metrics,
 )
 from sparkonce.delta.properties import new_table_protocol
 from sparkonce.delta.restores import restored_app_id, undone_batch
@@ -510,7 +511,11 @@ def commit_files(
         metrics = (
             operation.metrics
             if operation.metrics is not None
-            else file_metrics(operation.name, [a["add"] for a in adds], len(removals))
+            else overwrite_metrics(
+                operation,
+                file_metrics(operation.name, [a["add"] for a in adds], len(removals)),
+                [r["remove"] for r in removals],
+            )
         )
         info = commit_info(
             operation, commit_id=commit_id, read_version=read_version, blind_append=blind, metrics=metrics, now_ms=now
@@ -741,7 +746,7 @@ def _first_commit(
     metrics = (
         operation.metrics
         if operation.metrics is not None
-        else file_metrics(operation.name, [a["add"] for a in adds], 0)
+        else overwrite_metrics(operation, file_metrics(operation.name, [a["add"] for a in adds], 0), [])
     )
     parameters = dict(operation.parameters)
     if operation.name == "WRITE":

@@ -232,12 +232,14 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.commit_written(collect_files(messages), written_after=written_after(messages))
 
     def write_parameters(self) -> dict[str, Any]:
-        """Delta's ``WRITE`` parameters: the save mode's name, the partition columns, the ``replaceWhere``
-        predicate and dynamic partition overwrite when given (the txn is its own action). Runs on the driver."""
+        """Delta's ``WRITE`` parameters: the save mode's name, the partition columns the write gave (``[]`` for a
+        write into a partitioned table that names none, as Delta records it; the first commit of a table records
+        its own), the ``replaceWhere`` predicate and dynamic partition overwrite when given (the txn is its own
+        action). Runs on the driver."""
         save_mode = self.options.save_mode or self.mode
         params: dict[str, Any] = {
             "mode": _SAVE_MODE_NAMES.get(save_mode, save_mode),
-            "partitionBy": list(self.file_options.partition_by),
+            "partitionBy": list(self.options.partition_by),
         }
         if self.options.replace_where is not None:
             params["predicate"] = self.options.replace_where
