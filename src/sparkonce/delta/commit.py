@@ -61,6 +61,7 @@ from sparkonce.delta.log_entry import (
     encode_entry,
     file_metrics,
     new_table_metadata,
+    overwrite_metrics,
 )
 from sparkonce.delta.properties import new_table_protocol
 from sparkonce.delta.protocol import upgraded
@@ -479,11 +480,15 @@ def commit_files(
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
         actions += removals + adds + cdcs
-        blind = operation.name in BLIND_APPENDS and mode == "append" and not removes
+        blind = operation.name in BLIND_APPENDS and mode == "append" and not removes and not read.reads_anything
         metrics = (
             operation.metrics
             if operation.metrics is not None
-            else file_metrics(operation.name, [a["add"] for a in adds], len(removals))
+            else overwrite_metrics(
+                operation,
+                file_metrics(operation.name, [a["add"] for a in adds], len(removals)),
+                [r["remove"] for r in removals],
+            )
         )
         info = commit_info(
             operation,
@@ -845,7 +850,7 @@ def _first_commit(
     metrics = (
         operation.metrics
         if operation.metrics is not None
-        else file_metrics(operation.name, [a["add"] for a in adds], 0)
+        else overwrite_metrics(operation, file_metrics(operation.name, [a["add"] for a in adds], 0), [])
     )
     parameters = dict(operation.parameters)
     if operation.name == "WRITE":

@@ -212,6 +212,19 @@ def file_metrics(operation: str, added: Sequence[Mapping[str, Any]], removed: in
     return {"numFiles": str(len(added)), "numOutputRows": str(rows), "numOutputBytes": str(size)}
 
 
+def overwrite_metrics(
+    operation: Operation, metrics: Mapping[str, str], removed: Sequence[Mapping[str, Any]]
+) -> dict[str, str]:
+    """``metrics`` with what Delta adds to a ``WRITE`` in mode ``Overwrite`` (``OVERWRITE_REMOVES``: the number and
+    bytes of the files it removes, 0 on a new table); other commits' as they are. ``removed``: the ``remove``
+    actions' contents."""
+    found = dict(metrics)
+    if operation.name == "WRITE" and operation.parameters.get("mode") == "Overwrite":
+        found["numRemovedFiles"] = str(len(removed))
+        found["numRemovedBytes"] = str(sum(int(r.get("size") or 0) for r in removed))
+    return found
+
+
 def _num_records(add: Mapping[str, Any]) -> int:
     stats = add.get("stats")
     if not isinstance(stats, str):
@@ -303,6 +316,7 @@ __all__ = [
     "DELTA_TESTING_ENV",
     "TEST_WRITER_FEATURES",
     "BLIND_APPENDS",
+    "overwrite_metrics",
     "LEGACY_WRITER_FEATURES",
     "ENGINE_INFO",
     "SUPPORTED_WRITER_FEATURES",
