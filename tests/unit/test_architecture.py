@@ -85,7 +85,7 @@ DELTA_LAYERS: list[tuple[str, frozenset[str]]] = [
         ("write", "files cdf"),
         ("read", "reader native stream native_stream changes change_stream history"),
         ("ops", "rewrite merge dml optimize auto_compact vacuum manifest alter alter_columns create"),
-        ("face", "source writer sink reader_listener _compat tables spark_catalog exceptions"),
+        ("face", "source writer overwrite sink reader_listener _compat tables spark_catalog exceptions"),
     )
 ]
 DELTA = "sparkonce.delta"

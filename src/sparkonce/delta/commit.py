@@ -480,7 +480,8 @@ def commit_files(
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
         actions += removals + adds + cdcs
-        blind = operation.name in BLIND_APPENDS and mode == "append" and not removes and not read.reads_anything
+        reads_anything = transaction.read is not None and transaction.read.reads_anything
+        blind = operation.name in BLIND_APPENDS and mode == "append" and not removes and not reads_anything
         metrics = (
             operation.metrics
             if operation.metrics is not None

@@ -43,10 +43,17 @@ from sparkonce.delta.cleanup import remove_unreferenced_files
 from sparkonce.delta.commit import CommitResult
 from sparkonce.delta.conflicts import ReadSet, partition_key
 from sparkonce.delta.dml import rewrite_rows
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.files import (
+    WRITTEN_FILES_DDL,
+    FileWriterOptions,
+    TableFileWriter,
+    WrittenFile,
+    written_batch,
+    written_files,
+)
 from sparkonce.delta.identity import fill_batches
 from sparkonce.delta.options import PARTITION_OVERWRITE_MODE_OPTION, REPLACE_WHERE_OPTION, WriteOptions
-from sparkonce.delta.rewrite import WRITTEN_FILES_DDL, TableSnapshot, open_snapshot, written_batch, written_files
+from sparkonce.delta.rewrite import TableSnapshot, open_snapshot
 from sparkonce.delta.table_view import current_table
 from sparkonce.delta.writer import DeltaBatchWriter
 from sparkonce.errors import ConstraintViolationError, OptionError, analysis_error, unsupported_operation_error
