@@ -96,6 +96,15 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fixtures_stay_unchanged() -> Iterator[None]:
+    """The fixture tables are read, never written: a test that streams one registers its query in the table's log
+    (the retention guard's ``_delta_log/_sparkonce/``), so it must stream a copy. Checked when the session ends."""
+    yield
+    written = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("**/_delta_log/_sparkonce"))
+    assert not written, f"tests wrote into fixture tables (stream a copy in tmp_path instead): {written}"
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     from sparkonce.spark import local_session
