@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sparkonce._types import TableVersion
+from sparkonce.delta import type_widening
 from sparkonce.delta.alter import commit_schema
 from sparkonce.delta.clustering import table_clustering
 from sparkonce.delta.column_mapping import (
@@ -28,7 +29,7 @@ from sparkonce.delta.column_mapping import (
 )
 from sparkonce.delta.log_entry import Operation
 from sparkonce.delta.table_view import existing_table
-from sparkonce.errors import OptionError, SqlError, UnsupportedFeatureError
+from sparkonce.errors import OptionError, SqlError
 from sparkonce.storage import TableLocation, table_location
 
 log = logging.getLogger(__name__)
@@ -357,12 +358,42 @@ def drop_columns(
     return commit_schema(location, operation, change, max_attempts=max_attempts)
 
 
-def _type_name(delta_type: Any) -> str:
-    if isinstance(delta_type, str):
-        return {"integer": "INT", "long": "BIGINT", "short": "SMALLINT", "byte": "TINYINT"}.get(
-            delta_type, delta_type.upper()
+def _retyped(
+    field: dict[str, Any], data_type: Any, configuration: Mapping[str, str], *, shown_path: str, location: TableLocation
+) -> dict[str, Any]:
+    """``field`` with the type ``data_type`` and the change recorded in its ``delta.typeChanges``, when Delta allows
+    it: the table has type widening enabled and the change is one of Delta's widenings
+    (:mod:`sparkonce.delta.type_widening`).
+
+    Raises:
+        SqlError: Spark's ``NOT_SUPPORTED_CHANGE_COLUMN`` for a change that is not an upcast (Spark refuses those
+            before Delta sees them), else Delta's ``DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP`` (type widening
+            off, or not one of its changes), naming the column, the old and the new type.
+    """
+    old_type = field["type"]
+    nullable_text = "" if field.get("nullable", True) else " NOT NULL"
+    if type_widening.is_atomic(old_type) and not (
+        type_widening.is_atomic(data_type) and type_widening.can_up_cast(old_type, data_type)
+    ):
+        name = f"`{field['name']}`"
+        old_sql, new_sql = type_widening.sql_name(old_type), type_widening.sql_name(data_type)
+        raise SqlError(
+            f"[NOT_SUPPORTED_CHANGE_COLUMN] ALTER TABLE ALTER/CHANGE COLUMN is not supported for changing "
+            f'{location}\'s column {name} with type "{old_sql}" to {name} with type "{new_sql}".'
         )
-    return str(delta_type.get("type", "")).upper()
+    allowed = (
+        type_widening.is_atomic(old_type)
+        and type_widening.enabled(configuration)
+        and type_widening.is_supported_change(old_type, data_type)
+    )
+    if not allowed:
+        raise SqlError(
+            "[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP] ALTER TABLE CHANGE COLUMN is not supported for "
+            f"changing column {shown_path} from {type_widening.sql_name(old_type)}{nullable_text} to "
+            f"{type_widening.sql_name(data_type)}{nullable_text}"
+        )
+    log.info("%s: column %s widened from %s to %s", location, shown_path, old_type, data_type)
+    return {**type_widening.with_type_change(field, old_type, data_type), "type": data_type}
 
 
 def change_column(
@@ -370,12 +401,13 @@ def change_column(
 ) -> TableVersion:
     """``ALTER TABLE t ALTER|CHANGE COLUMN c ...``: one ``CHANGE COLUMN`` commit of the column's comment,
     nullability (``DROP NOT NULL``; ``SET NOT NULL`` is refused, as Delta refuses it), position (``FIRST`` /
-    ``AFTER``) or type (the same type only: sparkonce does no type widening).
+    ``AFTER``) or type: a widening Delta allows on a table with ``delta.enableTypeWidening`` (recorded in the
+    column's ``delta.typeChanges``; no data file is rewritten, readers cast the old files' values).
 
     Raises:
-        SqlError: no such column, a change Delta refuses (``DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP``), an
-            ``AFTER`` column that is not there.
-        UnsupportedFeatureError: a type change on a table with type widening enabled.
+        SqlError: no such column, a change Delta refuses (``DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP``, Spark's
+            ``NOT_SUPPORTED_CHANGE_COLUMN`` for a type that is not an upcast), a constraint or generated column
+            that refers to a retyped column, an ``AFTER`` column that is not there.
     """
     location = table_location(table)
     location.check_commit_safety()
@@ -390,21 +422,10 @@ def change_column(
         field = dict(old)
         shown_path = dotted([*path[:-1], str(old["name"])])
         if change.data_type is not None and change.data_type != old["type"]:
-            from sparkonce.delta.properties import enabled
-
-            if enabled(configuration, "delta.enableTypeWidening"):
-                raise UnsupportedFeatureError(
-                    f"changing the type of {shown_path} on {location}: type widening is not done by sparkonce "
-                    "(its readers do not widen old files' values); nothing was written"
-                )
-            nullable_text = "" if old.get("nullable", True) else " NOT NULL"
-            raise SqlError(
-                "[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP] ALTER TABLE CHANGE COLUMN is not supported for "
-                f"changing column {shown_path} from {_type_name(old['type'])}{nullable_text} to "
-                f"{_type_name(change.data_type)}{nullable_text}"
-            )
+            field = _retyped(field, change.data_type, configuration, shown_path=shown_path, location=location)
+            _check_dependents(snapshot, configuration, path)
         if change.nullable is False and old.get("nullable", True):
-            kind = _type_name(old["type"])
+            kind = type_widening.sql_name(old["type"])
             raise SqlError(
                 "[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP] ALTER TABLE CHANGE COLUMN is not supported for "
                 f"changing column {shown_path} from {kind} to {kind} NOT NULL"
@@ -412,7 +433,7 @@ def change_column(
         if change.nullable is True:
             field["nullable"] = True
         if change.comment is not None:
-            field["metadata"] = {**(old.get("metadata") or {}), "comment": change.comment}
+            field["metadata"] = {**(field.get("metadata") or {}), "comment": change.comment}
         del fields[index]
         after_itself = change.position is not None and change.position[1].lower() == str(old["name"]).lower()
         if change.position is None or (change.position[0] == "after" and after_itself):
@@ -425,6 +446,8 @@ def change_column(
 
     fields, index = _locate(_schema(existing_table(location)), path, shown=str(location))
     preview = dict(fields[index])
+    if change.data_type is not None:
+        preview["type"] = change.data_type
     if change.nullable is True:
         preview["nullable"] = True
     if change.comment is not None:

@@ -1,0 +1,244 @@
+"""Delta's type widening on tables sparkonce writes (issue 41): ``ALTER TABLE ... ALTER COLUMN c TYPE <wider>`` on a
+table with ``delta.enableTypeWidening``, the ``typeWidening`` feature in the protocol, each change recorded in the
+column's ``delta.typeChanges``, and the files written before the change read with the new type on both read paths
+(Spark's Parquet scan and the Python data source). Refusals carry Delta's (or Spark's) error class and name the
+column and both types; nothing is written then.
+
+Each test checks the Delta log as Delta writes it, the data files (still of the old type: nothing is rewritten) and
+the rows and types both readers give. delta-rs opens these tables (schema, protocol) but does not read their data:
+it refuses the ``typeWidening`` reader feature, which the last test pins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkonce.delta.native import NATIVE_READS_CONF, is_native
+from sparkonce.errors import SqlError
+from sparkonce.sql import DeltaSql
+
+pytestmark = pytest.mark.spark
+
+# column -> (type at creation, type after ALTER, a value written before, a value written after that needs the new type)
+WIDENINGS: dict[str, tuple[str, str, Any, Any]] = {
+    "b": ("TINYINT", "SMALLINT", 7, 30000),
+    "s": ("SMALLINT", "INT", -300, 2_000_000_000),
+    "i": ("INT", "BIGINT", 2_000_000_000, 5_000_000_000),
+    "f": ("FLOAT", "DOUBLE", 1.5, 1.0e300),
+    "n": ("INT", "DOUBLE", 123, 0.25),
+    "d": ("DATE", "TIMESTAMP_NTZ", dt.date(2024, 2, 29), dt.datetime(2024, 3, 1, 12, 30, 1)),
+    "m": ("DECIMAL(5,2)", "DECIMAL(9,4)", Decimal("123.45"), Decimal("12345.6789")),
+    "k": ("INT", "DECIMAL(12,1)", 2_000_000_000, Decimal("99999999999.5")),
+    "g": ("BIGINT", "DECIMAL(22,0)", 9_000_000_000_000_000_000, Decimal("1000000000000000000000")),
+}
+# Delta's typeName of each SQL type, as delta.typeChanges records it.
+TYPE_NAMES = {
+    "TINYINT": "byte",
+    "SMALLINT": "short",
+    "INT": "integer",
+    "BIGINT": "long",
+    "FLOAT": "float",
+    "DOUBLE": "double",
+    "DATE": "date",
+    "TIMESTAMP_NTZ": "timestamp_ntz",
+    "DECIMAL(5,2)": "decimal(5,2)",
+    "DECIMAL(9,4)": "decimal(9,4)",
+    "DECIMAL(12,1)": "decimal(12,1)",
+    "DECIMAL(22,0)": "decimal(22,0)",
+}
+
+
+def _entries(table: Path) -> list[list[dict[str, Any]]]:
+    return [
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for path in sorted((table / "_delta_log").glob("*.json"))
+    ]
+
+
+def _last(table: Path, kind: str) -> dict[str, Any]:
+    """The newest action of ``kind`` in the log (protocol, metaData)."""
+    return dict([a[kind] for entry in _entries(table) for a in entry if kind in a][-1])
+
+
+def _fields(table: Path) -> dict[str, dict[str, Any]]:
+    return {f["name"]: f for f in json.loads(_last(table, "metaData")["schemaString"])["fields"]}
+
+
+def _adds(table: Path) -> list[dict[str, Any]]:
+    return [a["add"] for entry in _entries(table) for a in entry if "add" in a]
+
+
+def _read(spark: SparkSession, table: Path, *, native: bool, **options: str) -> DataFrame:
+    """The table through the native path or the Python data source."""
+    if native:
+        frame = spark.read.format("delta").options(**options).load(str(table))
+        assert is_native(frame)
+        return frame
+    spark.conf.set(NATIVE_READS_CONF, "false")
+    try:
+        frame = spark.read.format("delta").options(**options).load(str(table))
+        assert not is_native(frame)
+        return frame
+    finally:
+        spark.conf.unset(NATIVE_READS_CONF)
+
+
+def _types(frame: DataFrame) -> dict[str, str]:
+    return {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+
+
+def _rows(frame: DataFrame) -> list[dict[str, Any]]:
+    return sorted((r.asDict(recursive=True) for r in frame.collect()), key=lambda r: r["id"])
+
+
+def _columns_ddl(which: int) -> str:
+    return ", ".join(f"{c} {types[which]}" for c, types in WIDENINGS.items())
+
+
+def _values(which: int) -> list[Any]:
+    return [values[2 + which] for values in WIDENINGS.values()]
+
+
+@pytest.mark.parametrize("partitioned", [False, True], ids=["plain", "partitioned"])
+def test_alter_column_type_widens_every_type_delta_allows_and_both_readers_cast_the_old_files(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path, partitioned: bool
+) -> None:
+    table = tmp_path / "t"
+    parts = " PARTITIONED BY (i)" if partitioned else ""
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, {_columns_ddl(0)}) USING delta{parts} "
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+    )
+    protocol = _last(table, "protocol")
+    assert protocol["minReaderVersion"] == 3 and protocol["minWriterVersion"] == 7
+    assert "typeWidening" in protocol["readerFeatures"] and "typeWidening" in protocol["writerFeatures"]
+    spark.createDataFrame([(1, *_values(0))], f"id long, {_columns_ddl(0)}").write.format("delta").mode("append").save(
+        str(table)
+    )
+    before = _last(table, "metaData")
+    old_files = {a["path"] for a in _adds(table)}
+
+    for column, (_, new, _, _) in WIDENINGS.items():
+        sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN {column} TYPE {new}")
+        commit = _entries(table)[-1]
+        info = commit[0]["commitInfo"]
+        assert info["operation"] == "CHANGE COLUMN"
+        assert json.loads(info["operationParameters"]["column"])["name"] == column
+        assert not any("add" in a or "remove" in a for a in commit)  # no data file rewritten
+    fields = _fields(table)
+    for column, (old, new, _, _) in WIDENINGS.items():
+        assert fields[column]["type"] == TYPE_NAMES[new]
+        assert fields[column]["metadata"]["delta.typeChanges"] == [
+            {"fromType": TYPE_NAMES[old], "toType": TYPE_NAMES[new]}
+        ]
+    assert _last(table, "metaData")["id"] == before["id"]
+    assert _last(table, "metaData")["partitionColumns"] == (["i"] if partitioned else [])
+    protocol = _last(table, "protocol")  # DATE -> TIMESTAMP_NTZ brings Delta's timestampNtz feature
+    assert {"typeWidening", "timestampNtz"} <= set(protocol["readerFeatures"])
+    # the old file still holds the old physical types
+    (old_file,) = old_files
+    physical = pq.read_schema(table / old_file)
+    assert physical.field("s").type == pa.int16() and physical.field("f").type == pa.float32()
+    assert physical.field("d").type == pa.date32() and physical.field("m").type == pa.decimal128(5, 2)
+
+    spark.createDataFrame([(2, *_values(1))], f"id long, {_columns_ddl(1)}").write.format("delta").mode("append").save(
+        str(table)
+    )
+    expected_types = {"id": "bigint", **{c: new.lower() for c, (_, new, _, _) in WIDENINGS.items()}}
+    expected_types["d"] = "timestamp_ntz"
+    first = {"id": 1, **{c: _widened(v[2], v[1]) for c, v in WIDENINGS.items()}}
+    second = {"id": 2, **{c: _widened(v[3], v[1]) for c, v in WIDENINGS.items()}}
+    for native in (True, False):
+        frame = _read(spark, table, native=native)
+        assert _types(frame) == _ordered(expected_types, frame), native
+        assert _rows(frame) == [first, second], native
+        # filters on the widened columns (data skipping and partition pruning on the native path)
+        assert [r["id"] for r in _rows(frame.where("i > 3000000000 AND d >= '2024-03-01'"))] == [2], native
+        assert [r["id"] for r in _rows(frame.where("f = 1.5 AND m = 123.45 AND s = -300"))] == [1], native
+    # time travel to the table version before the change reads the old types
+    old = _read(spark, table, native=True, versionAsOf="1")
+    assert _types(old)["i"] == "int" and _types(old)["d"] == "date"
+    assert _rows(old)[0]["d"] == dt.date(2024, 2, 29)
+
+
+def _ordered(types: dict[str, str], frame: DataFrame) -> dict[str, str]:
+    return {name: types[name] for name in frame.columns}
+
+
+def _widened(value: Any, new: str) -> Any:
+    """``value`` as Spark returns it under the new type."""
+    if new == "DOUBLE":
+        return float(value)
+    if new == "TIMESTAMP_NTZ" and not isinstance(value, dt.datetime):
+        return dt.datetime(value.year, value.month, value.day)
+    if new.startswith("DECIMAL"):
+        scale = int(new.split(",")[1].rstrip(")"))
+        return Decimal(value).quantize(Decimal(1).scaleb(-scale))
+    return value
+
+
+@pytest.mark.parametrize(
+    ("enabled", "old", "new", "error"),
+    [
+        (False, "INT", "BIGINT", r"\[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP\].* column v from INT to BIGINT$"),
+        (True, "BIGINT", "DOUBLE", r"\[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP\].* v from BIGINT to DOUBLE$"),
+        (True, "INT", "FLOAT", r"_CHANGE_COL_OP.* from INT to FLOAT$"),
+        (True, "TIMESTAMP", "TIMESTAMP_NTZ", r"_CHANGE_COL_OP.* from TIMESTAMP to TIMESTAMP_NTZ$"),
+        (True, "BIGINT", "INT", r"\[NOT_SUPPORTED_CHANGE_COLUMN\].*" r'`v` with type "BIGINT" to `v` with type "INT"'),
+        (True, "DOUBLE", "FLOAT", r'NOT_SUPPORTED_CHANGE_COLUMN.* type "DOUBLE" to `v` with type "FLOAT"'),
+        (True, "STRING", "INT", r'NOT_SUPPORTED_CHANGE_COLUMN.* type "STRING" to `v` with type "INT"'),
+        (True, "INT", "DECIMAL(9,0)", r'NOT_SUPPORTED_CHANGE_COLUMN.* type "INT" to `v` with type "DECIMAL\(9,0\)"'),
+        (True, "DECIMAL(5,2)", "DECIMAL(6,1)", r'_COLUMN.* type "DECIMAL\(5,2\)" to `v` with type "DECIMAL\(6,1\)"'),
+    ],
+)
+def test_a_type_change_delta_refuses_names_the_column_and_both_types_and_writes_nothing(
+    sql: DeltaSql, tmp_path: Path, enabled: bool, old: str, new: str, error: str
+) -> None:
+    table = tmp_path / "t"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, v {old}) USING delta "
+        f"TBLPROPERTIES ('delta.enableTypeWidening' = '{str(enabled).lower()}')"
+    )
+    protocol = _last(table, "protocol")
+    assert ("typeWidening" in (protocol.get("readerFeatures") or [])) is enabled
+    commits = len(_entries(table))
+    with pytest.raises(SqlError, match=error):
+        sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE {new}")
+    assert len(_entries(table)) == commits
+    sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE {old}")  # the same type is no change, always allowed
+
+
+def test_widening_is_enabled_on_an_existing_table_and_set_to_false_keeps_the_feature(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    spark.createDataFrame([(1, 10)], "id long, v int").write.format("delta").save(str(table))
+    assert _last(table, "protocol") == {"minReaderVersion": 1, "minWriterVersion": 2}
+    with pytest.raises(SqlError, match=r"DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP.* from INT to BIGINT"):
+        sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE BIGINT")
+    sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+    protocol = _last(table, "protocol")
+    assert protocol["readerFeatures"] == ["typeWidening"]
+    assert set(protocol["writerFeatures"]) == {"appendOnly", "invariants", "typeWidening"}
+    sql(f"ALTER TABLE delta.`{table}` CHANGE COLUMN v v BIGINT COMMENT 'wide'")
+    field = _fields(table)["v"]
+    assert field["type"] == "long"
+    assert field["metadata"] == {
+        "delta.typeChanges": [{"fromType": "integer", "toType": "long"}],
+        "comment": "wide",
+    }
+    sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'false')")
+    assert "typeWidening" in _last(table, "protocol")["readerFeatures"]  # the feature stays; widening is off
+    with pytest.raises(SqlError, match=r"DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP.* from BIGINT to DECIMAL"):
+        sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE DECIMAL(25,0)")
+    for native in (True, False):
+        assert _rows(_read(spark, table, native=native)) == [{"id": 1, "v": 10}]
