@@ -242,3 +242,109 @@ def test_widening_is_enabled_on_an_existing_table_and_set_to_false_keeps_the_fea
         sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE DECIMAL(25,0)")
     for native in (True, False):
         assert _rows(_read(spark, table, native=native)) == [{"id": 1, "v": 10}]
+
+
+@pytest.mark.parametrize("mapping", ["none", "name"])
+def test_a_nested_field_widens_on_a_plain_and_a_column_mapped_table(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path, mapping: str
+) -> None:
+    table = tmp_path / "t"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, s STRUCT<p: STRING, q: INT>) USING delta TBLPROPERTIES "
+        f"('delta.enableTypeWidening' = 'true', 'delta.columnMapping.mode' = '{mapping}')"
+    )
+    sql(f"INSERT INTO delta.`{table}` VALUES (1, named_struct('p', 'a', 'q', 7))")
+    sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN s.q TYPE BIGINT")
+    (inner,) = [f for f in _fields(table)["s"]["type"]["fields"] if f["name"] == "q"]
+    assert inner["type"] == "long"
+    assert inner["metadata"]["delta.typeChanges"] == [{"fromType": "integer", "toType": "long"}]
+    assert ("delta.columnMapping.physicalName" in inner["metadata"]) is (mapping == "name")
+    sql(f"INSERT INTO delta.`{table}` VALUES (2, named_struct('p', 'b', 'q', 8000000000))")
+    for native in (True, False):
+        frame = _read(spark, table, native=native)
+        assert frame.schema["s"].dataType.simpleString() == "struct<p:string,q:bigint>", native
+        assert _rows(frame) == [{"id": 1, "s": {"p": "a", "q": 7}}, {"id": 2, "s": {"p": "b", "q": 8000000000}}]
+
+
+def test_streaming_appends_merge_and_update_write_the_widened_column(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    """After ``INT`` -> ``BIGINT``: a stream appends values only the new type holds, MERGE and UPDATE rewrite the
+    old files' rows under the new type (their new files are BIGINT), and both readers agree."""
+    table, source, checkpoint = tmp_path / "t", tmp_path / "source", tmp_path / "checkpoint"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, v INT) USING delta "
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+    )
+    sql(f"INSERT INTO delta.`{table}` VALUES (1, 10), (2, 20), (3, 30)")
+    sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE BIGINT")
+
+    spark.createDataFrame([(4, 4_000_000_000), (5, 5_000_000_000)], "id long, v long").write.format("delta").save(
+        str(source)
+    )
+    query = (
+        spark.readStream.format("delta")
+        .load(str(source))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    assert _entries(table)[-1][0]["commitInfo"]["operation"] == "STREAMING UPDATE"
+
+    sql(
+        f"MERGE INTO delta.`{table}` t USING (SELECT * FROM VALUES (1L, 6000000000L), (6L, 7L) AS s(id, v)) s "
+        "ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *"
+    )
+    sql(f"UPDATE delta.`{table}` SET v = v * 1000000000 WHERE v = 20")
+    expected = [
+        {"id": 1, "v": 6_000_000_000},
+        {"id": 2, "v": 20_000_000_000},
+        {"id": 3, "v": 30},
+        {"id": 4, "v": 4_000_000_000},
+        {"id": 5, "v": 5_000_000_000},
+        {"id": 6, "v": 7},
+    ]
+    for native in (True, False):
+        frame = _read(spark, table, native=native)
+        assert _types(frame) == {"id": "bigint", "v": "bigint"}
+        assert _rows(frame) == expected, native
+        assert [r["id"] for r in _rows(frame.where("v > 10000000000"))] == [2], native
+    live = {a["path"] for a in _live_adds(table)}
+    kinds = {pq.read_schema(table / p).field("v").type for p in live}
+    assert pa.int64() in kinds  # the rewritten and appended files are BIGINT; an untouched old file may stay INT
+
+
+def _live_adds(table: Path) -> list[dict[str, Any]]:
+    removed = {a["remove"]["path"] for entry in _entries(table) for a in entry if "remove" in a}
+    return [a for a in _adds(table) if a["path"] not in removed]
+
+
+def test_delta_rs_opens_a_widened_table_but_refuses_its_data(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    """delta-rs (1.x) reads the widened schema and the files' statistics, and refuses to read the rows (it does not
+    implement the ``typeWidening`` reader feature); sparkonce reads them."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaProtocolError
+
+    table = tmp_path / "t"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, v INT) USING delta "
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+    )
+    sql(f"INSERT INTO delta.`{table}` VALUES (1, 10)")
+    sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE BIGINT")
+    rs = DeltaTable(str(table))
+    assert json.loads(rs.schema().to_json())["fields"][1] == {
+        "name": "v",
+        "type": "long",
+        "nullable": True,
+        "metadata": {"delta.typeChanges": [{"fromType": "integer", "toType": "long"}]},
+    }
+    assert rs.protocol().reader_features == ["typeWidening"]
+    with pytest.raises(DeltaProtocolError, match="typeWidening"):
+        rs.to_pyarrow_table()
+    assert _rows(_read(spark, table, native=True)) == [{"id": 1, "v": 10}]

@@ -165,7 +165,7 @@ def commit_schema(
 
 READER_WRITER_FEATURES = frozenset(
     {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening",
-     "typeWidening-preview", "variantType", "variantType-preview"}
+     "typeWidening-preview", "variantType", "variantType-preview", "geospatial", "geospatial-dev"}
 )  # fmt: skip
 """Table features that readers must understand too (``readerFeatures`` and ``writerFeatures``)."""
 WRITER_FEATURES = frozenset(

@@ -186,6 +186,9 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
     if enabled(configuration, "delta.enableDeletionVectors"):
         reader_features.add("deletionVectors")
         writer_features.add("deletionVectors")
+    if '"geometry(' in schema_string or '"geography(' in schema_string:  # Delta's GeoSpatialTableFeature
+        reader_features.add("geospatial")
+        writer_features.add("geospatial")
     if enabled(configuration, "delta.enableTypeWidening"):  # Delta's TypeWideningTableFeature (reader 3, writer 7)
         reader_features.add("typeWidening")
         writer_features.add("typeWidening")

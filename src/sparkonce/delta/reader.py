@@ -58,6 +58,8 @@ SUPPORTED_READER_FEATURES = frozenset(
         "vacuumProtocolCheck",
         "typeWidening",
         "typeWidening-preview",
+        "geospatial",
+        "geospatial-dev",
     }
 )
 TARGET_SPLIT_BYTES = 128 * 1024 * 1024
