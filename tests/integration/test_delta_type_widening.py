@@ -121,6 +121,8 @@ def test_alter_column_type_widens_every_type_delta_allows_and_both_readers_cast_
     protocol = _last(table, "protocol")
     assert protocol["minReaderVersion"] == 3 and protocol["minWriterVersion"] == 7
     assert "typeWidening" in protocol["readerFeatures"] and "typeWidening" in protocol["writerFeatures"]
+    # DATE -> TIMESTAMP_NTZ needs Delta's timestampNtz feature, which Delta adds to an existing table only when asked
+    sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')")
     spark.createDataFrame([(1, *_values(0))], f"id long, {_columns_ddl(0)}").write.format("delta").mode("append").save(
         str(table)
     )
@@ -142,8 +144,7 @@ def test_alter_column_type_widens_every_type_delta_allows_and_both_readers_cast_
         ]
     assert _last(table, "metaData")["id"] == before["id"]
     assert _last(table, "metaData")["partitionColumns"] == (["i"] if partitioned else [])
-    protocol = _last(table, "protocol")  # DATE -> TIMESTAMP_NTZ brings Delta's timestampNtz feature
-    assert {"typeWidening", "timestampNtz"} <= set(protocol["readerFeatures"])
+    assert set(_last(table, "protocol")["readerFeatures"]) == {"typeWidening", "timestampNtz"}
     # the old file still holds the old physical types
     (old_file,) = old_files
     physical = pq.read_schema(table / old_file)
@@ -165,7 +166,7 @@ def test_alter_column_type_widens_every_type_delta_allows_and_both_readers_cast_
         assert [r["id"] for r in _rows(frame.where("i > 3000000000 AND d >= '2024-03-01'"))] == [2], native
         assert [r["id"] for r in _rows(frame.where("f = 1.5 AND m = 123.45 AND s = -300"))] == [1], native
     # time travel to the table version before the change reads the old types
-    old = _read(spark, table, native=True, versionAsOf="1")
+    old = _read(spark, table, native=True, versionAsOf="2")
     assert _types(old)["i"] == "int" and _types(old)["d"] == "date"
     assert _rows(old)[0]["d"] == dt.date(2024, 2, 29)
 
@@ -193,6 +194,13 @@ def _widened(value: Any, new: str) -> Any:
         (True, "BIGINT", "DOUBLE", r"\[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP\].* v from BIGINT to DOUBLE$"),
         (True, "INT", "FLOAT", r"_CHANGE_COL_OP.* from INT to FLOAT$"),
         (True, "TIMESTAMP", "TIMESTAMP_NTZ", r"_CHANGE_COL_OP.* from TIMESTAMP to TIMESTAMP_NTZ$"),
+        (
+            True,
+            "DATE",
+            "TIMESTAMP_NTZ",
+            r"(?s)^\[DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT\] .* feature\(s\): timestampNtz\..*"
+            r"Current supported feature\(s\): appendOnly, invariants, typeWidening\.$",
+        ),
         (True, "BIGINT", "INT", r"\[NOT_SUPPORTED_CHANGE_COLUMN\].*" r'`v` with type "BIGINT" to `v` with type "INT"'),
         (True, "DOUBLE", "FLOAT", r'NOT_SUPPORTED_CHANGE_COLUMN.* type "DOUBLE" to `v` with type "FLOAT"'),
         (True, "STRING", "INT", r'NOT_SUPPORTED_CHANGE_COLUMN.* type "STRING" to `v` with type "INT"'),
@@ -348,3 +356,49 @@ def test_delta_rs_opens_a_widened_table_but_refuses_its_data(
     with pytest.raises(DeltaProtocolError, match="typeWidening"):
         rs.to_pyarrow_table()
     assert _rows(_read(spark, table, native=True)) == [{"id": 1, "v": 10}]
+
+
+def test_merge_schema_widens_a_column_to_the_datas_type_where_delta_does(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    """Schema evolution on a table with type widening: a write with ``mergeSchema`` widens ``INT`` to ``BIGINT``
+    (and adds a new column) in its own commit, as Delta does; a change Delta leaves to ALTER (``INT`` -> ``DOUBLE``),
+    a write without ``mergeSchema`` and a table without type widening are refused before any file is written."""
+    from pyspark.errors import AnalysisException
+
+    table, plain = tmp_path / "t", tmp_path / "plain"
+    for path, enabled in ((table, "true"), (plain, "false")):
+        sql(
+            f"CREATE TABLE delta.`{path}` (id BIGINT, v INT, w INT) USING delta "
+            f"TBLPROPERTIES ('delta.enableTypeWidening' = '{enabled}')"
+        )
+        sql(f"INSERT INTO delta.`{path}` VALUES (1, 10, 100)")
+    wide = spark.createDataFrame([(2, 5_000_000_000, 200, "x")], "id long, v long, w int, extra string")
+
+    for path, options, error in (
+        (table, {}, r"(?s)SchemaMismatchError: A schema mismatch detected.*column 'v': table has \"integer\""),
+        (plain, {"mergeSchema": "true"}, r"column 'v': table has \"integer\", data has \"long\""),
+        (table, {"mergeSchema": "true"}, r"column 'w': table has \"integer\", data has \"double\""),
+    ):
+        commits = len(_entries(path))
+        frame = wide if path == table and "w" not in error else wide.withColumn("w", wide["w"].cast("double"))
+        with pytest.raises(AnalysisException, match=error):
+            frame.write.format("delta").mode("append").options(**options).save(str(path))
+        assert len(_entries(path)) == commits
+
+    wide.write.format("delta").mode("append").option("mergeSchema", "true").save(str(table))
+    commit = _entries(table)[-1]
+    assert commit[0]["commitInfo"]["operation"] == "WRITE"
+    fields = json.loads(next(a["metaData"] for a in commit if "metaData" in a)["schemaString"])["fields"]
+    assert [(f["name"], f["type"]) for f in fields] == [
+        ("id", "long"),
+        ("v", "long"),
+        ("w", "integer"),
+        ("extra", "string"),
+    ]
+    assert fields[1]["metadata"] == {"delta.typeChanges": [{"fromType": "integer", "toType": "long"}]}
+    for native in (True, False):
+        assert _rows(_read(spark, table, native=native)) == [
+            {"id": 1, "v": 10, "w": 100, "extra": None},
+            {"id": 2, "v": 5_000_000_000, "w": 200, "extra": "x"},
+        ], native

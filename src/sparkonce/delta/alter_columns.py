@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sparkonce._types import TableVersion
-from sparkonce.delta import type_widening
+from sparkonce.delta import protocol, type_widening
 from sparkonce.delta.alter import commit_schema
 from sparkonce.delta.clustering import table_clustering
 from sparkonce.delta.column_mapping import (
@@ -27,6 +27,7 @@ from sparkonce.delta.column_mapping import (
     configured_mode,
     max_column_id,
 )
+from sparkonce.delta.commit import protocol_action
 from sparkonce.delta.log_entry import Operation
 from sparkonce.delta.table_view import existing_table
 from sparkonce.errors import OptionError, SqlError
@@ -396,6 +397,25 @@ def _retyped(
     return {**type_widening.with_type_change(field, old_type, data_type), "type": data_type}
 
 
+def _check_manual_features(snapshot: Any, data_type: Any) -> None:
+    """A new type that needs the ``timestampNtz`` feature on a table without it: Delta adds that feature to an
+    existing table only when asked (``automaticallyUpdateProtocolOfExistingTables`` is false for it).
+
+    Raises:
+        SqlError: Delta's ``DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT``, with the features the table supports.
+    """
+    supported = protocol.supported_features(protocol_action(snapshot))
+    if '"timestamp_ntz"' not in json.dumps(data_type) or "timestampNtz" in supported:
+        return
+    listed = ", ".join(sorted(supported))
+    raise SqlError(
+        "[DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT] Your table schema requires manually enablement of the following "
+        "table feature(s): timestampNtz.\n\nTo do this, run the following command for each of features listed "
+        "above:\n  ALTER TABLE table_name SET TBLPROPERTIES ('delta.feature.feature_name' = 'supported')\nReplace "
+        f'"table_name" and "feature_name" with real values.\n\nCurrent supported feature(s): {listed}.'
+    )
+
+
 def change_column(
     table: str | TableLocation, path: Sequence[str], change: ColumnChange, *, max_attempts: int = 100
 ) -> TableVersion:
@@ -424,6 +444,7 @@ def change_column(
         if change.data_type is not None and change.data_type != old["type"]:
             field = _retyped(field, change.data_type, configuration, shown_path=shown_path, location=location)
             _check_dependents(snapshot, configuration, path)
+            _check_manual_features(snapshot, change.data_type)
         if change.nullable is False and old.get("nullable", True):
             kind = type_widening.sql_name(old["type"])
             raise SqlError(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sparkonce.delta.type_widening import is_atomic, is_schema_evolution_change
 from sparkonce.errors import SchemaMismatchError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
@@ -173,11 +174,14 @@ def reconcile(
     merge_schema: bool,
     table_id: str | None,
     table_path: str,
+    type_widening: bool = False,
 ) -> list[dict[str, Any]]:
     """Check data fields against table fields; return the data fields the table lacks (to be added).
 
-    A data column whose type differs from the table's is always an error. New columns are an error unless
-    ``merge_schema``. Table columns missing from the data are fine: they read as null, as in Delta.
+    A data column whose type differs from the table's is an error, unless ``merge_schema`` and ``type_widening``
+    (the table has ``delta.enableTypeWidening``) and the data's type is one Delta widens the column to by schema
+    evolution (:func:`sparkonce.delta.type_widening.evolved_fields` gives the widened fields). New columns are an
+    error unless ``merge_schema``. Table columns missing from the data are fine: they read as null, as in Delta.
 
     Raises:
         SchemaMismatchError: listing the table schema and the data schema, as Delta's message does.
@@ -190,6 +194,10 @@ def reconcile(
         if existing is None:
             new.append(field)
         elif _strip_metadata(existing["type"]) != _strip_metadata(field["type"]):
+            old, wanted = existing["type"], field["type"]
+            widens = is_atomic(old) and is_atomic(wanted) and is_schema_evolution_change(old, wanted)
+            if merge_schema and type_widening and widens:  # the commit widens the column (type widening)
+                continue
             conflicts.append(
                 f"column {field['name']!r}: table has {json.dumps(existing['type'])}, "
                 f"data has {json.dumps(field['type'])}"

@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from sparkonce._version import __version__
+from sparkonce.delta import type_widening
 from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.clustering import check_columns, table_clustering
@@ -345,6 +346,7 @@ def target_mapping(table: AnyTable, options: WriteOptions, arrow_schema: pa.Sche
         merge_schema=options.merge_schema,
         table_id=str(table.metadata().id),
         table_path=options.path,
+        type_widening=type_widening.enabled(table.metadata().configuration),
     )
     if not added:
         return ColumnMapping.of(table)
@@ -393,6 +395,7 @@ def check_target(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema
         merge_schema=options.merge_schema,
         table_id=str(table.metadata().id),
         table_path=options.path,
+        type_widening=type_widening.enabled(table.metadata().configuration),
     )
     check_existing(dict(table.metadata().configuration), dict(options.table_properties), table=options.path)
     partitions = tuple(table.metadata().partition_columns)
