@@ -75,6 +75,8 @@ def test_spark_up_casts_decide_which_error_a_refusal_gets() -> None:
     assert not can_up_cast("integer", "decimal(9,0)")
     assert not can_up_cast("string", "integer")
     assert can_up_cast("integer", "string")
+    assert can_up_cast("decimal(10,0)", "long") and not can_up_cast("decimal(10,2)", "long")
+    assert not can_up_cast("decimal(5,2)", "double")
 
 
 def test_sql_names_are_sparks() -> None:

@@ -94,8 +94,9 @@ def can_up_cast(from_type: str, to_type: str) -> bool:
     if to_decimal is not None:
         source = from_decimal or _decimal_of_integral(from_type)
         return source is not None and _decimal_wider(to_decimal, source)
-    if from_decimal is not None:
-        return to_type in ("float", "double")
+    if from_decimal is not None:  # Spark's DecimalType.isTighterThan an integral type
+        bound = _decimal_of_integral(to_type)
+        return bound is not None and from_decimal[1] == 0 and from_decimal[0] <= bound[0]
     if from_type in _NUMERIC_ORDER and to_type in _NUMERIC_ORDER:
         return _NUMERIC_ORDER.index(from_type) <= _NUMERIC_ORDER.index(to_type)
     return (from_type, to_type) in {
