@@ -402,3 +402,75 @@ def test_merge_schema_widens_a_column_to_the_datas_type_where_delta_does(
             {"id": 1, "v": 10, "w": 100, "extra": None},
             {"id": 2, "v": 5_000_000_000, "w": 200, "extra": "x"},
         ], native
+
+
+@pytest.mark.parametrize("starting", [None, "0"], ids=["snapshot", "from_version_0"])
+def test_a_delta_stream_started_after_a_widening_reads_the_old_files_with_the_new_type(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path, starting: str | None
+) -> None:
+    table, out, checkpoint = tmp_path / "t", tmp_path / "out", tmp_path / "checkpoint"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, v INT) USING delta "
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+    )
+    sql(f"INSERT INTO delta.`{table}` VALUES (1, 10)")
+    sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE BIGINT")
+    sql(f"INSERT INTO delta.`{table}` VALUES (2, 5000000000)")
+    reader = spark.readStream.format("delta")
+    if starting is not None:
+        reader = reader.option("startingVersion", starting)
+    query = (
+        reader.load(str(table))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    frame = _read(spark, out, native=True)
+    assert _types(frame) == {"id": "bigint", "v": "bigint"}
+    assert _rows(frame) == [{"id": 1, "v": 10}, {"id": 2, "v": 5_000_000_000}]
+
+
+def test_map_keys_values_and_array_elements_widen_with_their_field_path(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, m MAP<INT, FLOAT>, a ARRAY<INT>, "
+        "s STRUCT<arr: ARRAY<SMALLINT>>) USING delta TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+    )
+    sql(f"INSERT INTO delta.`{table}` VALUES (1, map(7, 1.5), array(1, 2), named_struct('arr', array(3S)))")
+    for column, new in (("m.key", "BIGINT"), ("m.value", "DOUBLE"), ("a.element", "BIGINT"), ("s.arr.element", "INT")):
+        sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN {column} TYPE {new}")
+    fields = _fields(table)
+    assert fields["m"]["type"]["keyType"] == "long" and fields["m"]["type"]["valueType"] == "double"
+    assert fields["m"]["metadata"]["delta.typeChanges"] == [
+        {"fromType": "integer", "toType": "long", "fieldPath": "key"},
+        {"fromType": "float", "toType": "double", "fieldPath": "value"},
+    ]
+    assert fields["a"]["metadata"]["delta.typeChanges"] == [
+        {"fromType": "integer", "toType": "long", "fieldPath": "element"}
+    ]
+    (arr,) = fields["s"]["type"]["fields"]
+    assert arr["type"]["elementType"] == "integer"
+    assert arr["metadata"]["delta.typeChanges"] == [{"fromType": "short", "toType": "integer", "fieldPath": "element"}]
+    with pytest.raises(
+        SqlError, match=r"DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP.* a.element from BIGINT to DOUBLE"
+    ):
+        sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN a.element TYPE DOUBLE")
+    values = "(2, map(8000000000, 0.1D), array(9000000000), named_struct('arr', array(70000)))"
+    sql(f"INSERT INTO delta.`{table}` VALUES {values}")
+    for native in (True, False):
+        frame = _read(spark, table, native=native)
+        assert _types(frame) == {
+            "id": "bigint",
+            "m": "map<bigint,double>",
+            "a": "array<bigint>",
+            "s": "struct<arr:array<int>>",
+        }, native
+        assert _rows(frame) == [
+            {"id": 1, "m": {7: 1.5}, "a": [1, 2], "s": {"arr": [3]}},
+            {"id": 2, "m": {8_000_000_000: 0.1}, "a": [9_000_000_000], "s": {"arr": [70000]}},
+        ], native

@@ -127,3 +127,17 @@ def test_data_skipping_ignores_statistics_of_a_float_widened_to_double() -> None
     widened = with_type_change({"name": "f", "type": "double", "nullable": True, "metadata": {}}, "float", "double")
     longer = with_type_change({"name": "i", "type": "long", "nullable": True, "metadata": {}}, "integer", "long")
     assert column_kinds([widened, longer]) == {"f": "other", "i": "int"}
+
+
+def test_an_older_narrower_type_widens_to_the_read_type_through_nested_types() -> None:
+    from sparkonce.delta.type_widening import widens_to
+
+    old = {"type": "struct", "fields": [{"name": "q", "type": "integer"}, {"name": "gone", "type": "string"}]}
+    new = {"type": "struct", "fields": [{"name": "Q", "type": "long"}, {"name": "added", "type": "string"}]}
+    assert widens_to(old, new)
+    assert widens_to({"type": "map", "keyType": "integer", "valueType": "float"}, {
+        "type": "map", "keyType": "long", "valueType": "double"
+    })  # fmt: skip
+    assert not widens_to(new, old)
+    assert not widens_to({"type": "array", "elementType": "long"}, {"type": "array", "elementType": "integer"})
+    assert not widens_to("integer", {"type": "array", "elementType": "integer"})

@@ -432,6 +432,9 @@ def change_column(
     location = table_location(table)
     location.check_commit_safety()
     path = tuple(path)
+    cut, steps = _element_steps(_schema(existing_table(location)), path, shown=str(location))
+    if steps:
+        return _change_element(location, path[:cut], steps, change, max_attempts=max_attempts)
     new_field: dict[str, Any] = {}
 
     def apply(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
@@ -483,6 +486,77 @@ def change_column(
     if change.position is not None:
         parameters["position"] = "FIRST" if change.position[0] == "first" else f"AFTER {change.position[1]}"
     return commit_schema(location, Operation("CHANGE COLUMN", parameters), apply, max_attempts=max_attempts)
+
+
+_ELEMENT_STEPS = {"key": ("map", "keyType"), "value": ("map", "valueType"), "element": ("array", "elementType")}
+
+
+def _element_steps(schema: dict[str, Any], path: Sequence[str], *, shown: str) -> tuple[int, tuple[str, ...]]:
+    """Where an ``ALTER COLUMN`` path leaves the struct fields: (the length of the field's path, the ``key`` /
+    ``value`` / ``element`` steps into its maps and arrays after it); no steps for a struct field."""
+    for cut in range(len(path), 0, -1):
+        steps = tuple(p.lower() for p in path[cut:])
+        if not all(step in _ELEMENT_STEPS for step in steps):
+            break
+        try:
+            fields, index = _locate(schema, path[:cut], shown=shown)
+        except SqlError:
+            continue
+        kind = fields[index]["type"]
+        for step in steps:
+            container, key = _ELEMENT_STEPS[step]
+            if not (isinstance(kind, dict) and kind.get("type") == container):
+                break
+            kind = kind[key]
+        else:
+            return cut, steps
+    return len(path), ()
+
+
+def _change_element(
+    location: TableLocation,
+    field_path: tuple[str, ...],
+    steps: tuple[str, ...],
+    change: ColumnChange,
+    *,
+    max_attempts: int,
+) -> TableVersion:
+    """``ALTER TABLE t ALTER COLUMN m.key | m.value | a.element TYPE <wider>``: the type of a map key or value or
+    an array element (type widening only, as Delta's ``verifyMapArrayChange``), the change recorded on the nearest
+    struct field with its ``fieldPath``.
+
+    Raises:
+        SqlError: a comment, a position or a nullability change, or a type change Delta refuses.
+    """
+    shown_path = dotted([*field_path, *steps])
+    if change.comment is not None or change.position is not None or change.nullable is not None:
+        raise SqlError(
+            f"[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP] ALTER TABLE CHANGE COLUMN of {shown_path} on {location}: "
+            "a map key or value or an array element takes a change of type only"
+        )
+
+    def apply(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        configuration = _configuration(snapshot)
+        schema = _schema(snapshot)
+        fields, index = _locate(schema, field_path, shown=str(location))
+        field = fields[index]
+        containers = [field["type"]]
+        for step in steps[:-1]:
+            containers.append(containers[-1][_ELEMENT_STEPS[step][1]])
+        key = _ELEMENT_STEPS[steps[-1]][1]
+        old_type = containers[-1][key]
+        if change.data_type is None or change.data_type == old_type:
+            return configuration, _encode(schema), {}
+        probe = {"name": steps[-1], "type": old_type, "nullable": True, "metadata": {}}
+        _retyped(probe, change.data_type, configuration, shown_path=shown_path, location=location)
+        _check_dependents(snapshot, configuration, field_path)
+        _check_manual_features(snapshot, change.data_type)
+        containers[-1][key] = change.data_type
+        fields[index] = type_widening.with_type_change(field, old_type, change.data_type, field_path=steps)
+        return configuration, _encode(schema), {}
+
+    column = {"name": shown_path, "type": change.data_type, "nullable": True, "metadata": {}}
+    return commit_schema(location, Operation("CHANGE COLUMN", {"column": column}), apply, max_attempts=max_attempts)
 
 
 def replace_columns(

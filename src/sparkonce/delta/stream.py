@@ -71,6 +71,7 @@ from sparkonce.delta.reader import (
     plan_partitions,
     read_files,
 )
+from sparkonce.delta.type_widening import widens_to
 from sparkonce.errors import DeltaLogError, OptionError, SourceOffsetError, UnsupportedFeatureError
 
 log = logging.getLogger(__name__)
@@ -582,6 +583,8 @@ class _TableState:
             names.add(field["name"].lower())
             read = self.read_fields.get(field["name"].lower())
             if read is not None and _type_shape(read["type"]) != _type_shape(field["type"]):
+                if table_version <= self.table_version and widens_to(field["type"], read["type"]):
+                    continue  # an older, narrower type: its files read with the wider type (type widening)
                 problems.append(
                     f"column {field['name']!r} changed type: stream reads {json.dumps(read['type'])}, "
                     f"table version {table_version} has {json.dumps(field['type'])}"

@@ -145,6 +145,26 @@ def is_schema_evolution_change(from_type: str, to_type: str) -> bool:
     return True
 
 
+def widens_to(old: Any, new: Any) -> bool:
+    """True when values of the Delta type ``old`` read as ``new`` through type widening alone: the same shape (struct
+    fields by name, arrays, maps) with every differing primitive a change Delta allows."""
+    if isinstance(old, str) and isinstance(new, str):
+        return is_supported_change(old.strip().lower(), new.strip().lower())
+    if not (isinstance(old, dict) and isinstance(new, dict)) or old.get("type") != new.get("type"):
+        return False
+    kind = old.get("type")
+    if kind == "array":
+        return widens_to(old.get("elementType"), new.get("elementType"))
+    if kind == "map":
+        keys = widens_to(old.get("keyType"), new.get("keyType"))
+        return keys and widens_to(old.get("valueType"), new.get("valueType"))
+    if kind == "struct":
+        olds = {str(f["name"]).lower(): f["type"] for f in old.get("fields") or []}
+        news = {str(f["name"]).lower(): f["type"] for f in new.get("fields") or []}
+        return all(name not in olds or widens_to(olds[name], kind_) for name, kind_ in news.items())
+    return old == new
+
+
 def enabled(configuration: Mapping[str, Any]) -> bool:
     """True when ``delta.enableTypeWidening`` is ``true`` (keys compared case-insensitively)."""
     return any(
@@ -258,5 +278,6 @@ __all__ = [
     "recorded_changes",
     "sql_name",
     "type_changes",
+    "widens_to",
     "with_type_change",
 ]
