@@ -1,5 +1,5 @@
-"""Batch reads of a Delta table: the native read path vs the Python data source vs Spark's own Parquet reader on the
-same files, in one run, alternated.
+"""Reads of a Delta table, batch and streaming: the native read path vs the Python data source vs Spark's own
+Parquet reader on the same files, in one run, alternated.
 
 Run: ``.venv/bin/python benchmarks/bench_reads.py [--rows 2000000] [--files 24] [--repeat 3] [--wide-columns 100]``.
 
@@ -12,6 +12,10 @@ and doubles) serves the one-column-of-many query. Each query runs on:
   the files the Delta log lists, with partition pruning and data skipping);
 * ``python``: the same with ``spark.sparkonce.nativeReads=false`` (the Python data source);
 * ``parquet``: ``spark.read.parquet`` of the table's folder (the anchor).
+
+The stream read drains the 15-column table with ``readStream ... -> noop`` and ``trigger(availableNow=True)`` from a
+new checkpoint each time: ``native`` and ``python`` through ``readStream.format("delta")`` (the native streaming
+source / the Python one), ``parquet`` through Spark's own file stream source (``readStream.schema(...).parquet``).
 
 Prints the best of ``--repeat`` seconds per query and reader and the time ratios to ``parquet``, and for the point
 lookup how many files data skipping dropped. Asserts nothing.
@@ -39,6 +43,7 @@ QUERIES: dict[str, Callable] = {  # type: ignore[type-arg]
     "one column of 15, countDistinct(k)": lambda df: df.selectExpr("count(distinct k)").collect(),
 }
 WIDE_QUERY = "one column of WIDE, sum(d1)"
+STREAM_QUERY = "stream read -> noop, availableNow"
 
 
 def make_tables(spark, work: Path, rows: int, files: int, wide: int) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
@@ -53,6 +58,17 @@ def make_tables(spark, work: Path, rows: int, files: int, wide: int) -> tuple[Pa
         str(wide_path)
     )
     return narrow, wide_path
+
+
+def drain(spark, table: Path, reader: str, checkpoint: Path) -> None:  # type: ignore[no-untyped-def]
+    """Stream the whole table into Spark's noop sink once (availableNow) from the new ``checkpoint``."""
+    if reader == "parquet":
+        schema = spark.read.parquet(str(table)).schema
+        stream = spark.readStream.schema(schema).parquet(str(table))
+    else:
+        stream = spark.readStream.format("delta").load(str(table))
+    query = stream.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+    query.trigger(availableNow=True).start().awaitTermination()
 
 
 def timed(action: Callable[[], object]) -> float:
@@ -81,20 +97,27 @@ def main() -> None:
         queries = dict(QUERIES)
         wide_name = WIDE_QUERY.replace("WIDE", str(args.wide_columns))
         queries[wide_name] = lambda df: df.selectExpr("sum(d1)").collect()
+        queries[STREAM_QUERY] = lambda df: None  # run by drain()
         best: dict[tuple[str, str], float] = {}
-        for _ in range(args.repeat):
+        for round_ in range(args.repeat):
             for query, run in queries.items():
                 table = wide if query == wide_name else narrow
                 for reader, load in readers.items():
                     spark.conf.set(NATIVE_READS_CONF, "false" if reader == "python" else "true")
-                    seconds = timed(lambda load=load, run=run, table=table: run(load(table)))
+                    if query == STREAM_QUERY:
+                        checkpoint = work / f"ck-{reader}-{round_}"
+                        seconds = timed(
+                            lambda reader=reader, checkpoint=checkpoint: drain(spark, narrow, reader, checkpoint)
+                        )
+                    else:
+                        seconds = timed(lambda load=load, run=run, table=table: run(load(table)))
                     key = (query, reader)
                     best[key] = min(best.get(key, seconds), seconds)
         spark.conf.unset(NATIVE_READS_CONF)
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
         logging.getLogger("sparkonce.delta.native").setLevel(logging.INFO)
         spark.read.format("delta").load(str(narrow)).where("id = 1234567").collect()  # logs the files skipped
-        result = Table(title=f"Batch reads, best of {args.repeat} (s); ratio = time / spark.read.parquet")
+        result = Table(title=f"Reads, best of {args.repeat} (s); ratio = time / Spark's own Parquet reader")
         for column in ("query", "native", "python", "parquet", "native ratio", "python ratio"):
             result.add_column(column)
         for query in queries:

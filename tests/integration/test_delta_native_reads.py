@@ -262,3 +262,46 @@ def test_a_table_with_deletion_vectors_is_read_by_the_python_source(spark: Spark
     frame = spark.read.format("delta").load(path)
     assert "BatchScan delta" in frame._jdf.queryExecution().executedPlan().toString()
     assert frame.count() == frame.toArrow().num_rows > 0
+
+
+@pytest.mark.parametrize("mapping", ["none", "name"])
+def test_merge_update_delete_and_optimize_read_their_files_natively(
+    spark: SparkSession, tmp_path: Path, mapping: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rewrites read the files they rewrite through Spark's Parquet scan (their log line names the file set),
+    and end with the same table as on the Python workers' path."""
+    from sparkonce.delta.tables import DeltaTable
+
+    results = []
+    for native in ("true", "false"):
+        path = str(tmp_path / f"t-{native}")
+        spark.conf.set(NATIVE_READS_CONF, native)
+        try:
+            writer = spark.range(0, 400).selectExpr("id", "id % 4 AS part", "concat('v', id) AS v")
+            writer = writer.repartitionByRange(4, "id").write.format("delta").partitionBy("part")
+            writer.option("delta.columnMapping.mode", mapping).save(path)
+            table = DeltaTable.forPath(spark, path)
+            source = spark.range(390, 410).selectExpr("id", "id % 4 AS part", "concat('m', id) AS v")
+            with caplog.at_level("INFO", logger="sparkonce.delta.native"):
+                caplog.clear()
+                (
+                    table.alias("t")
+                    .merge(source.alias("s"), "t.id = s.id")
+                    .whenMatchedUpdateAll()
+                    .whenNotMatchedInsertAll()
+                    .execute()
+                )
+                table.update("id = 7", {"v": "'updated'"})
+                table.delete("id < 5")
+                table.optimize().executeCompaction()
+                rewrites = [r.getMessage() for r in caplog.records if "file(s) to rewrite" in r.getMessage()]
+            assert (len(rewrites) >= 4) is (native == "true"), rewrites
+            rows = spark.read.format("delta").load(path).orderBy("id").collect()
+            results.append([(r.id, r.part, r.v) for r in rows])
+        finally:
+            spark.conf.unset(NATIVE_READS_CONF)
+    native_rows, python_rows = results
+    assert native_rows == python_rows
+    expected = {i: ("m" if i >= 390 else "v") + str(i) for i in range(5, 410)}
+    expected[7] = "updated"
+    assert native_rows == [(i, i % 4, v) for i, v in sorted(expected.items())]

@@ -183,7 +183,8 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> None
     them without ``--table``.
 
     The sources come from the query's analyzed plan (its ``StreamingRelationV2`` leaves of Python data sources named
-    ``sparkonce.*`` or one of the Delta names sparkonce registered). That plan is Spark's internal API: should its
+    ``sparkonce.*`` or one of the Delta names sparkonce registered, and the native Delta source's
+    ``StreamingExecutionRelation`` leaves). That plan is Spark's internal API: should its
     shape ever change, the sources are not recorded and a WARNING says so (the query starts as before; ``doctor``
     then needs ``--table``), rather than failing every streaming query started in the session.
 
@@ -194,6 +195,7 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> None
     from py4j.protocol import Py4JError
 
     from sparkonce.checkpoint.tables import RECORDED_OPTIONS, RecordedTable, record_tables
+    from sparkonce.delta.native_stream import native_source_of
     from sparkonce.storage import table_location
 
     tables = [RecordedTable("sink", "delta", table_location(sink).uri)] if sink is not None else []
@@ -201,7 +203,14 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> None
         leaves = writer._df._jdf.queryExecution().analyzed().collectLeaves().iterator()
         while leaves.hasNext():
             leaf = leaves.next()
-            if leaf.getClass().getSimpleName() != "StreamingRelationV2" or not leaf.source().isDefined():
+            kind = leaf.getClass().getSimpleName()
+            if kind == "StreamingExecutionRelation":  # the native Delta source (sparkonce.delta.native_stream)
+                native = native_source_of(leaf.source())
+                if native is not None:
+                    kept = {k: v for k, v in native.given.items() if k.lower() in RECORDED_OPTIONS}
+                    tables.append(RecordedTable("source", native.format_name, native.options.location.uri, kept))
+                continue
+            if kind != "StreamingRelationV2" or not leaf.source().isDefined():
                 continue
             name = str(leaf.sourceName()).lower()
             python = leaf.source().get().getClass().getSimpleName() == "PythonDataSourceV2"
@@ -281,10 +290,16 @@ def _wrap_start(cls: type) -> None:
 
 
 def _wrap_load() -> None:
-    """``spark.read.format("delta")...load(path)`` of sparkonce's Delta formats returns the native read's DataFrame
-    when the native path can read the table, else the Python data source's."""
+    """``spark.read.format("delta")...load(path)`` (and ``spark.readStream``'s) of sparkonce's Delta formats returns
+    the native read's DataFrame when the native path can read the table, else the Python data source's."""
     from pyspark.sql.readwriter import DataFrameReader
+    from pyspark.sql.streaming.readwriter import DataStreamReader
 
+    _wrap_reader_load(DataFrameReader, _native_read)
+    _wrap_reader_load(DataStreamReader, _native_stream)
+
+
+def _wrap_reader_load(cls: type, native: Any) -> None:
     def remember_format(reader: Any, source: str) -> None:
         reader._sparkonce_format = str(source).lower()
 
@@ -298,11 +313,11 @@ def _wrap_load() -> None:
     def remember_schema(reader: Any, schema: Any) -> None:
         reader._sparkonce_schema = schema
 
-    _record(DataFrameReader, "format", remember_format)
-    _record(DataFrameReader, "option", remember_option)
-    _record(DataFrameReader, "options", remember_options)
-    _record(DataFrameReader, "schema", remember_schema)
-    original = DataFrameReader.load
+    _record(cls, "format", remember_format)
+    _record(cls, "option", remember_option)
+    _record(cls, "options", remember_options)
+    _record(cls, "schema", remember_schema)
+    original = cls.load  # type: ignore[attr-defined]
 
     @functools.wraps(original)
     def load(self: Any, path: Any = None, format: str | None = None, schema: Any = None, **options: Any) -> Any:
@@ -316,12 +331,12 @@ def _wrap_load() -> None:
             and getattr(self, "_sparkonce_schema", None) is None
             and (path is None or isinstance(path, str))
         ):
-            frame = _native_read(self, path)
+            frame = native(self, path)
             if frame is not None:
                 return frame
         return original(self, path)
 
-    DataFrameReader.load = load  # type: ignore[method-assign]
+    cls.load = load  # type: ignore[attr-defined]
 
 
 def _reader_options(reader: Any) -> dict[str, str]:
@@ -353,6 +368,20 @@ def _native_read(reader: Any, path: str | None) -> Any:
     if is_change_feed_read(options):
         return None
     return native_frame(spark, ReadOptions.parse(options))
+
+
+def _native_stream(reader: Any, path: str | None) -> Any:
+    """The native streaming read of a ``readStream`` load (None: the Python data source reads it)."""
+    from sparkonce.delta.native import native_reads_enabled
+    from sparkonce.delta.native_stream import native_stream_frame
+
+    spark = reader._spark
+    if not native_reads_enabled(spark):
+        return None
+    options = dict(_reader_options(reader))
+    if path is not None:
+        options["path"] = path
+    return native_stream_frame(spark, options, format_name=reader._sparkonce_format)
 
 
 # -- Delta tables by name (sparkonce's catalog, :mod:`sparkonce.delta.catalog`) -----------------------------------

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -131,7 +132,7 @@ class ChangeFeedStreamReader(DeltaStreamReader):
             version += 1
             first_index = BASE_INDEX
 
-    def _plan(self, files: list[Any], begin: DeltaSourceOffset, finish: DeltaSourceOffset) -> list[InputPartition]:
+    def _log_batch(self, files: list[Any], begin: DeltaSourceOffset, finish: DeltaSourceOffset) -> None:
         changes: list[ChangeFile] = list(files)
         if changes:
             log.info(
@@ -145,6 +146,9 @@ class ChangeFeedStreamReader(DeltaStreamReader):
                 begin.key,
                 finish.key,
             )
+
+    def _tasks(self, files: list[Any]) -> list[InputPartition]:
+        changes = [replace(f, data_file=replace(f.data_file, action=None)) for f in files]
         scan = change_scan(self._table().scan)
         return [ChangeStreamPartition(p.files, scan, self.output) for p in plan_tasks(changes)]
 

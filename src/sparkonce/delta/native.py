@@ -73,7 +73,7 @@ from sparkonce.delta.skipping import (
     stats_columns,
 )
 from sparkonce.delta.table_view import current_table
-from sparkonce.errors import OptionError, SchemaMismatchError, TableNotFoundError
+from sparkonce.errors import DeltaLogError, OptionError, SchemaMismatchError, TableNotFoundError
 from sparkonce.storage import TableLocation, s3a_hadoop_conf, table_location
 
 if TYPE_CHECKING:
@@ -123,10 +123,10 @@ def native_frame(spark: SparkSession, options: ReadOptions, *, catalog_table: An
         UnsupportedFeatureError: the table needs a reader feature sparkonce cannot honour.
         TableNotFoundError: there is no Delta table at the path.
     """
-    if not native_reads_enabled(spark) or not _spark_reads_store(spark, options.location):
+    if not reads_natively(spark, options.location):
         return None
     pinned = _pinned_version(options)
-    snapshot = DeltaLog(options.location).snapshot(pinned) if pinned is not None else _latest(options.location)
+    snapshot = DeltaLog(options.location).snapshot(pinned) if pinned is not None else latest_snapshot(options.location)
     check_protocol_readable(snapshot.protocol, options.path, fields=_schema_fields(snapshot))
     if "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or []):
         return None
@@ -167,7 +167,8 @@ def _identity(location: TableLocation, snapshot: Snapshot, *, pinned: bool) -> t
 
 
 def is_native(frame: DataFrame) -> bool:
-    """True for a DataFrame :func:`native_frame` made (its file index reads the log at every query)."""
+    """True for a DataFrame of the native path: :func:`native_frame`'s (its file index reads the log at every query)
+    or a streaming one of :mod:`sparkonce.delta.native_stream` (Spark's Parquet scan reads each micro-batch)."""
     return getattr(frame, "_sparkonce_native", False) is True
 
 
@@ -178,15 +179,25 @@ def native_reads_enabled(spark: SparkSession) -> bool:
     return str(spark.conf.get(NATIVE_READS_CONF, "true")).strip().lower() != "false"
 
 
+def reads_natively(spark: SparkSession, location: TableLocation) -> bool:
+    """True when native reads are on and Spark can read the table's store here (local, or S3 with S3A)."""
+    return native_reads_enabled(spark) and _spark_reads_store(spark, location)
+
+
 def _spark_reads_store(spark: SparkSession, location: TableLocation) -> bool:
     """True when Spark's Parquet scan can read the table's files: local tables, and tables on S3 when the session
     has the S3A file system."""
     if location.is_local:
         return True
-    return location.scheme in _S3_SCHEMES and _jvm_of(spark).has_s3a
+    return location.scheme in _S3_SCHEMES and jvm_of(spark).has_s3a
 
 
-def _latest(location: TableLocation) -> Snapshot:
+def latest_snapshot(location: TableLocation) -> Snapshot:
+    """The table's latest snapshot, from sparkonce's log reader (only the commits since the one it holds are read).
+
+    Raises:
+        TableNotFoundError: there is no Delta table at ``location``.
+    """
     table = current_table(location)
     if table is None:
         raise TableNotFoundError(f"[DELTA_MISSING_DELTA_TABLE] {location} is not a Delta table.")
@@ -270,7 +281,8 @@ _JVMS: dict[int, _Jvm] = {}
 _JVM_LOCK = threading.Lock()
 
 
-def _jvm_of(spark: SparkSession) -> _Jvm:
+def jvm_of(spark: SparkSession) -> _Jvm:
+    """The JVM classes the native path uses, looked up once per SparkContext."""
     key = id(spark.sparkContext)
     with _JVM_LOCK:
         found = _JVMS.get(key)
@@ -391,7 +403,7 @@ class DeltaFileIndex:
         self.snapshot = snapshot
         self.pinned = pinned
         self.layout = _Layout.of(snapshot)
-        self._j = _jvm_of(spark)
+        self._j = jvm_of(spark)
         self._lock = threading.Lock()
         self._statuses: dict[str, Any] = {}
         """Raw ``add.path`` -> the JVM ``FileStatus`` (made once per file: each py4j call is a round trip)."""
@@ -430,9 +442,15 @@ class DeltaFileIndex:
             fields.append({"name": name, "type": kind, "nullable": f.get("nullable", True), "metadata": _comment(f)})
         return {"type": "struct", "fields": fields}
 
-    def frame(self, catalog_table: Any = None) -> DataFrame:
-        """The DataFrame over this index (logical column names, table order); ``catalog_table`` is Spark's catalog
-        entry of the table when the DataFrame answers for a name (``REFRESH TABLE`` and the cache need it)."""
+    def frame(self, catalog_table: Any = None, *, stream: Any = None) -> DataFrame:
+        """The DataFrame over this index (logical column names, table order).
+
+        Args:
+            catalog_table: Spark's catalog entry of the table when the DataFrame answers for a name (``REFRESH
+                TABLE`` and the cache need it).
+            stream: The streaming source (a py4j proxy of Spark's ``Source``) whose micro-batch the DataFrame
+                is: the relation is then a streaming one, credited to that source in the query's progress.
+        """
         from pyspark.sql import DataFrame
 
         j = self._j
@@ -441,11 +459,15 @@ class DeltaFileIndex:
         relation = j.jvm.org.apache.spark.sql.execution.datasources.HadoopFsRelation(
             self, self._partition_schema, data_schema, j.none, format_, j.map(self._hadoop_options()), j.session
         )
-        plan = (
-            j.logical_relation.apply(relation, False)
-            if catalog_table is None
-            else j.logical_relation.apply(relation, catalog_table)
-        )
+        if stream is not None:
+            attributes = j.jvm.org.apache.spark.sql.catalyst.types.DataTypeUtils.toAttributes(relation.schema())
+            plan = j.jvm.org.apache.spark.sql.execution.datasources.LogicalRelation(
+                relation, attributes, j.none, True, j.jvm.scala.Option.apply(stream)
+            )
+        elif catalog_table is None:
+            plan = j.logical_relation.apply(relation, False)
+        else:
+            plan = j.logical_relation.apply(relation, catalog_table)
         frame = DataFrame(j.jvm.org.apache.spark.sql.classic.Dataset.ofRows(j.session, plan), self.spark)
         if not self.layout.mapped:
             return frame
@@ -474,8 +496,8 @@ class DeltaFileIndex:
         return self._list_files(partitionFilters, dataFilters)
 
     def inputFiles(self) -> Any:  # driver (JVM callback)
-        snapshot = self._current()
-        paths = [self._uri(require_fs_path(self.location, p)) for p in snapshot.files]
+        _, adds = self._listing()
+        paths = [self._uri(require_fs_path(self.location, p)) for p in adds]
         array = self._j.gateway.new_array(self._j.jvm.java.lang.String, len(paths))
         for i, path in enumerate(paths):
             array[i] = path
@@ -485,8 +507,8 @@ class DeltaFileIndex:
         """Nothing is cached across queries that could be stale: each listing reads the log."""
 
     def sizeInBytes(self) -> int:  # driver (JVM callback)
-        snapshot = self.snapshot if self.pinned else self._current()
-        return sum(int(a.get("size") or 0) for a in snapshot.files.values())
+        _, adds = self._listing()
+        return sum(int(a.get("size") or 0) for a in adds.values())
 
     def partitionSchema(self) -> Any:  # driver (JVM callback)
         return self._partition_schema
@@ -535,7 +557,7 @@ class DeltaFileIndex:
     def _current(self) -> Snapshot:
         if self.pinned:
             return self.snapshot
-        snapshot = _latest(self.location)
+        snapshot = latest_snapshot(self.location)
         self._check_schema(snapshot)
         return snapshot
 
@@ -566,9 +588,14 @@ class DeltaFileIndex:
                 f"{'; '.join(problems)}. Read the table again (or re-create the view)."
             )
 
-    def _list_files(self, partition_filters: Any, data_filters: Any) -> Any:
+    def _listing(self) -> tuple[Snapshot, Mapping[str, Mapping[str, Any]]]:
+        """The snapshot whose metadata (statistics columns) applies and the ``add`` actions to list, by raw path:
+        the current (or pinned) snapshot's files."""
         snapshot = self._current()
-        adds = snapshot.files
+        return snapshot, snapshot.files
+
+    def _list_files(self, partition_filters: Any, data_filters: Any) -> Any:
+        snapshot, adds = self._listing()
         j = self._j
         partition_keys = self.layout.partition_columns
         # group files by partition values (raw strings from the log)
@@ -602,11 +629,12 @@ class DeltaFileIndex:
                     array[i] = self._status(path, adds[path])
                 directories.append(j.PartitionDirectory.apply(rows[key], array))
             self.last_scan = ScanReport(snapshot.table_version, total, after_partitions, read)
-            _LAST_SCANS[self.location.uri] = self.last_scan
+            self._record(self.last_scan)
         log.info(
-            "native scan of %s at table_version %d: %d of %d file(s) read (partition pruning dropped %d, data "
+            "native scan of %s%s at table_version %d: %d of %d file(s) read (partition pruning dropped %d, data "
             "skipping %d)",
             self.location,
+            self._scan_label(),
             snapshot.table_version,
             read,
             total,
@@ -614,6 +642,14 @@ class DeltaFileIndex:
             after_partitions - read,
         )
         return j.seq(directories)
+
+    def _record(self, scan: ScanReport) -> None:
+        """Keep ``scan`` as the table's last native scan (:func:`last_scan`)."""
+        _LAST_SCANS[self.location.uri] = scan
+
+    def _scan_label(self) -> str:
+        """What the log line of a listing adds after the table (nothing for a table's own index)."""
+        return ""
 
     def _forget_removed(self, adds: Mapping[str, Any]) -> None:
         """Drop what the index keeps of files no longer in the table once they outnumber the live ones (a table
@@ -701,6 +737,115 @@ class DeltaFileIndex:
         field = self._placeholders[column]
         j = self._j
         return j.jvm.org.apache.spark.sql.catalyst.types.DataTypeUtils.toAttribute(field)
+
+
+class FileSetIndex(DeltaFileIndex):
+    """The file index of a fixed set of a table's files, read with the schema of one snapshot: a streaming
+    micro-batch's files (:mod:`sparkonce.delta.native_stream`), or the candidate files a MERGE/UPDATE/DELETE/OPTIMIZE
+    rewrites (:func:`file_rows`). Made on the driver; Spark calls it while planning that scan (partition pruning and
+    data skipping apply to the set too).
+
+    Args:
+        spark: The (classic) session.
+        location: The table.
+        snapshot: The snapshot whose schema, partitioning and column mapping the files are read with.
+        adds: The files' ``add`` actions, by raw path.
+        label: How the set shows in logs and ``explain``.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        location: TableLocation,
+        snapshot: Snapshot,
+        adds: Mapping[str, Mapping[str, Any]],
+        label: str,
+    ) -> None:
+        super().__init__(spark, location, snapshot, pinned=True)
+        self.label = label
+        self._adds = dict(adds)
+
+    def _listing(self) -> tuple[Snapshot, Mapping[str, Mapping[str, Any]]]:
+        return self.snapshot, self._adds
+
+    def _record(self, scan: ScanReport) -> None:
+        """A file set's scan is not the table's last scan (:func:`last_scan`)."""
+
+    def _scan_label(self) -> str:
+        return f" ({self.label})"
+
+    def toString(self) -> str:  # driver (JVM callback)
+        return f"DeltaFileSetIndex[{self.location}, {self.label}, {len(self._adds)} file(s)]"
+
+    def equals(self, other: Any) -> bool:  # driver (JVM callback)
+        if other is self:
+            return True
+        try:
+            return bool(int(other.hashCode()) == self.hashCode() and str(other.toString()) == self.toString())
+        except Py4JError:
+            return False
+
+    def hashCode(self) -> int:  # driver (JVM callback)
+        return id(self) & 0x7FFFFFFF
+
+    def file_uris(self) -> dict[str, str]:
+        """Raw ``add`` path -> the file's URI as Spark's ``_metadata.file_path`` shows it."""
+        return {path: str(self._status(path, add).getPath().toUri().toString()) for path, add in self._adds.items()}
+
+
+def file_rows(
+    spark: SparkSession,
+    location: TableLocation,
+    table_version: int,
+    paths: Sequence[str],
+    *,
+    file_column: str,
+    row_column: str,
+) -> DataFrame | None:
+    """The rows of the table's files ``paths`` (raw ``add`` paths of ``table_version``) read by Spark's Parquet scan,
+    in table column order, plus ``file_column`` (the file's raw path) and ``row_column`` (the row's position in its
+    file): what a MERGE/UPDATE/DELETE/OPTIMIZE rewrite reads. None when the native path cannot read them (see the
+    module's documentation; deletion vectors included); the caller then reads them on Python workers. Runs on the
+    driver.
+
+    Raises:
+        DeltaLogError: ``table_version`` cannot be read, or a path is not a file of it.
+    """
+    from pyspark.sql import functions as F
+
+    if not paths or not reads_natively(spark, location):
+        return None
+    held = current_table(location)
+    if held is not None and held.snapshot.table_version == table_version:
+        snapshot = held.snapshot
+    else:
+        snapshot = DeltaLog(location).snapshot(table_version)
+    if "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or []):
+        return None
+    missing = [p for p in paths if p not in snapshot.files]
+    if missing:
+        raise DeltaLogError(
+            f"{location}: {len(missing)} file(s) to rewrite are not in table version {table_version} (first "
+            f"{missing[0]})"
+        )
+    index = FileSetIndex(
+        spark, location, snapshot, {p: snapshot.files[p] for p in paths}, f"{len(paths)} file(s) to rewrite"
+    )
+    frame = index.frame()
+    columns = list(frame.columns)
+    uris = spark.createDataFrame(
+        [(uri, path) for path, uri in index.file_uris().items()], f"`{_URI}` string, `{file_column}` string"
+    )
+    tagged = frame.select(
+        *[F.col(f"`{c}`") for c in columns],
+        F.col("_metadata.file_path").alias(_URI),
+        F.col("_metadata.row_index").alias(row_column),
+    )
+    joined = tagged.join(F.broadcast(uris), _URI)
+    return joined.select(*[F.col(f"`{c}`") for c in columns], F.col(f"`{file_column}`"), F.col(f"`{row_column}`"))
+
+
+_URI = "_sparkonce_file_uri"
 
 
 def _raw_partition_value(values: Mapping[str, Any], logical: str, physical: str) -> Any:
@@ -826,9 +971,14 @@ def _internal(value: Any, type_name: str) -> Any:
 __all__ = [
     "NATIVE_READS_CONF",
     "DeltaFileIndex",
+    "FileSetIndex",
     "ScanReport",
+    "file_rows",
     "is_native",
+    "jvm_of",
     "last_scan",
+    "latest_snapshot",
     "native_frame",
     "native_reads_enabled",
+    "reads_natively",
 ]

@@ -84,6 +84,9 @@ class DataFile:
     selected_rows: tuple[DeletionVector, DeletionVector | None] | None = None
     """Read only the rows the first deletion vector deletes and the second (if any) does not (the change data
     feed's rows of a commit that changed a file's deletion vector); ``deletion_vector`` is then None."""
+    action: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The ``add`` action the file comes from, kept on the driver for the native read path (the streaming source
+    hands a micro-batch's files to Spark's Parquet scan); None in what is shipped to executors."""
 
 
 @dataclass

@@ -35,6 +35,7 @@ from sparkonce.delta.deletion_vectors import DeletionVector
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
 from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityColumn, IdentityPlan, identity_columns
+from sparkonce.delta.native import file_rows
 from sparkonce.delta.paths import require_fs_path
 from sparkonce.delta.reader import (
     METADATA_COLUMN,
@@ -272,7 +273,10 @@ def _active_files(
 def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[TableFile]) -> DataFrame:
     """The rows of ``files`` (read on executors, deletion vectors applied) in the table schema, plus
     :data:`FILE_COLUMN` and :data:`ROW_COLUMN` (the row's position among the file's rows in the table, which
-    identifies it within one plan). Without files: an empty frame of the same schema."""
+    identifies it within one plan). Without files: an empty frame of the same schema.
+
+    Spark's Parquet scan reads them where the native path can (:func:`sparkonce.delta.native.file_rows`: no
+    deletion vectors, a classic session, a store Spark reads); else Python workers do."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     schema = StructType(
@@ -280,6 +284,17 @@ def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[Tabl
     )
     if not files:
         return spark.createDataFrame([], schema)
+    if not any(f.deletion_vector_rows is not None for f in files):
+        native = file_rows(
+            spark,
+            snapshot.location,
+            snapshot.table_version,
+            [f.path for f in files],
+            file_column=FILE_COLUMN,
+            row_column=ROW_COLUMN,
+        )
+        if native is not None:  # Spark's Parquet scan reads them (sparkonce.delta.native)
+            return native.select(*[native[f"`{f.name}`"].cast(f.dataType).alias(f.name) for f in schema.fields])
     data_files = [(f.path, f.data_file(snapshot.location)) for f in files]
     scan = snapshot.scan
     location = snapshot.location

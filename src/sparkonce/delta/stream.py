@@ -307,6 +307,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return DeltaSourceOffset(self._state.table_id, latest + 1, BASE_INDEX, False).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:  # driver
+        return self._tasks(self.batch_files(start, end))
+
+    def batch_files(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:  # driver
+        """The files of the micro-batch between ``start`` and ``end`` (the positions strictly after ``start`` up to
+        and including ``end``), in stream order; the native source reads them through Spark's Parquet scan."""
         crash_point("after_offsets")
         begin, finish = self._parse(start), self._parse(end)
         if finish.is_unresolved:
@@ -317,10 +322,17 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # An end at the base of table version v covers nothing of v: do not read its commit (it may not exist yet).
         last_version = finish.reservoir_version - (1 if finish.index == BASE_INDEX else 0)
         files = [f for p in self._positions(begin, last_version) if p.key <= finish.key for f in p.files]
-        return self._plan(files, begin, finish)
+        self._log_batch(files, begin, finish)
+        return files
 
-    def _plan(self, files: list[Any], begin: DeltaSourceOffset, finish: DeltaSourceOffset) -> list[InputPartition]:
-        """The tasks reading ``files`` (the positions between ``begin`` and ``finish``). Runs on the driver."""
+    def _tasks(self, files: list[Any]) -> list[InputPartition]:
+        """The tasks reading a micro-batch's ``files`` on executors. Runs on the driver."""
+        scan = self._table().scan
+        shipped = [replace(f, action=None) for f in files]
+        return [StreamPartition(p.files, scan) for p in plan_partitions(shipped)]
+
+    def _log_batch(self, files: list[Any], begin: DeltaSourceOffset, finish: DeltaSourceOffset) -> None:
+        """Log what a micro-batch between ``begin`` and ``finish`` reads. Runs on the driver."""
         if files:
             versions = sorted({f.table_version for f in files if f.table_version is not None})
             log.info(
@@ -333,8 +345,6 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 begin.key,
                 finish.key,
             )
-        scan = self._table().scan
-        return [StreamPartition(p.files, scan) for p in plan_partitions(files)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executor
         if isinstance(partition, StreamPartition):
@@ -656,7 +666,16 @@ class _TableState:
         dv = None
         if isinstance(descriptor, dict):
             dv = DeletionVector.from_action(descriptor, self.delta_log.location, data_file=fs_path)
-        return DataFile(fs_path, int(add.get("size") or 0), typed, table_version, dv)
+        modified = add.get("modificationTime")
+        return DataFile(
+            fs_path,
+            int(add.get("size") or 0),
+            typed,
+            table_version,
+            dv,
+            modification_time=None if modified is None else int(modified),
+            action=add,
+        )
 
 
 def _check_protocol(table_version: int, protocol: dict[str, Any], path: str) -> None:
