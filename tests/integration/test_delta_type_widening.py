@@ -474,3 +474,39 @@ def test_map_keys_values_and_array_elements_widen_with_their_field_path(
             {"id": 1, "m": {7: 1.5}, "a": [1, 2], "s": {"arr": [3]}},
             {"id": 2, "m": {8_000_000_000: 0.1}, "a": [9_000_000_000], "s": {"arr": [70000]}},
         ], native
+
+
+def test_a_delta_stream_defined_before_a_widening_stops_at_it(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    """As Delta's source without a ``schemaTrackingLocation``: the schema the stream reads (resolved when it was
+    defined) changed type, so the query stops before reading a file, naming the column and both types; nothing of
+    the new commits is written."""
+    from pyspark.errors import StreamingQueryException
+
+    table, out, checkpoint = tmp_path / "t", tmp_path / "out", tmp_path / "checkpoint"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, v INT) USING delta "
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+    )
+    sql(f"INSERT INTO delta.`{table}` VALUES (1, 10)")
+    stream = spark.readStream.format("delta").load(str(table))  # its schema: v INT
+
+    def run() -> None:
+        query = (
+            stream.writeStream.format("delta")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start(str(out))
+        )
+        query.awaitTermination()
+
+    run()
+    sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE BIGINT")
+    sql(f"INSERT INTO delta.`{table}` VALUES (2, 5000000000)")
+    with pytest.raises(
+        StreamingQueryException,
+        match=r"column 'v' changed type: stream reads \"integer\", table version 3 has \"long\"",
+    ):
+        run()
+    assert _rows(_read(spark, out, native=True)) == [{"id": 1, "v": 10}]
