@@ -40,9 +40,9 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.log_checkpoint import write_checkpoint
+from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.delta.table_view import forget_table
 from sparkonce.storage import table_location
 

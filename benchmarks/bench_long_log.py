@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_doctor import QUERY_ID, _checkpoint_table
 from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.delta.table_view import forget_table
 from sparkonce.ops.doctor import diagnose
 from sparkonce.spark import local_session

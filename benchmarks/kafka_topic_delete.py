@@ -78,7 +78,8 @@ elif mode == "planner":
     print(f"read {plannings} plannings, {errors} refused {refused[:300]}", flush=True)
 else:
     from sparkonce.kafka.offsets import OffsetRange, TopicPartition as TP
-    from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
+    from sparkonce.kafka.isolated import read_range
+    from sparkonce.kafka.reader import ReadSettings, kafka_schema
     settings = ReadSettings(
         client_config={"bootstrap.servers": bootstrap, "log_level": "0", **extra},
         fail_on_data_loss=False, poll_timeout_ms=5_000,

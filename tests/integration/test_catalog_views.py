@@ -18,7 +18,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sparkonce.errors import SqlError, UnsupportedFeatureError
+from sparkonce.errors import SqlError
 from sparkonce.sql.runner import DeltaSql
 
 pytestmark = pytest.mark.spark
@@ -190,8 +190,8 @@ def test_dataframe_writer_v2_creates_replaces_and_appends(spark: SparkSession, s
     assert _ids(spark, "SELECT id FROM e3") == [8]
     with pytest.raises(AnalysisException, match="TABLE_OR_VIEW_NOT_FOUND"):
         spark.range(1).writeTo("missing_v2").append()
-    with pytest.raises(UnsupportedFeatureError, match="replaceWhere"):
-        spark.range(1).selectExpr("id", "id AS p").writeTo("e3").overwrite(F.col("id") > 0)
+    spark.range(9, 10).selectExpr("id", "id % 2 AS p").writeTo("e3").overwrite(F.col("id") > 0)  # replaceWhere
+    assert _ids(spark, "SELECT id FROM e3") == [9]
 
 
 def test_time_travel_past_the_latest_commit_is_refused(spark: SparkSession, events: str, sql: DeltaSql) -> None:

@@ -17,10 +17,11 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 
 from sparkonce import crash
 from sparkonce.errors import BrokerError, SourceOffsetError
+from sparkonce.kafka.isolated import read_range
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, broker_offsets
-from sparkonce.kafka.reader import BATCH_ROWS, ReadSettings, kafka_schema, read_range
+from sparkonce.kafka.reader import BATCH_ROWS, ReadSettings, kafka_schema
 from sparkonce.kafka.source import KafkaStreamReader
 from sparkonce_local.services.broker import free_port, start_broker, stop_broker
 from tests.fixtures_broker import EmbeddedBroker, numbered

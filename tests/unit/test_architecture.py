@@ -1,29 +1,34 @@
-"""The layering of docs/architecture.md, checked on the source: every module under src/ is parsed with ``ast``.
+"""The layering of docs/architecture.md, checked on the source: every module under src/ is parsed with ``ast`` (no
+import is executed), and every import statement counts wherever it stands: at the top, under ``if TYPE_CHECKING:``,
+in a class, in a function (also ``importlib.import_module("a.literal.name")``).
 
 Rules:
 
-1. the library (``sparkonce``) never imports the local tooling layer (``sparkonce_local``), anywhere in a module
-   (top level, ``TYPE_CHECKING`` block or function);
+1. the library (``sparkonce``) never imports the local tooling layer (``sparkonce_local``), anywhere in a module;
 2. the library imports the modules of its extras (confluent-kafka, psycopg, tenacity, prometheus-client) only
-   inside functions,
-   so ``import sparkonce`` works without them;
-3. no cycle between modules through their module-level imports (top level and ``TYPE_CHECKING`` blocks: a
-   cycle of type-only imports still makes two modules one unit), except the known ones listed below;
+   inside functions, so ``import sparkonce`` works without them;
+3. no cycle between modules, through any import: a function-level import is no way around a cycle, and a cycle of
+   type-only (``TYPE_CHECKING``) imports still makes two modules one unit, as delta-rs keeps none at all. The one
+   exception is the public facade: a module may import the package root ``sparkonce`` inside a function (to call
+   ``sparkonce.register``), never at its top level; those imports are left out of the module graph;
 4. no cycle between packages (``sparkonce.delta``, ``sparkonce.pipeline``, ``sparkonce_local.chaos``, ...; a
-   top-level module such as ``sparkonce.spark`` is its own node) through any import, function-level ones included,
-   except the known ones listed below with their reason. The package root ``sparkonce`` is the public facade: a
-   module may import it inside a function (to call ``sparkonce.register``), never at its top level;
+   top-level module such as ``sparkonce.spark`` is its own node), the facade again excepted;
 5. every package belongs to one layer of :data:`LAYERS` (the table of docs/architecture.md) and imports only its
    own layer and the ones below (the root facade again excepted inside functions).
+
+The checker itself is tested on tiny packages written to ``tmp_path``: a cycle closed by a function-level import,
+a type-only one, one through ``importlib``, and a package without any.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 CORE = "sparkonce"
@@ -64,13 +69,27 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("local commands", frozenset({"sparkonce_local.quickstart", "sparkonce_local.demo", "sparkonce_local.cli"})),
 ]
 
-# Module cycles through module-level imports that exist today, each with its reason.
-KNOWN_MODULE_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"sparkonce.delta.builder", "sparkonce.delta.tables"}): (
-        "delta-spark's API is mutually recursive: DeltaTable.create() returns a DeltaTableBuilder whose execute() "
-        "returns a DeltaTable; both references are type-only (TYPE_CHECKING), the runtime imports are in functions"
-    ),
-}
+# The layers inside ``sparkonce.delta``, bottom up: the sub-packages its modules are to move into (docs/architecture.md,
+# "Inside sparkonce.delta"). Checked now on the flat modules, so the move is a rename per layer: a module imports
+# its own layer and the ones below only, and a new module must pick its layer here.
+DELTA_LAYERS: list[tuple[str, frozenset[str]]] = [
+    (name, frozenset(modules.split()))
+    for name, modules in (
+        ("log", "log log_entry log_checkpoint tombstones table_view paths clock interval"),
+        (
+            "table",
+            "properties protocol schema column_mapping clustering identity generated constraints expressions "
+            "partition_filters deletion_vectors skipping catalog options type_widening",
+        ),
+        ("txn", "commit conflicts cleanup readers log_cleanup restores"),
+        ("write", "files cdf"),
+        ("read", "reader native stream native_stream changes change_stream history"),
+        ("ops", "rewrite merge dml optimize auto_compact vacuum manifest alter alter_columns create"),
+        ("face", "source writer overwrite sink reader_listener _compat tables spark_catalog exceptions"),
+    )
+]
+DELTA = "sparkonce.delta"
+
 
 # Package cycles that exist today, each with the reason it is not broken yet. The test fails when one of them
 # disappears too, so the list only shrinks.
@@ -87,23 +106,21 @@ class Import:
     where: Where
 
 
-def _modules() -> dict[str, Path]:
+def _modules(src: Path) -> dict[str, Path]:
+    """Every module under ``src`` by dotted name (a package by its own name, for its ``__init__.py``)."""
     found = {}
-    for path in sorted(SRC.rglob("*.py")):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
+    for path in sorted(src.rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
     return found
 
 
-MODULES = _modules()
-
-
-def _resolve(name: str) -> str | None:
+def _resolve(name: str, modules: Mapping[str, Path]) -> str | None:
     """The module of ``name`` (``pkg.mod.attr`` -> ``pkg.mod``), or None when it is not under src/."""
     while name:
-        if name in MODULES:
+        if name in modules:
             return name
         name = name.rpartition(".")[0]
     return None
@@ -116,8 +133,20 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def _dynamic_import(node: ast.Call) -> str | None:
+    """The module a call ``importlib.import_module("x.y")`` / ``import_module("x.y")`` / ``__import__("x.y")``
+    names, when it names it by a literal (a computed name cannot be followed: the root facade's lazy re-exports
+    mirror theirs as ``TYPE_CHECKING`` imports, which count)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    first = node.args[0]
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
 def _raw_imports(module: str, path: Path) -> Iterator[tuple[str, int, Where]]:
-    """(imported name, line, where) of every import statement of the module, relative ones made absolute."""
+    """(imported name, line, where) of every import of the module, relative ones made absolute."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
 
     def visit(node: ast.AST, where: Where) -> Iterator[tuple[str, int, Where]]:
@@ -140,22 +169,25 @@ def _raw_imports(module: str, path: Path) -> Iterator[tuple[str, int, Where]]:
                 for stmt in child.orelse:
                     yield from visit(ast.Module(body=[stmt], type_ignores=[]), "top")
             else:
+                if isinstance(child, ast.Call) and (name := _dynamic_import(child)) is not None:
+                    yield name, child.lineno, where
                 yield from visit(child, where)
 
     yield from visit(ast.parse(path.read_text(), str(path)), "top")
 
 
-def _imports() -> list[Import]:
+def _imports(modules: Mapping[str, Path]) -> list[Import]:
     found = []
-    for module, path in MODULES.items():
+    for module, path in modules.items():
         for name, line, where in _raw_imports(module, path):
-            target = _resolve(name)
+            target = _resolve(name, modules)
             if target is not None and target != module:
                 found.append(Import(module, target, line, where))
     return found
 
 
-IMPORTS = _imports()
+MODULES = _modules(SRC)
+IMPORTS = _imports(MODULES)
 
 
 def _in(module: str, package: str) -> bool:
@@ -252,12 +284,75 @@ def test_the_library_imports_its_extras_only_inside_functions() -> None:
     assert bad == []
 
 
-def test_no_cycle_between_modules_through_module_level_imports() -> None:
+def _facade_call(imp: Import, root: str = CORE) -> bool:
+    """A function-level import of the package root: the public facade, called for ``sparkonce.register``."""
+    return imp.target == root and imp.where == "function"
+
+
+def module_cycles(imports: list[Import], *, root: str = CORE) -> list[str]:
+    """Each cycle between modules through ``imports`` (all of them: top level, ``TYPE_CHECKING``, function
+    level), described with the imports that close it; the facade's function-level imports left out."""
+    counted = [i for i in imports if not _facade_call(i, root)]
     edges: dict[str, set[str]] = {}
-    module_level = [i for i in IMPORTS if i.where != "function"]
-    for imp in module_level:
+    for imp in counted:
         edges.setdefault(imp.importer, set()).add(imp.target)
-    _check_cycles(_cycles(edges), KNOWN_MODULE_CYCLES, lambda c: _describe(c, module_level, lambda m: m))
+    return [_describe(c, counted, lambda m: m) for c in _cycles(edges)]
+
+
+def test_no_cycle_between_modules_through_any_import() -> None:
+    assert module_cycles(IMPORTS) == []
+
+
+def _planted(tmp_path: Path, files: Mapping[str, str]) -> list[str]:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return module_cycles(_imports(_modules(tmp_path)), root="planted")
+
+
+PLANTED_CYCLES = {
+    "function": {
+        "planted/a.py": "from planted.b import helper\n",
+        "planted/b.py": "def helper() -> None:\n    from planted.a import thing\n",
+    },
+    "relative, in a method": {
+        "planted/a.py": "from .b import helper\n",
+        "planted/b.py": "class B:\n    def m(self) -> None:\n        from . import a\n",
+    },
+    "type": {
+        "planted/a.py": "from planted.b import helper\n",
+        "planted/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from planted.a import A\n",
+    },
+    "dynamic": {
+        "planted/a.py": "import planted.b\n",
+        "planted/b.py": "import importlib\ndef f():\n    return importlib.import_module('planted.a')\n",
+    },
+}
+
+
+@pytest.mark.parametrize("where", list(PLANTED_CYCLES))
+def test_the_checker_finds_a_planted_cycle(tmp_path: Path, where: str) -> None:
+    """A tiny package whose two modules import each other, one of the imports at top level and the other one
+    ``where`` (inside a function, a method by a relative name, under ``TYPE_CHECKING``, through ``importlib``):
+    the checker reports exactly that cycle, naming the line that closes it."""
+    files = {"planted/__init__.py": "", **PLANTED_CYCLES[where]}
+    found = _planted(tmp_path, files)
+    assert len(found) == 1, found
+    assert found[0].startswith("cycle between ['planted.a', 'planted.b']:")
+    closing = "function" if where in ("relative, in a method", "dynamic") else where
+    assert f"imports planted.a ({closing})" in found[0]
+
+
+def test_the_checker_accepts_a_package_without_cycle(tmp_path: Path) -> None:
+    """The same modules importing one way only (b at top level, a reaching b inside a function; the facade root
+    imported inside a function): no cycle reported."""
+    files = {
+        "planted/__init__.py": "from planted.a import thing\n",
+        "planted/a.py": "thing = 1\ndef f() -> None:\n    from planted.b import helper\n    import planted\n",
+        "planted/b.py": "import os\nhelper = os.sep\n",
+    }
+    assert _planted(tmp_path, files) == []
 
 
 def test_no_module_imports_the_package_root_at_its_top_level() -> None:
@@ -304,4 +399,40 @@ def test_imports_go_down_the_layers() -> None:
 def test_the_architecture_doc_names_every_package() -> None:
     doc = (SRC.parent / "docs" / "architecture.md").read_text()
     missing = [p for _, members in LAYERS for p in members if f"`{p}`" not in doc]
+    assert missing == []
+
+
+def _delta_layer(module: str) -> int:
+    name = module.removeprefix(DELTA + ".")
+    for number, (_, members) in enumerate(DELTA_LAYERS):
+        if name in members:
+            return number
+    raise AssertionError(f"{module} is in no layer of sparkonce.delta: add it to DELTA_LAYERS and docs/architecture.md")
+
+
+def test_every_delta_module_is_in_one_delta_layer() -> None:
+    modules = {m.removeprefix(DELTA + ".") for m in MODULES if m.startswith(DELTA + ".")}
+    listed = [m for _, members in DELTA_LAYERS for m in members]
+    assert sorted(listed) == sorted(set(listed)), "a module is in two layers"
+    assert modules - set(listed) == set(), "add these to DELTA_LAYERS and docs/architecture.md"
+    assert set(listed) - modules == set(), "these are gone: drop them from DELTA_LAYERS and docs/architecture.md"
+
+
+def test_delta_modules_import_down_the_delta_layers() -> None:
+    """Inside ``sparkonce.delta`` (the package's ``__init__`` aside: it is the face), every import, function-level
+    and type-only ones included, goes to the module's own layer or one below."""
+    inside = [i for i in IMPORTS if i.importer.startswith(DELTA + ".") and i.target.startswith(DELTA + ".")]
+    bad = [
+        f"{i.importer}:{i.line} ({DELTA_LAYERS[_delta_layer(i.importer)][0]}) imports {i.target} "
+        f"({DELTA_LAYERS[_delta_layer(i.target)][0]}, {i.where})"
+        for i in inside
+        if _delta_layer(i.target) > _delta_layer(i.importer)
+    ]
+    assert len(inside) > 200
+    assert bad == []
+
+
+def test_the_architecture_doc_names_every_delta_module() -> None:
+    doc = (SRC.parent / "docs" / "architecture.md").read_text()
+    missing = [m for _, members in DELTA_LAYERS for m in members if f"`{m}`" not in doc]
     assert missing == []

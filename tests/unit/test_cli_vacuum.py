@@ -100,3 +100,52 @@ def test_each_file_once_by_its_table_relative_path(tmp_path: Path) -> None:
     assert (result["files"], result["bytes"]) == (stale, listed["bytes"])
     assert not any((root / f).exists() for f in stale)
     assert DeltaTable(str(root)).to_pyarrow_table().column("id").to_pylist() == [3]
+
+
+def _registered(table: Path) -> str:
+    """A table version 1 that removes version 0's file, and a stream registered as reading from version 0."""
+    from sparkonce.delta.readers import RegisteredReader, register_reader
+
+    write_deltalake(str(table), pa.table({"id": [2]}), mode="overwrite")
+    query_id = "00000000-0000-0000-0000-00000000000a"
+    now = int(time.time() * 1000)
+    register_reader(str(table), RegisteredReader(query_id, "/ck/events", "delta", 0, now, "p.events"))
+    return query_id
+
+
+def test_vacuum_keeps_what_a_registered_reader_needs_unless_forced(table: Path) -> None:
+    query_id = _registered(table)
+    live = str(DeltaTable(str(table)).file_uris())
+    removed = [f for f in os.listdir(table) if f.startswith("part-") and f not in live]
+    kept = CliRunner().invoke(cli, ["vacuum", str(table), "--retain-hours", "0", "--no-retention-check", "--yes"])
+    assert kept.exit_code == 0, kept.output
+    assert (
+        f"Kept 1 file(s) for the reader query {query_id} (checkpoint /ck/events) at table version 0; --force "
+        "deletes them." in kept.output
+    )
+    assert all((table / f).exists() for f in removed)
+    forced = CliRunner().invoke(
+        cli, ["vacuum", str(table), "--retain-hours", "0", "--no-retention-check", "--yes", "--force"]
+    )
+    assert forced.exit_code == 0, forced.output
+    assert "Kept" not in forced.output and not any((table / f).exists() for f in removed)
+
+
+def test_readers_lists_and_forgets_only_with_yes(table: Path) -> None:
+    query_id = _registered(table)
+    listed = CliRunner().invoke(cli, ["readers", str(table)])
+    assert listed.exit_code == 0, listed.output
+    row = next(line for line in listed.output.splitlines() if line.startswith(query_id))
+    assert row.split()[1:5] == ["p.events", "delta", "0", time.strftime("%Y-%m-%d", time.gmtime())]
+    assert row.split()[-2:] == ["active", "/ck/events"]
+    as_json = json.loads(CliRunner().invoke(cli, ["readers", str(table), "--json"]).output)
+    assert [(r["reader"]["query_id"], r["status"]) for r in as_json["readers"]] == [(query_id, "active")]
+
+    plan = CliRunner().invoke(cli, ["readers", str(table), "--forget", query_id])
+    assert plan.exit_code == 0 and "Would forget the registration of query" in plan.output
+    assert "re-run with --yes" in plan.output
+    done = CliRunner().invoke(cli, ["readers", str(table), "--forget", query_id, "--yes"])
+    assert done.exit_code == 0 and "Forgot the registration of query" in done.output
+    assert "0 registered reader(s)." in CliRunner().invoke(cli, ["readers", str(table)]).output
+    unknown = CliRunner().invoke(cli, ["readers", str(table), "--forget", query_id, "--yes"])
+    assert unknown.exit_code == 2 and "is not a registered reader of" in unknown.output

@@ -19,7 +19,7 @@ from sparkonce.delta.auto_compact import (
     optimize_write_requested,
     partitions_to_compact,
 )
-from sparkonce.delta.files import WrittenFile
+from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.delta.properties import table_properties
 from sparkonce.errors import OptionError
 from sparkonce.storage import table_location

@@ -72,7 +72,7 @@ def test_a_start_before_the_feed_was_on_is_refused_though_that_version_has_no_me
 
 def test_a_skipped_batch_deletes_its_change_data_files_and_a_commit_records_them_as_cdc(tmp_path: Path) -> None:
     from sparkonce.delta.commit import BatchTxn, commit_files
-    from sparkonce.delta.files import WrittenFile
+    from sparkonce.delta.log_entry import WrittenFile
 
     table = tmp_path / "t"
     schema = pa.schema([("id", pa.int64())])

@@ -14,7 +14,8 @@ from deltalake import DeltaTable
 
 from sparkonce.delta.cleanup import COMMIT_ID_KEY, find_commit, remove_unreferenced_files
 from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.storage import table_location
 
 SCHEMA = pa.schema([("id", pa.int64()), ("device", pa.string())])

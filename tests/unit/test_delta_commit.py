@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -179,3 +181,95 @@ def test_a_removed_file_with_a_deletion_vector_is_removed_with_it(fixtures_dir: 
     assert DeltaTable(table).transaction_version("app") == 3
     paths = DeltaTable(table).get_add_actions(flatten=True).column("path").to_pylist()
     assert add["path"] not in paths
+
+
+def _race_before_the_commit(monkeypatch: pytest.MonkeyPatch, concurrent: Callable[[], object]) -> list[int]:
+    """Make the first attempt of the next ALTER lose its race: right after the attempt reads the table, another
+    writer commits (``concurrent()``, a real commit), so the table version the attempt commits is taken. Returns
+    the list of attempts seen (one table read per attempt)."""
+    import sparkonce.delta.alter as alter
+
+    read = alter.existing_table
+    attempts: list[int] = []
+
+    def reading_then_racing(location: Any) -> Any:
+        snapshot = read(location)
+        attempts.append(int(snapshot.version()))
+        if len(attempts) == 1:
+            concurrent()
+        return snapshot
+
+    monkeypatch.setattr(alter, "existing_table", reading_then_racing)
+    return attempts
+
+
+def test_an_alter_racing_an_append_retries_through_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ALTER TABLE SET TBLPROPERTIES whose commit loses the race to a concurrent append (a second writer) goes
+    through the one commit engine: the lost race is a ``delta_commit`` retry (WARNING), the append is no conflict
+    (the ALTER reads no data), and the retry commits on top of it; both commits are in the table."""
+    from sparkonce.delta.alter import alter_properties
+
+    table = str(tmp_path / "t")
+    commit_files(table, _write(table, [1], "first"), data_schema=SCHEMA)
+    appended: list[int | None] = []
+    attempts = _race_before_the_commit(
+        monkeypatch,
+        lambda: appended.append(commit_files(table, _write(table, [2], "other"), data_schema=SCHEMA).table_version),
+    )
+    caplog.set_level(logging.WARNING, logger="sparkonce.delta.commit")
+
+    assert alter_properties(table, set={"owner": "team-a"}) == 2
+    assert appended == [1] and attempts == [0, 1]  # attempt 1 read table version 0, attempt 2 the append's
+    retries = [r.getMessage() for r in caplog.records if "sparkonce retry" in r.getMessage()]
+    assert count_retries(retries) == {"delta_commit": 1}
+    assert "attempt 1 of 100 to commit table_version 1" in retries[0] and "(SET TBLPROPERTIES)" in retries[0]
+    history = {h["version"]: h["operation"] for h in DeltaTable(table).history()}
+    assert history == {0: "WRITE", 1: "WRITE", 2: "SET TBLPROPERTIES"}
+    assert DeltaTable(table).metadata().configuration == {"owner": "team-a"}
+    assert sorted(pa.table(DeltaTable(table).to_pyarrow_table()).column("writer").to_pylist()) == ["first", "other"]
+
+
+def test_an_alter_racing_another_alter_is_delta_sparks_metadata_conflict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ALTER that loses its race to another metadata change fails with Delta's ``MetadataChangedException``
+    (the engine's conflict rules, as Delta's ``ConflictChecker``), committing nothing of its own."""
+    from sparkonce.delta.alter import alter_properties
+    from sparkonce.errors import MetadataChangedError
+
+    table = str(tmp_path / "t")
+    commit_files(table, _write(table, [1], "first"), data_schema=SCHEMA)
+    _race_before_the_commit(monkeypatch, lambda: alter_properties(table, set={"owner": "team-b"}))
+
+    with pytest.raises(MetadataChangedError, match=r"^\[DELTA_METADATA_CHANGED\] .*table_version 1 \(SET TBLPROP"):
+        alter_properties(table, set={"owner": "team-a", "tier": "gold"})
+    assert DeltaTable(table).version() == 1
+    assert DeltaTable(table).metadata().configuration == {"owner": "team-b"}
+
+
+def test_an_alter_whose_commit_landed_despite_a_store_error_is_done_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store writes the ALTER's commit file and then fails the request (a lost answer): the engine finds the
+    commit by its ``txnId`` and returns its table version, with no second commit."""
+    from sparkonce.delta.alter import alter_properties
+    from sparkonce.errors import StorageError
+    from sparkonce.storage import TableLocation
+
+    table = str(tmp_path / "t")
+    commit_files(table, _write(table, [1], "first"), data_schema=SCHEMA)
+    put = TableLocation.put_if_absent
+
+    def put_then_fail(self: TableLocation, relative: str, data: bytes) -> bool:
+        put(self, relative, data)
+        raise StorageError(f"{self}: the answer to PUT {relative} was lost")
+
+    monkeypatch.setattr(TableLocation, "put_if_absent", put_then_fail)
+    caplog.set_level(logging.WARNING, logger="sparkonce.delta.commit")
+    assert alter_properties(table, set={"owner": "team-a"}) == 1
+    monkeypatch.undo()
+    assert DeltaTable(table).version() == 1
+    assert DeltaTable(table).metadata().configuration == {"owner": "team-a"}
+    assert any("landed although attempt 1 reported a failure" in r.getMessage() for r in caplog.records)

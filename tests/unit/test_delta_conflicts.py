@@ -19,7 +19,8 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from sparkonce.delta.commit import BatchTxn, CommitResult, RemovedFile, commit_files
 from sparkonce.delta.conflicts import ReadSet
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.delta.rewrite import commit_rewrite
 from sparkonce.errors import (
     CommitConflictError,

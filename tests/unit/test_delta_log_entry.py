@@ -13,8 +13,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
-from sparkonce.delta.writer import commit_metadata
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.log_entry import WrittenFile, commit_metadata
 from sparkonce.errors import UnsupportedFeatureError
 from sparkonce.storage import table_location
 

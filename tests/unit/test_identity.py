@@ -9,7 +9,6 @@ import pyarrow as pa
 import pytest
 
 from sparkonce.delta.exceptions import MetadataChangedException
-from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import (
     HIGH_WATER_MARK,
     IdentityFill,
@@ -18,6 +17,7 @@ from sparkonce.delta.identity import (
     plan_identity,
     split_identity_clauses,
 )
+from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.errors import MetadataChangedError, SqlError
 
 

@@ -203,11 +203,19 @@ def test_insert_forms() -> None:
     text = "INSERT INTO t (SELECT 1)"
     stmt = parse(text)
     assert isinstance(stmt, Insert) and stmt.columns is None and span(text, stmt.query) == "(SELECT 1)"
-    for clause, text in [
-        ("PARTITION", "INSERT INTO t PARTITION (p = 1) SELECT 1"),
-        ("REPLACE WHERE", "INSERT INTO t REPLACE WHERE a = 1 SELECT 1"),
+    text = "INSERT INTO t REPLACE WHERE a >= 1 AND (b = 'x') SELECT * FROM s"
+    stmt = parse(text)
+    assert isinstance(stmt, Insert) and not stmt.overwrite and stmt.replace_where is not None
+    assert span(text, stmt.replace_where) == "a >= 1 AND (b = 'x')" and span(text, stmt.query) == "SELECT * FROM s"
+    text = "INSERT OVERWRITE TABLE t PARTITION (p = 'a', q) (x) VALUES (1, 2)"
+    stmt = parse(text)
+    assert isinstance(stmt, Insert) and stmt.overwrite and stmt.columns == ("x",)
+    assert [(name, value and span(text, value)) for name, value in stmt.partition] == [("p", "'a'"), ("q", None)]
+    for problem, text in [
+        ("REPLACE WHERE goes with INSERT INTO", "INSERT OVERWRITE t REPLACE WHERE a = 1 SELECT 1"),
+        ("BY NAME", "INSERT INTO t BY NAME SELECT 1"),
     ]:
-        with pytest.raises(SqlError, match=clause):
+        with pytest.raises(SqlError, match=problem):
             parse(text)
 
 

@@ -30,6 +30,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("sparkonce.cli.doctor", "history"),
     "verify": ("sparkonce.cli.doctor", "verify"),
     "vacuum": ("sparkonce.cli.vacuum", "vacuum"),
+    "readers": ("sparkonce.cli.vacuum", "readers"),
     "run": ("sparkonce.cli.pipeline", "run"),
     "replay": ("sparkonce.cli.pipeline", "replay"),
     "check": ("sparkonce.cli.pipeline", "check"),

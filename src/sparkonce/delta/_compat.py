@@ -27,17 +27,22 @@ import functools
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkonce.delta.catalog import serves_catalog
 from sparkonce.delta.options import (
     CHECKPOINT_PART_SIZE_CONF,
     CHECKPOINT_PART_SIZE_OPTION,
     COMPAT_PARTITION_OPTION,
+    PARTITION_OVERWRITE_MODE_OPTION,
+    REPLACE_WHERE_OPTION,
     SAVE_MODE_OPTION,
     SESSION_CONF_OPTION,
     TABLE_DEFAULTS_OPTION,
 )
+
+if TYPE_CHECKING:
+    from sparkonce.checkpoint.tables import RecordedTable
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,7 @@ def _remember_mode(writer: Any, mode: str | None) -> None:
 
 
 def _remember_option(writer: Any, key: str, value: Any) -> None:
+    _writer_options(writer)[str(key)] = _option_text(value)
     if str(key).lower() == "checkpointlocation":
         writer._sparkonce_checkpoint = str(value)
     elif str(key).lower() == "path":
@@ -83,6 +89,14 @@ def _remember_option(writer: Any, key: str, value: Any) -> None:
 def _remember_options(writer: Any, **options: Any) -> None:
     for key, value in options.items():
         _remember_option(writer, key, value)
+
+
+def _writer_options(writer: Any) -> dict[str, str]:
+    """Every option given to ``writer`` (a selective overwrite plans from them on the driver)."""
+    found: dict[str, str] | None = getattr(writer, "_sparkonce_options", None)
+    if found is None:
+        found = writer._sparkonce_options = {}
+    return found
 
 
 def _flatten(cols: tuple[Any, ...]) -> list[str]:
@@ -122,6 +136,10 @@ def _wrap_save(cls: type) -> None:
             self.format(format)
         if getattr(self, "_sparkonce_format", None) in _FORMATS:
             _activate(self._spark)
+            if options:
+                self.options(**options)
+            if _overwrite_selectively(self, path):
+                return None
             _adapt_batch_writer(self)
         return original(self, path, **options)
 
@@ -137,21 +155,52 @@ def _activate(spark: Any) -> None:
 
 
 def _pass_session_defaults(writer: Any) -> None:
-    """Hand the session's ``spark.databricks.delta.properties.defaults.*`` (the properties of a table the write
+    """Hand the session's settings a Delta write reads (:func:`_session_options`) to the data source (which cannot
+    read the session's configuration)."""
+    for key, value in _session_options(writer._spark).items():
+        writer._jwrite = writer._jwrite.option(key, value)
+
+
+def _session_options(spark: Any) -> dict[str, str]:
+    """The session's ``spark.databricks.delta.properties.defaults.*`` (the properties of a table the write
     creates), ``spark.databricks.delta.checkpoint.partSize`` (the most actions per log checkpoint file) and its auto
-    compaction / optimized write confs to the data source (which cannot read the session's configuration)."""
+    compaction / optimized write confs, as the write options that carry them."""
     from sparkonce.delta.auto_compact import SESSION_CONFS
     from sparkonce.delta.properties import SESSION_DEFAULTS_PREFIX
 
-    conf = writer._spark.conf.getAll
+    conf = spark.conf.getAll
+    found: dict[str, str] = {}
     defaults = {k: v for k, v in conf.items() if k.startswith(SESSION_DEFAULTS_PREFIX)}
     if defaults:
-        writer._jwrite = writer._jwrite.option(TABLE_DEFAULTS_OPTION, json.dumps(defaults))
+        found[TABLE_DEFAULTS_OPTION] = json.dumps(defaults)
     if conf.get(CHECKPOINT_PART_SIZE_CONF):  # Delta's limit of actions per log checkpoint file
-        writer._jwrite = writer._jwrite.option(CHECKPOINT_PART_SIZE_OPTION, conf[CHECKPOINT_PART_SIZE_CONF])
+        found[CHECKPOINT_PART_SIZE_OPTION] = conf[CHECKPOINT_PART_SIZE_CONF]
     compaction = {k: v for k, v in conf.items() if k in SESSION_CONFS}
     if compaction:
-        writer._jwrite = writer._jwrite.option(SESSION_CONF_OPTION, json.dumps(compaction))
+        found[SESSION_CONF_OPTION] = json.dumps(compaction)
+    return found
+
+
+def _overwrite_selectively(writer: Any, path: str | None) -> bool:
+    """An overwrite with ``replaceWhere`` or dynamic partition overwrite, run on this driver
+    (:mod:`sparkonce.delta.overwrite`); False for every other write, which goes to the data source."""
+    from sparkonce.delta.overwrite import overwrite_selectively, session_settings, wants_selective_overwrite
+
+    if getattr(writer, "_sparkonce_mode", "errorifexists") != "overwrite":
+        return False
+    spark = writer._spark
+    options = dict(_writer_options(writer))
+    settings = session_settings(spark)
+    if not wants_selective_overwrite(options, settings):
+        return False
+    if path is not None:
+        options["path"] = path
+    columns = getattr(writer, "_sparkonce_partition_by", None)
+    if columns:
+        options[COMPAT_PARTITION_OPTION] = json.dumps(columns)
+    options.update(_session_options(spark))
+    overwrite_selectively(spark, writer._df, options, settings)
+    return True
 
 
 def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:
@@ -177,10 +226,11 @@ def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:
     writer._jwrite = writer._jwrite.option(CHECKPOINT_QUERY_ID_OPTION, query_id)
 
 
-def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> None:
+def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list[RecordedTable]:
     """Record in the checkpoint the Delta table this query writes (``sink``, when it is sparkonce's Delta sink) and
     the tables and topics its sparkonce sources read (:mod:`sparkonce.checkpoint.tables`), so ``doctor`` finds
-    them without ``--table``.
+    them without ``--table``. Returns the records of the Delta tables it reads (the retention guard registers the
+    query on them once it runs: :mod:`sparkonce.delta.reader_listener`).
 
     The sources come from the query's analyzed plan (its ``StreamingRelationV2`` leaves of Python data sources named
     ``sparkonce.*`` or one of the Delta names sparkonce registered, and the native Delta source's
@@ -234,6 +284,15 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> None
         )
     if tables:
         record_tables(checkpoint, tables, spark=writer._spark)
+    return [t for t in tables if t.role == "source" and t.is_delta]
+
+
+def _follow_readers(spark: Any, query: Any, checkpoint: str, read: list[Any]) -> None:
+    """Register the started ``query`` as a reader of the Delta tables it reads (the retention guard)."""
+    from sparkonce.delta.reader_listener import ReadTable, follow_query
+
+    tables = [ReadTable(t.location, {k.lower(): v for k, v in t.options.items()}) for t in read]
+    follow_query(spark, query, checkpoint, tables)
 
 
 def _adapt_batch_writer(writer: Any) -> None:
@@ -249,6 +308,22 @@ def _adapt_batch_writer(writer: Any) -> None:
     if columns:
         writer._jwrite = writer._jwrite.partitionBy(_to_seq(writer._spark._sc, []))
         writer._jwrite = writer._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))
+    _pass_partition_overwrite_mode(writer)
+
+
+def _pass_partition_overwrite_mode(writer: Any) -> None:
+    """The session's ``spark.sql.sources.partitionOverwriteMode`` as the write's ``partitionOverwriteMode`` when it
+    gives none: Delta records ``isDynamicPartitionOverwrite`` on every write the session's dynamic mode covers
+    (appends too), and the data source cannot read the session. (An overwrite in that mode never gets here: it is
+    a selective overwrite, :func:`_overwrite_selectively`.)"""
+    from sparkonce.delta.overwrite import PARTITION_OVERWRITE_MODE_CONF
+    from sparkonce.options import lookup
+
+    if lookup(_writer_options(writer), PARTITION_OVERWRITE_MODE_OPTION) is not None:
+        return
+    mode = writer._spark.conf.get(PARTITION_OVERWRITE_MODE_CONF, None)
+    if mode is not None and str(mode).strip().lower() == "dynamic":
+        writer._jwrite = writer._jwrite.option(PARTITION_OVERWRITE_MODE_OPTION, "dynamic")
 
 
 def _wrap_start(cls: type) -> None:
@@ -278,10 +353,14 @@ def _wrap_start(cls: type) -> None:
         columns = getattr(self, "_sparkonce_partition_by", None)
         if columns and ours:
             self._jwrite = self._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))
+        read: list[Any] = []
         if checkpoint is not None:
             sink = path or options.get("path") or getattr(self, "_sparkonce_path", None)
-            _record_query_tables(self, str(checkpoint), str(sink) if ours and sink else None)
-        return original(self, path, outputMode=outputMode, queryName=queryName, **options)
+            read = _record_query_tables(self, str(checkpoint), str(sink) if ours and sink else None)
+        query = original(self, path, outputMode=outputMode, queryName=queryName, **options)
+        if read:
+            _follow_readers(self._spark, query, str(checkpoint), read)
+        return query
 
     cls.start = start  # type: ignore[attr-defined]
 
@@ -575,7 +654,7 @@ def _v2_terminal(name: str, original: Any) -> Any:
         if plan is None or not _v2_is_ours(self._spark, plan):
             return original(self, *args)
         _activate(self._spark)
-        return _v2_write(self._spark, self._df, plan, name)
+        return _v2_write(self._spark, self._df, plan, name, *args)
 
     return terminal
 
@@ -588,9 +667,10 @@ def _v2_is_ours(spark: Any, plan: _V2Plan) -> bool:
     return _find(spark, plan.table) is not None
 
 
-def _v2_write(spark: Any, df: Any, plan: _V2Plan, terminal: str) -> None:
+def _v2_write(spark: Any, df: Any, plan: _V2Plan, terminal: str, *args: Any) -> None:
     """A ``DataFrameWriterV2`` terminal call on a Delta table of sparkonce's catalog (driver; executors write)."""
     from sparkonce.delta.create import CreateMode, CreateRequest, create_table
+    from sparkonce.delta.overwrite import condition_text
     from sparkonce.delta.spark_catalog import sync_table
     from sparkonce.errors import UnsupportedFeatureError, analysis_error
     from sparkonce.sqltext.grammar import parse_name
@@ -600,16 +680,27 @@ def _v2_write(spark: Any, df: Any, plan: _V2Plan, terminal: str) -> None:
             f"writeTo({plan.table}).partitionedBy({', '.join(plan.transforms)}): Delta tables are partitioned by "
             "columns only (add a generated column for the transform and partition by it)"
         )
-    if terminal in ("overwrite", "overwritePartitions"):
-        raise UnsupportedFeatureError(
-            f"writeTo({plan.table}).{terminal}(): sparkonce does not replace rows by condition or partition yet "
-            "(Delta's replaceWhere); use MERGE INTO, or DeltaTable.delete followed by an append"
-        )
     parts = parse_name(plan.table)
-    if terminal == "append":
+    if terminal in ("append", "overwrite", "overwritePartitions"):
         if _find(spark, plan.table) is None:
             raise analysis_error("TABLE_OR_VIEW_NOT_FOUND", f"The table or view {plan.table} cannot be found.")
-        df.write.format("sparkonce.delta").options(**plan.options).mode("append").saveAsTable(plan.table)
+        writer = df.write.format("sparkonce.delta").options(**plan.options)
+        if terminal == "append":
+            writer.mode("append").saveAsTable(plan.table)
+            return
+        writer = writer.mode("overwrite")
+        if terminal == "overwritePartitions":  # Delta's overwriteDynamicPartitions
+            writer.option(PARTITION_OVERWRITE_MODE_OPTION, "dynamic").saveAsTable(plan.table)
+            return
+        predicate = condition_text(df, args[0])
+        if any(k.lower() == REPLACE_WHERE_OPTION.lower() for k in plan.options):
+            raise analysis_error(
+                "DELTA_REPLACE_WHERE_IN_OVERWRITE",
+                "You can't use replaceWhere in conjunction with an overwrite by filter",
+            )
+        if predicate.strip().lower() != "true":  # Spark: overwrite(lit(True)) truncates
+            writer = writer.option(REPLACE_WHERE_OPTION, predicate)
+        writer.saveAsTable(plan.table)
         return
     modes: dict[str, CreateMode] = {"create": "create", "replace": "replace", "createOrReplace": "createOrReplace"}
     create_table(

@@ -1,6 +1,8 @@
 """``ALTER TABLE``: one Delta commit of the table's new ``metaData`` as Delta writes it: ``SET TBLPROPERTIES`` /
 ``UNSET TBLPROPERTIES`` change its ``configuration`` (and upgrade the protocol when a property needs it), ``ADD
-COLUMNS`` appends nullable columns to its schema, ``CLUSTER BY`` changes the clustering columns.
+COLUMNS`` appends nullable columns to its schema, ``CLUSTER BY`` changes the clustering columns, ``ADD CONSTRAINT`` /
+``DROP CONSTRAINT`` change the table's CHECK constraints (:mod:`sparkonce.delta.constraints` evaluates them),
+``DROP FEATURE`` narrows its protocol.
 
 Runs on the driver.
 """
@@ -10,13 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkonce._types import TableVersion
-from sparkonce.delta import protocol
-from sparkonce.delta.cleanup import find_commit
+from sparkonce.delta import constraints, protocol
 from sparkonce.delta.column_mapping import (
     MAX_ID_PROPERTY,
     MODE_PROPERTY,
@@ -25,7 +25,10 @@ from sparkonce.delta.column_mapping import (
     max_column_id,
 )
 from sparkonce.delta.commit import (
+    PlannedCommit,
+    Transaction,
     checkpoint_if_due,
+    load_table,
     metadata_action,
     protocol_action,
 )
@@ -33,12 +36,20 @@ from sparkonce.delta.log_entry import (
     Operation,
     check_writable,
     commit_info,
-    encode_entry,
 )
 from sparkonce.delta.properties import new_table_protocol, table_properties
+from sparkonce.delta.schema import table_arrow_schema
 from sparkonce.delta.table_view import existing_table
-from sparkonce.errors import CommitRetriesExceededError, OptionError, SqlError, UnsupportedFeatureError
+from sparkonce.errors import (
+    ConcurrentWriteError,
+    OptionError,
+    SqlError,
+    UnsupportedFeatureError,
+)
 from sparkonce.storage import TableLocation, table_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +76,8 @@ def alter_properties(
             ``if_exists``), a protocol downgrade, or nothing to change.
         UnsupportedFeatureError: the new properties ask writers for what sparkonce does not do.
         TableNotFoundError: no Delta table there.
+        CommitConflictError: a concurrent commit changed the protocol or the metadata (``ProtocolChangedError``,
+            ``MetadataChangedError``, as Delta).
         CommitRetriesExceededError: lost ``max_attempts`` races in a row.
     """
     given = dict(set or {})
@@ -265,11 +278,11 @@ def drop_feature(table: str | TableLocation, feature: str, *, truncate_history: 
                 f"currently present in the table's protocol. ({location})",
             )
         if name == "checkConstraints":
-            constraints = sorted(k for k in configuration if k.lower().startswith("delta.constraints."))
-            if constraints:
+            names = sorted(k for k in configuration if k.lower().startswith(constraints.PREFIX))
+            if names:
                 raise UnsupportedFeatureError(
                     "[DELTA_CANNOT_DROP_CHECK_CONSTRAINT_FEATURE] Cannot drop the CHECK constraints table feature. "
-                    f"The following constraints must be dropped first: {', '.join(constraints)}."
+                    f"The following constraints must be dropped first: {', '.join(names)}."
                 )
         elif name == "inCommitTimestamp":
             configuration = {k: v for k, v in configuration.items() if k not in _ICT_PROPERTIES}
@@ -337,24 +350,43 @@ def _commit_metadata(
     partition_columns: Callable[[Any], tuple[str, ...]] | None = None,
 ) -> TableVersion:
     """One Delta commit of a new ``metaData`` (and protocol, when the change needs a newer one), made on the newest
-    snapshot: ``change(snapshot)`` gives the new configuration, schema string and protocol versions asked for.
-    ``downgrade(protocol)``: the new protocol instead (``DROP FEATURE``). The ``metaData`` action is written only
-    when the configuration or schema changes. ``more_actions(snapshot)``: actions the commit adds (a
-    ``domainMetadata``)."""
-    commit_id = str(uuid.uuid4())
-    for attempt in range(1, max_attempts + 1):
+    snapshot through the commit engine (:class:`sparkonce.delta.commit.Transaction`: backoff, Delta's conflict
+    rules, the landed-anyway check): ``change(snapshot)`` gives the new configuration, schema string and protocol
+    versions asked for. ``downgrade(protocol)``: the new protocol instead (``DROP FEATURE``). The ``metaData``
+    action is written only when the configuration or schema changes. ``more_actions(snapshot)``: actions the
+    commit adds (a ``domainMetadata``).
+
+    The transaction reads no data files, and changes the table's metadata: a concurrent append, blind or not, is
+    no conflict (the next attempt is made on top of it), while a concurrent commit of a new protocol or metadata
+    is, as in Delta (``ProtocolChangedError`` / ``MetadataChangedError``).
+
+    Raises:
+        CommitConflictError: a concurrent commit changed the protocol or the metadata.
+        CommitRetriesExceededError: lost ``max_attempts`` races in a row.
+    """
+    transaction = Transaction(location, what=operation.name, changes_metadata=True, max_attempts=max_attempts)
+    planned: tuple[dict[str, str], dict[str, Any]] | None = None
+    """The configuration and protocol of the last attempt."""
+
+    def plan(attempt: int) -> PlannedCommit:
+        nonlocal planned
         snapshot = existing_table(location)
         read_version = int(snapshot.version())
+        transaction.check_conflicts(read_version)
         configuration, schema_string, protocol_request = change(snapshot)
         current = protocol_action(snapshot)
         if downgrade is not None:
-            protocol = downgrade(current)
+            new_protocol = downgrade(current)
         else:
-            protocol = _upgraded(
-                current, new_table_protocol(schema_string, configuration), protocol_request, location, features
+            new_protocol = protocol.upgraded(
+                current,
+                new_table_protocol(schema_string, configuration),
+                protocol_request,
+                table=str(location),
+                features=features,
             )
         check_writable(  # no rows written: identity columns keep the snapshot's high-water marks
-            protocol,
+            new_protocol,
             configuration,
             schema_string,
             table=str(location),
@@ -364,11 +396,16 @@ def _commit_metadata(
         )
         now = int(time.time() * 1000)
         info = commit_info(
-            operation, commit_id=commit_id, read_version=read_version, blind_append=False, metrics={}, now_ms=now
+            operation,
+            commit_id=transaction.commit_id,
+            read_version=read_version,
+            blind_append=False,
+            metrics={},
+            now_ms=now,
         )
         actions: list[dict[str, Any]] = [{"commitInfo": info}]
-        if protocol != current:
-            actions.append({"protocol": protocol})
+        if new_protocol != current:
+            actions.append({"protocol": new_protocol})
         metadata = snapshot.metadata()
         partitions = partition_columns(snapshot) if partition_columns is not None else None
         if (
@@ -380,23 +417,15 @@ def _commit_metadata(
             actions.append({"metaData": action})
         if more_actions is not None:
             actions += more_actions(snapshot)
-        target = read_version + 1
-        try:
-            made = location.put_if_absent(f"_delta_log/{target:020d}.json", encode_entry(actions))
-        except Exception:
-            landed = find_commit(location, commit_id, after=read_version)
-            if landed is not None:
-                return TableVersion(landed)
-            raise
-        if made:
-            log.info("Delta commit table_version %s on %s (%s)", target, location, operation.name)
-            checkpoint_if_due(location, target, configuration, protocol)
-            return TableVersion(target)
-        landed = find_commit(location, commit_id, after=read_version)
-        if landed is not None:
-            return TableVersion(landed)
-        log.info("%s on %s lost a race at table_version %s (attempt %d)", operation.name, location, target, attempt)
-    raise CommitRetriesExceededError(str(location), max_attempts, operation.name)
+        planned = (configuration, new_protocol)
+        return PlannedCommit(read_version, actions)
+
+    done = transaction.run(plan)
+    assert done is not None, "an ALTER always has a commit to make"
+    if done.planned is not None and planned is not None:
+        log.info("Delta commit table_version %s on %s (%s)", done.table_version, location, operation.name)
+        checkpoint_if_due(location, done.table_version, *planned)
+    return done.table_version
 
 
 def alter_clustering(
@@ -443,6 +472,90 @@ def alter_clustering(
     )
 
 
+def add_constraint(
+    spark: SparkSession, table: str | TableLocation, name: str, expression: str, *, shown: str | None = None
+) -> TableVersion:
+    """``ALTER TABLE ... ADD CONSTRAINT name CHECK (expression)``: one ``ADD CONSTRAINT`` commit (the protocol
+    upgraded to writer 3, or the ``checkConstraints`` feature); its table version.
+
+    Raises:
+        SqlError: a constraint of that name exists (``DELTA_CONSTRAINT_ALREADY_EXISTS``), rows of the table
+            violate it (``DELTA_NEW_CHECK_CONSTRAINT_VIOLATION``), or it is not boolean.
+        UnsupportedFeatureError: sparkonce cannot evaluate the expression.
+        ConcurrentWriteError: the table changed while its rows were checked.
+    """
+    location = table_location(table)
+    shown = shown or str(table)
+    key = constraints.PREFIX + name.lower()
+    snapshot = load_table(location)
+    checked_version = int(snapshot.version())
+    configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+    old = next((v for k, v in configuration.items() if k.lower() == key), None)
+    if old is not None:
+        raise SqlError(
+            f"[DELTA_CONSTRAINT_ALREADY_EXISTS] Constraint '{name.lower()}' already exists. Please delete the old "
+            f"constraint first.\nOld constraint:\n{old}"
+        )
+    constraints.parse_constraint(name.lower(), expression, table_arrow_schema(snapshot), shown)
+    rows = (
+        spark.read.format("sparkonce.delta")
+        .option("versionAsOf", checked_version)
+        .load(location.uri)
+        .where(f"NOT ({expression}) OR ({expression}) IS NULL")
+        .count()
+    )
+    if rows:
+        raise SqlError(
+            f"[DELTA_NEW_CHECK_CONSTRAINT_VIOLATION] {rows} rows in {shown} violate the new CHECK constraint "
+            f"({expression})"
+        )
+
+    def change(current: Any) -> dict[str, str]:
+        if int(current.version()) != checked_version:
+            raise ConcurrentWriteError(
+                f"[DELTA_CONCURRENT_WRITE] ADD CONSTRAINT {name} on {shown}: the table changed (table_version "
+                f"{current.version()}) while its rows at table_version {checked_version} were checked; run the "
+                "statement again"
+            )
+        return {**configuration, key: expression}
+
+    return commit_configuration(
+        location, "ADD CONSTRAINT", {"name": name.lower(), "expr": expression}, change, feature=constraints.FEATURE,
+        writer_version=constraints.MIN_WRITER_VERSION,
+    )  # fmt: skip
+
+
+def drop_constraint(
+    spark: SparkSession, table: str | TableLocation, name: str, *, if_exists: bool, shown: str | None = None
+) -> TableVersion | None:
+    """``ALTER TABLE ... DROP CONSTRAINT [IF EXISTS] name``: one ``DROP CONSTRAINT`` commit; None when there was
+    no such constraint and ``if_exists`` (Delta still commits nothing then).
+
+    Raises:
+        SqlError: no such constraint, without ``IF EXISTS`` (``DELTA_CONSTRAINT_DOES_NOT_EXIST``).
+    """
+    location = table_location(table)
+    shown = shown or str(table)
+    key = constraints.PREFIX + name.lower()
+    configuration = {str(k): str(v) for k, v in load_table(location).metadata().configuration.items() if v is not None}
+    old = next((v for k, v in configuration.items() if k.lower() == key), None)
+    if old is None:
+        assume = str(spark.conf.get(constraints.ASSUME_IF_EXISTS_CONF, "false")).lower() == "true"
+        if if_exists or assume:
+            return None
+        raise SqlError(
+            f"[DELTA_CONSTRAINT_DOES_NOT_EXIST] Cannot drop nonexistent constraint {name.lower()} from table {shown}. "
+            "To avoid throwing an error, provide the parameter IF EXISTS or set the SQL session configuration "
+            f"{constraints.ASSUME_IF_EXISTS_CONF} to true."
+        )
+
+    def change(current: Any) -> dict[str, str]:
+        now = {str(k): str(v) for k, v in current.metadata().configuration.items() if v is not None}
+        return {k: v for k, v in now.items() if k.lower() != key}
+
+    return commit_configuration(location, "DROP CONSTRAINT", {"name": name.lower(), "expr": old}, change)
+
+
 def _version(key: str, value: str) -> int:
     try:
         return int(value)
@@ -450,35 +563,13 @@ def _version(key: str, value: str) -> int:
         raise OptionError(key, value, "must be a protocol version (a whole number)") from None
 
 
-def _upgraded(
-    current: dict[str, Any],
-    needed: dict[str, Any],
-    requested: Mapping[str, int],
-    location: TableLocation,
-    features: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The protocol after an upgrade, as Delta makes it (:func:`sparkonce.delta.protocol.merged`): ``current``
-    merged with what the metadata ``needs``, the versions ``requested`` (``delta.minReaderVersion`` /
-    ``delta.minWriterVersion``, ``upgradeTableProtocol``) and the table ``features`` asked for. Versions below the
-    table's ask for nothing new: a no-op, never a downgrade (Delta's ``delta.protocol.downgradeIgnored``)."""
-    asked: dict[str, Any] = {
-        "minReaderVersion": requested.get("minReaderVersion", int(current["minReaderVersion"])),
-        "minWriterVersion": requested.get("minWriterVersion", int(current["minWriterVersion"])),
-    }
-    upgraded = protocol.merged(current, needed, asked, protocol.weakest_protocol(features))
-    if upgraded != current:
-        log.info("%s: protocol %s -> %s", location, _versions(current), _versions(upgraded))
-    return upgraded
-
-
-def _versions(action: Mapping[str, Any]) -> str:
-    return f"({action['minReaderVersion']}, {action['minWriterVersion']})"
-
-
 __all__ = [
     "READER_WRITER_FEATURES",
     "WRITER_FEATURES",
+    "add_constraint",
+    "alter_clustering",
     "alter_properties",
+    "drop_constraint",
     "commit_configuration",
     "commit_schema",
     "mapped_schema",

@@ -42,7 +42,7 @@ from sparkonce.errors import OptionError
 from sparkonce.storage import TableLocation
 
 if TYPE_CHECKING:
-    from sparkonce.delta.files import WrittenFile
+    from sparkonce.delta.log_entry import WrittenFile
     from sparkonce.delta.optimize import OptimizeResult
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
-from sparkonce.delta.files import FileWriterOptions, WrittenFile
+from sparkonce.delta.files import WRITTEN_FILES_DDL, FileWriterOptions, write_task, written_files
+from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.delta.properties import enabled
 
 if TYPE_CHECKING:
@@ -65,8 +66,6 @@ def write_change_data(
     """Write change rows (table columns + :data:`CHANGE_TYPE_COLUMN`) into ``_change_data/`` files of the table
     (on executors); return them for the Delta commit's ``cdc`` actions. Nothing is visible before the commit.
     Runs on the driver; the rows never leave the executors."""
-    from sparkonce.delta.rewrite import WRITTEN_FILES_DDL, write_task, written_files
-
     options = FileWriterOptions(
         location=location,
         partition_by=tuple(partition_by),

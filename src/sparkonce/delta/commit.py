@@ -20,9 +20,14 @@ The first write to a new table is table version 0, as with Delta's JVM connector
 and the txn in one commit, put-if-absent like any other. Of writers racing to create the table exactly one
 wins; the others find the table and go on at step 1 (a replayed batch 0 is then skipped).
 
-Why one module of ~750 lines: :func:`commit_files` is the one commit loop of every writer (txn check, conflict
-check, the first commit, put-if-absent, recovery after an ambiguous failure, checkpoint and log cleanup), and the
-protocol, metadata and add/cdc actions it writes belong to that loop's invariants.
+:class:`Transaction` is the one commit engine, under every Delta commit sparkonce makes: the attempts, the
+put-if-absent, the check whether an attempt that reported a failure landed all the same, Delta's conflict rules
+against the winners of a lost race, the jittered backoff and the ``delta_commit`` retry line. :func:`commit_files`
+plans the commits of every writer on it (txn check, the first commit, the files, checkpoint and log cleanup after),
+and ALTER TABLE its metadata commits (:mod:`sparkonce.delta.alter`).
+
+Why one module of ~1,100 lines: the engine, :func:`commit_files` and the protocol, metadata and add/cdc actions it
+writes belong to one set of invariants.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, unquote
@@ -44,7 +49,6 @@ from sparkonce.delta import type_widening
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.column_mapping import mapping_mode, new_table_columns, replaced_columns, with_new_columns
 from sparkonce.delta.conflicts import ReadSet, check_winners
-from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.log import DeltaLog, Snapshot, advance
 from sparkonce.delta.log_checkpoint import write_checkpoint
@@ -52,13 +56,16 @@ from sparkonce.delta.log_cleanup import cleanup_expired_logs
 from sparkonce.delta.log_entry import (
     BLIND_APPENDS,
     Operation,
+    WrittenFile,
     check_writable,
     commit_info,
     encode_entry,
     file_metrics,
     new_table_metadata,
+    overwrite_metrics,
 )
 from sparkonce.delta.properties import new_table_protocol
+from sparkonce.delta.protocol import upgraded
 from sparkonce.delta.restores import restored_app_id, undone_batch
 from sparkonce.delta.schema import delta_fields, delta_schema_string, reconcile, table_fields
 from sparkonce.delta.table_view import AnyTable, LogTable, current_table, remember_table
@@ -286,7 +293,7 @@ def commit_files(
     with the deletion vector they were read with; a concurrent writer that removed or changed one is a conflict,
     while a blind append is not (the commit is remade on top of it). ``data_change=False`` marks every ``add``
     and ``remove`` as a rearrangement of rows already in the table (compaction), so streaming readers skip them.
-    ``custom_metadata`` names the operation (:func:`sparkonce.delta.writer.commit_metadata`); the commit is written
+    ``custom_metadata`` names the operation (:func:`sparkonce.delta.log_entry.commit_metadata`); the commit is written
     as Delta writes that operation (:mod:`sparkonce.delta.log_entry`). ``snapshot``: the table, loaded moments ago
     by the caller; the first attempt uses it instead of loading the table again. A stale one costs nothing but a
     retry: the commit of its next table version fails if that version exists, and the retry loads the table afresh
@@ -322,33 +329,29 @@ def commit_files(
     location.check_commit_safety()
     table_uri = str(location)
     partition_by = tuple(partition_by)
-    commit_id = str(uuid.uuid4())
     operation = Operation.from_metadata(custom_metadata)
     adds = [_add_action(f, data_change) for f in files]
     change_files = list(change_files)
     cdcs = [_cdc_action(f) for f in change_files]
     rows = sum(f.num_records for f in files)
-    checked_through = read.read_version if read is not None else None
-    """The table version through which the winning commits were checked against ``read``."""
     if written_after is None and read is not None:
         written_after = read.read_version
+    transaction = Transaction(
+        location,
+        what=f"{operation.name}, txn {txn}",
+        read=read,
+        removes=[r.path for r in removes],
+        changes_metadata=merge_schema or overwrite_schema,
+        max_attempts=max_attempts,
+        written_after=written_after,
+    )
+    skipped_at: int | None = None
+    """The attempt that found the batch in the table already."""
+    made: tuple[AnyTable, dict[str, Any], list[dict[str, Any]], dict[str, Any]] | None = None
+    """What the last attempt planned on: its snapshot, commitInfo, other actions and protocol (the table's)."""
 
-    def landed(attempt: int) -> CommitResult | None:
-        """This call's commit, when an attempt that reported a failure made it all the same."""
-        assert written_after is not None
-        table_version = find_commit(location, commit_id, after=written_after)
-        if table_version is None:
-            return None
-        log.warning(
-            "Delta commit table_version %s on %s landed although attempt %d reported a failure (txn %s): done",
-            table_version,
-            table_uri,
-            attempt,
-            txn,
-        )
-        return CommitResult(TableVersion(table_version), False, attempt, len(files), rows, len(removes))
-
-    for attempt in range(1, max_attempts + 1):
+    def plan(attempt: int) -> PlannedCommit | None:
+        nonlocal snapshot, written_after, skipped_at, made
         now = int(time.time() * 1000)
         if snapshot is None or attempt > 1:
             snapshot = current_table(location)
@@ -362,33 +365,14 @@ def commit_files(
                     partition_by,
                     operation,
                     txn,
-                    commit_id,
+                    transaction.commit_id,
                     now,
                     new_table_properties or {},
                     table_description,
                     new_table_clustering,
                 )
-                if _put_entry(location, 0, entry, attempt, txn):
-                    log.info(
-                        "Delta commit table_version 0 on %s (table created): %d file(s), %d row(s), txn %s",
-                        table_uri,
-                        len(files),
-                        rows,
-                        txn,
-                    )
-                    return CommitResult(TableVersion(0), False, attempt, len(files), rows)
-                if (done := landed(attempt)) is not None:
-                    return done
-                log_retry(
-                    log,
-                    "delta_commit",
-                    "attempt %d of %d to create %s lost the race to another writer (txn %s); again on top of it",
-                    attempt,
-                    max_attempts,
-                    table_uri,
-                    txn,
-                )
-                continue  # another writer created the table first: commit on top of it (or skip the batch)
+                made = None
+                return PlannedCommit(-1, entry)
         read_version = int(snapshot.version())
         if written_after is None:
             written_after = read_version
@@ -421,19 +405,10 @@ def commit_files(
                     read_version,
                     cleanup.removed,
                 )
-                return CommitResult(None, True, attempt, 0, 0)
-        if read is None or checked_through is None:
-            read = read or ReadSet(read_version)  # a blind append reads the table version it loads first
-            checked_through = read.read_version
+                skipped_at = attempt
+                return None
         try:
-            check_winners(
-                location,
-                read,
-                after=checked_through,
-                through=read_version,
-                removes=(r.path for r in removes),
-                changes_metadata=merge_schema or overwrite_schema,
-            )
+            transaction.check_conflicts(read_version)
         except CommitConflictError as conflict:  # this call commits nothing: its files are garbage
             remove_unreferenced_files(
                 location,
@@ -442,7 +417,6 @@ def commit_files(
                 purpose=f"conflicting {operation.name} ({type(conflict).__name__})",
             )
             raise
-        checked_through = read_version
         metadata = snapshot.metadata()
         table_partitions = tuple(metadata.partition_columns)
         replacing = mode == "overwrite" and overwrite_schema  # Delta: the table's partitioning becomes the given one
@@ -507,66 +481,218 @@ def commit_files(
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
         actions += removals + adds + cdcs
-        blind = operation.name in BLIND_APPENDS and mode == "append" and not removes
+        reads_anything = transaction.read is not None and transaction.read.reads_anything
+        blind = operation.name in BLIND_APPENDS and mode == "append" and not removes and not reads_anything
         metrics = (
             operation.metrics
             if operation.metrics is not None
-            else file_metrics(operation.name, [a["add"] for a in adds], len(removals))
+            else overwrite_metrics(
+                operation,
+                file_metrics(operation.name, [a["add"] for a in adds], len(removals)),
+                [r["remove"] for r in removals],
+            )
         )
         info = commit_info(
-            operation, commit_id=commit_id, read_version=read_version, blind_append=blind, metrics=metrics, now_ms=now
+            operation,
+            commit_id=transaction.commit_id,
+            read_version=read_version,
+            blind_append=blind,
+            metrics=metrics,
+            now_ms=now,
         )
-        try:
-            made = _put_entry(location, read_version + 1, [{"commitInfo": info}, *actions], attempt, txn)
-        except Exception:
-            if (done := landed(attempt)) is not None:  # the store may have applied the PUT it failed on
-                return done
-            raise
-        if not made:
-            if (done := landed(attempt)) is not None:
+        made = (snapshot, info, actions, protocol)
+        return PlannedCommit(read_version, [{"commitInfo": info}, *actions])
+
+    done = transaction.run(plan)
+    if done is None:
+        assert skipped_at is not None
+        return CommitResult(None, True, skipped_at, 0, 0)
+    removed = len(removes)
+    if done.planned is not None and made is not None:  # this call's PUT made it: the state after, a checkpoint
+        base, info, actions, protocol = made
+        removed = sum(1 for a in actions if "remove" in a)
+        log.info(
+            "Delta commit table_version %s on %s (%s): %d file(s), %d row(s), %d file(s) removed, txn %s",
+            done.table_version,
+            table_uri,
+            operation.name,
+            len(files),
+            rows,
+            removed,
+            txn,
+        )
+        after_commit: Snapshot | None = None
+        if isinstance(base, LogTable):  # the state after this commit, without reading the log again
+            after_commit = advance(base.snapshot, done.table_version, [{"commitInfo": info}, *actions])
+            remember_table(location, after_commit)
+        checkpoint_if_due(
+            location,
+            done.table_version,
+            dict(base.metadata().configuration),
+            protocol,
+            snapshot=after_commit,
+            part_size=checkpoint_part_size,
+        )
+    elif done.planned is not None:
+        log.info(
+            "Delta commit table_version 0 on %s (table created): %d file(s), %d row(s), txn %s",
+            table_uri,
+            len(files),
+            rows,
+            txn,
+        )
+        removed = 0
+    return CommitResult(done.table_version, False, done.attempt, len(files), rows, removed)
+
+
+@dataclass(frozen=True)
+class PlannedCommit:
+    """What one attempt of a :class:`Transaction` commits: its actions (``commitInfo`` first, carrying the
+    transaction's ``txnId``) as the table version after ``read_version``, the snapshot the attempt read (-1: there
+    is no table yet; the commit creates it as table version 0)."""
+
+    read_version: int
+    actions: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The Delta commit a :class:`Transaction` made."""
+
+    table_version: TableVersion
+    attempt: int
+    planned: PlannedCommit | None
+    """The attempt whose commit file this call wrote; None when an attempt reported a failure and the commit was
+    then found in the log, carrying the transaction's ``txnId`` (it landed all the same)."""
+
+
+class Transaction:
+    """One Delta commit, retried until it lands: sparkonce's one commit engine. Runs on the driver.
+
+    Every Delta commit sparkonce makes goes through it: streaming batches, batch writes and rewrites
+    (:func:`commit_files`), and the metadata commits of ALTER TABLE (:mod:`sparkonce.delta.alter`: properties,
+    protocol upgrades, columns, constraints, features, clustering). :meth:`run` calls the caller's
+    ``plan(attempt)``, which reads the newest snapshot, calls :meth:`check_conflicts` with its table version, and
+    returns the commit (or None: nothing to commit, e.g. a batch already in the table). The engine writes it
+    put-if-absent as the next table version; when the store reports a failure, or another writer made that
+    version first, it looks for the transaction's ``commitInfo.txnId`` in the log (the attempt may have landed all
+    the same: the store applied the PUT and lost its answer). Otherwise a lost race is logged
+    (:func:`sparkonce.retries.log_retry`, kind ``delta_commit``), followed by a jittered exponential backoff
+    (:func:`retry_delay`), and the next attempt plans again on the new snapshot, where :meth:`check_conflicts`
+    holds the winners against what the transaction read by Delta's rules (:mod:`sparkonce.delta.conflicts`).
+    """
+
+    def __init__(
+        self,
+        location: TableLocation,
+        *,
+        what: str,
+        read: ReadSet | None = None,
+        removes: Sequence[str] = (),
+        changes_metadata: bool = False,
+        max_attempts: int = 100,
+        written_after: int | None = None,
+    ) -> None:
+        """``what``: the operation, as log lines and errors name it. ``read``: what the transaction read (None: a
+        blind append, which reads the table version of its first attempt). ``removes``: the paths its commit
+        removes; ``changes_metadata``: its commit changes the protocol or metadata (Delta's rules then hold a
+        winner's protocol or metadata change against it). ``written_after``: a table version before the first
+        read after which the commit may be found (files written before the first attempt)."""
+        self.location = location
+        self.what = what
+        self.read = read
+        self.removes = list(removes)
+        self.changes_metadata = changes_metadata
+        self.max_attempts = max_attempts
+        self.written_after = written_after
+        self.commit_id = str(uuid.uuid4())
+        """The ``commitInfo.txnId`` of every attempt: how the engine finds the commit in the log."""
+        self._checked_through = read.read_version if read is not None else None
+        self._first_read: int | None = None
+
+    def check_conflicts(self, read_version: int) -> None:
+        """Hold every commit after the table version checked last, through ``read_version`` (the snapshot this
+        attempt read), against what the transaction read, by Delta's rules; the first call of a blind append
+        only notes ``read_version`` as what it read.
+
+        Raises:
+            CommitConflictError: a winner conflicts (its subclass names Delta's exception).
+            DeltaLogError: a winner's commit file cannot be read.
+        """
+        if self.read is None or self._checked_through is None:
+            self.read = self.read or ReadSet(read_version)
+            self._checked_through = self.read.read_version
+        check_winners(
+            self.location,
+            self.read,
+            after=self._checked_through,
+            through=read_version,
+            removes=self.removes,
+            changes_metadata=self.changes_metadata,
+        )
+        self._checked_through = read_version
+
+    def run(self, plan: Callable[[int], PlannedCommit | None]) -> Committed | None:
+        """Commit what ``plan(attempt)`` gives, attempt after attempt (1-based), until a commit lands; None when a
+        plan has nothing to commit.
+
+        Raises:
+            CommitRetriesExceededError: lost ``max_attempts`` races in a row to commits that did not conflict.
+            CommitConflictError: from :meth:`check_conflicts`.
+            StorageError: the store failed and the commit did not land.
+        """
+        for attempt in range(1, self.max_attempts + 1):
+            planned = plan(attempt)
+            if planned is None:
+                return None
+            if planned.read_version >= 0:
+                assert self._checked_through == planned.read_version, "plan() must check_conflicts() on its read"
+            if self._first_read is None:
+                self._first_read = planned.read_version
+            target = planned.read_version + 1
+            try:
+                made = self.location.put_if_absent(f"_delta_log/{target:020d}.json", encode_entry(planned.actions))
+            except Exception:
+                if (done := self._landed(attempt)) is not None:  # the store may have applied the PUT it failed on
+                    return done
+                raise
+            if made:
+                return Committed(TableVersion(target), attempt, planned)
+            if (done := self._landed(attempt)) is not None:
                 return done
             pause = retry_delay(attempt)
             log_retry(
                 log,
                 "delta_commit",
-                "attempt %d of %d to commit table_version %s on %s lost the race to another writer (txn %s); "
-                "again on top of it in %.3fs",
+                "attempt %d of %d to commit table_version %s on %s (%s) lost the race to another writer; again on "
+                "top of it in %.3fs",
                 attempt,
-                max_attempts,
-                read_version + 1,
-                table_uri,
-                txn,
+                self.max_attempts,
+                target,
+                self.location,
+                self.what,
                 pause,
             )
             time.sleep(pause)
-            continue
-        table_version = TableVersion(read_version + 1)
-        log.info(
-            "Delta commit table_version %s on %s (%s): %d file(s), %d row(s), %d file(s) removed, txn %s",
-            table_version,
-            table_uri,
-            operation.name,
-            len(files),
-            rows,
-            len(removals),
-            txn,
+        raise CommitRetriesExceededError(
+            str(self.location), self.max_attempts, f"{self.what}, first read table_version {self._first_read}"
         )
-        after_commit: Snapshot | None = None
-        if isinstance(snapshot, LogTable):  # the state after this commit, without reading the log again
-            after_commit = advance(snapshot.snapshot, table_version, [{"commitInfo": info}, *actions])
-            remember_table(location, after_commit)
-        checkpoint_if_due(
-            location,
+
+    def _landed(self, attempt: int) -> Committed | None:
+        """The transaction's commit, when an attempt that reported a failure (or lost) made it all the same."""
+        assert self._first_read is not None
+        after = self._first_read if self.written_after is None else min(self.written_after, self._first_read)
+        table_version = find_commit(self.location, self.commit_id, after=after)
+        if table_version is None:
+            return None
+        log.warning(
+            "Delta commit table_version %s on %s (%s) landed although attempt %d reported a failure: done",
             table_version,
-            dict(metadata.configuration),
-            protocol,
-            snapshot=after_commit,
-            part_size=checkpoint_part_size,
+            self.location,
+            self.what,
+            attempt,
         )
-        return CommitResult(table_version, False, attempt, len(files), rows, len(removals))
-    raise CommitRetriesExceededError(
-        table_uri, max_attempts, f"{operation.name}, first read table_version {written_after}, txn {txn}"
-    )
+        return Committed(TableVersion(table_version), attempt, None)
 
 
 RETRY_BASE_SECONDS = 0.005
@@ -698,22 +824,6 @@ def _removals(
     return actions
 
 
-def _put_entry(
-    location: TableLocation, table_version: int, actions: list[dict[str, Any]], attempt: int, txn: BatchTxn | None
-) -> bool:
-    """Write the commit file of ``table_version`` if absent; False when another writer made it first."""
-    if location.put_if_absent(f"_delta_log/{table_version:020d}.json", encode_entry(actions)):
-        return True
-    log.info(
-        "Delta commit on %s at table_version %s lost a race (attempt %d, txn %s): the log file exists",
-        location,
-        table_version,
-        attempt,
-        txn,
-    )
-    return False
-
-
 def _first_commit(
     location: TableLocation,
     adds: list[dict[str, Any]],
@@ -742,7 +852,7 @@ def _first_commit(
     metrics = (
         operation.metrics
         if operation.metrics is not None
-        else file_metrics(operation.name, [a["add"] for a in adds], 0)
+        else overwrite_metrics(operation, file_metrics(operation.name, [a["add"] for a in adds], 0), [])
     )
     parameters = dict(operation.parameters)
     if operation.name == "WRITE":
@@ -794,7 +904,6 @@ def _replacement(
             ``DELTA_CLUSTERING_REPLACE_TABLE_WITH_PARTITIONED_TABLE``), or clustering columns the new schema lacks.
     """
     from sparkonce.delta import clustering as liquid
-    from sparkonce.delta.alter import _upgraded
     from sparkonce.delta.identity import HIGH_WATER_MARK, identity_columns
 
     fields = json.loads(new_schema)["fields"]
@@ -820,9 +929,11 @@ def _replacement(
         features = liquid.FEATURES
     elif old:
         extra.append(liquid.domain_action((), fields))
-    upgraded = _upgraded(protocol, new_table_protocol(schema_string, configuration), {}, location, features)
-    if _normal(upgraded) != _normal(protocol):
-        extra.insert(0, {"protocol": upgraded})
+    new_protocol = upgraded(
+        protocol, new_table_protocol(schema_string, configuration), {}, table=str(location), features=features
+    )
+    if _normal(new_protocol) != _normal(protocol):
+        extra.insert(0, {"protocol": new_protocol})
     return schema_string, extra
 
 
@@ -974,6 +1085,8 @@ __all__ = [
     "BatchTxn",
     "CommitMode",
     "CommitResult",
+    "Committed",
+    "PlannedCommit",
     "DEFAULT_CHECKPOINT_INTERVAL",
     "RemovedFile",
     "check_rewrite_supported",
@@ -987,4 +1100,5 @@ __all__ = [
     "protocol_action",
     "retry_delay",
     "table_exists",
+    "Transaction",
 ]

@@ -1,6 +1,6 @@
 """Creating and replacing Delta tables by name or path: one place for ``CREATE [OR REPLACE] TABLE ... USING delta``
 (:mod:`sparkonce.sql`) and delta-spark's builders ``DeltaTable.create / createIfNotExists / replace /
-createOrReplace`` (:mod:`sparkonce.delta.builder`).
+createOrReplace`` (:class:`sparkonce.delta.tables.DeltaTableBuilder`).
 
 Runs on the driver (an ``AS SELECT`` query's rows are written by executors).
 """

@@ -28,11 +28,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from sparkonce._types import TableVersion
 from sparkonce.delta.cdf import cdf_enabled, with_change_type, write_change_data
 from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
+from sparkonce.delta.conflicts import ReadSet
+from sparkonce.delta.files import WrittenFile
 from sparkonce.delta.generated import regenerate
 from sparkonce.delta.identity import check_not_updated
 from sparkonce.delta.rewrite import (
     FILE_COLUMN,
     TableFile,
+    TableSnapshot,
     as_column,
     commit_rewrite,
     files_by_partition_predicate,
@@ -106,8 +109,6 @@ def _rewrite(
     txn: BatchTxn | None,
     target_file_rows: int,
 ) -> DmlResult:
-    import pyspark.sql.functions as F
-
     started = time.monotonic()
     if txn is not None and table_committed_txn_version(table_uri, txn) is not None:
         log.info("%s on %s: txn %s already in the table, skipped", operation, table_uri, txn)
@@ -120,6 +121,78 @@ def _rewrite(
         if unknown:
             raise SchemaMismatchError(f"UPDATE on {table_uri}: column(s) {unknown} are not in the table {columns}")
 
+    rewrite = rewrite_rows(spark, snapshot, condition, assignments, target_file_rows=target_file_rows)
+    touched, written, change_files = rewrite.removed, rewrite.written, rewrite.change_files
+    changed, copied, scan_ms = rewrite.changed, rewrite.copied, rewrite.scan_ms
+    metrics = {
+        "numRemovedFiles": len(touched),
+        "numAddedFiles": len(written),
+        "numCopiedRows": copied,
+        "numRemovedBytes": sum(f.size for f in touched),
+        "numAddedBytes": sum(f.size for f in written),
+        "numAddedChangeFiles": len(change_files),
+        "executionTimeMs": int((time.monotonic() - started) * 1000),
+        "scanTimeMs": scan_ms,
+        "rewriteTimeMs": int((time.monotonic() - started) * 1000) - scan_ms,
+    }
+    metrics["numDeletedRows" if operation == "DELETE" else "numUpdatedRows"] = changed
+    params: dict[str, Any] = {"predicate": json.dumps([] if condition is None else [sql_text(condition)])}
+    if txn is not None:
+        params.update(txnAppId=txn.app_id, txnVersion=txn.txn_version)
+    result = commit_rewrite(
+        table_uri,
+        written,
+        touched,
+        data_schema=arrow_schema_for_spark(snapshot.spark_schema()),
+        operation=operation,
+        parameters=params,
+        metrics=metrics,
+        txn=txn,
+        change_files=change_files,
+        read=rewrite.read,
+    )
+    log.info("%s on %s (txn %s): table_version %s, %s", operation, table_uri, txn, result.table_version, metrics)
+    if result.skipped:
+        return DmlResult(None, True, 0, 0, 0, 0)
+    return DmlResult(result.table_version, False, len(touched), len(written), changed, copied, metrics)
+
+
+@dataclass(frozen=True)
+class RowRewrite:
+    """What :func:`rewrite_rows` wrote before the commit: nothing is visible until a Delta commit names it."""
+
+    removed: list[TableFile]
+    """The files the commit removes: those holding matched rows (and, for a DELETE by partition values only,
+    every file of the matched partitions, removed whole without being read)."""
+    written: list[WrittenFile]
+    """The new data files: the unmatched rows of the removed files (and, for an UPDATE, the updated rows)."""
+    change_files: list[WrittenFile]
+    """Change data files (``_change_data/``) of the changed rows, when the table has the change data feed on."""
+    changed: int
+    """Rows deleted or updated."""
+    copied: int
+    """Unmatched rows of the removed files, written again."""
+    scan_ms: int
+    read: ReadSet
+    """What the rewrite read, for the conflict check of its commit."""
+
+
+def rewrite_rows(
+    spark: SparkSession,
+    snapshot: TableSnapshot,
+    condition: str | Column | None,
+    assignments: Mapping[str, str | Column] | None,
+    *,
+    target_file_rows: int = 1_000_000,
+) -> RowRewrite:
+    """Delete (``assignments`` None) or update the rows of ``snapshot`` matching ``condition`` (all when None):
+    write the new files on executors and return them with the files they replace, for ONE Delta commit (a DELETE,
+    an UPDATE, or the delete half of a ``replaceWhere`` overwrite). Runs on the driver; rows stay on executors.
+    """
+    import pyspark.sql.functions as F
+
+    columns = [f.name for f in snapshot.spark_schema().fields]
+    operation = "DELETE" if assignments is None else "UPDATE"
     whole_files: list[TableFile] = []  # removed without reading (a DELETE whose condition covers them)
     by_partition: list[TableFile] | None = None
     if condition is None:
@@ -133,8 +206,8 @@ def _rewrite(
             whole_files, candidates = candidates, []
 
     scan_started = time.monotonic()
-    written: list[Any] = []
-    change_files: list[Any] = []
+    written: list[WrittenFile] = []
+    change_files: list[WrittenFile] = []
     touched: list[TableFile] = []
     changed = 0
     copied = 0
@@ -201,37 +274,15 @@ def _rewrite(
     if whole_files:
         changed += sum(f.live_records for f in whole_files)
         touched = whole_files + touched
-    metrics = {
-        "numRemovedFiles": len(touched),
-        "numAddedFiles": len(written),
-        "numCopiedRows": copied,
-        "numRemovedBytes": sum(f.size for f in touched),
-        "numAddedBytes": sum(f.size for f in written),
-        "numAddedChangeFiles": len(change_files),
-        "executionTimeMs": int((time.monotonic() - started) * 1000),
-        "scanTimeMs": scan_ms,
-        "rewriteTimeMs": int((time.monotonic() - started) * 1000) - scan_ms,
-    }
-    metrics["numDeletedRows" if operation == "DELETE" else "numUpdatedRows"] = changed
-    params: dict[str, Any] = {"predicate": json.dumps([] if condition is None else [sql_text(condition)])}
-    if txn is not None:
-        params.update(txnAppId=txn.app_id, txnVersion=txn.txn_version)
-    result = commit_rewrite(
-        table_uri,
-        written,
-        touched,
-        data_schema=arrow_schema_for_spark(snapshot.spark_schema()),
-        operation=operation,
-        parameters=params,
-        metrics=metrics,
-        txn=txn,
+    return RowRewrite(
+        removed=touched,
+        written=written,
         change_files=change_files,
+        changed=changed,
+        copied=copied,
+        scan_ms=scan_ms,
         read=snapshot.read_set([*whole_files, *candidates], whole_table=by_partition is None),
     )
-    log.info("%s on %s (txn %s): table_version %s, %s", operation, table_uri, txn, result.table_version, metrics)
-    if result.skipped:
-        return DmlResult(None, True, 0, 0, 0, 0)
-    return DmlResult(result.table_version, False, len(touched), len(written), changed, copied, metrics)
 
 
-__all__ = ["DmlResult", "delete_rows", "update_rows"]
+__all__ = ["DmlResult", "RowRewrite", "delete_rows", "rewrite_rows", "update_rows"]

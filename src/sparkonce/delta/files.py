@@ -16,7 +16,7 @@ import random
 import string
 import time
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -30,27 +30,13 @@ from sparkonce.delta.column_mapping import RANDOM_PREFIX_LENGTH, ColumnMapping
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityFill
+from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.storage import TableLocation
 
 NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
 _STRING_STATS_LIMIT = 32
 # Characters Hive/Spark escape in partition directory names.
 _ESCAPE = set("\"#%'*/:=?\\\x7f{[]^") | {chr(c) for c in range(0x20)}
-
-
-@dataclass(frozen=True)
-class WrittenFile:
-    """One Parquet file written by a task, described as a Delta ``add`` action needs it."""
-
-    path: str
-    """Relative to the table root, ``/``-separated, not URL-encoded (delta-rs encodes it in the log)."""
-    size: int
-    partition_values: dict[str, str | None]
-    modification_time: int
-    num_records: int
-    stats: str
-    clustering_provider: str | None = None
-    """The ``add`` action's ``clusteringProvider``: set on files a clustering ``OPTIMIZE`` wrote."""
 
 
 @dataclass
@@ -375,8 +361,65 @@ class TableFileWriter:
         )
 
 
+# -- written files, from executors back to the driver (through mapInArrow) ----------------------------------
+
+WRITTEN_FILES_DDL = (
+    "path string, size long, partition_values string, modification_time long, num_records long, stats string"
+)
+"""The rows a writing task yields (:func:`written_batch`): one per file it wrote."""
+_WRITTEN_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("partition_values", pa.string()),
+        ("modification_time", pa.int64()),
+        ("num_records", pa.int64()),
+        ("stats", pa.string()),
+    ]
+)
+
+
+def write_task(batches: Iterator[pa.RecordBatch], options: FileWriterOptions) -> Iterator[pa.RecordBatch]:
+    """Executor side: one task's rows into Parquet files; yields their descriptions (nothing visible yet)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    with TableFileWriter(options, task_id=context.partitionId() if context else 0) as writer:
+        writer.write_batches(batches)
+        files = writer.close()
+    if files:
+        yield written_batch(files)
+
+
+def written_batch(files: Sequence[WrittenFile]) -> pa.RecordBatch:
+    """Executor side: written files as one record batch of :data:`WRITTEN_FILES_DDL`, sent back to the driver."""
+    return pa.RecordBatch.from_pylist(
+        [
+            {
+                "path": f.path,
+                "size": f.size,
+                "partition_values": json.dumps(f.partition_values),
+                "modification_time": f.modification_time or int(time.time() * 1000),
+                "num_records": f.num_records,
+                "stats": f.stats,
+            }
+            for f in files
+        ],
+        schema=_WRITTEN_SCHEMA,
+    )
+
+
+def written_files(rows: Sequence[Any]) -> list[WrittenFile]:
+    """Driver side: the rows of :func:`written_batch` back as :class:`WrittenFile` for the Delta commit."""
+    return [
+        WrittenFile(r.path, r.size, json.loads(r.partition_values), r.modification_time, r.num_records, r.stats)
+        for r in rows
+    ]
+
+
 __all__ = [
     "NULL_PARTITION_DIR",
+    "WRITTEN_FILES_DDL",
     "FileWriterOptions",
     "TableFileWriter",
     "WrittenFile",
@@ -384,4 +427,7 @@ __all__ = [
     "escape_partition_value",
     "partition_directory",
     "partition_value_string",
+    "write_task",
+    "written_batch",
+    "written_files",
 ]

@@ -16,6 +16,8 @@ exactly as theirs would:
   previous version's counts as one millisecond after it, and files adjusted that way are deleted together with the
   file they were adjusted to, or not at all), so a clock step back on the writer never deletes a file newer than
   the cut-off while keeping an older one, which would leave time travel with a hole;
+* files a registered stream reader still needs stay (:mod:`sparkonce.delta.readers`: from the newest checkpoint at
+  or before the oldest active reader's table version on), and the result says which reader kept which files;
 * files are deleted in ascending table-version order: a crash in the middle leaves the oldest versions gone and
   every later one intact, never a gap.
 
@@ -40,6 +42,7 @@ from sparkonce.delta import clock
 from sparkonce.delta.interval import parse_interval_ms
 from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.properties import property_value
+from sparkonce.delta.readers import HeldBack, RegisteredReader, held_log_files, reader_hold
 from sparkonce.storage import TableLocation
 
 log = logging.getLogger(__name__)
@@ -81,12 +84,16 @@ class LogCleanupResult:
             did not run.
         deleted: The names under ``_delta_log`` deleted, ascending.
         skipped: Why cleanup did not run (disabled, no checkpoint yet, ...); None when it ran.
+        held_back: Per registered reader (:mod:`sparkonce.delta.readers`), the expired log files kept for it.
+        expired_readers: Registered readers past ``sparkonce.readerRetentionDuration``, which held nothing back.
     """
 
     table: str
     cutoff_ms: int | None
     deleted: tuple[str, ...]
     skipped: str | None = None
+    held_back: tuple[HeldBack, ...] = ()
+    expired_readers: tuple[RegisteredReader, ...] = ()
 
 
 def log_cleanup_enabled(configuration: Mapping[str, str]) -> bool:
@@ -144,17 +151,22 @@ def cleanup_expired_logs(
     protocol: Mapping[str, Any],
     *,
     now_ms: int | None = None,
+    force: bool = False,
 ) -> LogCleanupResult:
     """Delete the table's expired log files (see the module's rules); called after a checkpoint is written.
+
+    Files that a registered stream reader still needs stay (:mod:`sparkonce.delta.readers`), unless ``force``.
 
     Args:
         location: The table.
         configuration: Its ``metaData.configuration`` at the table version just checkpointed.
         protocol: Its protocol at that table version.
         now_ms: The current time (ms since the epoch); the clock by default.
+        force: Ignore the registered readers (for operators: what Delta itself does).
 
     Raises:
-        DeltaLogError: ``delta.logRetentionDuration`` is not an interval, or ``_last_checkpoint`` is unreadable.
+        DeltaLogError: ``delta.logRetentionDuration`` or ``sparkonce.readerRetentionDuration`` is not an interval,
+            or ``_last_checkpoint`` is unreadable.
         OSError: A file could not be listed or deleted (files deleted before it stay deleted: always the oldest).
     """
     table = str(location)
@@ -184,6 +196,26 @@ def cleanup_expired_logs(
         return LogCleanupResult(table, cutoff, (), skipped=f"its oldest log file {oldest.name} is not expired yet")
     files = _log_files(delta_log, cutoff_ms=cutoff, max_table_version=checkpoint_version - 1)
     expired = expired_log_files(files, cutoff_ms=cutoff, max_table_version=checkpoint_version - 1)
+    held: tuple[HeldBack, ...] = ()
+    expired_readers: tuple[RegisteredReader, ...] = ()
+    if expired and not force:  # only then is the registry read: most checkpoints expire nothing
+        hold = reader_hold(location, configuration, now_ms=now, operation="log cleanup")
+        expired_readers = hold.expired
+        anchors = [f.table_version for f in files if ".checkpoint." in f.name] + [checkpoint_version]
+        limit, held = held_log_files(hold, expired, anchors)
+        if limit is not None:
+            expired = [name for name in expired if int(name[:20]) <= limit]
+        for entry in held:
+            log.info(
+                "log cleanup of %s kept %d expired log file(s) from table version %s on for the reader query %s "
+                "(checkpoint %s) at table_version %s",
+                table,
+                len(entry.files),
+                int(entry.files[0][:20]),
+                entry.reader.query_id,
+                entry.reader.checkpoint_dir,
+                entry.reader.table_version,
+            )
     for name in expired:
         delta_log.fs.delete_file(f"{delta_log.log_dir}/{name}")
     first_kept = files[len(expired)] if len(files) > len(expired) else None
@@ -201,7 +233,7 @@ def cleanup_expired_logs(
             cutoff,
             RETENTION_PROPERTY,
         )
-    return LogCleanupResult(table, cutoff, tuple(expired))
+    return LogCleanupResult(table, cutoff, tuple(expired), held_back=held, expired_readers=expired_readers)
 
 
 _oldest_kept: dict[TableLocation, LogFile] = {}

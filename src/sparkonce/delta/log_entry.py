@@ -96,9 +96,25 @@ LEGACY_WRITER_FEATURES: dict[int, frozenset[str]] = {  # the features each legac
 
 
 @dataclass(frozen=True)
+class WrittenFile:
+    """One Parquet file written by a task (a data file, or a change data file), described as its ``add`` (or
+    ``cdc``) action needs it: executors make them (:mod:`sparkonce.delta.files`), the driver commits them."""
+
+    path: str
+    """Relative to the table root, ``/``-separated, not URL-encoded (delta-rs encodes it in the log)."""
+    size: int
+    partition_values: dict[str, str | None]
+    modification_time: int
+    num_records: int
+    stats: str
+    clustering_provider: str | None = None
+    """The ``add`` action's ``clusteringProvider``: set on files a clustering ``OPTIMIZE`` wrote."""
+
+
+@dataclass(frozen=True)
 class Operation:
     """The Delta operation a commit records (``commitInfo``), as
-    :func:`sparkonce.delta.writer.commit_metadata` describes it."""
+    :func:`commit_metadata` describes it."""
 
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
@@ -126,6 +142,25 @@ class Operation:
             extras=ours,
             other=given,
         )
+
+
+def commit_metadata(
+    operation: str, parameters: dict[str, Any], user_metadata: str | None, **extra: Any
+) -> dict[str, Any]:
+    """What a Delta commit records of its operation: Delta's ``operation`` name and ``operationParameters`` (and
+    ``operationMetrics`` when given in ``extra``), ``userMetadata``, and sparkonce's own fields (``extra``), as
+    :func:`sparkonce.delta.commit.commit_files` takes them (``custom_metadata``) and writes them
+    (:mod:`sparkonce.delta.log_entry`)."""
+    info: dict[str, Any] = {
+        "operation": operation,
+        "operationParameters": parameters,
+        "engine": ENGINE_INFO,
+    }
+    info.update(extra)
+    metadata: dict[str, Any] = {"sparkonce": info}
+    if user_metadata is not None:
+        metadata["userMetadata"] = user_metadata
+    return metadata
 
 
 def parameter_string(value: Any) -> str:
@@ -178,6 +213,19 @@ def file_metrics(operation: str, added: Sequence[Mapping[str, Any]], removed: in
             "numAddedFiles": str(len(added)),
         }
     return {"numFiles": str(len(added)), "numOutputRows": str(rows), "numOutputBytes": str(size)}
+
+
+def overwrite_metrics(
+    operation: Operation, metrics: Mapping[str, str], removed: Sequence[Mapping[str, Any]]
+) -> dict[str, str]:
+    """``metrics`` with what Delta adds to a ``WRITE`` in mode ``Overwrite`` (``OVERWRITE_REMOVES``: the number and
+    bytes of the files it removes, 0 on a new table); other commits' as they are. ``removed``: the ``remove``
+    actions' contents."""
+    found = dict(metrics)
+    if operation.name == "WRITE" and operation.parameters.get("mode") == "Overwrite":
+        found["numRemovedFiles"] = str(len(removed))
+        found["numRemovedBytes"] = str(sum(int(r.get("size") or 0) for r in removed))
+    return found
 
 
 def _num_records(add: Mapping[str, Any]) -> int:
@@ -271,13 +319,16 @@ __all__ = [
     "DELTA_TESTING_ENV",
     "TEST_WRITER_FEATURES",
     "BLIND_APPENDS",
+    "overwrite_metrics",
     "LEGACY_WRITER_FEATURES",
     "ENGINE_INFO",
     "SUPPORTED_WRITER_FEATURES",
     "Operation",
+    "WrittenFile",
     "check_writable",
     "delta_testing",
     "commit_info",
+    "commit_metadata",
     "encode_entry",
     "file_metrics",
     "new_table_metadata",

@@ -32,18 +32,22 @@ import pyarrow as pa
 from sparkonce._types import TableVersion
 from sparkonce.delta.clustering import PROVIDER, table_clustering
 from sparkonce.delta.column_mapping import ColumnMapping
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.files import (
+    WRITTEN_FILES_DDL,
+    FileWriterOptions,
+    TableFileWriter,
+    written_batch,
+    written_files,
+)
+from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.delta.reader import DataFile, ScanSchema, read_files
 from sparkonce.delta.rewrite import (
-    WRITTEN_FILES_DDL,
     TableFile,
     TableSnapshot,
     commit_rewrite,
     files_by_partition_predicate,
     open_snapshot,
     sql_text,
-    written_batch,
-    written_files,
 )
 from sparkonce.delta.schema import arrow_schema_for_spark
 from sparkonce.errors import OptionError, SqlError, analysis_error

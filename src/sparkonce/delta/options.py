@@ -15,6 +15,9 @@ from sparkonce.storage import TableLocation, storage_options_from, table_locatio
 
 SaveMode = Literal["append", "overwrite", "error", "ignore"]
 FullRefresh = Literal["fail", "truncate"]
+PartitionOverwriteMode = Literal["static", "dynamic"]
+REPLACE_WHERE_OPTION = "replaceWhere"
+PARTITION_OVERWRITE_MODE_OPTION = "partitionOverwriteMode"
 SAVE_MODE_OPTION = "sparkonce.saveMode"
 TABLE_DEFAULTS_OPTION = "__sparkonce_table_defaults"
 """Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.properties.defaults.*`` as JSON."""
@@ -106,6 +109,11 @@ class WriteOptions:
     session_conf: tuple[tuple[str, str], ...] = ()
     """The session's auto compaction / optimized write confs when the write started, as the writer shim passed
     them (:class:`sparkonce.delta.auto_compact.AutoCompactSettings` checks them)."""
+    replace_where: str | None = None
+    """Delta's ``replaceWhere``: with mode overwrite, the rows it replaces (:mod:`sparkonce.delta.overwrite`)."""
+    partition_overwrite_mode: PartitionOverwriteMode | None = None
+    """Delta's ``partitionOverwriteMode`` option (None: not given; the session's
+    ``spark.sql.sources.partitionOverwriteMode`` then decides, :mod:`sparkonce.delta.overwrite`)."""
 
     def new_table_properties(self) -> dict[str, str]:
         """The ``metaData.configuration`` of a table this write creates: session defaults, then the options."""
@@ -158,7 +166,27 @@ class WriteOptions:
             checkpoint_query_id=get_str(options, CHECKPOINT_QUERY_ID_OPTION),
             checkpoint_part_size=get_int(options, CHECKPOINT_PART_SIZE_OPTION, None, minimum=1),
             session_conf=tuple(sorted(_session_conf(options).items())),
+            replace_where=_replace_where(options),
+            partition_overwrite_mode=_partition_overwrite_mode(options),
         )
+
+
+def _replace_where(options: Mapping[str, str]) -> str | None:
+    """``replaceWhere``: a predicate's text (a blank one is refused)."""
+    raw = lookup(options, REPLACE_WHERE_OPTION)
+    if raw is None:
+        return None
+    if not raw.strip():
+        raise OptionError(REPLACE_WHERE_OPTION, raw, "must be a predicate over the table's columns, e.g. day >= 3")
+    return raw
+
+
+def _partition_overwrite_mode(options: Mapping[str, str]) -> PartitionOverwriteMode | None:
+    """``partitionOverwriteMode``: ``static`` or ``dynamic`` (any case), as Delta takes it."""
+    if lookup(options, PARTITION_OVERWRITE_MODE_OPTION) is None:
+        return None
+    mode: PartitionOverwriteMode = get_choice(options, PARTITION_OVERWRITE_MODE_OPTION, ("static", "dynamic"), "static")
+    return mode
 
 
 def _session_defaults(options: Mapping[str, str]) -> dict[str, str]:
@@ -272,6 +300,9 @@ __all__ = [
     "COMPAT_PARTITION_OPTION",
     "METADATA_COLUMN_OPTION",
     "PARTITION_BY_OPTION",
+    "PARTITION_OVERWRITE_MODE_OPTION",
+    "PartitionOverwriteMode",
+    "REPLACE_WHERE_OPTION",
     "SAVE_MODE_OPTION",
     "SESSION_CONF_OPTION",
     "ReadOptions",

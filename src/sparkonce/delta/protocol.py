@@ -16,11 +16,14 @@ Pure functions on ``protocol`` action dicts; run on the driver.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sparkonce.delta.log_entry import delta_testing
+
+log = logging.getLogger(__name__)
 
 TABLE_FEATURES_WRITER_VERSION = 7
 TABLE_FEATURES_READER_VERSION = 3
@@ -155,6 +158,33 @@ def without(protocol: Mapping[str, Any], name: str) -> dict[str, Any]:
     return weakest_protocol(supported_features(protocol) - {name})
 
 
+def upgraded(
+    current: dict[str, Any],
+    needed: dict[str, Any],
+    requested: Mapping[str, int],
+    *,
+    table: str,
+    features: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The protocol after an upgrade, as Delta makes it (:func:`merged`): ``current`` merged with what the metadata
+    ``needs``, the versions ``requested`` (``delta.minReaderVersion`` / ``delta.minWriterVersion``,
+    ``upgradeTableProtocol``) and the table ``features`` asked for. Versions below the table's ask for nothing new:
+    a no-op, never a downgrade (Delta's ``delta.protocol.downgradeIgnored``). ``table``: named in the log line of
+    an upgrade."""
+    asked: dict[str, Any] = {
+        "minReaderVersion": requested.get("minReaderVersion", int(current["minReaderVersion"])),
+        "minWriterVersion": requested.get("minWriterVersion", int(current["minWriterVersion"])),
+    }
+    result = merged(current, needed, asked, weakest_protocol(features))
+    if result != current:
+        log.info("%s: protocol %s -> %s", table, _versions(current), _versions(result))
+    return result
+
+
+def _versions(action: Mapping[str, Any]) -> str:
+    return f"({action['minReaderVersion']}, {action['minWriterVersion']})"
+
+
 def _unknown(name: str) -> Feature:
     return _reader_writer(name)
 
@@ -167,6 +197,7 @@ __all__ = [
     "known_features",
     "merged",
     "supported_features",
+    "upgraded",
     "weakest_protocol",
     "without",
 ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,9 +31,16 @@ from sparkonce.delta.commit import (
 from sparkonce.delta.conflicts import ReadSet
 from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.deletion_vectors import DeletionVector
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile, partition_value_string
+from sparkonce.delta.files import (
+    WRITTEN_FILES_DDL,
+    FileWriterOptions,
+    partition_value_string,
+    write_task,
+    written_files,
+)
 from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityColumn, IdentityPlan, identity_columns
+from sparkonce.delta.log_entry import WrittenFile, commit_metadata
 from sparkonce.delta.native import file_rows
 from sparkonce.delta.paths import require_fs_path
 from sparkonce.delta.reader import (
@@ -60,19 +66,6 @@ FILE_COLUMN = "_sparkonce_file"
 """The table-relative path of the file a target row was read from (null for a row that is not in the table)."""
 ROW_COLUMN = "_sparkonce_row"
 """The position of a target row in its file."""
-WRITTEN_FILES_DDL = (
-    "path string, size long, partition_values string, modification_time long, num_records long, stats string"
-)
-_WRITTEN_SCHEMA = pa.schema(
-    [
-        ("path", pa.string()),
-        ("size", pa.int64()),
-        ("partition_values", pa.string()),
-        ("modification_time", pa.int64()),
-        ("num_records", pa.int64()),
-        ("stats", pa.string()),
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -364,44 +357,6 @@ def write_rows(
     return written_files(output.mapInArrow(write, WRITTEN_FILES_DDL).collect())
 
 
-def write_task(batches: Iterator[pa.RecordBatch], options: FileWriterOptions) -> Iterator[pa.RecordBatch]:
-    """Executor side: one task's rows into Parquet files; yields their descriptions (nothing visible yet)."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    with TableFileWriter(options, task_id=context.partitionId() if context else 0) as writer:
-        writer.write_batches(batches)
-        files = writer.close()
-    if files:
-        yield written_batch(files)
-
-
-def written_batch(files: Sequence[WrittenFile]) -> pa.RecordBatch:
-    """Executor side: written files as one record batch of :data:`WRITTEN_FILES_DDL`, sent back to the driver."""
-    return pa.RecordBatch.from_pylist(
-        [
-            {
-                "path": f.path,
-                "size": f.size,
-                "partition_values": json.dumps(f.partition_values),
-                "modification_time": f.modification_time or int(time.time() * 1000),
-                "num_records": f.num_records,
-                "stats": f.stats,
-            }
-            for f in files
-        ],
-        schema=_WRITTEN_SCHEMA,
-    )
-
-
-def written_files(rows: Sequence[Any]) -> list[WrittenFile]:
-    """Driver side: the rows of :func:`written_batch` back as :class:`WrittenFile` for the Delta commit."""
-    return [
-        WrittenFile(r.path, r.size, json.loads(r.partition_values), r.modification_time, r.num_records, r.stats)
-        for r in rows
-    ]
-
-
 def as_column(expression: str | Column) -> Column:
     """A SQL expression or Column as a Column."""
     import pyspark.sql.functions as F
@@ -443,8 +398,6 @@ def commit_rewrite(
     cannot write them as Delta's own fields). ``read``: what the rewrite read (:meth:`TableSnapshot.read_set`),
     for Delta's conflict check against the commits made since. ``identity``: the identity columns whose values
     the rewrite generated (a MERGE's inserts), whose high-water marks the commit moves."""
-    from sparkonce.delta.writer import commit_metadata
-
     extra: dict[str, Any] = {"operationMetrics": dict(metrics)}
     if txn is not None:
         extra["batchId"] = txn.txn_version
@@ -468,11 +421,8 @@ def commit_rewrite(
 
 __all__ = [
     "FILE_COLUMN",
-    "WRITTEN_FILES_DDL",
     "as_column",
     "sql_text",
-    "written_batch",
-    "written_files",
     "ROW_COLUMN",
     "files_by_partition_predicate",
     "TableFile",

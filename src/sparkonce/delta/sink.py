@@ -39,6 +39,7 @@ from sparkonce.delta.constraints import CheckConstraints
 from sparkonce.delta.files import FileWriterOptions
 from sparkonce.delta.generated import GeneratedColumns
 from sparkonce.delta.identity import IdentityPlan, plan_identity
+from sparkonce.delta.log_entry import commit_metadata
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, table_fields
 from sparkonce.delta.skipping import top_level_stats_columns
@@ -50,7 +51,6 @@ from sparkonce.delta.writer import (
     check_partition_columns,
     check_target,
     collect_files,
-    commit_metadata,
     new_table_mapping,
     target_mapping,
     write_task,

@@ -11,6 +11,13 @@ file written within the retention period is kept even if nothing references it y
 flight. Listing and deletion are done by delta-rs (``DeltaTable.vacuum(full=True)``), whose full mode was checked
 to include orphans by modification time and tombstones by deletion time; the retention guard is ours, so its
 error names the table property and the override.
+
+Files a registered stream reader still needs stay (:mod:`sparkonce.delta.readers`): every file removed at or after
+the table version an active reader reads from, whatever the retention; the result names the readers and the files
+each kept. While readers are registered the candidates are deleted here, without ``VACUUM START``/``END`` commits:
+delta-rs's vacuum would delete the held files too, and the post-commit hook of its ``VACUUM START`` commit (which
+takes no settings) cleans the log by the retention alone. ``force`` deletes the held files too (still here, so the
+log stays as the guard keeps it).
 """
 
 from __future__ import annotations
@@ -19,10 +26,14 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from sparkonce.delta.commit import load_table
+from sparkonce.delta.deletion_vectors import dv_relative_path
 from sparkonce.delta.interval import parse_interval_ms
-from sparkonce.errors import OptionError
+from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.readers import HeldBack, RegisteredReader, held_data_files, reader_hold
+from sparkonce.errors import DeltaLogError, OptionError
 from sparkonce.storage import TableLocation, table_location
 
 log = logging.getLogger(__name__)
@@ -44,6 +55,10 @@ class VacuumResult:
     """Paths of the files deleted (or to delete) relative to the table root, as on storage; each once, sorted."""
     bytes: int
     """Their total size."""
+    held_back: tuple[HeldBack, ...] = ()
+    """Per registered stream reader, the files it still needs that the retention alone would have deleted."""
+    expired_readers: tuple[RegisteredReader, ...] = ()
+    """Registered readers past ``sparkonce.readerRetentionDuration``: they held nothing back."""
 
 
 def retention_from_properties(configuration: dict[str, str | None]) -> float:
@@ -64,6 +79,7 @@ def vacuum(
     retention_hours: float | None = None,
     dry_run: bool = True,
     enforce_retention_duration: bool = True,
+    force: bool = False,
 ) -> VacuumResult:
     """Delete (or list, with ``dry_run``) files of the table at ``path`` that no table version within
     ``retention_hours`` references, orphan files of failed attempts included.
@@ -76,6 +92,8 @@ def vacuum(
         enforce_retention_duration: Refuse a retention below the table's ``delta.deletedFileRetentionDuration``
             (default 168 hours), as Delta does; a shorter retention can delete files that a running reader or
             writer (including a stream's batch in flight) still needs.
+        force: Delete files that registered stream readers still need (:mod:`sparkonce.delta.readers`), as Delta
+            does: a paused stream then cannot resume from its checkpoint. For operators.
 
     Raises:
         OptionError: ``retention_hours`` is negative, or below the table's retention while enforced.
@@ -102,10 +120,32 @@ def vacuum(
     hours = int(-(-retention_hours // 1))
     listed = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
     candidates = _table_relative(location, listed)
-    files = candidates
-    if not dry_run and candidates:
-        deleted = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True)
-        files = _table_relative(location, deleted, known=candidates)
+    held: tuple[HeldBack, ...] = ()
+    expired_readers: tuple[RegisteredReader, ...] = ()
+    kept: frozenset[str] = frozenset()
+    readers = False
+    if candidates:
+        hold = reader_hold(location, dict(table.metadata().configuration), operation="VACUUM")
+        oldest = hold.table_version
+        readers = oldest is not None
+        if oldest is not None and not force:
+            expired_readers = hold.expired
+            removed_at = _removed_since(location, oldest, table.version())
+            kept, held = held_data_files(hold, candidates, removed_at)
+    files = {path: size for path, size in candidates.items() if path not in kept}
+    if not dry_run and files:
+        if readers:
+            # delta-rs's vacuum would delete the held files too, and its VACUUM START commit cleans the log by the
+            # retention alone (that commit takes no post-commit settings): with readers registered, delete here
+            fs = location.filesystem()
+            for path in sorted(files):
+                try:
+                    fs.delete_file(location.fs_path(path))
+                except FileNotFoundError:  # delta-rs lists the tombstones of files deleted before
+                    del files[path]
+        else:
+            deleted = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False, full=True)
+            files = _table_relative(location, deleted, known=candidates)
     result = VacuumResult(
         table_path=table_path,
         table_version=table.version(),
@@ -113,7 +153,18 @@ def vacuum(
         dry_run=dry_run,
         files=tuple(sorted(files)),
         bytes=sum(files.values()),
+        held_back=held,
+        expired_readers=expired_readers,
     )
+    for entry in held:
+        log.info(
+            "vacuum %s kept %d file(s) for the reader query %s (checkpoint %s) at table_version %s",
+            table_path,
+            len(entry.files),
+            entry.reader.query_id,
+            entry.reader.checkpoint_dir,
+            entry.reader.table_version,
+        )
     log.info(
         "vacuum %s at table_version %s (retention %s hours, dry_run=%s): %d file(s), %d byte(s)",
         table_path,
@@ -126,6 +177,32 @@ def vacuum(
     return result
 
 
+def _removed_since(location: TableLocation, first: int, latest: int) -> dict[str, int]:
+    """Path relative to the table root (as on storage) -> the first table version from ``first`` through ``latest``
+    whose commit removes it (its deletion vector file too). Commits already gone are skipped: the readers that
+    needed them cannot resume anyway."""
+    delta_log = DeltaLog(location, check=False)
+    root = f"{location.uri}/"
+    found: dict[str, int] = {}
+    for table_version in range(first, latest + 1):
+        try:
+            actions = delta_log.read_actions(table_version, only=(b"remove",))
+        except DeltaLogError:
+            continue
+        for action in actions:
+            remove = action.get("remove")
+            if not isinstance(remove, dict):
+                continue
+            paths = [str(remove.get("path") or "")]
+            descriptor = remove.get("deletionVector")
+            if isinstance(descriptor, dict):
+                paths.append(dv_relative_path(descriptor) or "")
+            for raw in paths:
+                if raw:
+                    found.setdefault(unquote(raw.removeprefix(root)), table_version)
+    return found
+
+
 def _table_relative(
     location: TableLocation, listed: Iterable[str], *, known: Mapping[str, int] | None = None
 ) -> dict[str, int]:
@@ -136,8 +213,6 @@ def _table_relative(
     JVM connector writes ``p=a b/`` on storage and ``p=a%20b/`` in the log), and absolute once it deleted it.
     ``known`` (the dry-run listing, taken while the files existed) resolves paths of files already deleted.
     """
-    from urllib.parse import unquote
-
     root = location.fs_path().rstrip("/") + "/"
     result: dict[str, int] = {}
     for raw in listed:

@@ -17,7 +17,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from sparkonce._version import __version__
 from sparkonce.delta import type_widening
 from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
@@ -30,11 +29,20 @@ from sparkonce.delta.column_mapping import (
     replaced_columns,
     with_new_columns,
 )
-from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, committed_txn_version, refuse_undone_batch
+from sparkonce.delta.commit import (
+    BatchTxn,
+    CommitMode,
+    CommitResult,
+    RemovedFile,
+    commit_files,
+    committed_txn_version,
+    refuse_undone_batch,
+)
 from sparkonce.delta.constraints import CheckConstraints
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, WrittenFile
+from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.delta.generated import GeneratedColumns, has_generation_expressions
 from sparkonce.delta.identity import IdentityPlan, fill_batches, plan_identity
+from sparkonce.delta.log_entry import WrittenFile, commit_metadata
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
 from sparkonce.delta.schema import (
@@ -51,6 +59,7 @@ from sparkonce.delta.table_view import current_table
 from sparkonce.errors import OptionError, SchemaMismatchError, SqlError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
+    from sparkonce.delta.conflicts import ReadSet
     from sparkonce.delta.table_view import AnyTable
 
 log = logging.getLogger(__name__)
@@ -194,6 +203,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             )
             return None
         check_clustering_unchanged(self.options)
+        refuse_selective_overwrite(self.options, self.mode)
         if self.options.save_mode == "error":
             raise OptionError(
                 "mode",
@@ -250,24 +260,53 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.skip_reason is not None:
             log.info("Delta write to %s skipped, %s", self.options.path, self.skip_reason)
             return
-        files = collect_files(messages)
-        # Delta's WRITE parameters: the save mode's name and the partition columns (the txn is its own action).
+        self.commit_written(collect_files(messages), written_after=written_after(messages))
+
+    def write_parameters(self) -> dict[str, Any]:
+        """Delta's ``WRITE`` parameters: the save mode's name, the partition columns the write gave (``[]`` for a
+        write into a partitioned table that names none, as Delta records it; the first commit of a table records
+        its own), the ``replaceWhere`` predicate and dynamic partition overwrite when given (the txn is its own
+        action). Runs on the driver."""
         save_mode = self.options.save_mode or self.mode
         params: dict[str, Any] = {
             "mode": _SAVE_MODE_NAMES.get(save_mode, save_mode),
-            "partitionBy": list(self.file_options.partition_by),
+            "partitionBy": list(self.options.partition_by),
         }
+        if self.options.replace_where is not None:
+            params["predicate"] = self.options.replace_where
+        if self.options.partition_overwrite_mode == "dynamic":
+            params["isDynamicPartitionOverwrite"] = True
+        return params
+
+    def commit_written(
+        self,
+        files: list[WrittenFile],
+        *,
+        written_after: int,
+        removes: list[RemovedFile] | None = None,
+        change_files: list[WrittenFile] | None = None,
+        read: ReadSet | None = None,
+        parameters: dict[str, Any] | None = None,
+        metrics: dict[str, Any] | None = None,
+    ) -> CommitResult:
+        """The Delta commit of ``files`` the executors wrote for this write: the whole overwrite or append, or, when
+        ``removes`` is given, an overwrite of those files only (a selective overwrite,
+        :mod:`sparkonce.delta.overwrite`, with its change data files, read set, parameters and metrics). Then
+        auto compaction when the table asks for it. Runs on the driver."""
+        extra: dict[str, Any] = {} if metrics is None else {"operationMetrics": metrics}
         result = commit_files(
             self.options.location,
             files,
             data_schema=self.arrow_schema,
             partition_by=self.file_options.partition_by,
-            mode=self.mode,
+            mode="append" if removes is not None else self.mode,
             txn=self.txn,
             merge_schema=self.options.merge_schema,
             overwrite_schema=self.options.overwrite_schema,
-            custom_metadata=commit_metadata("WRITE", params, self.options.user_metadata),
-            written_after=written_after(messages),
+            custom_metadata=commit_metadata(
+                "WRITE", parameters or self.write_parameters(), self.options.user_metadata, **extra
+            ),
+            written_after=written_after,
             new_table_properties=self.options.new_table_properties(),
             replace_configuration=(
                 self.options.new_table_properties() if self.options.declared_properties is not None else None
@@ -276,12 +315,16 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             new_table_clustering=self.options.cluster_by,
             identity=self.identity,
             checkpoint_part_size=self.options.checkpoint_part_size,
+            removes=removes or (),
+            change_files=change_files or (),
+            read=read,
         )
         from sparkonce.crash import crash_point
 
         crash_point("after_delta_commit", self.txn.txn_version if self.txn is not None else None)
         if self.auto_compact and not result.skipped:
             compact_after_commit(self.options.location, files, self.compaction)
+        return result
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # driver
         abort_write(self.file_options, messages, purpose=f"aborted Delta write to {self.options.path}")
@@ -289,6 +332,33 @@ class DeltaBatchWriter(DataSourceArrowWriter):
 
 _SAVE_MODE_NAMES = {"append": "Append", "overwrite": "Overwrite", "error": "ErrorIfExists", "ignore": "Ignore"}
 """Spark's ``SaveMode`` names, as Delta records them in ``commitInfo.operationParameters.mode``."""
+
+
+def refuse_selective_overwrite(options: WriteOptions, mode: CommitMode) -> None:
+    """An overwrite of an existing table with ``replaceWhere`` or ``partitionOverwriteMode=dynamic`` that reached
+    the data source itself: the selective overwrite runs on the driver (:mod:`sparkonce.delta.overwrite`, through
+    the writer shim that :func:`sparkonce.register` installs on classic PySpark), never as a whole-table overwrite.
+    Runs on the driver.
+
+    Raises:
+        UnsupportedFeatureError: it did (e.g. on Spark Connect, which has no shim), naming the option.
+    """
+    if mode != "overwrite":
+        return
+    given = (
+        ("replaceWhere", options.replace_where)
+        if options.replace_where is not None
+        else ("partitionOverwriteMode", "dynamic")
+        if options.partition_overwrite_mode == "dynamic"
+        else None
+    )
+    if given is not None:
+        raise UnsupportedFeatureError(
+            f"option {given[0]}={given[1]!r} on an overwrite of {options.path}: sparkonce runs selective overwrites "
+            "on the driver through the DataFrameWriter shim of sparkonce.register(spark) (classic PySpark), and "
+            "this write reached the Delta data source without it (Spark Connect?). Nothing was written; use "
+            "DeltaTable.delete followed by an append, or a classic session"
+        )
 
 
 def check_partition_columns(options: WriteOptions, arrow_schema: pa.Schema) -> None:
@@ -407,34 +477,15 @@ def check_target(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema
     return partitions
 
 
-def commit_metadata(
-    operation: str, parameters: dict[str, Any], user_metadata: str | None, **extra: Any
-) -> dict[str, Any]:
-    """What a Delta commit records of its operation: Delta's ``operation`` name and ``operationParameters`` (and
-    ``operationMetrics`` when given in ``extra``), ``userMetadata``, and sparkonce's own fields (``extra``), as
-    :func:`sparkonce.delta.commit.commit_files` takes them (``custom_metadata``) and writes them
-    (:mod:`sparkonce.delta.log_entry`)."""
-    info: dict[str, Any] = {
-        "operation": operation,
-        "operationParameters": parameters,
-        "engine": f"sparkonce/{__version__}",
-    }
-    info.update(extra)
-    metadata: dict[str, Any] = {"sparkonce": info}
-    if user_metadata is not None:
-        metadata["userMetadata"] = user_metadata
-    return metadata
-
-
 __all__ = [
     "DeltaBatchWriter",
     "DeltaFilesMessage",
     "abort_write",
     "check_new_table",
+    "refuse_selective_overwrite",
     "new_table_mapping",
     "target_mapping",
     "collect_files",
-    "commit_metadata",
     "write_task",
     "written_after",
 ]

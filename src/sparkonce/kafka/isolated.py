@@ -1,4 +1,6 @@
-"""Reading a range with the Kafka client in a forked child process, so that a crash of the client ends the child.
+"""Reading a range with the Kafka client in a forked child process, so that a crash of the client ends the child;
+:func:`read_range`, the source's one entry to reading a range, picks that or the in-process reader
+(:func:`sparkonce.kafka.reader.read_range_in_process`) by platform.
 
 Runs on Spark executors. librdkafka 2.5.0 and later (through confluent-kafka 2.16.1, the newest) kill the whole
 process with SIGSEGV when a Fetch answer names a partition by an all-zero topic id with a current leader, as the
@@ -62,8 +64,27 @@ def can_isolate() -> bool:
     return hasattr(os, "fork")
 
 
+def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Yield the records ``[rng.start, rng.end)`` of ``rng.tp`` as Arrow batches matching ``schema``.
+
+    The Kafka client runs in a forked child process where the platform can fork (:func:`read_range_isolated`): a
+    crash of the client there (librdkafka's SIGSEGV on a topic deleted under a fetch) ends the child, and this
+    process decides per ``failOnDataLoss``; elsewhere in this process
+    (:func:`~sparkonce.kafka.reader.read_range_in_process`). Runs on executors.
+
+    Raises:
+        SourceOffsetError: records of the range are gone (deleted topic, start below the earliest offset) and
+            ``failOnDataLoss`` is true.
+        BrokerError: the broker failed, no record arrived for ``kafkaConsumer.pollTimeoutMs``, or the client
+            crashed twice on a topic that still exists.
+    """
+    if can_isolate():
+        return read_range_isolated(settings, rng, schema)
+    return read_range_in_process(settings, rng, schema)
+
+
 def read_range_isolated(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``rng`` as :func:`sparkonce.kafka.reader.read_range` does, read by forked children.
+    """Yield the records of ``rng`` as :func:`read_range` does, read by forked children.
 
     Runs on executors.
 
@@ -257,4 +278,4 @@ def call_forked(fn: Callable[[], T], *, timeout_s: float) -> ChildOutcome[T]:
     return ChildOutcome(value=value)
 
 
-__all__ = ["ChildOutcome", "call_forked", "can_isolate", "read_range_isolated"]
+__all__ = ["ChildOutcome", "call_forked", "can_isolate", "read_range", "read_range_isolated"]

@@ -102,31 +102,11 @@ def consumer_config(settings: ReadSettings) -> dict[str, Any]:
     return config
 
 
-def read_range(settings: ReadSettings, rng: OffsetRange, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """Yield the records ``[rng.start, rng.end)`` of ``rng.tp`` as Arrow batches matching ``schema``.
-
-    The Kafka client runs in a forked child process where the platform can fork (see
-    :mod:`sparkonce.kafka.isolated`): a crash of the client there (librdkafka's SIGSEGV on a topic deleted under
-    a fetch) ends the child, and this process decides per ``failOnDataLoss``.
-
-    Raises:
-        SourceOffsetError: records of the range are gone (deleted topic, start below the earliest offset) and
-            ``failOnDataLoss`` is true.
-        BrokerError: the broker failed, no record arrived for ``kafkaConsumer.pollTimeoutMs``, or the client
-            crashed twice on a topic that still exists.
-    """
-    from sparkonce.kafka.isolated import can_isolate, read_range_isolated
-
-    if can_isolate():
-        return read_range_isolated(settings, rng, schema)
-    return read_range_in_process(settings, rng, schema)
-
-
 def read_range_in_process(
     settings: ReadSettings, rng: OffsetRange, schema: StructType, *, crash_points: bool = True
 ) -> Iterator[pa.RecordBatch]:
-    """:func:`read_range` with the Kafka client in this process; ``crash_points`` false skips the test crash points
-    (a forked reading child leaves them to its parent).
+    """:func:`sparkonce.kafka.isolated.read_range` with the Kafka client in this process; ``crash_points`` false
+    skips the test crash points (a forked reading child leaves them to its parent).
 
     Offsets missing inside the range (compaction, transaction markers) are skipped; the range ends when the
     consumer passes ``rng.end - 1`` or reports the partition's end at or beyond ``rng.end``.
@@ -346,7 +326,6 @@ __all__ = [
     "current_batch_id",
     "kafka_schema",
     "partition_exists",
-    "read_range",
     "read_range_in_process",
     "report_deleted",
 ]

@@ -35,11 +35,12 @@ from sparkonce.crash import crash_point
 from sparkonce.errors import BrokerError, OptionError
 from sparkonce.extras import require
 from sparkonce.kafka.group import GroupOffsetsCommitter
+from sparkonce.kafka.isolated import read_range
 from sparkonce.kafka.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, TopicPartition
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.planner import OffsetPlanner, check_broker
 from sparkonce.kafka.ranges import BY_TIMESTAMP, plan_ranges, rate_limit, resolve_start
-from sparkonce.kafka.reader import ReadSettings, kafka_schema, read_range
+from sparkonce.kafka.reader import ReadSettings, kafka_schema
 from sparkonce.retries import call_with_retries
 
 if TYPE_CHECKING:

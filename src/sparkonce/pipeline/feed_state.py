@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkonce.delta.cdf import CHANGE_TYPE_COLUMN, COMMIT_TIMESTAMP_COLUMN, COMMIT_VERSION_COLUMN
+from sparkonce.pipeline.records import txn_versions
 
 _FEED_COLUMNS = {CHANGE_TYPE_COLUMN, COMMIT_VERSION_COLUMN, COMMIT_TIMESTAMP_COLUMN}
 
@@ -120,7 +121,6 @@ def feed_state_check(
     from sparkonce.checkpoint.reader import read_checkpoint
     from sparkonce.delta.commit import table_exists
     from sparkonce.delta.stream import BASE_INDEX, DeltaSourceOffset
-    from sparkonce.pipeline.verify import txn_versions
 
     recorded = txn_versions(table, app_id)
     if not recorded:

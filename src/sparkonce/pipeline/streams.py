@@ -17,6 +17,7 @@ from sparkonce.delta.commit import load_table, table_exists
 from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
 from sparkonce.errors import TableNotFoundError
 from sparkonce.pipeline.ddl import ddl_schema
+from sparkonce.pipeline.kinds.base import kind_of
 from sparkonce.pipeline.model import SOURCE, PipelineConfig, PostgresStage, Stage, TransformStage
 from sparkonce.storage import table_location
 
@@ -61,8 +62,6 @@ def raw_frame(spark: SparkSession, config: PipelineConfig, stage_name: str | Non
 
 def input_schema(spark: SparkSession, config: PipelineConfig, stage: Stage) -> StructType:
     """The schema of the batches a stage reads: the Kafka records in the raw shape, or its input table's."""
-    from sparkonce.pipeline.kinds import kind_of
-
     if stage.input == SOURCE:
         return ddl_schema(spark, RAW_DDL)
     upstream = config.stage(stage.input)

@@ -18,38 +18,14 @@ against Kafka offsets; this checks that every stage after it kept its batches ex
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import dataclass, replace
 
+from sparkonce.checkpoint.reader import read_checkpoint
+from sparkonce.pipeline.feed_state import feed_state_check
+from sparkonce.pipeline.kinds import kind_of
 from sparkonce.pipeline.model import MergeStage, PipelineConfig
+from sparkonce.pipeline.records import TargetCheck
 from sparkonce.pipeline.session import use_storage
-
-
-@dataclass(frozen=True)
-class TargetCheck:
-    """One place a stage writes, checked against the stage's committed batches."""
-
-    stage: str
-    target: str
-    """A Delta table path, or ``postgresql:<table>``."""
-    record_id: str
-    """The txn app id or ledger app id the batches are recorded under."""
-    committed_batches: int
-    missing: tuple[int, ...]
-    """Batches the checkpoint committed that the target does not record (lost)."""
-    duplicated: tuple[int, ...]
-    """Batches the target records more than once."""
-    row_difference: int | None = None
-    """PostgreSQL append mode: target rows minus the rows the ledger says were moved (0 when exact)."""
-    state_differences: int | None = None
-    """A changes-fed merge stage (``input_mode = "changes"``): keys lost, extra, mismatched or duplicated against
-    its input's rows at ``input_table_version`` (:mod:`sparkonce.pipeline.feed_state`); None: not compared."""
-    input_table_version: int | None = None
-    """The input's table version the newest recorded batch read the change data feed through."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.missing and not self.duplicated and not self.row_difference and not self.state_differences
 
 
 @dataclass(frozen=True)
@@ -74,9 +50,6 @@ def verify_pipeline(config: PipelineConfig, *, stages: tuple[str, ...] | None = 
         SinkError: a PostgreSQL stage's database is unreachable.
         DeltaLogError: a Delta log cannot be read.
     """
-    from sparkonce.checkpoint.reader import read_checkpoint
-    from sparkonce.pipeline.kinds import kind_of
-
     use_storage(config)
     selected = config.stages if not stages else tuple(config.stage(n) for n in stages)
     targets: list[TargetCheck] = []
@@ -94,23 +67,8 @@ def verify_pipeline(config: PipelineConfig, *, stages: tuple[str, ...] | None = 
     return PipelineVerifyReport(config.path, tuple(targets), tuple(skipped))
 
 
-def check_delta_target(stage: str, table: str, record_id: str, committed: set[int]) -> TargetCheck:
-    """The batches ``committed`` against the txn actions of ``table`` recorded under ``record_id``."""
-    counts = Counter(txn_versions(table, record_id))
-    return TargetCheck(
-        stage=stage,
-        target=table,
-        record_id=record_id,
-        committed_batches=len(committed),
-        missing=tuple(sorted(committed - set(counts))),
-        duplicated=tuple(sorted(v for v, n in counts.items() if n > 1)),
-    )
-
-
 def _with_feed_state(config: PipelineConfig, stage: MergeStage, check: TargetCheck, query_id: str) -> TargetCheck:
     """Add to a changes-fed stage's table check how its rows stand against the state its input's feed implies."""
-    from sparkonce.pipeline.feed_state import feed_state_check
-
     input_table = config.input_table(stage)
     if check.target != stage.table or input_table is None:
         return check
@@ -128,21 +86,4 @@ def _with_feed_state(config: PipelineConfig, stage: MergeStage, check: TargetChe
     return replace(check, state_differences=state.differences.total, input_table_version=state.input_table_version)
 
 
-def txn_versions(table: str, app_id: str) -> list[int]:
-    """Every txn version the table's Delta log records for ``app_id`` (one per Delta commit carrying it)."""
-    from sparkonce.delta.commit import table_exists
-    from sparkonce.delta.log import DeltaLog
-
-    if not table_exists(table):
-        return []
-    log = DeltaLog(table)
-    found: list[int] = []
-    for table_version in log.commit_versions():
-        for action in log.read_actions(table_version):
-            txn = action.get("txn")
-            if isinstance(txn, dict) and txn.get("appId") == app_id:
-                found.append(int(txn["version"]))
-    return found
-
-
-__all__ = ["PipelineVerifyReport", "TargetCheck", "check_delta_target", "txn_versions", "verify_pipeline"]
+__all__ = ["PipelineVerifyReport", "verify_pipeline"]

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from sparkonce.crash import CrashPoint
-    from sparkonce.delta.files import FileWriterOptions, WrittenFile
+    from sparkonce.delta.files import FileWriterOptions
+    from sparkonce.delta.log_entry import WrittenFile
     from sparkonce.sinks.routing import RoutedTable
     from sparkonce.storage import TableLocation
 
@@ -329,8 +330,8 @@ class FanOutWriter:
             SchemaMismatchError: a table's schema does not take the rows (no ``mergeSchema``).
         """
         from sparkonce.delta.commit import BatchTxn, commit_files
+        from sparkonce.delta.log_entry import commit_metadata
         from sparkonce.delta.properties import table_properties
-        from sparkonce.delta.writer import commit_metadata
 
         outcomes = {name: self._outcome(self._target(name), "skipped", rows=0) for name in staged.skipped}
         for index, table in enumerate(staged.tables):

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
-from sparkonce.delta.files import FileWriterOptions, WrittenFile
+from sparkonce.delta.files import FileWriterOptions
+from sparkonce.delta.log_entry import WrittenFile
 
 RESULT_DDL = "kind STRING, target STRING, payload STRING"
 """Rows a task returns: ``("file", table name, WrittenFile JSON)`` or ``("observed", column, value)``."""

@@ -308,18 +308,41 @@ def _insert(c: Cursor) -> Insert:
         c.expect_word("INTO")
     c.take_word("TABLE")
     table = parse_table(c)
-    if c.at_word("PARTITION"):
-        raise c.unsupported("INSERT ... PARTITION (...)")
-    if c.at_word("REPLACE"):
-        raise c.unsupported("INSERT ... REPLACE WHERE")
+    partition = _partition_spec(c) if c.take_word("PARTITION") else ()
+    replace_where = None
+    if c.take_word("REPLACE WHERE"):
+        if overwrite or partition:
+            raise c.error("REPLACE WHERE goes with INSERT INTO t, without PARTITION")
+        replace_where = c.span_until(*_QUERY_STARTS)
     if c.take_word("BY NAME"):
         raise c.unsupported("INSERT ... BY NAME")
     columns = None
-    if c.at_op("(") and not c.at_word("SELECT", "VALUES", "WITH", "FROM", "TABLE", ahead=1):
+    if c.at_op("(") and not c.at_word(*_QUERY_STARTS, ahead=1):
         columns = parse_identifier_list(c)
     query = c.span_until()
     c.expect_end()
-    return Insert(table, overwrite, columns, query)
+    return Insert(table, overwrite, columns, query, partition, replace_where)
+
+
+_QUERY_STARTS = ("SELECT", "VALUES", "WITH", "FROM", "TABLE")
+
+
+def _partition_spec(c: Cursor) -> tuple[tuple[str, Span | None], ...]:
+    """``(p = value, q, ...)`` after ``PARTITION``: each column with its static value (None: from the query)."""
+    c.expect_op("(")
+    spec: list[tuple[str, Span | None]] = []
+    while True:
+        name = c.take().value
+        value = None
+        if c.at_op("="):
+            c.take()
+            value = c.span_until(",")
+        spec.append((name, value))
+        if c.at_op(","):
+            c.take()
+            continue
+        c.expect_op(")")
+        return tuple(spec)
 
 
 def _create(c: Cursor) -> CreateTable | None:

@@ -25,13 +25,14 @@ import hashlib
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table, table_key
 from sparkonce.delta.native import is_native
-from sparkonce.delta.options import METADATA_COLUMN_OPTION
+from sparkonce.delta.options import METADATA_COLUMN_OPTION, REPLACE_WHERE_OPTION
+from sparkonce.delta.overwrite import PARTITION_OVERWRITE_MODE_CONF
 from sparkonce.delta.spark_catalog import HELPER_VIEW_PREFIX, forget_stale, forget_table, sync_all, sync_table
 from sparkonce.delta.table_view import forget_table as forget_view
 from sparkonce.errors import SqlError
@@ -249,14 +250,14 @@ class DeltaSql:
             alter_clustering(target.location, stmt.columns)
             return self._empty()
         if isinstance(stmt, AddConstraint):
-            from sparkonce.delta.constraints import add_constraint
+            from sparkonce.delta.alter import add_constraint
 
             add_constraint(
                 self.spark, target.location, stmt.name, _text(text, stmt.expression).strip(), shown=target.shown
             )
             return self._empty()
         if isinstance(stmt, DropConstraint):
-            from sparkonce.delta.constraints import drop_constraint
+            from sparkonce.delta.alter import drop_constraint
 
             drop_constraint(self.spark, target.location, stmt.name, if_exists=stmt.if_exists, shown=target.shown)
             return self._empty()
@@ -581,13 +582,17 @@ class DeltaSql:
         frame = self.query(_text(text, stmt.query))
         from sparkonce.delta.create import spark_schema
 
-        table_schema = spark_schema(load_table(target.location))
+        delta_table = load_table(target.location)
+        table_schema = spark_schema(delta_table)
         from sparkonce.delta.generated import GENERATION_EXPRESSION_KEY
 
-        names = [f.name for f in table_schema.fields]
+        static = self._static_partitions(text, target, stmt, tuple(delta_table.metadata().partition_columns))
+        names = [f.name for f in table_schema.fields if f.name.lower() not in static]
         generated = {f.name.lower() for f in table_schema.fields if GENERATION_EXPRESSION_KEY in f.metadata}
         plain = [n for n in names if n.lower() not in generated]
         given = list(stmt.columns) if stmt.columns is not None else names
+        if static and any(c.lower() in static for c in given):
+            raise SqlError(f"INSERT INTO {target.shown}: a column list names a column PARTITION gives a value")
         if stmt.columns is None and generated and len(frame.columns) == len(plain):
             given = plain  # as Delta: generated columns may be left out, the writers compute them
         unknown = [c for c in given if c.lower() not in {n.lower() for n in names}]
@@ -602,6 +607,7 @@ class DeltaSql:
         # By position, as Delta: the query's own names may repeat (`SELECT id, CAST(id AS STRING)` names both `id`).
         frame = frame.toDF(*given)
         by_name = {g.lower(): F.col(f"`{g}`") for g in given}
+        by_name.update({key: F.expr(value) for key, value in static.items()})
         identity = [f for f in table_schema.fields if IDENTITY_START in f.metadata]
         always = [f.name for f in identity if not f.metadata.get(ALLOW_EXPLICIT_INSERT) and f.name.lower() in by_name]
         if always:
@@ -618,13 +624,45 @@ class DeltaSql:
                 or (f.name.lower() not in generated and f.name.lower() not in identity_missing)
             ]
         )
-        writer = frame.write.format(FORMAT).mode("overwrite" if stmt.overwrite else "append")
+        predicate = self._replaced_rows(text, stmt, static, len(delta_table.metadata().partition_columns))
+        writer = frame.write.format(FORMAT).mode("overwrite" if stmt.overwrite or predicate else "append")
+        if predicate is not None:
+            writer = writer.option(REPLACE_WHERE_OPTION, predicate)
         if identity_missing:
             writer = writer.option(TASKS_OPTION, str(frame.rdd.getNumPartitions()))
         for key, value in self._txn_options().items():
             writer = writer.option(key, value)
         writer.save(target.location)
         return self._empty()
+
+    @staticmethod
+    def _static_partitions(text: str, target: Target, stmt: Insert, partitions: tuple[str, ...]) -> dict[str, str]:
+        """``PARTITION (p = value, ...)``: each static partition column (lower case) -> its value's text.
+
+        Raises:
+            SqlError: the clause names a column that is not a partition column of the table.
+        """
+        known = {p.lower(): p for p in partitions}
+        unknown = [name for name, _ in stmt.partition if name.lower() not in known]
+        if unknown:
+            raise SqlError(
+                f"INSERT INTO {target.shown} PARTITION: {unknown} are not partition columns of the table "
+                f"({list(partitions)})"
+            )
+        return {name.lower(): _text(text, value) for name, value in stmt.partition if value is not None}
+
+    def _replaced_rows(self, text: str, stmt: Insert, static: Mapping[str, str], partitions: int) -> str | None:
+        """The ``replaceWhere`` of an INSERT: its ``REPLACE WHERE``, or an ``INSERT OVERWRITE``'s static partition
+        values (``p = value AND ...``), as Spark turns them into an overwrite by filter; with the session's dynamic
+        partition overwrite and partition columns left to the query, none (the overwrite is dynamic)."""
+        if stmt.replace_where is not None:
+            return _text(text, stmt.replace_where)
+        if not stmt.overwrite or not static:
+            return None
+        dynamic = str(self.spark.conf.get(PARTITION_OVERWRITE_MODE_CONF, "static")).strip().lower() == "dynamic"
+        if dynamic and len(static) < partitions:
+            return None
+        return " AND ".join(f"`{name}` = {value}" for name, value in static.items())
 
     def _create(self, text: str, stmt: CreateTable) -> DataFrame:
         from sparkonce.delta.create import CreateMode, CreateRequest, create_table

@@ -94,6 +94,11 @@ class Insert:
     overwrite: bool
     columns: tuple[str, ...] | None
     query: Span
+    partition: tuple[tuple[str, Span | None], ...] = ()
+    """``PARTITION (p = value, q)``: each partition column with its static value's text (None: its values come
+    from the query)."""
+    replace_where: Span | None = None
+    """``INSERT INTO t REPLACE WHERE predicate query``: the predicate (Delta's ``replaceWhere``)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ findings); it raises only when the checkpoint directory, a table path or the bro
 Runs in the CLI process; no Spark needed.
 
 Modules, one per part: :mod:`.checkpoint` (the checkpoint's own files), :mod:`.delta` and :mod:`.orphans` (Delta
-sink tables), :mod:`.file_sink`, :mod:`.kafka`, :mod:`.next_start`, :mod:`.timeline`; :mod:`.report` holds the
+sink tables), :mod:`.file_sink`, :mod:`.kafka`, :mod:`.readers` (the query's reader registrations on its Delta
+sources), :mod:`.next_start`, :mod:`.timeline`; :mod:`.report` holds the
 result types.
 """
 
@@ -30,6 +31,7 @@ from sparkonce.ops.doctor.file_sink import file_sink_findings
 from sparkonce.ops.doctor.kafka import kafka_findings
 from sparkonce.ops.doctor.next_start import next_start_text
 from sparkonce.ops.doctor.ranges import newest_ids
+from sparkonce.ops.doctor.readers import reader_findings
 from sparkonce.ops.doctor.report import (
     BatchRow,
     CheckpointScan,
@@ -104,6 +106,7 @@ def diagnose(
     given = [table_location(t) for t in tables]
     recorded, record_problems = read_recorded_tables(state.checkpoint_dir)
     findings.extend(_record_findings(state.checkpoint_dir, record_problems))
+    findings.extend(reader_findings(state.query_id, recorded, now_ms=now, storage_options=storage_options))
     origin: TableOrigin = "given" if given else "recorded"
     if not given:
         given = [table_location(t.location, storage_options=storage_options) for t in recorded if t.role == "sink"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from sparkonce.pipeline.model import PipelineConfig, Stage, StageKind
 from sparkonce.pipeline.reader import TomlReader
-from sparkonce.pipeline.verify import TargetCheck, check_delta_target
+from sparkonce.pipeline.records import TargetCheck, check_delta_target
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -160,4 +160,14 @@ class Kind(ABC, Generic[S]):
         raise PipelineConfigError(f"stages.{stage.name}: a {self.name} stage cannot be replayed")
 
 
-__all__ = ["Kind", "OutputFacts"]
+KINDS: dict[str, Kind[Any]] = {}
+"""Every stage kind by its ``kind`` name, in the order error messages list them: filled by the package
+(:mod:`sparkonce.pipeline.kinds`), which Python imports before this module."""
+
+
+def kind_of(stage: Stage) -> Kind[Any]:
+    """The behaviour of ``stage``'s kind."""
+    return KINDS[stage.kind]
+
+
+__all__ = ["KINDS", "Kind", "OutputFacts", "kind_of"]

@@ -22,7 +22,7 @@ from sparkonce.delta.cdf import CDF_PROPERTY, CHANGE_TYPE_COLUMN, COMMIT_TIMESTA
 from sparkonce.delta.commit import BatchTxn
 from sparkonce.delta.merge import MergeClause, MergeResult, latest_per_key, merge_into, merge_latest
 from sparkonce.errors import PipelineConfigError
-from sparkonce.pipeline.kinds.base import Kind
+from sparkonce.pipeline.kinds.base import Kind, kind_of
 from sparkonce.pipeline.model import DEFAULT_INPUT, SOURCE, MergeStage, PipelineConfig, Stage
 from sparkonce.pipeline.reader import TomlReader
 from sparkonce.pipeline.streams import input_schema, start_foreach_batch
@@ -179,8 +179,6 @@ class MergeKind(Kind[MergeStage]):
     stage_class = MergeStage
 
     def parse(self, reader: TomlReader, name: str, data: Mapping[str, Any], before: Mapping[str, Stage]) -> MergeStage:
-        from sparkonce.pipeline.kinds import kind_of as kind_of_stage
-
         key = f"stages.{name}"
         reader.known(
             data,
@@ -233,7 +231,7 @@ class MergeKind(Kind[MergeStage]):
                     )
         upstream = before.get(input_name)
         if upstream is not None:  # columns known on load (bronze's); the others: checked before the stage starts
-            upstream_kind = kind_of_stage(upstream)
+            upstream_kind = kind_of(upstream)
             upstream_kind.check_input_columns(reader, upstream, f"{key}.keys", keys)
             upstream_kind.check_input_columns(reader, upstream, f"{key}.order_by", order_by)
         merge = reader.string(data, "merge", key, default="latest")

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 from sparkonce.pipeline.kinds.base import Kind, OutputFacts
 from sparkonce.pipeline.model import PipelineConfig, PostgresStage, Stage
 from sparkonce.pipeline.reader import TomlReader
+from sparkonce.pipeline.records import TargetCheck
 from sparkonce.pipeline.streams import input_schema, stage_source, start_foreach_batch
 from sparkonce.pipeline.transforms import check_transform
-from sparkonce.pipeline.verify import TargetCheck
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

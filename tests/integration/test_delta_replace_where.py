@@ -1,0 +1,330 @@
+"""Selective overwrites (Delta's ``replaceWhere`` and dynamic partition overwrite) on real Delta tables: the exact
+rows after each, the one ``WRITE`` commit with its parameters, a row outside the predicate refused with nothing
+committed, and delta-rs reading the result (:mod:`sparkonce.delta.overwrite`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable as RsTable
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+
+from sparkonce.errors import OptionError, UnsupportedFeatureError
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "id long, value string, day int"
+Row = tuple[Any, ...]
+
+
+def _frame(spark: SparkSession, rows: list[Row]) -> DataFrame:
+    return spark.createDataFrame(rows, SCHEMA).coalesce(1)
+
+
+def _rows(spark: SparkSession, table: Path) -> list[Row]:
+    return sorted(tuple(r) for r in spark.read.format("delta").load(str(table)).select("id", "value", "day").collect())
+
+
+def _rs_rows(table: Path) -> list[Row]:
+    rows = pa.table(RsTable(str(table)).to_pyarrow_table(columns=["id", "value", "day"])).to_pylist()
+    return sorted((r["id"], r["value"], r["day"]) for r in rows)
+
+
+def _actions(table: Path, table_version: int) -> list[dict[str, Any]]:
+    lines = (table / "_delta_log" / f"{table_version:020d}.json").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _commit_info(table: Path, table_version: int) -> dict[str, Any]:
+    return next(a["commitInfo"] for a in _actions(table, table_version) if "commitInfo" in a)
+
+
+def _kinds(table: Path, table_version: int, kind: str) -> list[dict[str, Any]]:
+    return [a[kind] for a in _actions(table, table_version) if kind in a]
+
+
+def _data_files(table: Path) -> set[str]:
+    return {str(p.relative_to(table)) for p in table.rglob("*.parquet") if "_delta_log" not in p.parts}
+
+
+@pytest.fixture
+def conf(spark: SparkSession) -> Iterator[dict[str, str]]:
+    """Session settings a test sets, unset afterwards."""
+    given: dict[str, str] = {}
+    yield given
+    for key in given:
+        spark.conf.unset(key)
+
+
+def _set(spark: SparkSession, conf: dict[str, str], key: str, value: str) -> None:
+    conf[key] = value
+    spark.conf.set(key, value)
+
+
+INITIAL = [(1, "a", 1), (2, "b", 1), (3, "c", 2), (4, "d", 2), (5, "e", 3)]
+
+
+@pytest.fixture
+def by_day(spark: SparkSession, tmp_path: Path) -> Path:
+    """A table partitioned by ``day`` (days 1..3), one file per day, at table version 0."""
+    table = tmp_path / "by_day"
+    _frame(spark, INITIAL).write.format("delta").partitionBy("day").save(str(table))
+    return table
+
+
+@pytest.fixture
+def flat(spark: SparkSession, tmp_path: Path) -> Path:
+    """The same rows, not partitioned, in two files (ids 1-2 and 3-5), at table version 1."""
+    table = tmp_path / "flat"
+    _frame(spark, INITIAL[:2]).write.format("delta").save(str(table))
+    _frame(spark, INITIAL[2:]).write.format("delta").mode("append").save(str(table))
+    return table
+
+
+def test_replace_where_on_a_partition_column_removes_that_partitions_files_in_one_write_commit(
+    spark: SparkSession, by_day: Path
+) -> None:
+    new = _frame(spark, [(30, "x", 2), (31, "y", 2)])
+    new.write.format("delta").mode("overwrite").option("replaceWhere", "day = 2").save(str(by_day))
+
+    expected = [(1, "a", 1), (2, "b", 1), (5, "e", 3), (30, "x", 2), (31, "y", 2)]
+    assert _rows(spark, by_day) == expected
+    assert _rs_rows(by_day) == expected
+    assert RsTable(str(by_day)).version() == 1
+    removed = _kinds(by_day, 1, "remove")
+    assert [r["partitionValues"] for r in removed] == [{"day": "2"}]  # by partition values: no file rewritten
+    assert [a["partitionValues"] for a in _kinds(by_day, 1, "add")] == [{"day": "2"}]
+    info = _commit_info(by_day, 1)
+    assert info["operation"] == "WRITE"
+    # partitionBy: the columns this write gave (none), as Delta records them
+    assert info["operationParameters"] == {"mode": "Overwrite", "partitionBy": "[]", "predicate": "day = 2"}
+    assert info["isBlindAppend"] is False and info["readVersion"] == 0
+    metrics = info["operationMetrics"]
+    assert (metrics["numRemovedFiles"], metrics["numDeletedRows"], metrics["numCopiedRows"]) == ("1", "2", "0")
+    assert (metrics["numFiles"], metrics["numOutputRows"]) == ("1", "2")
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{by_day}`").where("version = 1").collect()[0]
+    assert history.operation == "WRITE" and history.operationParameters["predicate"] == "day = 2"
+    rs_history = RsTable(str(by_day)).history(1)[0]
+    assert rs_history["operation"] == "WRITE" and rs_history["operationParameters"]["predicate"] == "day = 2"
+
+
+def test_replace_where_on_data_columns_rewrites_only_the_files_holding_matching_rows(
+    spark: SparkSession, flat: Path
+) -> None:
+    new = _frame(spark, [(4, "D", 9), (6, "F", 9)])
+    new.write.format("delta").mode("overwrite").option("replaceWhere", "id >= 4").save(str(flat))
+
+    expected = [(1, "a", 1), (2, "b", 1), (3, "c", 2), (4, "D", 9), (6, "F", 9)]
+    assert _rows(spark, flat) == expected
+    assert _rs_rows(flat) == expected
+    first_file = {a["path"] for a in _kinds(flat, 0, "add")}
+    assert {r["path"] for r in _kinds(flat, 2, "remove")} == {a["path"] for a in _kinds(flat, 1, "add")}
+    assert first_file.isdisjoint(r["path"] for r in _kinds(flat, 2, "remove"))  # ids 1-2: not read, not touched
+    info = _commit_info(flat, 2)
+    assert info["operationParameters"] == {"mode": "Overwrite", "partitionBy": "[]", "predicate": "id >= 4"}
+    metrics = info["operationMetrics"]
+    assert (metrics["numDeletedRows"], metrics["numCopiedRows"], metrics["numRemovedFiles"]) == ("2", "1", "1")
+    assert (metrics["numFiles"], metrics["numOutputRows"]) == ("2", "3")  # the copy of id 3, the new rows
+
+
+def test_a_row_outside_the_predicate_is_refused_and_nothing_is_committed(spark: SparkSession, flat: Path) -> None:
+    before = _data_files(flat)
+    new = _frame(spark, [(4, "D", 9), (2, "B", 9)])
+    with pytest.raises(AnalysisException, match=r"DELTA_REPLACE_WHERE_MISMATCH") as refused:
+        new.write.format("delta").mode("overwrite").option("replaceWhere", "id >= 4").save(str(flat))
+    message = str(refused.value)
+    assert "Written data does not conform to partial table overwrite condition or constraint 'id >= 4'" in message
+    assert " - id : 2" in message
+    assert RsTable(str(flat)).version() == 1
+    assert _rows(spark, flat) == sorted(INITIAL)
+    assert _data_files(flat) == before  # the rewrite of ids 3-5 was deleted, the failed task deleted its own
+
+
+def test_the_row_check_can_be_switched_off_as_in_delta(spark: SparkSession, flat: Path, conf: dict[str, str]) -> None:
+    _set(spark, conf, "spark.databricks.delta.replaceWhere.constraintCheck.enabled", "false")
+    new = _frame(spark, [(4, "D", 9), (2, "B", 9)])
+    new.write.format("delta").mode("overwrite").option("replaceWhere", "id >= 4").save(str(flat))
+    assert _rows(spark, flat) == [(1, "a", 1), (2, "B", 9), (2, "b", 1), (3, "c", 2), (4, "D", 9)]
+
+
+def test_bad_predicates_and_option_combinations_fail_naming_the_option_before_any_data_moves(
+    spark: SparkSession, by_day: Path, conf: dict[str, str]
+) -> None:
+    before = _data_files(by_day)
+    new = _frame(spark, [(30, "x", 2)])
+
+    def overwrite(**options: str) -> None:
+        new.write.format("delta").mode("overwrite").options(**options).save(str(by_day))
+
+    with pytest.raises(AnalysisException, match=r"DELTA_FAILED_RECOGNIZE_PREDICATE.*option replaceWhere"):
+        overwrite(replaceWhere="nope = 2")
+    with pytest.raises(AnalysisException, match=r"DELTA_FAILED_RECOGNIZE_PREDICATE.*option replaceWhere"):
+        overwrite(replaceWhere="day = = 2")
+    with pytest.raises(OptionError, match="replaceWhere"):
+        overwrite(replaceWhere="  ")
+    with pytest.raises(AnalysisException, match="DELTA_REPLACE_WHERE_WITH_DYNAMIC_PARTITION_OVERWRITE"):
+        overwrite(replaceWhere="day = 2", partitionOverwriteMode="dynamic")
+    with pytest.raises(AnalysisException, match="DELTA_OVERWRITE_SCHEMA_WITH_DYNAMIC_PARTITION_OVERWRITE"):
+        overwrite(partitionOverwriteMode="dynamic", overwriteSchema="true")
+    with pytest.raises(OptionError, match="partitionOverwriteMode"):
+        overwrite(partitionOverwriteMode="sometimes")
+    _set(spark, conf, "spark.databricks.delta.replaceWhere.dataColumns.enabled", "false")
+    with pytest.raises(AnalysisException, match=r"DELTA_NON_PARTITION_COLUMN_REFERENCE.*'id'.*\[day\]"):
+        overwrite(replaceWhere="day = 2 AND id > 3")
+    _set(spark, conf, "spark.databricks.delta.dynamicPartitionOverwrite.enabled", "false")
+    with pytest.raises(UnsupportedFeatureError, match="DELTA_DYNAMIC_PARTITION_OVERWRITE_DISABLED"):
+        overwrite(partitionOverwriteMode="dynamic")
+    assert RsTable(str(by_day)).version() == 0
+    assert _data_files(by_day) == before
+
+
+@pytest.mark.parametrize("how", ["option", "session"])
+def test_dynamic_partition_overwrite_replaces_the_partitions_written_to(
+    spark: SparkSession, by_day: Path, conf: dict[str, str], how: str
+) -> None:
+    new = _frame(spark, [(30, "x", 2), (40, "y", 4)])
+    writer = new.write.format("delta").mode("overwrite")
+    if how == "option":
+        writer = writer.option("partitionOverwriteMode", "dynamic")
+    else:
+        _set(spark, conf, "spark.sql.sources.partitionOverwriteMode", "dynamic")
+    writer.save(str(by_day))
+
+    expected = [(1, "a", 1), (2, "b", 1), (5, "e", 3), (30, "x", 2), (40, "y", 4)]
+    assert _rows(spark, by_day) == expected
+    assert _rs_rows(by_day) == expected
+    assert [r["partitionValues"] for r in _kinds(by_day, 1, "remove")] == [{"day": "2"}]
+    info = _commit_info(by_day, 1)
+    assert info["operation"] == "WRITE"
+    assert info["operationParameters"] == {
+        "mode": "Overwrite",
+        "partitionBy": "[]",
+        "isDynamicPartitionOverwrite": "true",
+    }
+    metrics = info["operationMetrics"]
+    assert (metrics["numFiles"], metrics["numOutputRows"], metrics["numRemovedFiles"]) == ("2", "2", "1")
+
+
+def test_dynamic_partition_overwrite_of_an_unpartitioned_table_overwrites_it(spark: SparkSession, flat: Path) -> None:
+    new = _frame(spark, [(9, "z", 1)])
+    new.write.format("delta").mode("overwrite").option("partitionOverwriteMode", "dynamic").save(str(flat))
+    assert _rows(spark, flat) == [(9, "z", 1)]
+    assert len(_kinds(flat, 2, "remove")) == 2
+    assert _commit_info(flat, 2)["operationParameters"]["isDynamicPartitionOverwrite"] == "true"
+
+
+def test_replace_where_creates_a_missing_table_with_every_row_and_saveastable_takes_it(
+    spark: SparkSession, tmp_path: Path, sql: Any
+) -> None:
+    table = tmp_path / "new"
+    rows = [(1, "a", 1), (2, "b", 2)]
+    _frame(spark, rows).write.format("delta").mode("overwrite").option("replaceWhere", "day = 1").save(str(table))
+    assert _rows(spark, table) == rows  # Delta: no table to replace in, no check
+    assert _commit_info(table, 0)["operationParameters"]["predicate"] == "day = 1"
+
+    _frame(spark, rows).write.format("delta").saveAsTable("rw_events")
+    replacement = _frame(spark, [(3, "c", 2)])
+    replacement.write.format("delta").mode("overwrite").option("replaceWhere", "day = 2").saveAsTable("rw_events")
+    assert sorted(tuple(r) for r in spark.table("rw_events").select("id", "value", "day").collect()) == [
+        (1, "a", 1),
+        (3, "c", 2),
+    ]
+
+
+@pytest.mark.parametrize("predicate", ["day = 2", "id >= 4"])
+def test_replace_where_on_a_change_data_feed_table_records_the_deletes_and_inserts(
+    spark: SparkSession, tmp_path: Path, predicate: str
+) -> None:
+    table = tmp_path / "cdf"
+    writer = _frame(spark, INITIAL).write.format("delta").option("delta.enableChangeDataFeed", "true")
+    writer.partitionBy("day").save(str(table))
+    _frame(spark, [(4, "D", 2)]).write.format("delta").mode("overwrite").option("replaceWhere", predicate).save(
+        str(table)
+    )
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 1)
+        .load(str(table))
+        .select("id", "value", "day", "_change_type")
+        .collect()
+    )
+    deleted = [(3, "c", 2), (4, "d", 2)] if predicate == "day = 2" else [(4, "d", 2), (5, "e", 3)]
+    expected = sorted([(*r, "delete") for r in deleted] + [(4, "D", 2, "insert")])
+    assert sorted(tuple(r) for r in changes) == expected
+    rs = pa.table(RsTable(str(table)).load_cdf(starting_version=1, ending_version=1).read_all()).to_pylist()
+    assert sorted((r["id"], r["value"], r["day"], r["_change_type"]) for r in rs) == expected
+    cdc = _kinds(table, 1, "cdc")
+    assert bool(cdc) is (predicate == "id >= 4")  # whole files removed: the removes are the deletes, as in Delta
+
+
+def _table_rows(spark: SparkSession, name: str) -> list[Row]:
+    return sorted(tuple(r) for r in spark.table(name).select("id", "value", "day").collect())
+
+
+def _history(spark: SparkSession, name: str) -> Any:
+    return spark.sql(f"DESCRIBE HISTORY {name}").orderBy("version").collect()[-1]
+
+
+def test_writeto_overwrite_by_condition_and_overwrite_partitions(spark: SparkSession, sql: Any) -> None:
+    import pyspark.sql.functions as F
+
+    _frame(spark, INITIAL).writeTo("rw_v2").using("delta").partitionedBy("day").create()
+    _frame(spark, [(30, "x", 2)]).writeTo("rw_v2").overwrite(F.col("day") == 2)
+    assert _table_rows(spark, "rw_v2") == [(1, "a", 1), (2, "b", 1), (5, "e", 3), (30, "x", 2)]
+    last = _history(spark, "rw_v2")
+    assert (last.version, last.operation, last.operationParameters["predicate"]) == (1, "WRITE", "(day = 2)")
+
+    _frame(spark, [(11, "k", 1)]).writeTo("rw_v2").overwrite(F.col("value") == "k")  # a string literal
+    assert _table_rows(spark, "rw_v2") == [(1, "a", 1), (2, "b", 1), (5, "e", 3), (11, "k", 1), (30, "x", 2)]
+    with pytest.raises(AnalysisException, match="DELTA_REPLACE_WHERE_MISMATCH"):
+        _frame(spark, [(31, "y", 3)]).writeTo("rw_v2").overwrite(F.col("day") == 2)
+    with pytest.raises(AnalysisException, match="DELTA_REPLACE_WHERE_IN_OVERWRITE"):
+        _frame(spark, [(31, "y", 2)]).writeTo("rw_v2").option("replaceWhere", "day = 2").overwrite(F.col("day") == 2)
+    assert _history(spark, "rw_v2").version == 2
+
+    _frame(spark, [(40, "z", 3), (41, "w", 4)]).writeTo("rw_v2").overwritePartitions()
+    expected = [(1, "a", 1), (2, "b", 1), (11, "k", 1), (30, "x", 2), (40, "z", 3), (41, "w", 4)]
+    assert _table_rows(spark, "rw_v2") == expected
+    last = _history(spark, "rw_v2")
+    assert last.operation == "WRITE" and last.operationParameters["isDynamicPartitionOverwrite"] == "true"
+    location = Path(spark.sql("DESCRIBE DETAIL rw_v2").collect()[0].location.removeprefix("file:"))
+    assert _rs_rows(location) == expected
+
+    _frame(spark, [(50, "v", 5)]).writeTo("rw_v2").overwrite(F.lit(True))  # Spark's truncate: every row
+    assert _table_rows(spark, "rw_v2") == [(50, "v", 5)]
+
+
+def test_sql_insert_replace_where_and_insert_overwrite_partition(
+    spark: SparkSession, sql: Any, conf: dict[str, str]
+) -> None:
+    sql("CREATE TABLE rw_sql (id BIGINT, value STRING, day INT) USING delta PARTITIONED BY (day)")
+    sql("INSERT INTO rw_sql VALUES (1, 'a', 1), (2, 'b', 1), (3, 'c', 2), (5, 'e', 3)")
+    sql("INSERT INTO rw_sql REPLACE WHERE day = 1 SELECT 10, 'j', 1")
+    assert _table_rows(spark, "rw_sql") == [(3, "c", 2), (5, "e", 3), (10, "j", 1)]
+    last = _history(spark, "rw_sql")
+    assert last.operation == "WRITE" and last.operationParameters["predicate"] == "day = 1"
+    with pytest.raises(AnalysisException, match="DELTA_REPLACE_WHERE_MISMATCH"):
+        sql("INSERT INTO rw_sql REPLACE WHERE day = 1 VALUES (11, 'k', 2)")
+
+    sql("INSERT OVERWRITE rw_sql PARTITION (day = 2) SELECT 20, 't'")
+    assert _table_rows(spark, "rw_sql") == [(5, "e", 3), (10, "j", 1), (20, "t", 2)]
+    assert _history(spark, "rw_sql").operationParameters["predicate"] == "`day` = 2"
+    sql("INSERT INTO rw_sql PARTITION (day = 4) (value, id) VALUES ('f', 40)")
+    assert _table_rows(spark, "rw_sql") == [(5, "e", 3), (10, "j", 1), (20, "t", 2), (40, "f", 4)]
+    with pytest.raises(Exception, match=r"PARTITION: \['value'\] are not partition columns"):
+        sql("INSERT OVERWRITE rw_sql PARTITION (value = 'x') SELECT 1, 1")
+
+    _set(spark, conf, "spark.sql.sources.partitionOverwriteMode", "dynamic")
+    sql("INSERT OVERWRITE rw_sql SELECT 50, 'g', 3")
+    expected = [(10, "j", 1), (20, "t", 2), (40, "f", 4), (50, "g", 3)]
+    assert _table_rows(spark, "rw_sql") == expected
+    assert _history(spark, "rw_sql").operationParameters["isDynamicPartitionOverwrite"] == "true"
+    location = Path(sql("DESCRIBE DETAIL rw_sql").collect()[0].location.removeprefix("file:"))
+    assert _rs_rows(location) == expected
