@@ -305,3 +305,34 @@ def test_merge_update_delete_and_optimize_read_their_files_natively(
     expected = {i: ("m" if i >= 390 else "v") + str(i) for i in range(5, 410)}
     expected[7] = "updated"
     assert native_rows == [(i, i % 4, v) for i, v in sorted(expected.items())]
+
+
+def test_rewrites_of_a_table_with_deletion_vectors_read_its_files_natively_without_the_deleted_rows(
+    spark: SparkSession, fixtures_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """UPDATE and DELETE on Delta's DV fixture: the files they rewrite are read by Spark's scan, the rows the
+    deletion vectors delete dropped by the anti-join; the table ends as on the Python workers' path."""
+    import shutil
+
+    from sparkonce.delta.tables import DeltaTable
+
+    results = []
+    for native in ("true", "false"):
+        path = tmp_path / f"dv-{native}"
+        shutil.copytree(fixtures_dir / "delta-tables" / "dv-partitioned-with-checkpoint", path)
+        spark.conf.set(NATIVE_READS_CONF, native)
+        try:
+            table = DeltaTable.forPath(spark, str(path))
+            with caplog.at_level("INFO", logger="sparkonce.delta.native"):
+                caplog.clear()
+                table.update("col1 % 2 = 0", {"col2": "'even'"})
+                table.delete("col1 > 40")
+                rewrites = [r.getMessage() for r in caplog.records if "file(s) to rewrite" in r.getMessage()]
+            assert (len(rewrites) >= 2) is (native == "true"), rewrites
+            rows = spark.read.format("delta").load(str(path)).collect()
+            results.append(sorted((r.part, r.col1, r.col2) for r in rows))
+        finally:
+            spark.conf.unset(NATIVE_READS_CONF)
+    native_rows, python_rows = results
+    assert native_rows == python_rows
+    assert native_rows and all(c1 <= 40 and (c2 == "even") is (c1 % 2 == 0) for _, c1, c2 in native_rows)

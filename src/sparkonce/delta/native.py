@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JError
 
+from sparkonce.delta.deletion_vectors import DeletionVector, deleted_rows
 from sparkonce.delta.log import DeltaLog, Snapshot
 from sparkonce.delta.options import ReadOptions
 from sparkonce.delta.paths import require_fs_path
@@ -792,6 +793,70 @@ class FileSetIndex(DeltaFileIndex):
         """Raw ``add`` path -> the file's URI as Spark's ``_metadata.file_path`` shows it."""
         return {path: str(self._status(path, add).getPath().toUri().toString()) for path, add in self._adds.items()}
 
+    def live_frame(self, *, stream: Any = None, row_column: str | None = None) -> DataFrame:
+        """:meth:`frame` without the rows the files' deletion vectors delete: Spark's scan tags each row with its
+        file and ``_metadata.row_index``, and an anti-join drops the deleted ones, whose indexes executors expand
+        from the deletion vectors (only they cross into Python, never the table's rows). The set is fixed, so the
+        deletion vectors are the ones its ``add`` actions name.
+
+        Args:
+            stream: As for :meth:`frame` (a streaming micro-batch).
+            row_column: Also keep the row's position in its file under this name, and its file's URI under
+                :data:`FILE_URI_COLUMN` (a rewrite needs both); None: only the table's columns.
+        """
+        from pyspark.sql import functions as F
+
+        frame = self.frame(stream=stream)
+        columns = [F.col(f"`{c}`") for c in frame.columns]
+        vectors = self._deletion_vectors()
+        if not vectors and row_column is None:
+            return frame
+        row = row_column or _ROW_INDEX
+        tagged = frame.select(
+            *columns, F.col("_metadata.file_path").alias(FILE_URI_COLUMN), F.col("_metadata.row_index").alias(row)
+        )
+        if vectors:
+            tagged = tagged.join(_deleted_rows(self.spark, vectors, row), on=[FILE_URI_COLUMN, row], how="left_anti")
+        return tagged if row_column is not None else tagged.select(*columns)
+
+    def _deletion_vectors(self) -> list[tuple[str, DeletionVector]]:
+        """(file URI, resolved deletion vector) of each file of the set that has one."""
+        uris: dict[str, str] | None = None
+        found = []
+        for path, add in self._adds.items():
+            descriptor = add.get("deletionVector")
+            if isinstance(descriptor, dict):
+                uris = uris if uris is not None else self.file_uris()
+                found.append((uris[path], DeletionVector.from_action(descriptor, self.location, data_file=path)))
+        return found
+
+
+FILE_URI_COLUMN = "_sparkonce_file_uri"
+"""A row's file as Spark's ``_metadata.file_path`` names it (:meth:`FileSetIndex.live_frame`)."""
+_ROW_INDEX = "_sparkonce_row_index"
+
+
+def _deleted_rows(spark: SparkSession, vectors: Sequence[tuple[str, DeletionVector]], row_column: str) -> DataFrame:
+    """(file URI, row index) of every row the deletion vectors delete, expanded on executors. Runs on the driver."""
+    import numpy as np
+    import pyarrow as pa
+
+    slices = max(1, min(len(vectors), spark.sparkContext.defaultParallelism))
+    listing = spark.createDataFrame([(i,) for i in range(len(vectors))], "i int").repartition(slices)
+
+    def expand(batches: Any) -> Any:  # executor
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                uri, vector = vectors[i]
+                rows = deleted_rows(vector).astype(np.int64)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([uri] * len(rows), pa.string()), pa.array(rows, pa.int64())],
+                    names=[FILE_URI_COLUMN, row_column],
+                )
+
+    deleted: DataFrame = listing.mapInArrow(expand, f"`{FILE_URI_COLUMN}` string, `{row_column}` long")
+    return deleted
+
 
 def file_rows(
     spark: SparkSession,
@@ -804,9 +869,9 @@ def file_rows(
 ) -> DataFrame | None:
     """The rows of the table's files ``paths`` (raw ``add`` paths of ``table_version``) read by Spark's Parquet scan,
     in table column order, plus ``file_column`` (the file's raw path) and ``row_column`` (the row's position in its
-    file): what a MERGE/UPDATE/DELETE/OPTIMIZE rewrite reads. None when the native path cannot read them (see the
-    module's documentation; deletion vectors included); the caller then reads them on Python workers. Runs on the
-    driver.
+    file, deleted rows included in the count): what a MERGE/UPDATE/DELETE/OPTIMIZE rewrite reads, deletion vectors
+    applied (:meth:`FileSetIndex.live_frame`). None when the native path cannot read them (see the module's
+    documentation); the caller then reads them on Python workers. Runs on the driver.
 
     Raises:
         DeltaLogError: ``table_version`` cannot be read, or a path is not a file of it.
@@ -820,8 +885,6 @@ def file_rows(
         snapshot = held.snapshot
     else:
         snapshot = DeltaLog(location).snapshot(table_version)
-    if "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or []):
-        return None
     missing = [p for p in paths if p not in snapshot.files]
     if missing:
         raise DeltaLogError(
@@ -831,21 +894,13 @@ def file_rows(
     index = FileSetIndex(
         spark, location, snapshot, {p: snapshot.files[p] for p in paths}, f"{len(paths)} file(s) to rewrite"
     )
-    frame = index.frame()
-    columns = list(frame.columns)
+    tagged = index.live_frame(row_column=row_column)
+    columns = [c for c in tagged.columns if c not in (FILE_URI_COLUMN, row_column)]
     uris = spark.createDataFrame(
-        [(uri, path) for path, uri in index.file_uris().items()], f"`{_URI}` string, `{file_column}` string"
+        [(uri, path) for path, uri in index.file_uris().items()], f"`{FILE_URI_COLUMN}` string, `{file_column}` string"
     )
-    tagged = frame.select(
-        *[F.col(f"`{c}`") for c in columns],
-        F.col("_metadata.file_path").alias(_URI),
-        F.col("_metadata.row_index").alias(row_column),
-    )
-    joined = tagged.join(F.broadcast(uris), _URI)
+    joined = tagged.join(F.broadcast(uris), FILE_URI_COLUMN)
     return joined.select(*[F.col(f"`{c}`") for c in columns], F.col(f"`{file_column}`"), F.col(f"`{row_column}`"))
-
-
-_URI = "_sparkonce_file_uri"
 
 
 def _raw_partition_value(values: Mapping[str, Any], logical: str, physical: str) -> Any:

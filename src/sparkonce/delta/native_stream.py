@@ -19,10 +19,10 @@ pinned-thread mode (PySpark's default) makes each callback run its JVM calls on 
 
 Stays on the Python data source (:func:`native_stream_frame` returns None): sessions without py4j (Spark Connect,
 Spark Declarative Pipelines) or without pinned threads (``PYSPARK_PIN_THREAD=false``), a user-given schema, the
-change data feed (``readChangeFeed``), tables on stores Spark cannot read here, tables that can hold deletion
-vectors, and ``spark.sparkonce.nativeReads=false``. A table that turns deletion vectors on while a native stream
-reads it stops the query with an error saying to restart it: the restarted query reads through the Python source
-from the same checkpoint.
+change data feed (``readChangeFeed``), tables on stores Spark cannot read here, and
+``spark.sparkonce.nativeReads=false``. Deletion vectors are applied: a micro-batch's files are fixed, so are their
+deletion vectors, and an anti-join on ``_metadata.row_index`` drops the rows they delete
+(:meth:`sparkonce.delta.native.FileSetIndex.live_frame`).
 
 Runs on the driver (the proxy's methods are JVM callbacks on the query's micro-batch thread); executors run
 Spark's own Parquet reader.
@@ -46,7 +46,7 @@ from sparkonce.delta.native import FileSetIndex, jvm_of, latest_snapshot, reads_
 from sparkonce.delta.options import METADATA_COLUMN_OPTION, StreamReadOptions
 from sparkonce.delta.reader import check_protocol_readable
 from sparkonce.delta.stream import DeltaStreamReader
-from sparkonce.errors import OptionError, UnsupportedFeatureError
+from sparkonce.errors import OptionError
 from sparkonce.options import lookup
 
 if TYPE_CHECKING:
@@ -81,8 +81,6 @@ def native_stream_frame(spark: SparkSession, options: Mapping[str, str], *, form
     snapshot = latest_snapshot(parsed.location)
     fields = json.loads(str(snapshot.metadata.get("schemaString") or "{}")).get("fields") or []
     check_protocol_readable(snapshot.protocol, parsed.path, fields=fields)
-    if "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or []):
-        return None
     return NativeDeltaSource(spark, parsed, snapshot, format_name=format_name, given=options).frame()
 
 
@@ -207,23 +205,12 @@ class NativeDeltaSource:
 
     def getBatch(self, start: Any, end: Any) -> Any:  # driver (JVM callback)
         """The micro-batch between ``start`` (an empty Option for the first batch) and ``end``: a streaming relation
-        over its files, read by Spark's Parquet scan.
-
-        Raises:
-            UnsupportedFeatureError: a file carries a deletion vector (the table turned them on mid-stream).
-        """
+        over its files, read by Spark's Parquet scan, their deletion vectors applied
+        (:meth:`sparkonce.delta.native.FileSetIndex.live_frame`)."""
         reader = self._reader()
         begin = reader.initialOffset() if start.isEmpty() else json.loads(str(start.get().json()))
         finish = json.loads(str(end.json()))
         files = reader.batch_files(begin, finish)
-        with_dv = [f.path for f in files if f.deletion_vector is not None]
-        if with_dv:
-            raise UnsupportedFeatureError(
-                f"the Delta table at {self.options.path} turned deletion vectors on after this query started, and "
-                f"the micro-batch ending at {json.dumps(finish)} reads {len(with_dv)} file(s) with one (first "
-                f"{with_dv[0]}); Spark's Parquet scan cannot apply them. Restart the query: it resumes from the "
-                "same checkpoint through sparkonce's Python source, which applies them"
-            )
         label = f"micro-batch ending at table_version {finish.get('reservoirVersion')} index {finish.get('index')}"
         adds = {}
         for f in files:
@@ -231,7 +218,7 @@ class NativeDeltaSource:
                 raise ValueError(f"{f.path}: a stream's data file without its add action")
             adds[str(f.action["path"])] = f.action
         index = FileSetIndex(self.spark, self.options.location, self.snapshot, adds, label)
-        return index.frame(stream=self)._jdf
+        return index.live_frame(stream=self)._jdf
 
     def commit(self, end: Any) -> None:  # driver (JVM callback), after Spark's checkpoint commit
         self._reader().commit(json.loads(str(end.json())))

@@ -268,8 +268,8 @@ def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[Tabl
     :data:`FILE_COLUMN` and :data:`ROW_COLUMN` (the row's position among the file's rows in the table, which
     identifies it within one plan). Without files: an empty frame of the same schema.
 
-    Spark's Parquet scan reads them where the native path can (:func:`sparkonce.delta.native.file_rows`: no
-    deletion vectors, a classic session, a store Spark reads); else Python workers do."""
+    Spark's Parquet scan reads them where the native path can (:func:`sparkonce.delta.native.file_rows`: a classic
+    session, a store Spark reads; deletion vectors applied by an anti-join); else Python workers do."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     schema = StructType(
@@ -277,17 +277,16 @@ def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[Tabl
     )
     if not files:
         return spark.createDataFrame([], schema)
-    if not any(f.deletion_vector_rows is not None for f in files):
-        native = file_rows(
-            spark,
-            snapshot.location,
-            snapshot.table_version,
-            [f.path for f in files],
-            file_column=FILE_COLUMN,
-            row_column=ROW_COLUMN,
-        )
-        if native is not None:  # Spark's Parquet scan reads them (sparkonce.delta.native)
-            return native.select(*[native[f"`{f.name}`"].cast(f.dataType).alias(f.name) for f in schema.fields])
+    native = file_rows(
+        spark,
+        snapshot.location,
+        snapshot.table_version,
+        [f.path for f in files],
+        file_column=FILE_COLUMN,
+        row_column=ROW_COLUMN,
+    )
+    if native is not None:  # Spark's Parquet scan reads them (sparkonce.delta.native)
+        return native.select(*[native[f"`{f.name}`"].cast(f.dataType).alias(f.name) for f in schema.fields])
     data_files = [(f.path, f.data_file(snapshot.location)) for f in files]
     scan = snapshot.scan
     location = snapshot.location
