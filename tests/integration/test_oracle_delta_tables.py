@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sparkonce.errors import UnsupportedFeatureError
 from tests.fixtures_delta_oracle import (
     DeltaOracle,
     spark_rows,
@@ -137,6 +136,19 @@ SCENARIOS = {
             "INSERT INTO {t} VALUES (3)",
             "DELETE FROM {t} WHERE id = 1",
             "RESTORE TABLE {t} TO VERSION AS OF 2",
+        ]
+    ),
+    "type_widening": Scenario(
+        [
+            "CREATE TABLE {t} (id BIGINT, v INT, d DATE, m DECIMAL(5,2)) USING delta "
+            "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
+            "INSERT INTO {t} VALUES (1, 10, DATE'2024-02-29', 1.25), (2, 20, DATE'2024-03-01', 2.5)",
+            "ALTER TABLE {t} ALTER COLUMN v TYPE BIGINT",
+            "ALTER TABLE {t} SET TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')",
+            "ALTER TABLE {t} ALTER COLUMN d TYPE TIMESTAMP_NTZ",
+            "ALTER TABLE {t} ALTER COLUMN m TYPE DECIMAL(10,4)",
+            "INSERT INTO {t} VALUES (3, 5000000000, TIMESTAMP_NTZ'2024-03-02 10:00:00', 123456.789)",
+            "UPDATE {t} SET v = v * 1000000000 WHERE id = 1",
         ]
     ),
     "vacuum": Scenario(
@@ -368,12 +380,13 @@ def test_sparkonce_reads_schema_changes_delta_spark_makes_live(
     assert sparkonce_detail(spark, table) == delta_oracle.detail(table)
 
 
-def test_a_table_delta_spark_widened_is_refused_naming_the_feature(
+def test_a_table_delta_spark_widened_reads_alike_in_both_engines_at_every_table_version(
     spark: SparkSession, delta_oracle: DeltaOracle, tmp_path: Path
 ) -> None:
-    """Type widening (a known difference, docs/delta.md): delta-spark widens INT to BIGINT and FLOAT to DOUBLE in
-    place; sparkonce does not read the ``typeWidening`` reader feature yet and refuses the table, naming it, rather
-    than return wrong rows."""
+    """Type widening made by delta-spark: INT to BIGINT and FLOAT to DOUBLE in place (no file rewritten); sparkonce
+    reads every table version as delta-spark does (the old file's values cast up), on both read paths."""
+    from sparkonce.delta.native import NATIVE_READS_CONF
+
     table = tmp_path / "t"
     for statement in [
         "CREATE TABLE {t} (id INT, f FLOAT) USING delta TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
@@ -384,5 +397,14 @@ def test_a_table_delta_spark_widened_is_refused_naming_the_feature(
     ]:
         delta_oracle.sql(statement.format(t=table_ref(table)))
     assert delta_oracle.rows(table) == [{"id": 1, "f": 1.5}, {"id": 5000000000, "f": 2.25}]
-    with pytest.raises(UnsupportedFeatureError, match=r"reader feature\(s\) typeWidening that sparkonce cannot honour"):
-        sparkonce_rows(spark, table)
+    for table_version in range(5):
+        at = {"versionAsOf": str(table_version)}
+        assert sparkonce_rows(spark, table, **at) == delta_oracle.rows(table, **at), table_version
+        spark.conf.set(NATIVE_READS_CONF, "false")
+        try:
+            assert sparkonce_rows(spark, table, **at) == delta_oracle.rows(table, **at), table_version
+        finally:
+            spark.conf.unset(NATIVE_READS_CONF)
+    frame = spark.read.format("delta").load(str(table))
+    assert [(f.name, f.dataType.simpleString()) for f in frame.schema.fields] == [("id", "bigint"), ("f", "double")]
+    assert sparkonce_detail(spark, table) == delta_oracle.detail(table)

@@ -90,18 +90,23 @@ def alter_properties(
     if dropped:
         raise OptionError(dropped[0], None, "dropping a table feature (ALTER TABLE ... DROP FEATURE) is not supported")
     features = [_feature(k, v) for k, v in given.items() if k.lower().startswith("delta.feature.")]
+    # Delta records the feature properties asked for with lower-case keys (DeltaConfigs.validateConfiguration)
+    asked = {k.lower(): v for k, v in given.items() if k.lower().startswith("delta.feature.")}
     given = {k: v for k, v in given.items() if not k.lower().startswith("delta.feature.")}
     properties = table_properties({k: v for k, v in given.items() if k.lower() not in _PROTOCOL_KEYS})
     properties.update({k: str(v) for k, v in given.items() if not k.lower().startswith("delta.")})
     location = table_location(table)
     location.check_commit_safety()
+    implied = []
     if any(k.lower() == MODE_PROPERTY.lower() for k in [*properties, *unset]):
         current = protocol_action(existing_table(location))
         if int(current["minWriterVersion"]) >= 7 and configured_mode(properties) != "none":
-            features.append("columnMapping")  # a table-features protocol names the feature
+            implied.append("columnMapping")  # a table-features protocol names the feature
+    features += implied
     operation = (
         Operation(
-            "SET TBLPROPERTIES", {"properties": {**given, **{f"delta.feature.{f}": "supported" for f in features}}}
+            "SET TBLPROPERTIES",
+            {"properties": {**given, **asked, **{f"delta.feature.{f}": "supported" for f in implied}}},
         )
         if given or features
         else Operation("UNSET TBLPROPERTIES", {"properties": list(unset), "ifExists": if_exists})
@@ -178,7 +183,7 @@ def commit_schema(
 
 READER_WRITER_FEATURES = frozenset(
     {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening",
-     "typeWidening-preview", "variantType", "variantType-preview"}
+     "typeWidening-preview", "variantType", "variantType-preview", "geospatial", "geospatial-dev"}
 )  # fmt: skip
 """Table features that readers must understand too (``readerFeatures`` and ``writerFeatures``)."""
 WRITER_FEATURES = frozenset(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sparkonce._types import TableVersion
+from sparkonce.delta import protocol, type_widening
 from sparkonce.delta.alter import commit_schema
 from sparkonce.delta.clustering import table_clustering
 from sparkonce.delta.column_mapping import (
@@ -26,9 +27,10 @@ from sparkonce.delta.column_mapping import (
     configured_mode,
     max_column_id,
 )
+from sparkonce.delta.commit import protocol_action
 from sparkonce.delta.log_entry import Operation
 from sparkonce.delta.table_view import existing_table
-from sparkonce.errors import OptionError, SqlError, UnsupportedFeatureError
+from sparkonce.errors import OptionError, SqlError
 from sparkonce.storage import TableLocation, table_location
 
 log = logging.getLogger(__name__)
@@ -357,12 +359,61 @@ def drop_columns(
     return commit_schema(location, operation, change, max_attempts=max_attempts)
 
 
-def _type_name(delta_type: Any) -> str:
-    if isinstance(delta_type, str):
-        return {"integer": "INT", "long": "BIGINT", "short": "SMALLINT", "byte": "TINYINT"}.get(
-            delta_type, delta_type.upper()
+def _retyped(
+    field: dict[str, Any], data_type: Any, configuration: Mapping[str, str], *, shown_path: str, location: TableLocation
+) -> dict[str, Any]:
+    """``field`` with the type ``data_type`` and the change recorded in its ``delta.typeChanges``, when Delta allows
+    it: the table has type widening enabled and the change is one of Delta's widenings
+    (:mod:`sparkonce.delta.type_widening`).
+
+    Raises:
+        SqlError: Spark's ``NOT_SUPPORTED_CHANGE_COLUMN`` for a change that is not an upcast (Spark refuses those
+            before Delta sees them), else Delta's ``DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP`` (type widening
+            off, or not one of its changes), naming the column, the old and the new type.
+    """
+    old_type = field["type"]
+    nullable_text = "" if field.get("nullable", True) else " NOT NULL"
+    if type_widening.is_atomic(old_type) and not (
+        type_widening.is_atomic(data_type) and type_widening.can_up_cast(old_type, data_type)
+    ):
+        name = f"`{field['name']}`"
+        old_sql, new_sql = type_widening.sql_name(old_type), type_widening.sql_name(data_type)
+        raise SqlError(
+            f"[NOT_SUPPORTED_CHANGE_COLUMN] ALTER TABLE ALTER/CHANGE COLUMN is not supported for changing "
+            f'{location}\'s column {name} with type "{old_sql}" to {name} with type "{new_sql}".'
         )
-    return str(delta_type.get("type", "")).upper()
+    allowed = (
+        type_widening.is_atomic(old_type)
+        and type_widening.enabled(configuration)
+        and type_widening.is_supported_change(old_type, data_type)
+    )
+    if not allowed:
+        raise SqlError(
+            "[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP] ALTER TABLE CHANGE COLUMN is not supported for "
+            f"changing column {shown_path} from {type_widening.sql_name(old_type)}{nullable_text} to "
+            f"{type_widening.sql_name(data_type)}{nullable_text}"
+        )
+    log.info("%s: column %s widened from %s to %s", location, shown_path, old_type, data_type)
+    return {**type_widening.with_type_change(field, old_type, data_type), "type": data_type}
+
+
+def _check_manual_features(snapshot: Any, data_type: Any) -> None:
+    """A new type that needs the ``timestampNtz`` feature on a table without it: Delta adds that feature to an
+    existing table only when asked (``automaticallyUpdateProtocolOfExistingTables`` is false for it).
+
+    Raises:
+        SqlError: Delta's ``DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT``, with the features the table supports.
+    """
+    supported = protocol.supported_features(protocol_action(snapshot))
+    if '"timestamp_ntz"' not in json.dumps(data_type) or "timestampNtz" in supported:
+        return
+    listed = ", ".join(sorted(supported))
+    raise SqlError(
+        "[DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT] Your table schema requires manually enablement of the following "
+        "table feature(s): timestampNtz.\n\nTo do this, run the following command for each of features listed "
+        "above:\n  ALTER TABLE table_name SET TBLPROPERTIES ('delta.feature.feature_name' = 'supported')\nReplace "
+        f'"table_name" and "feature_name" with real values.\n\nCurrent supported feature(s): {listed}.'
+    )
 
 
 def change_column(
@@ -370,16 +421,20 @@ def change_column(
 ) -> TableVersion:
     """``ALTER TABLE t ALTER|CHANGE COLUMN c ...``: one ``CHANGE COLUMN`` commit of the column's comment,
     nullability (``DROP NOT NULL``; ``SET NOT NULL`` is refused, as Delta refuses it), position (``FIRST`` /
-    ``AFTER``) or type (the same type only: sparkonce does no type widening).
+    ``AFTER``) or type: a widening Delta allows on a table with ``delta.enableTypeWidening`` (recorded in the
+    column's ``delta.typeChanges``; no data file is rewritten, readers cast the old files' values).
 
     Raises:
-        SqlError: no such column, a change Delta refuses (``DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP``), an
-            ``AFTER`` column that is not there.
-        UnsupportedFeatureError: a type change on a table with type widening enabled.
+        SqlError: no such column, a change Delta refuses (``DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP``, Spark's
+            ``NOT_SUPPORTED_CHANGE_COLUMN`` for a type that is not an upcast), a constraint or generated column
+            that refers to a retyped column, an ``AFTER`` column that is not there.
     """
     location = table_location(table)
     location.check_commit_safety()
     path = tuple(path)
+    cut, steps = _element_steps(_schema(existing_table(location)), path, shown=str(location))
+    if steps:
+        return _change_element(location, path[:cut], steps, change, max_attempts=max_attempts)
     new_field: dict[str, Any] = {}
 
     def apply(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
@@ -390,21 +445,11 @@ def change_column(
         field = dict(old)
         shown_path = dotted([*path[:-1], str(old["name"])])
         if change.data_type is not None and change.data_type != old["type"]:
-            from sparkonce.delta.properties import enabled
-
-            if enabled(configuration, "delta.enableTypeWidening"):
-                raise UnsupportedFeatureError(
-                    f"changing the type of {shown_path} on {location}: type widening is not done by sparkonce "
-                    "(its readers do not widen old files' values); nothing was written"
-                )
-            nullable_text = "" if old.get("nullable", True) else " NOT NULL"
-            raise SqlError(
-                "[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP] ALTER TABLE CHANGE COLUMN is not supported for "
-                f"changing column {shown_path} from {_type_name(old['type'])}{nullable_text} to "
-                f"{_type_name(change.data_type)}{nullable_text}"
-            )
+            field = _retyped(field, change.data_type, configuration, shown_path=shown_path, location=location)
+            _check_dependents(snapshot, configuration, path)
+            _check_manual_features(snapshot, change.data_type)
         if change.nullable is False and old.get("nullable", True):
-            kind = _type_name(old["type"])
+            kind = type_widening.sql_name(old["type"])
             raise SqlError(
                 "[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP] ALTER TABLE CHANGE COLUMN is not supported for "
                 f"changing column {shown_path} from {kind} to {kind} NOT NULL"
@@ -412,7 +457,7 @@ def change_column(
         if change.nullable is True:
             field["nullable"] = True
         if change.comment is not None:
-            field["metadata"] = {**(old.get("metadata") or {}), "comment": change.comment}
+            field["metadata"] = {**(field.get("metadata") or {}), "comment": change.comment}
         del fields[index]
         after_itself = change.position is not None and change.position[1].lower() == str(old["name"]).lower()
         if change.position is None or (change.position[0] == "after" and after_itself):
@@ -425,6 +470,8 @@ def change_column(
 
     fields, index = _locate(_schema(existing_table(location)), path, shown=str(location))
     preview = dict(fields[index])
+    if change.data_type is not None:
+        preview["type"] = change.data_type
     if change.nullable is True:
         preview["nullable"] = True
     if change.comment is not None:
@@ -439,6 +486,77 @@ def change_column(
     if change.position is not None:
         parameters["position"] = "FIRST" if change.position[0] == "first" else f"AFTER {change.position[1]}"
     return commit_schema(location, Operation("CHANGE COLUMN", parameters), apply, max_attempts=max_attempts)
+
+
+_ELEMENT_STEPS = {"key": ("map", "keyType"), "value": ("map", "valueType"), "element": ("array", "elementType")}
+
+
+def _element_steps(schema: dict[str, Any], path: Sequence[str], *, shown: str) -> tuple[int, tuple[str, ...]]:
+    """Where an ``ALTER COLUMN`` path leaves the struct fields: (the length of the field's path, the ``key`` /
+    ``value`` / ``element`` steps into its maps and arrays after it); no steps for a struct field."""
+    for cut in range(len(path), 0, -1):
+        steps = tuple(p.lower() for p in path[cut:])
+        if not all(step in _ELEMENT_STEPS for step in steps):
+            break
+        try:
+            fields, index = _locate(schema, path[:cut], shown=shown)
+        except SqlError:
+            continue
+        kind = fields[index]["type"]
+        for step in steps:
+            container, key = _ELEMENT_STEPS[step]
+            if not (isinstance(kind, dict) and kind.get("type") == container):
+                break
+            kind = kind[key]
+        else:
+            return cut, steps
+    return len(path), ()
+
+
+def _change_element(
+    location: TableLocation,
+    field_path: tuple[str, ...],
+    steps: tuple[str, ...],
+    change: ColumnChange,
+    *,
+    max_attempts: int,
+) -> TableVersion:
+    """``ALTER TABLE t ALTER COLUMN m.key | m.value | a.element TYPE <wider>``: the type of a map key or value or
+    an array element (type widening only, as Delta's ``verifyMapArrayChange``), the change recorded on the nearest
+    struct field with its ``fieldPath``.
+
+    Raises:
+        SqlError: a comment, a position or a nullability change, or a type change Delta refuses.
+    """
+    shown_path = dotted([*field_path, *steps])
+    if change.comment is not None or change.position is not None or change.nullable is not None:
+        raise SqlError(
+            f"[DELTA_UNSUPPORTED_ALTER_TABLE_CHANGE_COL_OP] ALTER TABLE CHANGE COLUMN of {shown_path} on {location}: "
+            "a map key or value or an array element takes a change of type only"
+        )
+
+    def apply(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        configuration = _configuration(snapshot)
+        schema = _schema(snapshot)
+        fields, index = _locate(schema, field_path, shown=str(location))
+        field = fields[index]
+        containers = [field["type"]]
+        for step in steps[:-1]:
+            containers.append(containers[-1][_ELEMENT_STEPS[step][1]])
+        key = _ELEMENT_STEPS[steps[-1]][1]
+        old_type = containers[-1][key]
+        if change.data_type is None or change.data_type == old_type:
+            return configuration, _encode(schema), {}
+        probe = {"name": steps[-1], "type": old_type, "nullable": True, "metadata": {}}
+        _retyped(probe, change.data_type, configuration, shown_path=shown_path, location=location)
+        _check_dependents(snapshot, configuration, field_path)
+        _check_manual_features(snapshot, change.data_type)
+        containers[-1][key] = change.data_type
+        fields[index] = type_widening.with_type_change(field, old_type, change.data_type, field_path=steps)
+        return configuration, _encode(schema), {}
+
+    column = {"name": shown_path, "type": change.data_type, "nullable": True, "metadata": {}}
+    return commit_schema(location, Operation("CHANGE COLUMN", {"column": column}), apply, max_attempts=max_attempts)
 
 
 def replace_columns(

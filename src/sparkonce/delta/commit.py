@@ -45,6 +45,7 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 
 from sparkonce._types import TableVersion
+from sparkonce.delta import type_widening
 from sparkonce.delta.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.column_mapping import mapping_mode, new_table_columns, replaced_columns, with_new_columns
 from sparkonce.delta.conflicts import ReadSet, check_winners
@@ -1005,15 +1006,26 @@ def _schema_change(
             )
         return delta_schema_string(data_schema), None
     current = table_fields(table)
+    data_fields = delta_fields(data_schema)
+    widening = merge_schema and type_widening.enabled(table.metadata().configuration)
     new_fields = reconcile(
         current,
-        delta_fields(data_schema),
+        data_fields,
         merge_schema=merge_schema,
         table_id=str(table.metadata().id),
         table_path=table_uri,
+        type_widening=widening,
     )
+    widened = type_widening.evolved_fields(current, data_fields) if widening else None
+    if widened is not None:
+        log.info("widening column(s) of %s to the data's types (mergeSchema, type widening)", table_uri)
+        current = widened
     if not new_fields:
-        return None, None
+        return (
+            (None, None)
+            if widened is None
+            else (json.dumps({"type": "struct", "fields": current}, separators=(",", ":")), None)
+        )
     log.info("adding column(s) %s to %s (mergeSchema)", [f["name"] for f in new_fields], table_uri)
     configuration = None
     fields = current + new_fields

@@ -16,7 +16,8 @@ from sparkonce.delta.catalog import DeltaCatalog, table_key
 from sparkonce.delta.clustering import CLUSTERING_OPTION, check_columns, table_clustering
 from sparkonce.delta.identity import check_new_columns as check_identity_columns
 from sparkonce.delta.options import TABLE_PROPERTIES_OPTION
-from sparkonce.errors import SqlError, analysis_error
+from sparkonce.delta.schema import has_geo_columns
+from sparkonce.errors import SqlError, UnsupportedFeatureError, analysis_error
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -157,6 +158,7 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
             configuration=properties,
         )
         check_identity_columns(frame.schema.jsonValue()["fields"], request.partitioned_by, table=shown)
+        _check_geo_columns(spark, frame.schema)
         writer = frame.write.format(FORMAT).mode("overwrite" if exists else "append")
         if request.cluster_by:
             writer = writer.option(CLUSTERING_OPTION, json.dumps(list(request.cluster_by)))
@@ -205,6 +207,23 @@ def convert_parquet(path: str, *, partition_schema: StructType | None = None, co
     except Exception as err:
         raise SqlError(f"CONVERT TO DELTA parquet.`{path}`: {err}") from err
     return True
+
+
+GEO_PREVIEW_CONF = "spark.databricks.delta.geo.preview.enabled"
+"""Delta's gate on geometry and geography columns (``DeltaSQLConf.DELTA_GEO_PREVIEW_ENABLED``, off by default)."""
+
+
+def _check_geo_columns(spark: SparkSession, schema: StructType) -> None:
+    """A new table's geometry or geography columns need Delta's preview switch, as in Delta.
+
+    Raises:
+        UnsupportedFeatureError: Delta's ``DELTA_GEOSPATIAL_NOT_SUPPORTED`` when the switch is off.
+    """
+    if has_geo_columns(schema.json()) and str(spark.conf.get(GEO_PREVIEW_CONF, "false")).lower() != "true":
+        raise UnsupportedFeatureError(
+            "[DELTA_GEOSPATIAL_NOT_SUPPORTED] Geospatial types are not supported in this version of Delta Lake. "
+            f"(set {GEO_PREVIEW_CONF} = true, as Delta asks)"
+        )
 
 
 def _spark_has_table(spark: SparkSession, database: str, name: str) -> bool:

@@ -51,11 +51,14 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "identityColumns",
         "typeWidening",
         "typeWidening-preview",
+        "geospatial",
         "domainMetadata",
         "clustering",
     }
 )
-"""Writer features sparkonce may commit to; some only while the table does not use them (:func:`check_writable`)."""
+"""Writer features sparkonce may commit to; some only while the table does not use them (:func:`check_writable`;
+``geospatial``: a table with geometry or geography columns is made, but its columns take no rows from sparkonce's
+writers, :func:`sparkonce.delta.writer.write_task`)."""
 
 DELTA_TESTING_ENV = "DELTA_TESTING"
 """Set (to anything): Delta's test-only table features exist, as in Delta (``DeltaUtils.isTesting``)."""

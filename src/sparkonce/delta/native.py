@@ -128,7 +128,7 @@ def native_frame(spark: SparkSession, options: ReadOptions, *, catalog_table: An
         return None
     pinned = _pinned_version(options)
     snapshot = DeltaLog(options.location).snapshot(pinned) if pinned is not None else latest_snapshot(options.location)
-    check_protocol_readable(snapshot.protocol, options.path)
+    check_protocol_readable(snapshot.protocol, options.path, fields=_schema_fields(snapshot))
     if "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or []):
         return None
     frame = _index_of(spark, options.location, snapshot, pinned=pinned is not None).frame(catalog_table)
@@ -1012,7 +1012,8 @@ def _internal(value: Any, type_name: str) -> Any:
     if type_name == "boolean":
         return bool(value)
     if type_name.startswith("decimal"):
-        return Decimal(str(value.toJavaBigDecimal().toPlainString()))
+        big = value.toJavaBigDecimal()  # py4j hands a java.math.BigDecimal over as a Python Decimal
+        return big if isinstance(big, Decimal) else Decimal(str(big.toPlainString()))
     if type_name == "date":
         return dt.date(1970, 1, 1) + dt.timedelta(days=int(value))
     if type_name == "timestamp":

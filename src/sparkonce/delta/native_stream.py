@@ -79,7 +79,8 @@ def native_stream_frame(spark: SparkSession, options: Mapping[str, str], *, form
     if not reads_natively(spark, parsed.location):
         return None
     snapshot = latest_snapshot(parsed.location)
-    check_protocol_readable(snapshot.protocol, parsed.path)
+    fields = json.loads(str(snapshot.metadata.get("schemaString") or "{}")).get("fields") or []
+    check_protocol_readable(snapshot.protocol, parsed.path, fields=fields)
     return NativeDeltaSource(spark, parsed, snapshot, format_name=format_name, given=options).frame()
 
 

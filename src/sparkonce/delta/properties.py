@@ -58,7 +58,6 @@ KNOWN_PROPERTIES: dict[str, str] = {
 _UNSUPPORTED_AT_CREATION = {
     "delta.enableRowTracking": "row tracking (sparkonce does not assign row ids)",
     "delta.enableInCommitTimestamps": "in-commit timestamps (sparkonce does not write them)",
-    "delta.enableTypeWidening": "type widening",
 }
 """Properties whose enabled value asks a protocol feature of every writer that sparkonce does not implement."""
 
@@ -187,6 +186,12 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
     if enabled(configuration, "delta.enableDeletionVectors"):
         reader_features.add("deletionVectors")
         writer_features.add("deletionVectors")
+    if '"geometry(' in schema_string or '"geography(' in schema_string:  # Delta's GeoSpatialTableFeature
+        reader_features.add("geospatial")
+        writer_features.add("geospatial")
+    if enabled(configuration, "delta.enableTypeWidening"):  # Delta's TypeWideningTableFeature (reader 3, writer 7)
+        reader_features.add("typeWidening")
+        writer_features.add("typeWidening")
     reader, writer = 1, 2
     mapped = (property_value(configuration, "delta.columnMapping.mode") or "none").strip().lower() != "none"
     if mapped:  # column mapping: reader 2 and writer 5, or the feature (Delta's ColumnMappingTableFeature)

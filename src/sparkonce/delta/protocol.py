@@ -85,6 +85,8 @@ _FEATURES = (
     _reader_writer("typeWidening-preview", removable=True, history_protection=True),
     _reader_writer("variantType"),
     _reader_writer("variantType-preview"),
+    _reader_writer("geospatial"),  # removable in Delta once no column is geometry or geography; not by sparkonce
+    _reader_writer("geospatial-dev"),
 )
 """Delta's table features (``TableFeature.allSupportedFeaturesMap``) that sparkonce knows."""
 

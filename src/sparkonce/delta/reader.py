@@ -33,6 +33,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from sparkonce.delta import type_widening
 from sparkonce.delta.column_mapping import rename_nested, rename_tree
 from sparkonce.delta.commit import load_table
 from sparkonce.delta.deletion_vectors import DeletionVector, keep_mask
@@ -49,7 +50,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUPPORTED_READER_FEATURES = frozenset(
-    {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+        "geospatial",
+        "geospatial-dev",
+    }
 )
 TARGET_SPLIT_BYTES = 128 * 1024 * 1024
 
@@ -122,14 +133,19 @@ def check_reader_features(table: DeltaTable, table_uri: str) -> None:
     check_protocol_readable(
         {"minReaderVersion": protocol.min_reader_version, "readerFeatures": protocol.reader_features or []},
         table_uri,
+        fields=json.loads(table.schema().to_json())["fields"],
     )
 
 
-def check_protocol_readable(protocol: Mapping[str, Any], table_uri: str) -> None:
-    """:func:`check_reader_features` of a ``protocol`` action.
+def check_protocol_readable(
+    protocol: Mapping[str, Any], table_uri: str, *, fields: Sequence[Mapping[str, Any]] = ()
+) -> None:
+    """:func:`check_reader_features` of a ``protocol`` action and the schema's ``fields``: with type widening, every
+    type change the schema records must be one Delta allows (:func:`sparkonce.delta.type_widening.check_readable`).
 
     Raises:
-        UnsupportedFeatureError: a reader feature sparkonce cannot honour, or a reader version above 3.
+        UnsupportedFeatureError: a reader feature sparkonce cannot honour, a reader version above 3, or a recorded
+            type change Delta does not allow.
     """
     features = {str(f) for f in protocol.get("readerFeatures") or []}
     reader_version = int(protocol.get("minReaderVersion", 1))
@@ -142,6 +158,8 @@ def check_protocol_readable(protocol: Mapping[str, Any], table_uri: str) -> None
         )
     if reader_version > 3:
         raise UnsupportedFeatureError(f"the Delta table at {table_uri} needs reader version {reader_version} (> 3)")
+    if features & set(type_widening.FEATURES):
+        type_widening.check_readable(fields, table_uri)
 
 
 def open_snapshot(options: ReadOptions) -> DeltaTable:

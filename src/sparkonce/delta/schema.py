@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sparkonce.errors import SchemaMismatchError
+from sparkonce.delta.type_widening import is_atomic, is_schema_evolution_change
+from sparkonce.errors import SchemaMismatchError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -24,13 +25,57 @@ SPARK_METADATA_KEY = "SPARK::metadata::json"
 
 def delta_fields(arrow_schema: pa.Schema) -> list[dict[str, Any]]:
     """Delta's JSON field list (name, type, nullable, metadata) of an Arrow schema; Spark's field metadata (a
-    column's comment, ...) becomes the Delta field's metadata, as Delta stores it."""
+    column's comment, ...) becomes the Delta field's metadata, as Delta stores it, and a geometry or geography
+    column (as PySpark hands it to Arrow) gets Spark's type (``geometry(OGC:CRS84)``), as Delta logs it.
+
+    Raises:
+        UnsupportedFeatureError: a geometry or geography column with a negative SRID (Delta's
+            ``DELTA_GEOSPATIAL_SRID_NOT_SUPPORTED``).
+    """
     from deltalake import Schema
 
     fields = list(json.loads(Schema.from_arrow(arrow_schema).to_json())["fields"])
-    for f in fields:
+    for f, arrow_field in zip(fields, arrow_schema, strict=True):
         _spark_metadata(f)
+        geo = geo_type(arrow_field.type)
+        if geo is not None:
+            f["type"] = geo
     return fields
+
+
+GEO_TYPE_PREFIXES = ("geometry(", "geography(")
+"""How Spark's JSON names its geospatial types (``geometry(OGC:CRS84)``, ``geography(SRID:0, SPHERICAL)``)."""
+
+
+def geo_type(arrow_type: pa.DataType) -> str | None:
+    """Spark's JSON type of a geometry or geography column as PySpark hands it to Arrow (a ``struct<srid, wkb>``
+    whose ``wkb`` field's metadata names the kind and the SRID), else None.
+
+    Raises:
+        UnsupportedFeatureError: a negative SRID (Delta's ``DELTA_GEOSPATIAL_SRID_NOT_SUPPORTED``).
+    """
+    if not pa.types.is_struct(arrow_type) or arrow_type.get_field_index("wkb") < 0:
+        return None
+    metadata = arrow_type.field("wkb").metadata or {}
+    kinds = [k for k in (b"geometry", b"geography") if metadata.get(k) == b"true"]
+    if not kinds:
+        return None
+    from pyspark.sql.types import GeographyType, GeometryType
+
+    raw = metadata.get(b"srid", b"0").decode()
+    srid: int | str = int(raw) if raw.lstrip("-").isdigit() else raw.upper()
+    if isinstance(srid, int) and srid < 0:
+        raise UnsupportedFeatureError(
+            f"[DELTA_GEOSPATIAL_SRID_NOT_SUPPORTED] Geospatial type has an unsupported srid: {srid}. Delta tables "
+            "only support non-negative srid values."
+        )
+    kind = GeometryType(srid) if kinds[0] == b"geometry" else GeographyType(srid)
+    return str(kind.jsonValue())
+
+
+def has_geo_columns(schema_string: str) -> bool:
+    """True when a ``schemaString`` has a geometry or geography column (at any depth)."""
+    return any(f'"{prefix}' in schema_string for prefix in GEO_TYPE_PREFIXES)
 
 
 def delta_schema_string(arrow_schema: pa.Schema) -> str:
@@ -129,11 +174,14 @@ def reconcile(
     merge_schema: bool,
     table_id: str | None,
     table_path: str,
+    type_widening: bool = False,
 ) -> list[dict[str, Any]]:
     """Check data fields against table fields; return the data fields the table lacks (to be added).
 
-    A data column whose type differs from the table's is always an error. New columns are an error unless
-    ``merge_schema``. Table columns missing from the data are fine: they read as null, as in Delta.
+    A data column whose type differs from the table's is an error, unless ``merge_schema`` and ``type_widening``
+    (the table has ``delta.enableTypeWidening``) and the data's type is one Delta widens the column to by schema
+    evolution (:func:`sparkonce.delta.type_widening.evolved_fields` gives the widened fields). New columns are an
+    error unless ``merge_schema``. Table columns missing from the data are fine: they read as null, as in Delta.
 
     Raises:
         SchemaMismatchError: listing the table schema and the data schema, as Delta's message does.
@@ -146,6 +194,10 @@ def reconcile(
         if existing is None:
             new.append(field)
         elif _strip_metadata(existing["type"]) != _strip_metadata(field["type"]):
+            old, wanted = existing["type"], field["type"]
+            widens = is_atomic(old) and is_atomic(wanted) and is_schema_evolution_change(old, wanted)
+            if merge_schema and type_widening and widens:  # the commit widens the column (type widening)
+                continue
             conflicts.append(
                 f"column {field['name']!r}: table has {json.dumps(existing['type'])}, "
                 f"data has {json.dumps(field['type'])}"
@@ -167,8 +219,11 @@ def reconcile(
 
 
 __all__ = [
+    "GEO_TYPE_PREFIXES",
     "arrow_schema_for_spark",
     "delta_fields",
+    "geo_type",
+    "has_geo_columns",
     "reconcile",
     "spark_schema",
     "table_arrow_schema",

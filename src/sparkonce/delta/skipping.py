@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal, TypeAlias
 
+from sparkonce.delta.type_widening import type_changes
 from sparkonce.errors import OptionError
 
 __all__ = [
@@ -295,6 +296,10 @@ def column_kinds(
         name = str(field["name"])
         if indexed is None or (name,) in indexed:
             kinds[name] = _kind(field.get("type"))
+            if any(c.get("fromType") == "float" for c in type_changes(field)):
+                # a float widened to double: the old files' statistics are the float's shortest decimal text, not
+                # the double their values read as (1.1 for 1.100000023841858), so they bound nothing
+                kinds[name] = "other"
     return kinds
 
 

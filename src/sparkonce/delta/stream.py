@@ -43,7 +43,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -71,6 +71,7 @@ from sparkonce.delta.reader import (
     plan_partitions,
     read_files,
 )
+from sparkonce.delta.type_widening import widens_to
 from sparkonce.errors import DeltaLogError, OptionError, SourceOffsetError, UnsupportedFeatureError
 
 log = logging.getLogger(__name__)
@@ -478,7 +479,9 @@ class _TableState:
         check_reader_features(table, options.path)
         # Read exactly the schema Spark resolved for this query, whatever the table has become since.
         scan = replace(scan_schema(table), output=arrow_schema_for_spark(schema))
-        state = cls(options, DeltaLog(options.location), str(table.metadata().id), scan, table_fields(table))
+        fields = table_fields(table)
+        _check_resolved_types(schema, fields, options.path, table.version())
+        state = cls(options, DeltaLog(options.location), str(table.metadata().id), scan, fields)
         state.table_version = table.version()
         return state
 
@@ -592,6 +595,8 @@ class _TableState:
             names.add(field["name"].lower())
             read = self.read_fields.get(field["name"].lower())
             if read is not None and _type_shape(read["type"]) != _type_shape(field["type"]):
+                if table_version <= self.table_version and widens_to(field["type"], read["type"]):
+                    continue  # an older, narrower type: its files read with the wider type (type widening)
                 problems.append(
                     f"column {field['name']!r} changed type: stream reads {json.dumps(read['type'])}, "
                     f"table version {table_version} has {json.dumps(field['type'])}"
@@ -682,6 +687,31 @@ def _check_protocol(table_version: int, protocol: dict[str, Any], path: str) -> 
         raise UnsupportedFeatureError(
             f"the Delta table at {path} was upgraded at table version {table_version} to reader version "
             f"{protocol.get('minReaderVersion')} with feature(s) {unsupported} that sparkonce cannot honour"
+        )
+
+
+def _check_resolved_types(
+    schema: StructType, fields: Sequence[Mapping[str, Any]], path: str, table_version: int
+) -> None:
+    """The query's columns (the schema Spark resolved when the stream was defined) against the table's now: a
+    column whose type changed since (an ``ALTER COLUMN ... TYPE``) stops the query before any file is read, as
+    Delta's source without a ``schemaTrackingLocation`` stops.
+
+    Raises:
+        SourceOffsetError: naming the column, the type the query reads and the table's.
+    """
+    resolved = {str(f["name"]).lower(): f["type"] for f in schema.jsonValue()["fields"]}
+    problems = [
+        f"column {f['name']!r} changed type: stream reads {json.dumps(resolved[str(f['name']).lower()])}, "
+        f"table version {table_version} has {json.dumps(f['type'])}"
+        for f in fields
+        if str(f["name"]).lower() in resolved
+        and _type_shape(resolved[str(f["name"]).lower()]) != _type_shape(f["type"])
+    ]
+    if problems:
+        raise SourceOffsetError(
+            f"the schema of the source Delta table {path} changed incompatibly since the stream was defined: "
+            f"{'; '.join(problems)}. Define the stream again (readStream) to read the table's new schema"
         )
 
 

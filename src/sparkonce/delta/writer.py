@@ -17,6 +17,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from sparkonce.delta import type_widening
 from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit
 from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
 from sparkonce.delta.clustering import check_columns, table_clustering
@@ -44,7 +45,15 @@ from sparkonce.delta.identity import IdentityPlan, fill_batches, plan_identity
 from sparkonce.delta.log_entry import WrittenFile, commit_metadata
 from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.properties import check_existing, new_table_protocol
-from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, delta_schema_string, reconcile, table_fields
+from sparkonce.delta.schema import (
+    arrow_schema_for_spark,
+    delta_fields,
+    delta_schema_string,
+    geo_type,
+    has_geo_columns,
+    reconcile,
+    table_fields,
+)
 from sparkonce.delta.skipping import top_level_stats_columns
 from sparkonce.delta.table_view import current_table
 from sparkonce.errors import OptionError, SchemaMismatchError, SqlError, UnsupportedFeatureError
@@ -84,11 +93,30 @@ def write_task(file_options: FileWriterOptions, batches: Iterator[pa.RecordBatch
     with TableFileWriter(file_options, task_id=task_id) as writer:
         for index, batch in enumerate(batches):
             if batch.num_rows:
+                _refuse_geo_rows(batch.schema, file_options)
                 writer.write(batch)
             if index == 0:
                 crash_point("mid_write", batch_id)
         files = writer.close()
     return DeltaFilesMessage(files=files, task_id=task_id, written_after=file_options.written_after)
+
+
+def _refuse_geo_rows(schema: pa.Schema, file_options: FileWriterOptions) -> None:
+    """Refuse rows for geometry or geography columns (executor side, before the task writes a file) of a table
+    the write creates (:meth:`DeltaBatchWriter._plan` refuses writes into an existing one)."""
+    geo = [f.name for f in schema if geo_type(f.type) is not None]
+    if geo:
+        raise geo_rows_error(geo, str(file_options.location))
+
+
+def geo_rows_error(columns: list[str], table: str) -> UnsupportedFeatureError:
+    """Why sparkonce writes no rows into geometry or geography columns: Delta stores them as Parquet's GEOMETRY /
+    GEOGRAPHY (WKB) columns, which its writers do not write."""
+    return UnsupportedFeatureError(
+        f"writing rows of geometry/geography column(s) {columns} into {table}: Delta stores them as Parquet "
+        "GEOMETRY/GEOGRAPHY (WKB) columns, which sparkonce does not write; nothing was written (a table with these "
+        "columns can be created and read)"
+    )
 
 
 def _batch_id_for_diagnostics() -> int | None:
@@ -164,6 +192,9 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.options.location.check_commit_safety()
         self.options.location.check_reachable(for_write=True)
         table = current_table(self.options.location)
+        if table is not None and has_geo_columns(str(table.snapshot.metadata.get("schemaString") or "")):
+            geo = [str(f["name"]) for f in table.schema_fields() if has_geo_columns(json.dumps(f))]
+            raise geo_rows_error(geo, self.options.path)
         if table is None:
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
             self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
@@ -385,6 +416,7 @@ def target_mapping(table: AnyTable, options: WriteOptions, arrow_schema: pa.Sche
         merge_schema=options.merge_schema,
         table_id=str(table.metadata().id),
         table_path=options.path,
+        type_widening=type_widening.enabled(table.metadata().configuration),
     )
     if not added:
         return ColumnMapping.of(table)
@@ -433,6 +465,7 @@ def check_target(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema
         merge_schema=options.merge_schema,
         table_id=str(table.metadata().id),
         table_path=options.path,
+        type_widening=type_widening.enabled(table.metadata().configuration),
     )
     check_existing(dict(table.metadata().configuration), dict(options.table_properties), table=options.path)
     partitions = tuple(table.metadata().partition_columns)
