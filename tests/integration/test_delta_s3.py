@@ -18,6 +18,7 @@ from pyspark.errors import AnalysisException
 from sparkonce.delta.commit import BatchTxn, commit_files, load_table
 from sparkonce.delta.files import FileWriterOptions, TableFileWriter
 from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.readers import read_readers
 from sparkonce.errors import SqlError, StorageError
 from sparkonce.storage import table_location
 from tests.fixtures_storage import EmbeddedStore, copy_table_to_store
@@ -219,6 +220,10 @@ def test_stream_from_an_s3_table_into_an_s3_table_exactly_once(
     run()
     rows = load_table(table_location(target, storage_options=options)).to_pyarrow_table()
     assert sorted(rows.column("id").to_pylist()) == list(range(12))
+    # the stream registered itself in the source's log on the store (the retention guard), at its last batch's start
+    readers, problems = read_readers(table_location(source, storage_options=options))
+    assert problems == []
+    assert [(r.source, r.table_version) for r in readers] == [("delta", 1)]
 
 
 @pytest.mark.spark

@@ -43,6 +43,7 @@ from sparkonce.delta.options import (
 
 if TYPE_CHECKING:
     from sparkonce.checkpoint.tables import RecordedTable
+    from sparkonce.storage import TableLocation
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:
     writer._jwrite = writer._jwrite.option(CHECKPOINT_QUERY_ID_OPTION, query_id)
 
 
-def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list[RecordedTable]:
+def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list[tuple[RecordedTable, TableLocation]]:
     """Record in the checkpoint the Delta table this query writes (``sink``, when it is sparkonce's Delta sink) and
     the tables and topics its sparkonce sources read (:mod:`sparkonce.checkpoint.tables`), so ``doctor`` finds
     them without ``--table``. Returns the records of the Delta tables it reads (the retention guard registers the
@@ -246,9 +247,11 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list
 
     from sparkonce.checkpoint.tables import RECORDED_OPTIONS, RecordedTable, record_tables
     from sparkonce.delta.native_stream import native_source_of
-    from sparkonce.storage import table_location
+    from sparkonce.storage import storage_options_from, table_location
 
     tables = [RecordedTable("sink", "delta", table_location(sink).uri)] if sink is not None else []
+    stores: dict[str, TableLocation] = {}
+    """A source table's URI -> its location with the query's storage options (never recorded: credentials)."""
     try:
         leaves = writer._df._jdf.queryExecution().analyzed().collectLeaves().iterator()
         while leaves.hasNext():
@@ -259,6 +262,7 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list
                 if native is not None:
                     kept = {k: v for k, v in native.given.items() if k.lower() in RECORDED_OPTIONS}
                     tables.append(RecordedTable("source", native.format_name, native.options.location.uri, kept))
+                    stores[native.options.location.uri] = native.options.location
                 continue
             if kind != "StreamingRelationV2" or not leaf.source().isDefined():
                 continue
@@ -272,7 +276,9 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list
             if location is None:
                 continue
             if "path" in lowered:
-                location = table_location(location).uri
+                store = table_location(location, storage_options=storage_options_from(options))
+                location = store.uri
+                stores[location] = store
             kept = {k: v for k, v in options.items() if k.lower() in RECORDED_OPTIONS}
             tables.append(RecordedTable("source", name, location, kept))
     except Py4JError as err:
@@ -284,14 +290,16 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list
         )
     if tables:
         record_tables(checkpoint, tables, spark=writer._spark)
-    return [t for t in tables if t.role == "source" and t.is_delta]
+    return [
+        (t, stores.get(t.location) or table_location(t.location)) for t in tables if t.role == "source" and t.is_delta
+    ]
 
 
 def _follow_readers(spark: Any, query: Any, checkpoint: str, read: list[Any]) -> None:
     """Register the started ``query`` as a reader of the Delta tables it reads (the retention guard)."""
     from sparkonce.delta.reader_listener import ReadTable, follow_query
 
-    tables = [ReadTable(t.location, {k.lower(): v for k, v in t.options.items()}) for t in read]
+    tables = [ReadTable(t.location, {k.lower(): v for k, v in t.options.items()}, store) for t, store in read]
     follow_query(spark, query, checkpoint, tables)
 
 

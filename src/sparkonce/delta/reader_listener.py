@@ -68,6 +68,8 @@ class ReadTable:
 
     location: str
     options: Mapping[str, str] = field(default_factory=dict)
+    store: TableLocation | None = None
+    """The table with the query's storage options (an S3 table's endpoint and keys); None: :attr:`location` alone."""
 
     @property
     def source(self) -> str:
@@ -108,7 +110,7 @@ class Registration:
         )
         try:
             register_reader(self.location, reader)
-        except (OSError, SparkonceError) as err:  # the batch stands; the registration keeps its older version
+        except Exception as err:  # best effort: the batch stands, the registration keeps its older version
             log.warning(
                 "could not register the reader query %s on %s at table_version %s: %s",
                 reader.query_id,
@@ -143,7 +145,7 @@ def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str
         by_location.setdefault(table.location, []).append(table)
     for uri, reads in by_location.items():
         try:
-            location = table_location(uri)
+            location = next((r.store for r in reads if r.store is not None), None) or table_location(uri)
             snapshot = DeltaLog(location).snapshot()
             table_id = str(snapshot.metadata.get("id"))
             version = restart_version(restart, table_id, reads, snapshot.table_version)

@@ -216,20 +216,11 @@ def register_reader(path: str | os.PathLike[str] | TableLocation, reader: Regist
 
     Raises:
         DeltaLogError: the query id is not a UUID.
-        OSError: the file cannot be written.
+        StorageError: the file cannot be written.
     """
     location = table_location(path)
-    target = _file(location, reader.query_id)
-    data = reader.to_json().encode("utf-8")
-    if location.is_local:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        temp = f"{os.path.dirname(target)}/.{reader.query_id}.{uuid.uuid4().hex}.tmp"
-        with open(temp, "wb") as handle:
-            handle.write(data)
-        os.replace(temp, target)
-        return
-    with location.filesystem().open_output_stream(target) as stream:
-        stream.write(data)
+    _file(location, reader.query_id)  # checks the query id
+    location.put(f"{READERS_DIR}/{reader.query_id}.json", reader.to_json().encode("utf-8"))
 
 
 def forget_reader(path: str | os.PathLike[str] | TableLocation, query_id: str) -> bool:
