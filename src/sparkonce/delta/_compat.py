@@ -449,9 +449,7 @@ def _native_read(reader: Any, path: str | None) -> Any:
     spark = reader._spark
     if not native_reads_enabled(spark):
         return None
-    options = dict(_reader_options(reader))
-    if path is not None:
-        options["path"] = path
+    options = _load_options(reader, path)
     if is_change_feed_read(options):
         return None
     return native_frame(spark, ReadOptions.parse(options))
@@ -465,10 +463,15 @@ def _native_stream(reader: Any, path: str | None) -> Any:
     spark = reader._spark
     if not native_reads_enabled(spark):
         return None
+    return native_stream_frame(spark, _load_options(reader, path), format_name=reader._sparkonce_format)
+
+
+def _load_options(reader: Any, path: str | None) -> dict[str, str]:
+    """The options a ``load(path)`` of ``reader`` gives its source: the recorded ones, and ``path``."""
     options = dict(_reader_options(reader))
     if path is not None:
         options["path"] = path
-    return native_stream_frame(spark, options, format_name=reader._sparkonce_format)
+    return options
 
 
 # -- Delta tables by name (sparkonce's catalog, :mod:`sparkonce.delta.catalog`) -----------------------------------

@@ -765,6 +765,7 @@ class FileSetIndex(DeltaFileIndex):
         super().__init__(spark, location, snapshot, pinned=True)
         self.label = label
         self._adds = dict(adds)
+        self._uris: dict[str, str] | None = None
 
     def _listing(self) -> tuple[Snapshot, Mapping[str, Mapping[str, Any]]]:
         return self.snapshot, self._adds
@@ -790,8 +791,13 @@ class FileSetIndex(DeltaFileIndex):
         return id(self) & 0x7FFFFFFF
 
     def file_uris(self) -> dict[str, str]:
-        """Raw ``add`` path -> the file's URI as Spark's ``_metadata.file_path`` shows it."""
-        return {path: str(self._status(path, add).getPath().toUri().toString()) for path, add in self._adds.items()}
+        """Raw ``add`` path -> the file's URI as Spark's ``_metadata.file_path`` shows it (asked of the JVM once:
+        the set is fixed)."""
+        if self._uris is None:
+            self._uris = {
+                path: str(self._status(path, add).getPath().toUri().toString()) for path, add in self._adds.items()
+            }
+        return self._uris
 
     def live_frame(self, *, stream: Any = None, row_column: str | None = None) -> DataFrame:
         """:meth:`frame` without the rows the files' deletion vectors delete: Spark's scan tags each row with its
@@ -821,13 +827,12 @@ class FileSetIndex(DeltaFileIndex):
 
     def _deletion_vectors(self) -> list[tuple[str, DeletionVector]]:
         """(file URI, resolved deletion vector) of each file of the set that has one."""
-        uris: dict[str, str] | None = None
         found = []
         for path, add in self._adds.items():
             descriptor = add.get("deletionVector")
             if isinstance(descriptor, dict):
-                uris = uris if uris is not None else self.file_uris()
-                found.append((uris[path], DeletionVector.from_action(descriptor, self.location, data_file=path)))
+                vector = DeletionVector.from_action(descriptor, self.location, data_file=path)
+                found.append((self.file_uris()[path], vector))
         return found
 
 
