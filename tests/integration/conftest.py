@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -9,7 +10,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sparkonce.delta.catalog import WAREHOUSE_CONF
+from sparkonce.delta.readers import RegisteredReader, read_readers
 from sparkonce.sql import DeltaSql
+from sparkonce.storage import TableLocation
 from sparkonce_local.demo import table_ids, write_json_batches
 
 if TYPE_CHECKING:
@@ -88,3 +91,22 @@ def operation_metrics(commit_info: dict) -> dict:
         return int(text) if text.lstrip("-").isdigit() else value
 
     return {k: number(v) for k, v in (commit_info.get("operationMetrics") or {}).items()}
+
+
+def registered_reader(table: str | Path | TableLocation, query_id: str, table_version: int) -> RegisteredReader:
+    """The query's reader registration on ``table`` once it names ``table_version``.
+
+    The streaming query listener moves a registration on from the listener bus, after ``awaitTermination`` or
+    ``processAllAvailable`` return: its events come late, so a test waits for them (up to a minute) and then
+    asserts the exact table version.
+    """
+    location = table if isinstance(table, TableLocation) else str(table)
+    deadline = time.monotonic() + 60
+    while True:
+        readers, problems = read_readers(location)
+        assert problems == []
+        mine = [r for r in readers if r.query_id == query_id]
+        if len(mine) == 1 and mine[0].table_version == table_version:
+            return mine[0]
+        assert time.monotonic() < deadline, f"the registration of {query_id} on {table} is still {mine}"
+        time.sleep(0.2)

@@ -14,8 +14,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 import sparkonce
-from sparkonce.delta.readers import RegisteredReader, forget_reader, read_readers
-from tests.integration.conftest import delta_ids
+from sparkonce.delta.readers import forget_reader
+from tests.integration.conftest import delta_ids, registered_reader
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,19 +45,6 @@ def _run(spark: SparkSession, source: Path, sink: Path, checkpoint: Path) -> str
     return str(query.id)
 
 
-def _registered(table: Path, query_id: str, table_version: int) -> RegisteredReader:
-    """The query's registration once it names ``table_version`` (the listener's events come late)."""
-    deadline = time.monotonic() + 60
-    while True:
-        readers, problems = read_readers(str(table))
-        assert problems == []
-        mine = [r for r in readers if r.query_id == query_id]
-        if mine and mine[0].table_version == table_version:
-            return mine[0]
-        assert time.monotonic() < deadline, f"registration of {query_id} still {mine}"
-        time.sleep(0.2)
-
-
 def _log_versions(table: Path) -> list[int]:
     return sorted({int(p.name[:20]) for p in (table / "_delta_log").iterdir() if p.name[:20].isdigit()})
 
@@ -71,7 +58,7 @@ def test_a_paused_stream_and_zero_retention(spark: SparkSession, tmp_path: Path,
     for first in (10, 20):
         _append(spark, source, first)  # table versions 1, 2 (a checkpoint)
     query_id = _run(spark, source, sink, checkpoint)
-    reader = _registered(source, query_id, 2)  # batch 0 read the snapshot of table version 2
+    reader = registered_reader(source, query_id, 2)  # batch 0 read the snapshot of table version 2
     assert reader.checkpoint_dir == str(checkpoint) and reader.source == "delta"
 
     # The query is stopped. Its source moves on: appends the stream has not read (versions 3..5), a compaction
@@ -101,7 +88,7 @@ def test_a_paused_stream_and_zero_retention(spark: SparkSession, tmp_path: Path,
         assert sorted(vacuumed.held_back[0].files) == compacted
         assert _run(spark, source, sink, checkpoint) == query_id
         assert delta_ids(sink) == list(range(80))  # every row once
-        _registered(source, query_id, 3)  # the start of its last batch
+        registered_reader(source, query_id, 3)  # the start of its last batch
         return
 
     if guard == "forgotten":  # log cleanup removed the commits the stream reads next
@@ -157,10 +144,10 @@ def test_a_change_feed_stream_registers_through_the_python_source(spark: SparkSe
         return str(query.id)
 
     query_id = run()
-    reader = _registered(source, query_id, 0)  # batch 0 started at startingVersion 0
+    reader = registered_reader(source, query_id, 0)  # batch 0 started at startingVersion 0
     assert (reader.source, reader.query_name, sum(seen)) == ("cdf", "feed", 5)
     _append(spark, source, 5)  # table version 1
     _append(spark, source, 15)  # table version 2
     assert run() == query_id
     assert sum(seen) == 25
-    _registered(source, query_id, 1)  # the start of its last batch (versions 1 and 2)
+    registered_reader(source, query_id, 1)  # the start of its last batch (versions 1 and 2)

@@ -22,6 +22,7 @@ from sparkonce.delta.readers import read_readers
 from sparkonce.errors import SqlError, StorageError
 from sparkonce.storage import table_location
 from tests.fixtures_storage import EmbeddedStore, copy_table_to_store
+from tests.integration.conftest import registered_reader
 
 pytestmark = pytest.mark.s3
 
@@ -208,22 +209,23 @@ def test_stream_from_an_s3_table_into_an_s3_table_exactly_once(
         frame = spark.createDataFrame([(i,) for i in ids], "id long")
         _storage(frame.write.format("delta").mode("append"), options).save(source)
 
-    def run() -> None:
+    def run() -> str:
         stream = _storage(spark.readStream.format("delta"), options).load(source)
         writer = _storage(stream.writeStream.format("delta"), options)
         query = writer.option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start(target)
         query.awaitTermination()
+        return str(query.id)
 
     append(range(0, 5))
     run()
     append(range(5, 12))
-    run()
+    query_id = run()
     rows = load_table(table_location(target, storage_options=options)).to_pyarrow_table()
     assert sorted(rows.column("id").to_pylist()) == list(range(12))
     # the stream registered itself in the source's log on the store (the retention guard), at its last batch's start
-    readers, problems = read_readers(table_location(source, storage_options=options))
-    assert problems == []
-    assert [(r.source, r.table_version) for r in readers] == [("delta", 1)]
+    source_location = table_location(source, storage_options=options)
+    assert registered_reader(source_location, query_id, 1).source == "delta"
+    assert len(read_readers(source_location)[0]) == 1
 
 
 @pytest.mark.spark
