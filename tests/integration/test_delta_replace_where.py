@@ -328,3 +328,100 @@ def test_sql_insert_replace_where_and_insert_overwrite_partition(
     assert _history(spark, "rw_sql").operationParameters["isDynamicPartitionOverwrite"] == "true"
     location = Path(sql("DESCRIBE DETAIL rw_sql").collect()[0].location.removeprefix("file:"))
     assert _rs_rows(location) == expected
+
+
+def _merge_insert(spark: SparkSession, table: Path, rows: list[Row]) -> None:
+    """A MERGE inserting ``rows``: a winner that is not a blind append (``isBlindAppend`` false)."""
+    from sparkonce.delta.tables import DeltaTable
+
+    source = spark.createDataFrame(rows, SCHEMA)
+    DeltaTable.forPath(spark, str(table)).alias("t").merge(
+        source.alias("s"), "t.id = s.id"
+    ).whenNotMatchedInsertAll().execute()
+
+
+def _after_the_read(monkeypatch: pytest.MonkeyPatch, winner: Any) -> list[int]:
+    """Run ``winner`` once, after the overwrite read the table (its rows matching the predicate deleted) and before
+    it commits: the race forced, not timed."""
+    from sparkonce.delta import overwrite
+
+    original = overwrite.rewrite_rows
+    ran: list[int] = []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if not ran:
+            ran.append(1)
+            winner()
+        return result
+
+    monkeypatch.setattr(overwrite, "rewrite_rows", racing)
+    return ran
+
+
+def test_replace_where_of_an_empty_partition_loses_to_a_merge_adding_rows_there(
+    spark: SparkSession, by_day: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Delta's read predicate (ConflictChecker.checkForAddedFilesThatShouldHaveBeenReadByCurrentTxn): the
+    overwrite read partition ``day = 4`` although no file was there; a concurrent MERGE inserting into it
+    conflicts. Under WriteSerializable a blind append there does not, nor a MERGE outside the predicate's
+    partition conjuncts (``day = 4 AND id >= 40`` read partition 4 only)."""
+    from sparkonce.errors import ConcurrentAppendError
+
+    ran = _after_the_read(monkeypatch, lambda: _merge_insert(spark, by_day, [(44, "m", 4)]))
+    with pytest.raises(ConcurrentAppendError, match=r"^\[DELTA_CONCURRENT_APPEND\].*\(MERGE\).*'day': '4'"):
+        _frame(spark, [(40, "x", 4)]).write.format("delta").mode("overwrite").option("replaceWhere", "day = 4").save(
+            str(by_day)
+        )
+    assert ran == [1] and RsTable(str(by_day)).version() == 1  # the MERGE's commit: the overwrite made none
+    assert _rs_rows(by_day) == sorted([*INITIAL, (44, "m", 4)])
+
+    monkeypatch.undo()
+    _after_the_read(monkeypatch, lambda: _merge_insert(spark, by_day, [(55, "n", 5)]))
+    _frame(spark, [(41, "y", 4)]).write.format("delta").mode("overwrite").option(
+        "replaceWhere", "day = 4 AND id >= 40"
+    ).save(str(by_day))
+    assert _rs_rows(by_day) == sorted([*INITIAL, (41, "y", 4), (55, "n", 5)])
+
+    monkeypatch.undo()
+    appended = _frame(spark, [(66, "p", 6)])
+    _after_the_read(monkeypatch, lambda: appended.write.format("delta").mode("append").save(str(by_day)))
+    _frame(spark, [(60, "z", 6)]).write.format("delta").mode("overwrite").option("replaceWhere", "day = 6").save(
+        str(by_day)
+    )
+    assert RsTable(str(by_day)).version() == 5
+    assert _rs_rows(by_day) == sorted([*INITIAL, (41, "y", 4), (55, "n", 5), (60, "z", 6), (66, "p", 6)])
+
+
+def test_replace_where_on_a_generated_column_the_data_leaves_out(spark: SparkSession, tmp_path: Path) -> None:
+    """Delta computes the generated column first, then checks the row against the predicate."""
+    import datetime as dt
+
+    from sparkonce.delta.tables import DeltaTable
+
+    table = tmp_path / "generated"
+    (
+        DeltaTable.create(spark)
+        .location(str(table))
+        .addColumn("id", "BIGINT")
+        .addColumn("ts", "TIMESTAMP_NTZ")
+        .addColumn("day", "DATE", generatedAlwaysAs="CAST(ts AS DATE)")
+        .partitionedBy("day")
+        .execute()
+    )
+    schema = "id long, ts timestamp_ntz"
+    noon = [dt.datetime(2024, 1, d, 12) for d in (1, 2, 3)]
+    spark.createDataFrame([(1, noon[0]), (2, noon[1]), (3, noon[2])], schema).write.format("delta").mode("append").save(
+        str(table)
+    )
+    spark.createDataFrame([(20, noon[1]), (21, noon[1])], schema).write.format("delta").mode("overwrite").option(
+        "replaceWhere", "day = '2024-01-02'"
+    ).save(str(table))
+    rows = pa.table(RsTable(str(table)).to_pyarrow_table(columns=["id", "day"])).to_pylist()
+    assert sorted((r["id"], r["day"].day) for r in rows) == [(1, 1), (3, 3), (20, 2), (21, 2)]
+    assert _kinds(table, 2, "remove")[0]["partitionValues"] == {"day": "2024-01-02"}
+    with pytest.raises(AnalysisException, match=r"(?s)DELTA_REPLACE_WHERE_MISMATCH.* - day : 2024-01-03"):
+        spark.createDataFrame([(30, noon[2])], schema).write.format("delta").mode("overwrite").option(
+            "replaceWhere", "day = '2024-01-02'"
+        ).save(str(table))
+    assert RsTable(str(table)).version() == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,42 @@ def test_delete_and_a_merge_in_another_partition_both_commit(tmp_path: Path) -> 
     result = _delete(table, read, files)
     assert result.table_version == 3 and result.files_removed == 1
     assert _ids(table) == [3, 4, 6]
+
+
+class _PartIs:
+    """A condition ``part = <value>`` over the partition values a commit writes (what a replaceWhere or DELETE on
+    one partition read, files or not); Spark evaluates the real one (``rewrite.PartitionCondition``)."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+        self.text = f"(part = '{part}')"
+
+    def first_match(self, partitions: Sequence[Mapping[str, str | None]]) -> int | None:
+        return next((i for i, values in enumerate(partitions) if values.get("part") == self.part), None)
+
+
+def test_a_rewrite_of_an_empty_partition_loses_to_a_merge_adding_rows_there_not_to_a_blind_append(
+    tmp_path: Path,
+) -> None:
+    """Delta's read predicate: a ``replaceWhere`` / DELETE on ``part = 'c'`` read partition c although no file was
+    there; a winner that is not a blind append adding rows to c conflicts (``checkForAddedFilesThatShouldHave
+    BeenReadByCurrentTxn``), a blind append there does not under WriteSerializable, nor a MERGE into b."""
+    table = _table_with_two_partitions(tmp_path)
+    version = DeltaTable(table).version()
+    read = ReadSet.of_files(version, [], whole_table=False, partitions=_PartIs("c"))
+    assert read.reads_anything and read.predicate == frozenset()
+    _append(table, [7], "c")  # blind: no conflict
+    _merge(table, [8], "b")  # another partition: no conflict
+    _delete(table, read, [])
+    read = ReadSet.of_files(DeltaTable(table).version(), [], whole_table=False, partitions=_PartIs("c"))
+    before = _merge(table, [9], "c").table_version
+    with pytest.raises(
+        ConcurrentAppendError,
+        match=r"^\[DELTA_CONCURRENT_APPEND\].*\(MERGE\).*partition \{'part': 'c'\}.*its condition \(part = 'c'\)",
+    ):
+        _delete(table, read, [])
+    assert DeltaTable(table).version() == before
+    assert _ids(table) == [1, 2, 3, 4, 7, 8, 9]
 
 
 def test_whole_table_delete_loses_to_a_delta_rs_append_but_not_to_a_blind_append(tmp_path: Path) -> None:

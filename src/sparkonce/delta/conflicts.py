@@ -12,7 +12,9 @@ under the default isolation level ``WriteSerializable``. In Delta's order, per w
    changes no data, e.g. OPTIMIZE); under ``WriteSerializable`` the ``dataChange`` adds of a winner that is not a
    blind append (``commitInfo.isBlindAppend`` absent counts as not blind, as in Delta), and of every winner when
    this transaction changes the metadata itself. They conflict when they fall in the read predicate: the whole
-   table, or the partitions read;
+   table, the partitions read, or the partitions a condition over partition columns selects, whether they held a
+   file or not (Delta's ``DeltaTableReadPredicate``: a ``replaceWhere`` / DELETE / UPDATE on ``day = 3`` read
+   partition 3 even where it was empty; :class:`PartitionPredicate`);
 4. a file it removed that this transaction read -> :class:`~sparkonce.errors.ConcurrentDeleteReadError`
    (``DELTA_CONCURRENT_DELETE_READ``);
 5. a file it removed that this transaction removes -> :class:`~sparkonce.errors.ConcurrentDeleteDeleteError`
@@ -30,9 +32,9 @@ A streaming batch's own ``txn`` keeps sparkonce's rule instead of 6: a winner ho
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import unquote
 
 from sparkonce.errors import (
@@ -57,6 +59,22 @@ def partition_key(values: Mapping[str, str | None]) -> PartitionKey:
     return tuple(sorted((str(k), None if v is None else str(v)) for k, v in values.items()))
 
 
+class PartitionPredicate(Protocol):
+    """A transaction's condition over partition columns, as the partitions it read: every partition whose values
+    satisfy it, whether it held a file at the read or not (Delta's read predicate). Made by the rewrite that read
+    (:class:`sparkonce.delta.rewrite.PartitionCondition`). Runs on the driver."""
+
+    @property
+    def text(self) -> str:
+        """The condition, as an error message shows it."""
+        ...
+
+    def first_match(self, partitions: Sequence[Mapping[str, str | None]]) -> int | None:
+        """The index of the first of ``partitions`` (``partitionValues`` maps as the log writes them: physical
+        names, strings) that satisfies the condition; None when none does."""
+        ...
+
+
 @dataclass(frozen=True)
 class ReadSet:
     """What a transaction read, for the conflict check of its commit. Runs on the driver.
@@ -64,7 +82,9 @@ class ReadSet:
     ``predicate``: ``"nothing"`` (a blind append), ``"whole_table"``, or the partitions read (each as
     :func:`partition_key`). ``files``: the table-relative paths of the data files read (URL-decoded).
     ``app_ids``: the ``txn`` app ids whose version the transaction read and depends on. ``isolation``:
-    ``SnapshotIsolation`` for a commit that changes no data (OPTIMIZE), as Delta picks it.
+    ``SnapshotIsolation`` for a commit that changes no data (OPTIMIZE), as Delta picks it. ``partitions``: the
+    condition over partition columns the transaction read by, when it had one: an added file in a partition it
+    selects conflicts even where ``predicate`` (the partitions of the files read) does not name that partition.
     """
 
     read_version: int
@@ -72,6 +92,7 @@ class ReadSet:
     files: frozenset[str] = field(default_factory=frozenset)
     app_ids: frozenset[str] = field(default_factory=frozenset)
     isolation: Isolation = "WriteSerializable"
+    partitions: PartitionPredicate | None = field(default=None, compare=False)
 
     @classmethod
     def of_files(
@@ -81,18 +102,34 @@ class ReadSet:
         *,
         whole_table: bool,
         isolation: Isolation = "WriteSerializable",
+        partitions: PartitionPredicate | None = None,
     ) -> ReadSet:
-        """The read set of a rewrite that read ``files`` (path, ``partitionValues``): the whole table, or just
-        the partitions of those files (a scan pruned by partition values)."""
+        """The read set of a rewrite that read ``files`` (path, ``partitionValues``): the whole table, the
+        partitions ``partitions`` selects (a condition over partition columns, files or not), or else just the
+        partitions of those files (a scan pruned by partition values)."""
         files = list(files)
-        predicate: ReadPredicate = (
-            "whole_table" if whole_table else frozenset(partition_key(values) for _, values in files)
+        predicate: ReadPredicate = "whole_table"
+        if not whole_table:
+            predicate = frozenset() if partitions is not None else frozenset(partition_key(v) for _, v in files)
+        return cls(
+            read_version,
+            predicate,
+            frozenset(unquote(p) for p, _ in files),
+            isolation=isolation,
+            partitions=None if whole_table else partitions,
         )
-        return cls(read_version, predicate, frozenset(unquote(p) for p, _ in files), isolation=isolation)
 
     @property
     def reads_anything(self) -> bool:
-        return self.predicate != "nothing" or bool(self.files) or bool(self.app_ids)
+        return self.predicate != "nothing" or bool(self.files) or bool(self.app_ids) or self.partitions is not None
+
+    def first_read(self, added: Sequence[Mapping[str, str | None]]) -> Mapping[str, str | None] | None:
+        """The first of ``added`` (files' partition values) that falls in what this transaction read, or None."""
+        hit = next((values for values in added if self.matches(values)), None)
+        if hit is None and self.partitions is not None and added:
+            index = self.partitions.first_match(added)
+            hit = added[index] if index is not None else None
+        return hit
 
     def matches(self, values: Mapping[str, str | None]) -> bool:
         """True when an added file with these partition values falls in what this transaction read."""
@@ -178,11 +215,12 @@ def check_commit(
     if winner.metadata_changed and matters:
         raise MetadataChangedError(f"[DELTA_METADATA_CHANGED] {where} and changed the metadata{retry}")
     if read.isolation == "WriteSerializable" and (changes_metadata or not winner.blind_append):
-        hit = next((values for values in winner.data_adds if read.matches(values)), None)
+        hit = read.first_read(winner.data_adds)
         if hit is not None:
             part = f"partition {dict(hit)}" if hit else "the table"
+            why = f" (its condition {read.partitions.text})" if read.partitions is not None else ""
             raise ConcurrentAppendError(
-                f"[DELTA_CONCURRENT_APPEND] {where} and added files to {part}, which this transaction read{retry}"
+                f"[DELTA_CONCURRENT_APPEND] {where} and added files to {part}, which this transaction read{why}{retry}"
             )
     read_gone = sorted(read.files & winner.removed)
     if read_gone:
@@ -230,4 +268,13 @@ def check_winners(
         check_commit(winner, read, table=str(location), removes=removes, changes_metadata=changes_metadata)
 
 
-__all__ = ["Isolation", "PartitionKey", "ReadPredicate", "ReadSet", "WinningCommit", "check_commit", "check_winners"]
+__all__ = [
+    "Isolation",
+    "PartitionKey",
+    "PartitionPredicate",
+    "ReadPredicate",
+    "ReadSet",
+    "WinningCommit",
+    "check_commit",
+    "check_winners",
+]

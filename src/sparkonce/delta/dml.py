@@ -40,6 +40,7 @@ from sparkonce.delta.rewrite import (
     commit_rewrite,
     files_by_partition_predicate,
     open_snapshot,
+    partition_condition,
     read_rows,
     sql_text,
     write_rows,
@@ -205,6 +206,9 @@ def rewrite_rows(
         if by_partition is not None and operation == "DELETE":
             whole_files, candidates = candidates, []
 
+    # what the rewrite read, for its conflict check: the partitions the condition selects, files or not (Delta's
+    # read predicate: a concurrent non-blind append into one of them conflicts), else the whole table
+    partitions = partition_condition(spark, snapshot, condition)
     scan_started = time.monotonic()
     written: list[WrittenFile] = []
     change_files: list[WrittenFile] = []
@@ -281,7 +285,7 @@ def rewrite_rows(
         changed=changed,
         copied=copied,
         scan_ms=scan_ms,
-        read=snapshot.read_set([*whole_files, *candidates], whole_table=by_partition is None),
+        read=snapshot.read_set([*whole_files, *candidates], whole_table=partitions is None, partitions=partitions),
     )
 
 

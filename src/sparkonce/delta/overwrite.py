@@ -61,6 +61,7 @@ from sparkonce.sqltext.lexer import tokenize
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
 log = logging.getLogger(__name__)
 
@@ -227,14 +228,16 @@ def _replace_where(
                 f"Predicate references non-partition column '{others[0]}'. Only the partition columns may be "
                 f"referenced: [{', '.join(snapshot.partition_columns)}]",
             )
-    checked = _checked(df, predicate, writer.options.path) if selective.check_rows and columns else None
+    generated = _generated_left_out(df, snapshot, columns)
+    checked = _checked(df, predicate, writer.options.path, generated) if selective.check_rows and columns else None
     deleted = rewrite_rows(spark, snapshot, predicate, None)
     written_after = min(writer.file_options.written_after, snapshot.table_version)
+    shown = _shown_columns([*df.columns, *(c.name for c in generated)], columns)
     try:
         files = write_new_rows(
             checked if checked is not None else df,
             writer.file_options,
-            check=_Check(predicate, _shown_columns(df.columns, columns)) if checked is not None else None,
+            check=_Check(predicate, shown) if checked is not None else None,
             change_data=cdf_enabled(snapshot.configuration) and bool(deleted.change_files),
         )
     except Exception as err:
@@ -335,8 +338,34 @@ def _shown_columns(data_columns: Sequence[str], named: Sequence[str]) -> tuple[s
     return tuple(c for c in data_columns if c.lower() in wanted) or tuple(data_columns)
 
 
-def _checked(df: DataFrame, predicate: str, shown: str) -> DataFrame:
-    """``df`` with :data:`CHECK_COLUMN`: the predicate on each new row (null counts as false, as a CHECK).
+@dataclass(frozen=True)
+class _Generated:
+    """A generated column of the table, as Spark computes it for the ``replaceWhere`` check (driver only)."""
+
+    name: str
+    expression: str
+    data_type: DataType
+
+
+def _generated_left_out(df: DataFrame, snapshot: TableSnapshot, named: Sequence[str]) -> list[_Generated]:
+    """The table's generated columns the predicate names (``named``) and ``df`` leaves out: the write computes
+    them, and Delta checks the ``replaceWhere`` constraint on the row with them."""
+    if snapshot.generated is None:
+        return []
+    present = {c.lower() for c in df.columns}
+    wanted = {c.lower() for c in named}
+    types = {f.name.lower(): f.dataType for f in snapshot.spark_schema().fields}
+    return [
+        _Generated(c.name, c.expression, types[c.name.lower()])
+        for c in snapshot.generated.columns
+        if c.name.lower() in wanted and c.name.lower() not in present
+    ]
+
+
+def _checked(df: DataFrame, predicate: str, shown: str, generated: Sequence[_Generated] = ()) -> DataFrame:
+    """``df`` with :data:`CHECK_COLUMN`: the predicate on each new row (null counts as false, as a CHECK), the
+    ``generated`` columns (left out of ``df``) computed by Spark for it first, as Delta computes generated columns
+    before it checks the row (the written files get them from the writing tasks, as on every write).
 
     Raises:
         SqlError: the predicate does not resolve against ``df``'s columns (naming the option).
@@ -345,7 +374,10 @@ def _checked(df: DataFrame, predicate: str, shown: str) -> DataFrame:
     from pyspark.errors import AnalysisException
 
     try:
-        return df.select(
+        full = df
+        for column in generated:
+            full = full.withColumn(column.name, F.expr(column.expression).cast(column.data_type))
+        return full.select(
             *[F.col(f"`{c}`") for c in df.columns], F.coalesce(F.expr(predicate), F.lit(False)).alias(CHECK_COLUMN)
         )
     except AnalysisException as err:
@@ -453,10 +485,10 @@ def _write_task(
             if not batch.num_rows:
                 continue
             table = pa.Table.from_batches([batch])
+            if options.generated is not None:  # first, as Delta: the check shows a generated column's value
+                table = options.generated.apply(table)
             if check is not None:
                 table = check.apply(table)
-            if options.generated is not None:
-                table = options.generated.apply(table)
             if options.constraints is not None:
                 options.constraints.apply(table)
             data.write(table)

@@ -58,7 +58,7 @@ from sparkonce.storage import TableLocation, table_location
 if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
 log = logging.getLogger(__name__)
 
@@ -138,15 +138,24 @@ class TableSnapshot:
     """The table's identity columns (:mod:`sparkonce.delta.identity`), with the high-water marks read."""
     """The table's column mapping, for the files a rewrite writes (None: not column-mapped)."""
 
-    def read_set(self, files: Sequence[TableFile], *, whole_table: bool, data_change: bool = True) -> ReadSet:
+    def read_set(
+        self,
+        files: Sequence[TableFile],
+        *,
+        whole_table: bool,
+        data_change: bool = True,
+        partitions: PartitionCondition | None = None,
+    ) -> ReadSet:
         """What a rewrite of this snapshot read, for the conflict check of its commit: ``files``, and the whole
-        table or only their partitions (a scan pruned by partition values). ``data_change=False`` (OPTIMIZE):
-        Delta's SnapshotIsolation, where only the removal of a file read conflicts."""
+        table or only their partitions (a scan pruned by partition values) and the partitions ``partitions``
+        selects (:func:`partition_condition`, files or not). ``data_change=False`` (OPTIMIZE): Delta's
+        SnapshotIsolation, where only the removal of a file read conflicts."""
         return ReadSet.of_files(
             self.table_version,
             ((f.path, f.removed().partition_values) for f in files),
             whole_table=whole_table,
             isolation="WriteSerializable" if data_change else "SnapshotIsolation",
+            partitions=partitions,
         )
 
     def stats_columns(self) -> frozenset[str]:
@@ -424,6 +433,8 @@ __all__ = [
     "sql_text",
     "ROW_COLUMN",
     "files_by_partition_predicate",
+    "partition_condition",
+    "PartitionCondition",
     "TableFile",
     "TableSnapshot",
     "commit_rewrite",
@@ -458,3 +469,83 @@ def files_by_partition_predicate(
     except AnalysisException:
         return None
     return [snapshot.files[r[0]] for r in chosen]
+
+
+_INDEX = "_sparkonce_index"
+
+
+@dataclass(frozen=True, eq=False)
+class PartitionCondition:
+    """The part of a rewrite's condition over partition columns only, as the partitions the rewrite read, files
+    or not (a :class:`~sparkonce.delta.conflicts.PartitionPredicate`): Spark evaluates it over partition values
+    cast to the columns' types, as Delta's ``filterFileList`` does. Made by :func:`partition_condition`. Runs on
+    the driver (one small Spark job per winning commit that added files)."""
+
+    spark: SparkSession
+    text: str
+    """The condition, Spark SQL over the partition columns (Catalyst's SQL of the resolved conjuncts)."""
+    fields: tuple[StructField, ...]
+    """The partition columns, logical names and types."""
+    physical: tuple[tuple[str, str], ...]
+    """Logical -> physical partition column names where they differ (column mapping)."""
+
+    def first_match(self, partitions: Sequence[Mapping[str, str | None]]) -> int | None:
+        """The index of the first ``partitionValues`` map (as the log writes them) the condition selects."""
+        import pyspark.sql.functions as F
+        from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+        keys = dict(self.physical)
+        rows = [
+            (i, *(values.get(keys.get(f.name, f.name)) for f in self.fields)) for i, values in enumerate(partitions)
+        ]
+        strings = [StructField(f.name, StringType()) for f in self.fields]
+        schema = StructType([StructField(_INDEX, IntegerType()), *strings])
+        typed = self.spark.createDataFrame(rows, schema).select(
+            _INDEX, *(F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in self.fields)
+        )
+        found = typed.where(F.coalesce(F.expr(self.text), F.lit(False))).agg(F.min(_INDEX)).collect()[0][0]
+        return None if found is None else int(found)
+
+
+def partition_condition(
+    spark: SparkSession, snapshot: TableSnapshot, condition: str | Column | None
+) -> PartitionCondition | None:
+    """The partitions a rewrite with ``condition`` read, as Delta's read predicate: the AND of the condition's
+    top-level conjuncts that name partition columns only (deterministic ones); None when there is none (the read
+    predicate is then the whole table, Delta's ``true``), the table is not partitioned, or the session has no JVM
+    to resolve the condition with (Spark Connect; the whole table, stricter than Delta, never looser). Runs on the
+    driver."""
+    import pyspark.sql.functions as F
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+    from pyspark.sql.types import StructType
+
+    if condition is None or not snapshot.partition_columns:
+        return None
+    schema = snapshot.spark_schema()
+    partition_columns = {c.lower() for c in snapshot.partition_columns}
+    try:
+        resolved = spark.createDataFrame([], schema).where(as_column(condition))._jdf.queryExecution().analyzed()
+        pending, kept = [resolved.condition()], []
+        while pending:
+            expression = pending.pop()
+            if expression.getClass().getSimpleName() == "And":
+                pending += [expression.right(), expression.left()]
+                continue
+            references = expression.references().toSeq()
+            names = {str(references.apply(i).name()).lower() for i in range(references.size())}
+            if names and names <= partition_columns and expression.deterministic():
+                kept.append(str(expression.sql()))
+    except (Py4JError, PySparkException, AttributeError):  # Spark Connect: no JVM to split the condition with
+        return None
+    if not kept:
+        return None
+    fields = tuple(f for f in schema.fields if f.name.lower() in partition_columns)
+    text = " AND ".join(kept)
+    frame = spark.createDataFrame([], StructType(list(fields)))
+    try:
+        frame.where(F.expr(text))
+    except PySparkException:  # Catalyst's SQL of a conjunct Spark cannot parse back: the whole table
+        return None
+    physical = tuple((c, p) for c, p in snapshot.scan.physical_names.items() if c.lower() in partition_columns)
+    return PartitionCondition(spark, text, fields, physical)
