@@ -17,7 +17,9 @@ the error tree, the commit conflicts also under delta-spark's names (``Concurren
 
 from __future__ import annotations
 
+import functools
 import importlib
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from sparkonce._version import __version__
@@ -142,11 +144,49 @@ def register(spark: SparkSession) -> list[str]:
         from sparkonce.delta import _compat
 
         _compat.install(n for n in names if n in ("delta", "sparkonce.delta"))
+        _REGISTERED.add(spark)
+        _register_new_sessions()
     if DeltaDataSource in deltas:  # with Delta's JVM connector, its SQL extension answers Delta's statements
         from sparkonce.sql import install
 
         install(spark)
     return names
+
+
+_REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+"""The classic sessions :func:`register` ran on: their ``newSession()`` children are registered too."""
+_NEW_SESSIONS_WRAPPED = False
+SPARKONCE_CONF_PREFIX = "spark.sparkonce."
+
+
+def _register_new_sessions() -> None:
+    """Make ``newSession()`` of a registered session return a registered session (once per process).
+
+    Spark's ``newSession()`` shares the parent's SparkContext and external catalog, not its Python side: the child's
+    ``spark.sql`` is Spark's own and its session catalog has no plan for sparkonce's table names, so a name resolved to
+    Spark's entry of the table, which hands the Python data source no ``path``. The child gets the parent's
+    ``spark.sparkonce.*`` settings (the warehouse, the storage options: sparkonce reads them per process) and
+    :func:`register`, so it sees the same tables by name, through the catalog API, views and SQL.
+    """
+    global _NEW_SESSIONS_WRAPPED
+    if _NEW_SESSIONS_WRAPPED:
+        return
+    from pyspark.sql import SparkSession
+
+    original = SparkSession.newSession
+
+    @functools.wraps(original)
+    def newSession(self: SparkSession) -> SparkSession:
+        child = original(self)
+        if self in _REGISTERED:
+            for key, value in self.conf.getAll.items():
+                if key.startswith(SPARKONCE_CONF_PREFIX):
+                    child.conf.set(key, value)
+            register(child)
+        return child
+
+    SparkSession.newSession = newSession  # type: ignore[method-assign]
+    _NEW_SESSIONS_WRAPPED = True
 
 
 def _register_source(spark: SparkSession, source: Any) -> None:

@@ -110,3 +110,42 @@ def registered_reader(table: str | Path | TableLocation, query_id: str, table_ve
             return mine[0]
         assert time.monotonic() < deadline, f"the registration of {query_id} on {table} is still {mine}"
         time.sleep(0.2)
+
+
+_LATER_DRIVER = """
+import json, sys
+from sparkonce.spark import local_session
+conf, table = json.loads(sys.argv[1]), sys.argv[2]
+spark = local_session(app_name="later", extra_conf=conf)
+tables = sorted(t.name for t in spark.catalog.listTables() if not t.isTemporary)
+spark.sql(f"CREATE OR REPLACE TEMP VIEW seen AS SELECT * FROM {table} WHERE id > 2")
+before = sorted(r[0] for r in spark.sql("SELECT id FROM seen").collect())
+spark.range(10, 12).write.format("delta").mode("append").saveAsTable(table)
+after = sorted(r[0] for r in spark.sql("SELECT id FROM seen").collect())
+described = {r.col_name: r.data_type for r in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()}
+print(json.dumps({"tables": tables, "exists": spark.catalog.tableExists(table), "before": before, "after": after,
+                  "provider": described.get("Provider"), "location": described.get("Location")}))
+spark.stop()
+"""
+
+
+def later_driver(conf: dict[str, str], table: str) -> dict[str, object]:
+    """A second Spark driver process, started now with the session settings ``conf`` (the warehouse, storage
+    options): what it sees of ``table`` (its tables by name, ``tableExists``, a temporary view over ``table`` with
+    ``id > 2`` before and after it appends ids 10 and 11 by ``saveAsTable``, DESCRIBE's provider and location)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _LATER_DRIVER, json.dumps(conf), table],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SPARKONCE_JVM": "quick-start"},
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seen

@@ -7,10 +7,6 @@ query: a view answers against the table's current state, as delta-spark's do.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +16,7 @@ from pyspark.sql import functions as F
 
 from sparkonce.errors import SqlError
 from sparkonce.sql.runner import DeltaSql
+from tests.integration.conftest import later_driver
 
 pytestmark = pytest.mark.spark
 
@@ -135,39 +132,21 @@ def test_named_databases(spark: SparkSession, sql: DeltaSql) -> None:
     assert not spark.catalog.tableExists("sales.orders")
 
 
-_LATER_SESSION = """
-import json, sys
-from sparkonce.spark import local_session
-spark = local_session(app_name="later", extra_conf={"spark.sparkonce.warehouse.dir": sys.argv[1]})
-tables = sorted(t.name for t in spark.catalog.listTables() if not t.isTemporary)
-spark.sql("CREATE OR REPLACE TEMP VIEW seen AS SELECT * FROM events WHERE id > 2")
-before = spark.sql("SELECT count(*) FROM seen").collect()[0][0]
-spark.range(10, 12).write.format("delta").mode("append").saveAsTable("events")
-after = sorted(r[0] for r in spark.sql("SELECT id FROM seen").collect())
-described = {r.col_name: r.data_type for r in spark.sql("DESCRIBE TABLE EXTENDED events").collect()}
-print(json.dumps({"tables": tables, "exists": spark.catalog.tableExists("events"), "before": before,
-                  "after": after, "provider": described.get("Provider")}))
-spark.stop()
-"""
-
-
 def test_a_table_made_in_one_session_is_seen_by_a_session_started_later(
     spark: SparkSession, events: str, sql: DeltaSql, tmp_path: Path
 ) -> None:
     """Item 5: a second driver process, started after the table was made, sees it through the catalog API, views
     and SQL (sparkonce's catalog is mirrored into each session's catalog when sparkonce registers)."""
-    env = {**os.environ, "SPARKONCE_JVM": "quick-start"}
-    done = subprocess.run(
-        [sys.executable, "-c", _LATER_SESSION, str(tmp_path / "warehouse")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen == {"tables": ["events"], "exists": True, "before": 2, "after": [3, 4, 10, 11], "provider": "delta"}
+    warehouse = tmp_path / "warehouse"
+    seen = later_driver({"spark.sparkonce.warehouse.dir": str(warehouse)}, "events")
+    assert seen == {
+        "tables": ["events"],
+        "exists": True,
+        "before": [3, 4],
+        "after": [3, 4, 10, 11],
+        "provider": "delta",
+        "location": f"file:{warehouse / 'events'}",
+    }
     assert _ids(spark, "SELECT id FROM events") == [0, 1, 2, 3, 4, 10, 11]
 
 

@@ -48,8 +48,11 @@ HELPER_VIEW_PREFIX = "__sparkonce_"
 API's ``listTables``)."""
 
 _synced: dict[tuple[int, str, str], tuple[str, str]] = {}
-"""(session, database, table) -> the location and the schema and partitioning the Spark catalog entry and the
-cached plan were made with: the entries this module made (it never drops another)."""
+"""(session, database, table) -> the location and the schema and partitioning the session's cached plan was made
+with: the entries this module made (it never drops another)."""
+_entries: dict[tuple[int, str, str], tuple[str, str]] = {}
+"""(SparkContext, database, table) -> the same for the Spark catalog entry, which every session of one SparkContext
+shares (``newSession()``): a second session caches its own plan and leaves the entry as it is."""
 _lock = threading.Lock()
 
 
@@ -105,6 +108,7 @@ def sync_table(spark: SparkSession, entry: CatalogTable) -> bool:
     meta = table.snapshot.metadata
     state = (entry.location, json.dumps([meta.get("schemaString"), meta.get("partitionColumns")]))
     key = (id(spark), entry.database, entry.name)
+    shared = (id(spark.sparkContext), entry.database, entry.name)
     j = spark._jsparkSession
     jvm = spark._jvm
     assert jvm is not None
@@ -112,12 +116,13 @@ def sync_table(spark: SparkSession, entry: CatalogTable) -> bool:
     qualified = jvm.org.apache.spark.sql.catalyst.QualifiedTableName("spark_catalog", entry.database, entry.name)
     with _lock:
         known = _synced.get(key)
+        made = _entries.get(shared)
     exists = _exists(spark, entry)
     if known == state and exists and catalog.getCachedTable(qualified) is not None:
         return True
     try:
         frame = spark.read.format("sparkonce.delta").load(entry.location)
-        if not exists or known != state:
+        if not exists or made != state:
             _create_entry(spark, entry, frame.schema, list(table.metadata().partition_columns), replace=exists)
         native = native_frame(
             spark,
@@ -130,6 +135,7 @@ def sync_table(spark: SparkSession, entry: CatalogTable) -> bool:
         return False
     with _lock:
         _synced[key] = state
+        _entries[shared] = state
     return True
 
 
@@ -137,6 +143,8 @@ def forget_table(spark: SparkSession, database: str, name: str) -> None:
     """Drop ``database.name`` from ``spark``'s catalog (an external entry: the table's files stay)."""
     with _lock:
         _synced.pop((id(spark), database.lower(), name.lower()), None)
+        if _usable(spark):
+            _entries.pop((id(spark.sparkContext), database.lower(), name.lower()), None)
     if not _usable(spark):
         return
     _spark_sql(spark)(f"DROP TABLE IF EXISTS `{database}`.`{name}`")
