@@ -5,9 +5,13 @@ and ``DeltaTable.merge(...)``'s builder. For one merge (optionally with ``txn(ap
 
 1. driver: skip it when the table's ``txn_version(app_id) >= txn_version`` (a replayed batch);
 2. driver: pick the *candidate* files. With equality keys in the condition (``t.k = s.k AND ...``, or the gold
-   rule's keys) the source's key values are collected to the driver (keys only, never whole rows) and only files
-   whose key min/max stats or partition values may hold one of them are read; files without stats are
-   candidates. Without keys, or with ``whenNotMatchedBySource`` clauses, every file is a candidate;
+   rule's keys), executors count the source and take its first key's min and max, and only files whose key
+   min/max stats or partition values overlap them stay. Then, for a source of at most :data:`KEYS_ON_DRIVER`
+   rows, its key values come to the driver (keys only, a bounded set) and only files whose statistics may hold
+   one of them are read (no target file is opened to decide); for a larger source, executors join its distinct
+   keys with the key columns of the remaining files and only the matching files' paths reach the driver, as
+   delta-spark finds the files a merge touches. Files without stats are candidates. Without keys, or with
+   ``whenNotMatchedBySource`` clauses, every file is a candidate;
 3. executors: read the candidate files (each row tagged with its file and position) and join them with the
    source on the condition; the first clause whose condition holds decides each pair: update, delete, insert;
 4. only the files holding a target row that a clause updates or deletes are *touched*: their other rows are
@@ -69,6 +73,7 @@ from sparkonce.errors import OptionError, SchemaMismatchError
 from sparkonce.storage import table_location
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
@@ -76,6 +81,11 @@ log = logging.getLogger(__name__)
 
 ClauseKind = Literal["update", "delete", "insert"]
 ClauseWhen = Literal["matched", "notMatched", "notMatchedBySource"]
+
+KEYS_ON_DRIVER = 10_000
+"""The most source rows whose keys a MERGE takes to the driver to pick its candidate files by the log's statistics
+alone. A larger source keeps its keys on executors: they are joined with the target's key columns there, and only
+file paths come back."""
 
 _T_PRESENT = "_sparkonce_target_row"
 _S_PRESENT = "_sparkonce_source_row"
@@ -214,7 +224,7 @@ def merge_into(
     cached_by_caller = source.is_cached
     source = source.persist()
     try:
-        source_rows, candidates = _candidates(source, files, keys, clauses, partition_by)
+        source_rows, candidates = _candidates(spark, snapshot, source, files, keys, clauses, partition_by)
         scan_started = time.monotonic()
         target = read_rows(spark, snapshot, candidates) if snapshot is not None else _empty_target(spark, target_schema)
         target = target.withColumn(_T_PRESENT, F.lit(True))
@@ -533,37 +543,77 @@ def _new_columns(
 
 
 def _candidates(
+    spark: Any,
+    snapshot: TableSnapshot | None,
     source: DataFrame,
     files: list[TableFile],
     keys: Sequence[tuple[str, str]],
     clauses: Sequence[MergeClause],
     partition_by: Sequence[str],
 ) -> tuple[int, list[TableFile]]:
-    """(source rows, the files to read). Keys of the source are collected to the driver (keys only)."""
+    """(source rows, the files to read). Runs on the driver; the source's rows stay on executors, and its keys too
+    past :data:`KEYS_ON_DRIVER` rows."""
+    import pyspark.sql.functions as F
+
     if not keys:
         return source.count(), list(files)
-    source_keys = source.select(*[s for _, s in keys]).toArrow()
-    rows = source_keys.num_rows
+    first = _quoted(keys[0][1])
+    # As Arrow, as the keys below: values compare with the statistics as they do (timestamps in UTC)
+    summary = source.agg(F.count(F.lit(1)), F.min(first), F.max(first)).toArrow()
+    rows, low, high = (summary.column(i)[0].as_py() for i in range(3))
     if any(c.when == "notMatchedBySource" for c in clauses):
         return rows, list(files)
-    if not files or rows == 0:
+    if not files or snapshot is None or low is None:  # no row, or every first key null: nothing can match
         return rows, []
+    files = [f for f in files if _may_hold(_bounds(f, keys[0][0], partition_by), low, high)]
+    if not files:
+        return rows, []
+    if rows <= KEYS_ON_DRIVER:
+        return rows, _by_statistics(source.select(*[_quoted(s) for _, s in keys]).toArrow(), files, keys, partition_by)
+    return rows, _by_join(spark, snapshot, source, files, keys)
+
+
+def _quoted(column: str) -> Any:
+    """A Spark column by its plain name (dots and spaces as they are)."""
+    import pyspark.sql.functions as F
+
+    return F.col("`" + column.replace("`", "``") + "`")
+
+
+def _bounds(f: TableFile, column: str, partition_by: Sequence[str]) -> tuple[Any, Any]:
+    """(min, max) of ``column`` in ``f`` from its partition value or statistics; None where not known."""
+    if column in partition_by:
+        value = f.partition_values.get(column)
+        return value, value
+    return f.min_values.get(column), f.max_values.get(column)
+
+
+def _may_hold(bounds: tuple[Any, Any], low: Any, high: Any) -> bool:
+    """Whether a file of key ``bounds`` may hold a key in ``[low, high]`` (unknown bounds, or bounds that do not
+    compare with the keys: it may)."""
+    lo, hi = bounds
+    if lo is None or hi is None:
+        return True
+    try:
+        return not (hi < low or lo > high)
+    except TypeError:
+        return True
+
+
+def _by_statistics(
+    source_keys: pa.Table, files: list[TableFile], keys: Sequence[tuple[str, str]], partition_by: Sequence[str]
+) -> list[TableFile]:
+    """The files whose key statistics may hold one of the (few) ``source_keys``. Runs on the driver."""
     # A null key equals nothing, so it matches no file.
     distinct = set(zip(*(source_keys.column(i).to_pylist() for i in range(len(keys)))))
     tuples = sorted((t for t in distinct if None not in t), key=_sort_key)
     if not tuples:
-        return rows, []
+        return []
     first = [t[0] for t in tuples]
     target_keys = [t for t, _ in keys]
     chosen = []
     for f in files:
-        bounds = []
-        for k in target_keys:
-            if k in partition_by:
-                value = f.partition_values.get(k)
-                bounds.append((value, value))
-            else:
-                bounds.append((f.min_values.get(k), f.max_values.get(k)))
+        bounds = [_bounds(f, k, partition_by) for k in target_keys]
         lo, hi = bounds[0]
         try:
             if lo is None or hi is None:
@@ -582,7 +632,22 @@ def _candidates(
                 chosen.append(f)
         except TypeError:  # stats of a type that does not compare with the keys: read the file
             chosen.append(f)
-    return rows, chosen
+    return chosen
+
+
+def _by_join(
+    spark: Any, snapshot: TableSnapshot, source: DataFrame, files: list[TableFile], keys: Sequence[tuple[str, str]]
+) -> list[TableFile]:
+    """The files holding a row whose keys equal a source row's: executors join the source's distinct keys with the
+    files' key columns; only the paths of the matching files come to the driver."""
+    target = read_rows(spark, snapshot, files).select(
+        FILE_COLUMN, *[_quoted(t).alias(f"_sparkonce_key{i}") for i, (t, _) in enumerate(keys)]
+    )
+    source_keys = source.select(*[_quoted(s).alias(f"_sparkonce_source_key{i}") for i, (_, s) in enumerate(keys)])
+    on = [target[f"_sparkonce_key{i}"] == source_keys[f"_sparkonce_source_key{i}"] for i in range(len(keys))]
+    matching = target.join(source_keys.distinct(), on=on, how="left_semi").select(FILE_COLUMN).distinct()
+    paths = {row[0] for row in matching.collect()}
+    return [f for f in files if f.path in paths]
 
 
 def _sort_key(values: tuple[Any, ...]) -> tuple[Any, ...]:
