@@ -144,7 +144,7 @@ def register(spark: SparkSession) -> list[str]:
         from sparkonce.delta import _compat
 
         _compat.install(n for n in names if n in ("delta", "sparkonce.delta"))
-        _REGISTERED.add(spark)
+        _REGISTERED[spark] = (*names, DeltaHistoryDataSource.name())
         _register_new_sessions()
     if DeltaDataSource in deltas:  # with Delta's JVM connector, its SQL extension answers Delta's statements
         from sparkonce.sql import install
@@ -153,8 +153,9 @@ def register(spark: SparkSession) -> list[str]:
     return names
 
 
-_REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
-"""The classic sessions :func:`register` ran on: their ``newSession()`` children are registered too."""
+_REGISTERED: weakref.WeakKeyDictionary[SparkSession, tuple[str, ...]] = weakref.WeakKeyDictionary()
+"""The classic sessions :func:`register` ran on, with the names of the sources it registered: their
+``newSession()`` children are registered too."""
 _NEW_SESSIONS_WRAPPED = False
 SPARKONCE_CONF_PREFIX = "spark.sparkonce."
 
@@ -162,11 +163,13 @@ SPARKONCE_CONF_PREFIX = "spark.sparkonce."
 def _register_new_sessions() -> None:
     """Make ``newSession()`` of a registered session return a registered session (once per process).
 
-    Spark's ``newSession()`` shares the parent's SparkContext and external catalog, not its Python side: the child's
-    ``spark.sql`` is Spark's own and its session catalog has no plan for sparkonce's table names, so a name resolved to
-    Spark's entry of the table, which hands the Python data source no ``path``. The child gets the parent's
-    ``spark.sparkonce.*`` settings (the warehouse, the storage options: sparkonce reads them per process) and
-    :func:`register`, so it sees the same tables by name, through the catalog API, views and SQL.
+    Spark's ``newSession()`` shares the parent's SparkContext and external catalog, not its Python data sources: the
+    child's session state has a data source manager of its own, empty, so the catalog's entry of a sparkonce table
+    (``USING delta``) and every write failed with ``DATA_SOURCE_NOT_FOUND``; registering them again through the
+    child's ``dataSource`` does not reach that manager (Spark 4.3 answers ``DATA_SOURCE_ALREADY_EXISTS``). So the
+    child's manager gets the parent's sources, then the parent's ``spark.sparkonce.*`` settings (the warehouse, the
+    storage options: sparkonce reads them per process) and :func:`register` (its ``spark.sql``, the mirror of the
+    tables in its session catalog): it sees the same tables by name, through the catalog API, views and SQL.
     """
     global _NEW_SESSIONS_WRAPPED
     if _NEW_SESSIONS_WRAPPED:
@@ -178,7 +181,13 @@ def _register_new_sessions() -> None:
     @functools.wraps(original)
     def newSession(self: SparkSession) -> SparkSession:
         child = original(self)
-        if self in _REGISTERED:
+        sources = _REGISTERED.get(self)
+        if sources is not None:
+            parent = self._jsparkSession.sessionState().dataSourceManager()
+            own = child._jsparkSession.sessionState().dataSourceManager()
+            for name in sources:
+                if parent.dataSourceExists(name) and not own.dataSourceExists(name):
+                    own.registerDataSource(name, parent.lookupDataSource(name))
             for key, value in self.conf.getAll.items():
                 if key.startswith(SPARKONCE_CONF_PREFIX):
                     child.conf.set(key, value)

@@ -47,7 +47,7 @@ def test_describe_show_columns_cache_refresh_and_drop(spark: SparkSession, event
     """Rows: DESCRIBE TABLE and CACHE TABLE (both were TABLE_OR_VIEW_NOT_FOUND)."""
     described = {r.col_name: r.data_type for r in sql("DESCRIBE TABLE EXTENDED events").collect()}
     assert described["id"] == "bigint"
-    assert described["Provider"] == "delta" and described["Type"] == "EXTERNAL"
+    assert described["Provider"] == "delta" and described["Type"] == "MANAGED"  # saveAsTable chose its place
     assert described["Location"].rstrip("/").endswith("warehouse/events")
     assert [r[0] for r in sql("SHOW COLUMNS IN events").collect()] == ["id"]
     sql("CACHE TABLE events")
@@ -74,6 +74,10 @@ def test_a_temp_view_over_a_name_answers_with_the_tables_current_state(
     assert _ids(spark, "SELECT id FROM v") == [3, 4, 5, 6]
     spark.range(10, 12).write.format("delta").mode("overwrite").saveAsTable("events")
     assert _ids(spark, "SELECT id FROM v") == [10, 11]
+    sql("ALTER TABLE events ADD COLUMNS (note STRING)")  # a schema change: the view keeps its own columns
+    sql("INSERT INTO events VALUES (12, 'n')")
+    assert _ids(spark, "SELECT id FROM v") == [10, 11, 12]
+    assert spark.table("v").columns == ["id"]
 
 
 def test_views_over_paths_joins_and_dataframes_keep_working(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
@@ -174,29 +178,70 @@ def test_dataframe_writer_v2_creates_replaces_and_appends(spark: SparkSession, s
 
 
 def test_time_travel_past_the_latest_commit_is_refused(spark: SparkSession, events: str, sql: DeltaSql) -> None:
-    """Row: TIMESTAMP AS OF '2099-01-01' (answered with the latest version; Delta refuses)."""
+    """Row: TIMESTAMP AS OF '2099-01-01' (answered with the latest version; Delta refuses). Item 4: the other edges
+    with Delta's error classes: a timestamp before the earliest commit, a version that does not exist."""
     with pytest.raises(Exception, match="DELTA_TIMESTAMP_GREATER_THAN_COMMIT"):
         sql("SELECT * FROM events TIMESTAMP AS OF '2099-01-01'").collect()
+    with pytest.raises(Exception, match="DELTA_TIMESTAMP_EARLIER_THAN_COMMIT_RETENTION"):
+        sql("SELECT * FROM events TIMESTAMP AS OF '1999-01-01'").collect()
+    with pytest.raises(Exception, match="DELTA_VERSION_NOT_FOUND"):
+        sql("SELECT * FROM events VERSION AS OF 5").collect()
+    assert _ids(spark, "SELECT id FROM events VERSION AS OF 0") == [0, 1, 2, 3, 4]
 
 
-def test_describe_table_shows_a_partitioned_tables_partitioning(spark: SparkSession, sql: DeltaSql) -> None:
-    """Delta's test_ddls: DESCRIBE TABLE of a partitioned table ends with its partition columns; Spark's catalog
-    keeps them last in the columns, reads keep the table's own column order."""
-    sql("CREATE TABLE part (a BIGINT, b STRING NOT NULL) USING delta PARTITIONED BY (a)")
-    rows = [(r.col_name, r.data_type) for r in sql("DESCRIBE TABLE part").collect()]
-    assert rows == [
-        ("b", "string"),
-        ("a", "bigint"),
-        ("# Partition Information", ""),
-        ("# col_name", "data_type"),
-        ("a", "bigint"),
+def test_describe_table_gives_delta_sparks_rows(spark: SparkSession, sql: DeltaSql, tmp_path: Path) -> None:
+    """Delta's test_ddls: DESCRIBE TABLE of a partitioned table ends with its partition columns. The rows are
+    delta-spark 4.4's (Spark's for its V2 table: the table's own column order, then the partitioning; EXTENDED adds
+    the catalog, namespace, name, type, comment, location, provider and properties), compared with the oracle's."""
+    sql("CREATE TABLE part (a BIGINT, b STRING NOT NULL COMMENT 'bee') USING delta PARTITIONED BY (a) COMMENT 'p'")
+    partitioning = [
+        ("a", "bigint", None),
+        ("b", "string", "bee"),
+        ("# Partition Information", "", ""),
+        ("# col_name", "data_type", "comment"),
+        ("a", "bigint", None),
+    ]
+    assert [tuple(r) for r in sql("DESCRIBE TABLE part").collect()] == partitioning
+    location = f"file:{tmp_path / 'warehouse' / 'part'}"
+    assert [tuple(r) for r in sql("DESC FORMATTED part").collect()] == [
+        *partitioning,
+        ("", "", ""),
+        ("# Detailed Table Information", "", ""),
+        ("Catalog", "spark_catalog", ""),
+        ("Namespace", "default", ""),
+        ("Database", "default", ""),
+        ("Table", "part", ""),
+        ("Type", "MANAGED", ""),
+        ("Comment", "p", ""),
+        ("Location", location, ""),
+        ("Provider", "delta", ""),
+        ("Is_managed_location", "true", ""),
+        ("Table Properties", "[delta.minReaderVersion=1,delta.minWriterVersion=2]", ""),
     ]
     assert [f.name for f in spark.sql("SELECT * FROM part").schema.fields] == ["a", "b"]
-    sql("CREATE TABLE flat (a BIGINT, b STRING) USING delta")
-    assert [(r.col_name, r.data_type) for r in sql("DESCRIBE TABLE flat").collect()] == [
-        ("a", "bigint"),
-        ("b", "string"),
+    assert [tuple(r) for r in sql("DESCRIBE TABLE part b").collect()] == [  # Spark's answer, as delta-spark's
+        ("col_name", "b"),
+        ("data_type", "string"),
+        ("comment", "bee"),
     ]
+
+    outside = str(tmp_path / "outside")
+    spark.range(2).write.format("delta").save(outside)
+    sql(f"CREATE TABLE ext USING delta LOCATION '{outside}'")
+    rows = {r.col_name: r.data_type for r in sql("DESCRIBE TABLE EXTENDED ext").collect()}
+    assert (rows["Type"], rows["Location"], "Is_managed_location" in rows) == ("EXTERNAL", f"file:{outside}", False)
+    by_path = [tuple(r) for r in sql(f"DESCRIBE TABLE EXTENDED delta.`{outside}`").collect()]
+    assert by_path[3:9] == [  # as delta-spark names a table by path
+        ("Catalog", "spark_catalog", ""),
+        ("Namespace", "delta", ""),
+        ("Database", "delta", ""),
+        ("Table", outside, ""),
+        ("Type", "MANAGED", ""),
+        ("Location", outside, ""),
+    ]
+    sql("CREATE TABLE clustered (a BIGINT, b STRING) USING delta CLUSTER BY (b)")
+    properties = {r.col_name: r.data_type for r in sql("DESCRIBE TABLE EXTENDED clustered").collect()}
+    assert properties["Table Properties"].startswith('[clusteringColumns=[["b"]],delta.feature.appendOnly=supported,')
 
 
 def test_rename_to_moves_a_managed_table_and_keeps_an_external_one_in_place(

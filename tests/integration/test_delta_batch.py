@@ -168,7 +168,6 @@ def test_bad_write_options_name_the_option(spark: SparkSession, tmp_path: Path, 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"versionAsOf": "7"}, "beyond the latest table version 0"),
         ({"versionAsOf": "1", "timestampAsOf": "2020-01-01"}, "cannot be combined"),
         ({"versionAsOf": "-1"}, "versionAsOf"),
         ({"timestampAsOf": "yesterday"}, "timestampAsOf"),

@@ -18,6 +18,7 @@ from sparkonce.sql.statements import (
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DescribeTable,
     DropColumns,
     DropTable,
     GenerateManifest,
@@ -306,7 +307,34 @@ def test_other_statements() -> None:
     assert isinstance(stmt, GenerateManifest) and stmt.table.path == "/p"
     with pytest.raises(SqlError, match="GENERATE other_mode"):
         parse("GENERATE other_mode FOR TABLE t")
-    for text in ["SELECT * FROM t", "SHOW DATABASES", "CREATE TEMP VIEW v AS SELECT 1", "DESCRIBE TABLE t"]:
+    for text in ["SELECT * FROM t", "SHOW DATABASES", "CREATE TEMP VIEW v AS SELECT 1"]:
+        assert parse(text) is None, text
+
+
+def test_describe_table_and_the_describe_forms_left_to_spark() -> None:
+    """``DESCRIBE [TABLE] [EXTENDED | FORMATTED] t`` is parsed (the runner answers it for a Delta table); a column,
+    a partition, ``AS JSON``, time travel, a function, a database or a query stay Spark's."""
+    for text, name, extended in [
+        ("DESCRIBE TABLE t", ("t",), False),
+        ("desc db.t", ("db", "t"), False),
+        ("DESCRIBE TABLE EXTENDED t", ("t",), True),
+        ("DESC FORMATTED spark_catalog.db.t", ("spark_catalog", "db", "t"), True),
+    ]:
+        stmt = parse(text)
+        assert isinstance(stmt, DescribeTable) and stmt.table.name == name and stmt.extended is extended, text
+    stmt = parse("DESCRIBE TABLE delta.`/p`")
+    assert isinstance(stmt, DescribeTable) and stmt.table.path == "/p"
+    for text in [
+        "DESCRIBE TABLE t a",
+        "DESCRIBE TABLE t PARTITION (p = 1)",
+        "DESCRIBE TABLE EXTENDED t AS JSON",
+        "DESCRIBE t VERSION AS OF 1",
+        "DESCRIBE FUNCTION f",
+        "DESCRIBE DATABASE EXTENDED db",
+        "DESCRIBE QUERY SELECT 1",
+        "DESCRIBE SELECT 1",
+        "DESCRIBE",
+    ]:
         assert parse(text) is None, text
     assert parse("SHOW TABLES") == ShowTables(None, None)
     assert parse("show tables in spark_catalog.`my db` like 'a*|b'") == ShowTables(("spark_catalog", "my db"), "a*|b")

@@ -74,7 +74,7 @@ from sparkonce.delta.skipping import (
     stats_columns,
 )
 from sparkonce.delta.table_view import current_table
-from sparkonce.errors import DeltaLogError, OptionError, SchemaMismatchError, TableNotFoundError
+from sparkonce.errors import DeltaLogError, SchemaMismatchError, TableNotFoundError
 from sparkonce.storage import TableLocation, s3a_hadoop_conf, table_location
 
 if TYPE_CHECKING:
@@ -120,7 +120,9 @@ def native_frame(spark: SparkSession, options: ReadOptions, *, catalog_table: An
     cannot read it (see the module's documentation); the caller then reads through the Python data source.
 
     Raises:
-        OptionError: ``versionAsOf``/``timestampAsOf`` name no table version.
+        VersionNotFoundError: ``versionAsOf`` names a table version the log does not have (Delta's
+            ``DELTA_VERSION_NOT_FOUND``).
+        OptionError: ``timestampAsOf`` names no table version.
         UnsupportedFeatureError: the table needs a reader feature sparkonce cannot honour.
         TableNotFoundError: there is no Delta table at the path.
     """
@@ -207,13 +209,8 @@ def latest_snapshot(location: TableLocation) -> Snapshot:
 
 def _pinned_version(options: ReadOptions) -> int | None:
     if options.version_as_of is not None:
-        latest = DeltaLog(options.location).latest_version()
-        if options.version_as_of > latest:
-            raise OptionError(
-                "versionAsOf",
-                str(options.version_as_of),
-                f"is beyond the latest table version {latest} of {options.path}",
-            )
+        # Delta's DELTA_VERSION_NOT_FOUND beyond the latest version, naming the versions there are
+        DeltaLog(options.location).check_table_version(options.version_as_of)
         return options.version_as_of
     if options.timestamp_as_of is not None:
         return version_as_of_timestamp(options.location, options.timestamp_as_of, options.path)

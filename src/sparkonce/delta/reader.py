@@ -167,12 +167,10 @@ def open_snapshot(options: ReadOptions) -> DeltaTable:
     table = load_table(options.location)
     latest = table.version()
     if options.version_as_of is not None:
-        if options.version_as_of > latest:
-            raise OptionError(
-                "versionAsOf",
-                str(options.version_as_of),
-                f"is beyond the latest table version {latest} of {options.path}",
-            )
+        if options.version_as_of > latest:  # Delta's DELTA_VERSION_NOT_FOUND, naming the versions there are
+            from sparkonce.delta.log import DeltaLog
+
+            DeltaLog(options.location).check_table_version(options.version_as_of)
         table = load_table(options.location, table_version=options.version_as_of)
     elif options.timestamp_as_of is not None:
         table_version = version_as_of_timestamp(options.location, options.timestamp_as_of, options.path)

@@ -35,6 +35,7 @@ from sparkonce.delta.native import native_frame
 from sparkonce.delta.options import ReadOptions
 from sparkonce.delta.table_view import current_table
 from sparkonce.errors import SparkonceError
+from sparkonce.storage import s3a_hadoop_conf, table_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -180,5 +181,20 @@ def _create_entry(
     )
     columns = spark._jvm.org.apache.spark.sql.types.DataType.fromJson(ordered.json()).toDDL()  # type: ignore[union-attr]
     partitioned = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partitions)})" if partitions else ""
-    location = entry.location.replace("'", "\\'")
-    sql(f"CREATE TABLE {name} ({columns}) USING delta{partitioned} LOCATION '{location}'")
+    # An S3 table's S3A settings go with the entry: Spark gives a name's cached relation the options of its catalog
+    # entry (the relation's own would be dropped), and the scan sets them in its Hadoop conf. Spark redacts the
+    # keys (spark.redaction.regex) where it shows an entry's options.
+    settings = _s3a_settings(entry.location)
+    options = f" OPTIONS ({', '.join(f'{_quoted(k)} {_quoted(v)}' for k, v in settings.items())})" if settings else ""
+    sql(f"CREATE TABLE {name} ({columns}) USING delta{options}{partitioned} LOCATION {_quoted(entry.location)}")
+
+
+def _s3a_settings(location: str) -> dict[str, str]:
+    """The Hadoop S3A settings a Spark scan of an S3 table needs (its storage options'); none elsewhere."""
+    parsed = table_location(location)
+    return s3a_hadoop_conf(parsed.options()) if parsed.scheme in ("s3", "s3a") else {}
+
+
+def _quoted(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

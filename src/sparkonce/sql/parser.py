@@ -25,6 +25,7 @@ from sparkonce.sql.statements import (
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DescribeTable,
     DropColumns,
     DropConstraint,
     DropFeature,
@@ -82,6 +83,8 @@ def parse_statement(text: str, tokens: list[Token]) -> Statement | None:
         table = parse_table(c)
         c.expect_end()
         return DescribeDetail(table)
+    if c.at_word("DESCRIBE", "DESC"):
+        return _describe_table(c)
     if c.take_word("VACUUM"):
         return _vacuum(c)
     if c.take_word("OPTIMIZE"):
@@ -137,6 +140,27 @@ def parse_statement(text: str, tokens: list[Token]) -> Statement | None:
         c.expect_end()
         return GenerateManifest(table)
     return None
+
+
+_NOT_A_TABLE = ("FUNCTION", "DATABASE", "SCHEMA", "NAMESPACE", "CATALOG", "QUERY", "PROCEDURE", "SELECT", "WITH",
+                "VALUES", "FROM", "TABLE", "EXTENDED", "FORMATTED")  # fmt: skip
+
+
+def _describe_table(c: Cursor) -> DescribeTable | None:
+    """``DESCRIBE [TABLE] [EXTENDED | FORMATTED] t``, or None for Spark's other forms (a column, a partition, ``AS
+    JSON``, time travel, a function, a database, a query), which stay Spark's."""
+    c.take()
+    c.take_word("TABLE")
+    extended = c.take_word("EXTENDED", "FORMATTED")
+    if c.done() or c.at_word(*_NOT_A_TABLE):
+        return None
+    try:
+        table = parse_table(c)
+    except SqlError:
+        return None
+    if not c.done() or table.table_version is not None or table.timestamp is not None:
+        return None
+    return DescribeTable(table, extended)
 
 
 def _show_tables(c: Cursor) -> ShowTables:

@@ -22,6 +22,7 @@ the Delta API (:mod:`sparkonce.delta`); the dispatch over statement kinds is wha
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import uuid
@@ -50,6 +51,7 @@ from sparkonce.sql.statements import (
     Delete,
     DescribeDetail,
     DescribeHistory,
+    DescribeTable,
     DropColumns,
     DropConstraint,
     DropFeature,
@@ -226,6 +228,8 @@ class DeltaSql:
             return self._insert(text, target, stmt)
         if isinstance(stmt, ShowTblProperties):
             return self._show_properties(target, stmt.key)
+        if isinstance(stmt, DescribeTable):
+            return self._describe_table(target, stmt.extended)
         if isinstance(stmt, AlterProperties):
             from sparkonce.delta.alter import alter_properties
 
@@ -501,6 +505,48 @@ class DeltaSql:
         if target.catalog is not None:
             frame = frame.withColumn("name", F.lit(target.catalog.qualified_name))
         return frame
+
+    def _describe_table(self, target: Target, extended: bool) -> DataFrame:
+        """``DESCRIBE TABLE [EXTENDED]`` as delta-spark answers it (Spark's rows for its V2 table, checked against
+        delta-spark 4.4 by the oracle): the columns in the table's order, the partition columns, and with EXTENDED
+        the table's catalog, namespace, name, type (sparkonce's managed flag; MANAGED for a table by path, as
+        delta-spark says), comment, location, provider and properties (a clustered table's ``clusteringColumns``
+        among them)."""
+        from sparkonce.delta.tables import DeltaTable
+
+        schema = self.spark.read.format(FORMAT).load(target.location).schema
+        detail = DeltaTable(self.spark, target.location).detail().collect()[0]
+        fields = {f.name.lower(): f for f in schema.fields}
+        rows: list[tuple[str, str, str | None]] = [
+            (f.name, f.dataType.simpleString(), f.metadata.get("comment")) for f in schema.fields
+        ]
+        if detail.partitionColumns:
+            rows += [("# Partition Information", "", ""), ("# col_name", "data_type", "comment")]
+            for name in detail.partitionColumns:
+                field = fields[name.lower()]
+                rows.append((field.name, field.dataType.simpleString(), field.metadata.get("comment")))
+        if not extended:
+            return self._describe_frame(rows)
+        entry = target.catalog
+        namespace, table = (entry.database, entry.name) if entry is not None else ("delta", target.location)
+        rows += [("", "", ""), ("# Detailed Table Information", "", ""), ("Catalog", "spark_catalog", "")]
+        rows += [("Namespace", namespace, ""), ("Database", namespace, ""), ("Table", table, "")]
+        rows.append(("Type", "EXTERNAL" if entry is not None and not entry.managed else "MANAGED", ""))
+        if detail.description:
+            rows.append(("Comment", str(detail.description), ""))
+        rows.append(("Location", str(detail.location) if entry is not None else target.location, ""))
+        rows.append(("Provider", "delta", ""))
+        if entry is not None and entry.managed:
+            rows.append(("Is_managed_location", "true", ""))
+        properties = _table_properties(target.location)
+        if detail.clusteringColumns:
+            paths = [c.split(".") for c in detail.clusteringColumns]
+            properties["clusteringColumns"] = json.dumps(paths, separators=(",", ":"))
+        rows.append(("Table Properties", "[" + ",".join(f"{k}={v}" for k, v in sorted(properties.items())) + "]", ""))
+        return self._describe_frame(rows)
+
+    def _describe_frame(self, rows: list[tuple[str, str, str | None]]) -> DataFrame:
+        return self.spark.createDataFrame(rows, "col_name STRING, data_type STRING, comment STRING")
 
     def _vacuum(self, target: Target, stmt: Vacuum) -> DataFrame:
         from sparkonce.delta.tables import RETENTION_CHECK_CONF
@@ -811,15 +857,7 @@ class DeltaSql:
         return self.spark.createDataFrame(rows, "namespace STRING, tableName STRING, isTemporary BOOLEAN")
 
     def _show_properties(self, target: Target, key: str | None) -> DataFrame:
-        from sparkonce.delta.commit import load_table
-
-        table = load_table(target.location)
-        protocol = table.protocol()
-        rows = {str(k): str(v) for k, v in table.metadata().configuration.items() if v is not None}
-        rows["delta.minReaderVersion"] = str(protocol.min_reader_version)
-        rows["delta.minWriterVersion"] = str(protocol.min_writer_version)
-        for feature in sorted(set(protocol.reader_features or []) | set(protocol.writer_features or [])):
-            rows[f"delta.feature.{feature}"] = "supported"
+        rows = _table_properties(target.location)
         if key is not None:
             found = next((k for k in rows if k.lower() == key.lower()), None)
             value = rows[found] if found else f"Table {target.shown} does not have property: {key}"
@@ -870,6 +908,21 @@ class DeltaSql:
         from pyspark.sql.types import StructType
 
         return self.spark.createDataFrame([], StructType([]))
+
+
+def _table_properties(location: str) -> dict[str, str]:
+    """Delta's table properties as ``SHOW TBLPROPERTIES`` and ``DESCRIBE TABLE EXTENDED`` show them: the
+    configuration, the protocol versions and ``delta.feature.<name> = supported``."""
+    from sparkonce.delta.commit import load_table
+
+    table = load_table(location)
+    protocol = table.protocol()
+    rows = {str(k): str(v) for k, v in table.metadata().configuration.items() if v is not None}
+    rows["delta.minReaderVersion"] = str(protocol.min_reader_version)
+    rows["delta.minWriterVersion"] = str(protocol.min_writer_version)
+    for feature in sorted(set(protocol.reader_features or []) | set(protocol.writer_features or [])):
+        rows[f"delta.feature.{feature}"] = "supported"
+    return rows
 
 
 def _plain_fields(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,6 +29,14 @@ class DescribeDetail:
 
 
 @dataclass(frozen=True)
+class DescribeTable:
+    """``DESCRIBE [TABLE] [EXTENDED | FORMATTED] t``; Spark's other DESCRIBE forms are not parsed."""
+
+    table: TableRef
+    extended: bool
+
+
+@dataclass(frozen=True)
 class Vacuum:
     table: TableRef
     retain_hours: float | None
@@ -275,6 +283,7 @@ class AlterOther:
 Statement = (
     DescribeHistory
     | DescribeDetail
+    | DescribeTable
     | Vacuum
     | Optimize
     | Restore
