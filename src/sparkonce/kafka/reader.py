@@ -85,9 +85,24 @@ def current_batch_id() -> int | None:
     return int(value) if value is not None else None
 
 
-def consumer_config(settings: ReadSettings) -> dict[str, Any]:
-    """The executor consumer's config: the client options plus no auto-commit, no offset reset, EOF events."""
+PREFETCH_MAX = 10_000_000
+"""librdkafka's largest ``queued.min.messages``."""
+
+
+def consumer_config(settings: ReadSettings, *, prefetch: int | None = None) -> dict[str, Any]:
+    """The executor consumer's config: the client options plus no auto-commit, no offset reset, EOF events.
+
+    ``prefetch``, the records of the range to read, becomes librdkafka's ``queued.min.messages`` (at least
+    :data:`BATCH_ROWS`; a ``kafka.queued.min.messages`` option wins): the client keeps fetching until that many
+    records wait in its queue, so one range is fetched ahead in a stream of fetches and never much beyond its end.
+    With librdkafka's default (100,000) one executor read a range of 1M records of 100 B at a fifth of the speed
+    (7.3 s against 1.45 s on the embedded broker, 2026-11-27; 300k records: 1.2-2.1 s against 0.35 s; a
+    ``queued.min.messages`` below the consume size of 20,000: 7.1 s for 300k). The queue stays bounded in bytes by
+    ``queued.max.messages.kbytes`` (64 MiB by default).
+    """
     config: dict[str, Any] = dict(settings.client_config)
+    if prefetch is not None:
+        config.setdefault("queued.min.messages", min(max(prefetch, BATCH_ROWS), PREFETCH_MAX))
     config.setdefault("group.id", f"{settings.group_id_prefix}-{uuid.uuid4()}-executor")
     config.update(
         {
@@ -125,7 +140,7 @@ def read_range_in_process(
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     batch_id = current_batch_id()
     try:
-        consumer = Consumer(consumer_config(settings))
+        consumer = Consumer(consumer_config(settings, prefetch=rng.size))
     except KafkaException as err:
         raise BrokerError(f"cannot create a Kafka consumer for {rng}: {err.args[0].str()}") from err
     topic, partition = rng.tp.topic, rng.tp.partition
@@ -321,6 +336,7 @@ class _BatchBuilder:
 
 __all__ = [
     "BATCH_ROWS",
+    "PREFETCH_MAX",
     "ReadSettings",
     "consumer_config",
     "current_batch_id",
