@@ -118,10 +118,19 @@ def consumer_config(settings: ReadSettings, *, prefetch: int | None = None) -> d
 
 
 def read_range_in_process(
-    settings: ReadSettings, rng: OffsetRange, schema: StructType, *, crash_points: bool = True
+    settings: ReadSettings,
+    rng: OffsetRange,
+    schema: StructType,
+    *,
+    crash_points: bool = True,
+    left_open: list[Any] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """:func:`sparkonce.kafka.isolated.read_range` with the Kafka client in this process; ``crash_points`` false
-    skips the test crash points (a forked reading child leaves them to its parent).
+    skips the test crash points (a forked reading child leaves them to its parent). With ``left_open`` the
+    consumer is appended to it at the end instead of closed (nor freed, which closes it too), for a forked child
+    that exits right after: librdkafka's close waits for the fetch it has in flight beyond the range (up to
+    ``fetch.wait.max.ms`` at a partition's end), ~150 ms of every task on the embedded broker, and a consumer
+    assigned its partition in no group has nothing to hand back.
 
     Offsets missing inside the range (compaction, transaction markers) are skipped; the range ends when the
     consumer passes ``rng.end - 1`` or reports the partition's end at or beyond ``rng.end``.
@@ -200,7 +209,10 @@ def read_range_in_process(
             if crash_points:
                 crash_point("mid_read", batch_id)
     finally:
-        consumer.close()
+        if left_open is None:
+            consumer.close()
+        else:
+            left_open.append(consumer)
 
 
 def partition_exists(settings: ReadSettings, tp: TopicPartition) -> bool:
@@ -291,7 +303,7 @@ class _BatchBuilder:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
-        self.timestamps: list[int] = []
+        self.timestamps: list[int] = []  # microseconds
         self.timestamp_types: list[int] = []
         self.headers: list[list[dict[str, Any]] | None] = []
 
@@ -304,7 +316,7 @@ class _BatchBuilder:
         self.values.append(message.value())
         self.offsets.append(message.offset())
         kind, millis = message.timestamp()
-        self.timestamps.append(millis)
+        self.timestamps.append(millis * 1000)
         # librdkafka: 0 not available, 1 create time, 2 log append time; Kafka/Spark: -1, 0, 1.
         self.timestamp_types.append(kind - 1)
         if self.include_headers:
@@ -312,19 +324,16 @@ class _BatchBuilder:
             self.headers.append([{"key": k, "value": v} for k, v in headers] if headers else None)
 
     def flush(self) -> pa.RecordBatch:
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        import pyarrow as pa  # not pyarrow.compute: its import costs a forked reading child ~130 ms per range
 
         rows = self.rows
-        millis = pa.array(self.timestamps, type=pa.int64())
-        micros = pc.multiply(millis, pa.scalar(1000, pa.int64()))
         columns = [
             pa.array(self.keys, type=pa.binary()),
             pa.array(self.values, type=pa.binary()),
             pa.array([self.topic] * rows, type=pa.string()),
             pa.array([self.partition] * rows, type=pa.int32()),
             pa.array(self.offsets, type=pa.int64()),
-            micros.cast(self.schema.field("timestamp").type),
+            pa.array(self.timestamps, type=self.schema.field("timestamp").type),
             pa.array(self.timestamp_types, type=pa.int32()),
         ]
         if self.include_headers:
