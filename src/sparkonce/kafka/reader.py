@@ -129,7 +129,7 @@ def read_range_in_process(
     skips the test crash points (a forked reading child leaves them to its parent). With ``left_open`` the
     consumer is appended to it at the end instead of closed (nor freed, which closes it too), for a forked child
     that exits right after: librdkafka's close waits for the fetch it has in flight beyond the range (up to
-    ``fetch.wait.max.ms`` at a partition's end), ~150 ms of every task on the embedded broker, and a consumer
+    ``fetch.wait.max.ms`` at a partition's end), 20-40 ms of every task on the embedded broker, and a consumer
     assigned its partition in no group has nothing to hand back.
 
     Offsets missing inside the range (compaction, transaction markers) are skipped; the range ends when the
