@@ -241,7 +241,7 @@ def throughput(spark: SparkSession, bootstrap: str, work: Path, args: argparse.N
     console.print(f"produced {produced.records:,} records in {produced.seconds:.1f} s")
     warm_up(spark, bootstrap, work)
     e2e_config = pipeline_file(
-        work / "e2e", bootstrap, topic, batch=args.batch, trigger='{ processingTime = "1 second" }'
+        work / "e2e", bootstrap, topic, batch=args.batch, trigger=f'{{ processingTime = "{args.trigger_interval}" }}'
     )
     e2e = end_to_end(spark, e2e_config, args.records, deadline_s=args.timeout)
     source = source_alone(spark, e2e_config, work / "noop-checkpoint")
@@ -435,6 +435,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rows-per-file", type=int, default=1000, help="rows per gold file")
     parser.add_argument("--touched-keys", type=int, default=4, help="existing keys updated per merge batch")
     parser.add_argument("--repeat", type=int, default=3, help="merge batches per gold table (best kept)")
+    parser.add_argument(
+        "--trigger-interval",
+        default="1 second",
+        help='processingTime of the end-to-end run\'s stages ("0 seconds": each batch starts when the last ends)',
+    )
     parser.add_argument("--part", choices=("all", "throughput", "gold"), default="all")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the end-to-end run may take")
     return parser.parse_args()
