@@ -24,7 +24,7 @@ the line's rows/s: the end-to-end run can be no faster than its slowest stage, a
 **(b) Gold merge cost against table size**: gold tables of ``--gold-files`` files of ``--rows-per-file`` rows each
 (key ranges narrow per file, as the merge writes them); one batch updating ``--touched-keys`` existing keys spread
 over the key space (so one file each) plus as many new keys, merged with
-:func:`sparkonce.delta.merge.merge_latest` (after one warm-up merge on a tiny table). Prints seconds (best of
+:func:`sparkonce.delta.ops.merge.merge_latest` (after one warm-up merge on a tiny table). Prints seconds (best of
 ``--repeat``, each a new batch), candidate files, files rewritten, files in the table. The cost should follow the
 files touched, not the table size.
 
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from sparkonce.delta.commit import table_exists
+from sparkonce.delta.txn.commit import table_exists
 from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.pipeline.model import PipelineConfig
 from sparkonce.pipeline.run import run_pipeline
@@ -337,8 +337,8 @@ def merge_batch(spark: SparkSession, total_rows: int, touched: int, round_: int)
 
 
 def gold_costs(spark: SparkSession, work: Path, args: argparse.Namespace) -> list[MergeCost]:
-    from sparkonce.delta.commit import BatchTxn
-    from sparkonce.delta.merge import merge_latest
+    from sparkonce.delta.ops.merge import merge_latest
+    from sparkonce.delta.txn.commit import BatchTxn
 
     warm = work / "gold-warm-up"  # the first merge in a JVM pays for code loading: not part of any figure
     merge_latest(
