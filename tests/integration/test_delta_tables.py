@@ -97,7 +97,7 @@ def test_merge_candidates_by_statistics_for_a_small_source_and_by_an_executor_jo
     """A small source's keys pick the candidate files by the log's statistics on the driver; past
     ``KEYS_ON_DRIVER`` source rows the keys stay on executors, joined with the files' key columns, and only files
     that hold a key are read. Same merge, same rows either way."""
-    import sparkonce.delta.merge as merge_module
+    import sparkonce.delta.ops.merge as merge_module
 
     if keys_on == "executors":
         monkeypatch.setattr(merge_module, "KEYS_ON_DRIVER", 2)
