@@ -199,8 +199,9 @@ def _register_new_sessions() -> None:
 
 
 def _register_source(spark: SparkSession, source: Any) -> None:
-    """Register one data source; a session made by ``newSession()`` of a registered session shares its parent's
-    sources (Spark refuses them again with ``DATA_SOURCE_ALREADY_EXISTS``), which are sparkonce's already."""
+    """Register one data source. Through a session made by ``newSession()`` of a registered session Spark refuses
+    them with ``DATA_SOURCE_ALREADY_EXISTS`` (its ``dataSource`` reaches the parent's registry); the wrapped
+    ``newSession`` has copied the parent's, sparkonce's, into the session's own (:func:`_register_new_sessions`)."""
     from pyspark.errors import AnalysisException
 
     try:

@@ -15,7 +15,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sparkonce.delta.catalog import WAREHOUSE_CONF
+from sparkonce.delta.table.catalog import WAREHOUSE_CONF
 from tests.fixtures_storage import EmbeddedStore
 from tests.integration.conftest import later_driver
 
