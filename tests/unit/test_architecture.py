@@ -79,7 +79,7 @@ DELTA_LAYERS: list[tuple[str, frozenset[str]]] = [
         (
             "table",
             "properties protocol schema column_mapping clustering identity generated constraints expressions "
-            "partition_filters deletion_vectors skipping catalog options type_widening",
+            "partition_filters deletion_vectors skipping catalog options type_widening schema_log",
         ),
         ("txn", "commit conflicts cleanup readers log_cleanup restores"),
         ("write", "files cdf"),
