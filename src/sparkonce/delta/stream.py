@@ -526,7 +526,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         entry = state.entry_at(min(begin.reservoir_version, state.delta_log.latest_version()), snapshot=True)
         state.schema_log.append(entry)
-        if entry_schema(entry).simpleString() != self.schema.simpleString():
+        if not same_columns(entry_schema(entry), self.schema):
             raise SchemaTrackingError(evolution_message(entry))
         state.use_entry(entry)
 
@@ -908,6 +908,16 @@ def entry_schema(entry: PersistedMetadata) -> StructType:
     return StructType.fromJson({"type": "struct", "fields": [field(f) for f in entry.fields]})
 
 
+def same_columns(a: StructType, b: StructType) -> bool:
+    """True when two schemas have the same columns by name and type (order, nullability and metadata aside: the
+    native source lists partition columns last)."""
+
+    def key(schema: StructType) -> list[tuple[str, str]]:
+        return sorted((f.name.lower(), f.dataType.simpleString()) for f in schema.fields)
+
+    return key(a) == key(b)
+
+
 def tracked_schema(options: Mapping[str, str]) -> StructType | None:
     """The schema of ``readStream.format("delta")`` under schema tracking (the schema log's newest entry), None
     when the stream has no ``schemaTrackingLocation`` or its log is empty (then the table's latest schema is the
@@ -973,7 +983,7 @@ def start_schema_tracking(
         state = table if version == latest_version else delta_log.snapshot(version)
         entry = PersistedMetadata.of(table_id, version, state.metadata, state.protocol, metadata_path)
         schema_log.append(entry)
-        if entry_schema(entry).simpleString() != stream_schema.simpleString():
+        if not same_columns(entry_schema(entry), stream_schema):
             raise SchemaTrackingError(evolution_message(entry))
         return
     _, current = latest
@@ -984,7 +994,7 @@ def start_schema_tracking(
             "has been reused across different streaming sources. Pick a new `schemaTrackingLocation` or use "
             "`streamingSourceTrackingId` to distinguish between streaming sources."
         )
-    if entry_schema(current).simpleString() != stream_schema.simpleString():
+    if not same_columns(entry_schema(current), stream_schema):
         raise SchemaTrackingError(
             f"the stream from {parsed.path} was defined (readStream...load) with the schema "
             f"{stream_schema.simpleString()}, but its schema log {folder} now reads with "
@@ -1097,6 +1107,7 @@ __all__ = [
     "StreamPartition",
     "VersionChanges",
     "entry_schema",
+    "same_columns",
     "start_schema_tracking",
     "tracked_entry",
     "tracked_schema",
