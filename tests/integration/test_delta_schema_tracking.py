@@ -247,13 +247,14 @@ def test_a_schema_tracking_location_outside_the_checkpoint_is_refused_before_any
     frame = (
         spark.readStream.format("delta").option("schemaTrackingLocation", str(tmp_path / "schemas")).load(str(source))
     )
-    writer = frame.writeStream.format("memory").queryName("schema_tracking_outside")
     with pytest.raises(
         OptionError, match=r"schemaTrackingLocation.*DELTA_STREAMING_SCHEMA_LOCATION_NOT_UNDER_CHECKPOINT"
     ):
-        writer.option("checkpointLocation", str(tmp_path / "ck")).start()
+        frame.writeStream.format("memory").queryName("outside").option(
+            "checkpointLocation", str(tmp_path / "ck")
+        ).start()
     with pytest.raises(OptionError, match=r"schemaTrackingLocation.*needs the query's checkpointLocation"):
-        writer.start()
+        frame.writeStream.format("memory").queryName("outside").start()
     assert not (tmp_path / "schemas").exists()
     assert not (tmp_path / "ck" / "offsets").exists()
 
