@@ -250,3 +250,97 @@ def test_barrier_offsets_are_source_version_3_and_sort_between_the_base_and_the_
         DeltaSourceOffset.from_json({**first.to_json(), "sourceVersion": 4})
     with pytest.raises(SourceOffsetError, match=r"DELTA_INVALID_SOURCE_VERSION\] sourceVersion\(2\)"):
         DeltaSourceOffset.from_json({**first.to_json(), "sourceVersion": 2})
+
+
+def _planned_table(tmp_path: Path) -> Path:
+    """A table of two appends (table versions 0, 1), column mapping turned on (2), a rename (3): written by
+    delta-rs and sparkonce's ALTER TABLE, no Spark."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from sparkonce.delta.alter import alter_properties
+    from sparkonce.delta.alter_columns import rename_column
+
+    table = tmp_path / "source"
+    for rows in ([1, 2], [3]):
+        data = pa.table({"id": pa.array(rows, pa.int64()), "v": pa.array([str(r) for r in rows])})
+        write_deltalake(str(table), data, mode="append")
+    alter_properties(str(table), set={"delta.columnMapping.mode": "name"})
+    rename_column(str(table), ["v"], "w")
+    return table
+
+
+def test_the_planner_ends_a_batch_at_the_change_and_logs_it_when_the_batch_is_done(tmp_path: Path) -> None:
+    """The offsets a stream with schema tracking plans over a rename (driver-side planning only, no Spark)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sparkonce.delta.log import DeltaLog
+    from sparkonce.delta.options import StreamReadOptions
+    from sparkonce.delta.stream import DeltaStreamReader
+
+    table = _planned_table(tmp_path)
+    snapshot = DeltaLog(str(table)).snapshot(2)
+    table_id = str(snapshot.metadata["id"])
+    root = str(tmp_path / "ck" / "_schema")
+    schema_log = SchemaLog(log_folder(root, table_id, None), table_id)
+    schema_log.append(PersistedMetadata.of(table_id, 2, snapshot.metadata, snapshot.protocol, "file:/ck/sources/0"))
+    options = StreamReadOptions.parse({"path": str(table), "schemaTrackingLocation": root, "startingVersion": "1"})
+    old = StructType([StructField("id", LongType()), StructField("v", StringType())])
+    reader = DeltaStreamReader(options, old)
+
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {
+        "sourceVersion": 3,
+        "reservoirId": table_id,
+        "reservoirVersion": 3,
+        "index": -20,
+        "isStartingVersion": False,
+    }
+    assert [f.table_version for f in reader.batch_files(start, end)] == [1]  # the batch before the rename
+    post = reader.latestOffset(end, ReadAllAvailable())
+    assert (post["sourceVersion"], post["index"]) == (3, -19)
+    assert reader.latestOffset(end, ReadAllAvailable()) == post  # planned again: the same
+    with pytest.raises(SchemaTrackingError, match=r"DELTA_STREAMING_METADATA_EVOLUTION.*\"name\":\"w\""):
+        reader.commit(end)
+    latest = schema_log.latest()
+    assert latest is not None and latest[0] == 1
+    assert latest[1].delta_commit_version == 3 and [f["name"] for f in latest[1].fields] == ["id", "w"]
+    assert latest[1].source_metadata_path == "file:/ck/sources/0"
+
+    new = StructType([StructField("id", LongType()), StructField("w", StringType())])
+    restarted = DeltaStreamReader(options, new)
+    assert restarted.latestOffset(post, ReadAllAvailable()) == post  # nothing after the rename yet
+    restarted.commit(end)  # the barrier is behind the entry now: nothing to do
+    assert schema_log.sequence_numbers() == [0, 1]
+
+
+def test_a_barrier_committed_before_its_entry_was_written_is_logged_at_the_next_offset(tmp_path: Path) -> None:
+    """A driver killed between ``offsets/N+1`` (the post-barrier offset) and the barrier's commit: after the
+    restart, the next ``latestOffset`` from the post-barrier offset writes the entry and stops the query."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from sparkonce.delta.log import DeltaLog
+    from sparkonce.delta.options import StreamReadOptions
+    from sparkonce.delta.stream import DeltaStreamReader
+
+    table = _planned_table(tmp_path)
+    snapshot = DeltaLog(str(table)).snapshot(2)
+    table_id = str(snapshot.metadata["id"])
+    root = str(tmp_path / "ck" / "_schema")
+    schema_log = SchemaLog(log_folder(root, table_id, None), table_id)
+    schema_log.append(PersistedMetadata.of(table_id, 2, snapshot.metadata, snapshot.protocol, ""))
+    options = StreamReadOptions.parse({"path": str(table), "schemaTrackingLocation": root, "startingVersion": "2"})
+    reader = DeltaStreamReader(options, StructType([StructField("id", LongType()), StructField("v", StringType())]))
+    post = {
+        "sourceVersion": 3,
+        "reservoirId": table_id,
+        "reservoirVersion": 3,
+        "index": -19,
+        "isStartingVersion": False,
+    }
+    with pytest.raises(SchemaTrackingError, match=r"DELTA_STREAMING_METADATA_EVOLUTION"):
+        reader.latestOffset(post, ReadAllAvailable())
+    assert schema_log.sequence_numbers() == [0, 1]

@@ -52,11 +52,7 @@ def main() -> None:
     writer = reader.load(args.source).writeStream.format("delta")
     if args.schema_tracking is not None:
         writer = writer.option("mergeSchema", "true")
-    query = (
-        writer.option("checkpointLocation", args.checkpoint)
-        .trigger(availableNow=True)
-        .start(args.target)
-    )
+    query = writer.option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start(args.target)
     query.awaitTermination()
     print("DONE", flush=True)
     spark.stop()
