@@ -344,3 +344,34 @@ def test_a_barrier_committed_before_its_entry_was_written_is_logged_at_the_next_
     with pytest.raises(SchemaTrackingError, match=r"DELTA_STREAMING_METADATA_EVOLUTION"):
         reader.latestOffset(post, ReadAllAvailable())
     assert schema_log.sequence_numbers() == [0, 1]
+
+
+def test_consecutive_metadata_only_commits_are_one_change_when_the_stream_is_defined(tmp_path: Path) -> None:
+    """Delta's ``mergeConsecutiveSchemaChanges``: an entry followed by metadata-only commits (column mapping turned
+    on, then a rename, then a drop) is replaced, when the stream is defined, by the entry of the last of them,
+    pointing at the entry before the one it replaces; a commit with files ends the look-ahead."""
+    from sparkonce.delta.alter_columns import drop_columns
+    from sparkonce.delta.log import DeltaLog
+    from sparkonce.delta.options import StreamReadOptions
+    from sparkonce.delta.stream import tracked_entry
+
+    table = _planned_table(tmp_path)
+    drop_columns(str(table), [["w"]])  # table version 4, metadata only
+    delta_log = DeltaLog(str(table))
+    table_id = str(delta_log.snapshot(1).metadata["id"])
+    root = str(tmp_path / "ck" / "_schema")
+    schema_log = SchemaLog(log_folder(root, table_id, None), table_id)
+    first = delta_log.snapshot(1)
+    schema_log.append(PersistedMetadata.of(table_id, 1, first.metadata, first.protocol, ""))
+    options = StreamReadOptions.parse({"path": str(table), "schemaTrackingLocation": root})
+    assert tracked_entry(options, table_id) == schema_log.entry(0)  # table version 1 added files: no look-ahead
+
+    second = delta_log.snapshot(2)
+    schema_log.append(PersistedMetadata.of(table_id, 2, second.metadata, second.protocol, ""))
+    merged = tracked_entry(options, table_id)
+    assert merged is not None and merged.delta_commit_version == 4
+    assert [f["name"] for f in merged.fields] == ["id"]
+    assert merged.previous_metadata_seq_num == 0
+    assert schema_log.sequence_numbers() == [0, 1, 2]
+    assert schema_log.previous() == schema_log.entry(0)
+    assert tracked_entry(options, table_id) == merged  # defined again: nothing more to merge

@@ -40,8 +40,9 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from sparkonce.delta.column_mapping import PHYSICAL_NAME_KEY
+from sparkonce.delta.log import DeltaLog
 from sparkonce.delta.type_widening import sql_name, widens_to
-from sparkonce.errors import OptionError, SchemaTrackingError
+from sparkonce.errors import DeltaLogError, OptionError, SchemaTrackingError
 from sparkonce.options import lookup
 from sparkonce.storage import TableLocation, table_location
 
@@ -641,6 +642,44 @@ def differs(entry: PersistedMetadata, metadata: Mapping[str, Any] | None, protoc
     return _delta_conf(metadata.get("configuration") or {}) != _delta_conf(entry.table_configurations)
 
 
+def merged_consecutive(entry: PersistedMetadata, delta_log: DeltaLog) -> PersistedMetadata | None:
+    """Delta's look-ahead when a stream is defined (``mergeConsecutiveSchemaChanges``, on by default): from the
+    entry's table version on, commits that change metadata or the protocol and no file, one after another, are taken
+    as one change; the entry for the last of them, or None when there is none after the entry's own commit. A commit
+    that cannot be read ends the look-ahead."""
+    version = entry.delta_commit_version
+    latest = delta_log.latest_version()
+    metadata: dict[str, Any] | None = None
+    protocol: dict[str, Any] | None = None
+    last = None
+    while version <= latest:
+        try:
+            actions = delta_log.read_actions(version, only=(b"metaData", b"protocol", b"add", b"remove", b"cdc"))
+        except DeltaLogError:
+            break
+        if any(k in a for a in actions for k in ("add", "remove", "cdc")):
+            break
+        found_metadata = next((a["metaData"] for a in actions if "metaData" in a), None)
+        found_protocol = next((a["protocol"] for a in actions if "protocol" in a), None)
+        if found_metadata is None and found_protocol is None:
+            break
+        metadata = found_metadata if found_metadata is not None else metadata
+        protocol = found_protocol if found_protocol is not None else protocol
+        last = version
+        version += 1
+    if last is None or last == entry.delta_commit_version:
+        return None
+    merged = PersistedMetadata.of(
+        entry.table_id,
+        last,
+        metadata if metadata is not None else entry.metadata_action({}),
+        protocol if protocol is not None else entry.protocol,
+        entry.source_metadata_path,
+    )
+    log.info("schema log: metadata-only commits up to table_version %s read as one change", last)
+    return merged
+
+
 def _protocol_key(protocol: Mapping[str, Any]) -> tuple[Any, ...]:
     return (
         int(protocol.get("minReaderVersion", 1)),
@@ -675,6 +714,7 @@ __all__ = [
     "differs",
     "evolution_message",
     "log_folder",
+    "merged_consecutive",
     "qualified",
     "schema_change",
     "source_metadata_path",

@@ -79,6 +79,7 @@ from sparkonce.delta.schema_log import (
     differs,
     evolution_message,
     log_folder,
+    merged_consecutive,
 )
 from sparkonce.delta.type_widening import widens_to
 from sparkonce.errors import (
@@ -879,12 +880,20 @@ class _TableState:
 
 def tracked_entry(options: StreamReadOptions, table_id: str) -> PersistedMetadata | None:
     """The newest entry of the stream's schema log: the metadata it reads with (None: no ``schemaTrackingLocation``,
-    or an empty log). Runs on the driver (or the Python source's worker) when the stream is defined."""
+    or an empty log), after Delta's look-ahead over consecutive metadata-only commits (which, when it finds some,
+    writes their merged entry in place of the newest). Runs on the driver (or the Python source's worker) when the
+    stream is defined."""
     if options.schema_tracking_location is None:
         return None
     folder = log_folder(options.schema_tracking_location, table_id, options.source_tracking_id)
-    latest = SchemaLog(folder, table_id, storage_options=options.location.options()).latest()
-    return None if latest is None else latest[1]
+    schema_log = SchemaLog(folder, table_id, storage_options=options.location.options())
+    latest = schema_log.latest()
+    if latest is None:
+        return None
+    merged = merged_consecutive(latest[1], DeltaLog(options.location))
+    if merged is None:
+        return latest[1]
+    return schema_log.append(merged, replace_current=True)
 
 
 def entry_schema(entry: PersistedMetadata) -> StructType:
