@@ -21,8 +21,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkonce.delta.native import NATIVE_READS_CONF, is_native
-from sparkonce.delta.schema_log import checkpoint_hash, source_metadata_path
+from sparkonce.delta.read.native import NATIVE_READS_CONF, is_native
+from sparkonce.delta.table.schema_log import checkpoint_hash, source_metadata_path
 from sparkonce.errors import OptionError, SchemaTrackingError
 from sparkonce.sql import DeltaSql
 from sparkonce_local.chaos import run_driver

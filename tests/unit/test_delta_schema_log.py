@@ -1,4 +1,4 @@
-"""The schema log of a Delta stream with a ``schemaTrackingLocation`` (sparkonce.delta.schema_log): its entries'
+"""The schema log of a Delta stream with a ``schemaTrackingLocation`` (sparkonce.delta.table.schema_log): its entries'
 format (Delta's ``PersistedMetadata`` behind a ``v1`` line), its sequence, the rules of what changed and what
 unblocks it, and the offsets of a metadata change barrier. No Spark."""
 
@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from sparkonce.delta.schema_log import (
+from sparkonce.delta.read.stream import DeltaSourceOffset
+from sparkonce.delta.table.schema_log import (
     UNBLOCK_DROP_CONF,
     UNBLOCK_RENAME_AND_DROP_CONF,
     UNBLOCK_RENAME_CONF,
@@ -24,7 +25,6 @@ from sparkonce.delta.schema_log import (
     schema_change,
     tracking_root,
 )
-from sparkonce.delta.stream import DeltaSourceOffset
 from sparkonce.errors import OptionError, SchemaTrackingError, SourceOffsetError
 
 
@@ -258,8 +258,8 @@ def _planned_table(tmp_path: Path) -> Path:
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from sparkonce.delta.alter import alter_properties
-    from sparkonce.delta.alter_columns import rename_column
+    from sparkonce.delta.ops.alter import alter_properties
+    from sparkonce.delta.ops.alter_columns import rename_column
 
     table = tmp_path / "source"
     for rows in ([1, 2], [3]):
@@ -275,9 +275,9 @@ def test_the_planner_ends_a_batch_at_the_change_and_logs_it_when_the_batch_is_do
     from pyspark.sql.streaming.datasource import ReadAllAvailable
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from sparkonce.delta.log import DeltaLog
-    from sparkonce.delta.options import StreamReadOptions
-    from sparkonce.delta.stream import DeltaStreamReader
+    from sparkonce.delta.log.delta_log import DeltaLog
+    from sparkonce.delta.read.stream import DeltaStreamReader
+    from sparkonce.delta.table.options import StreamReadOptions
 
     table = _planned_table(tmp_path)
     snapshot = DeltaLog(str(table)).snapshot(2)
@@ -322,9 +322,9 @@ def test_a_barrier_committed_before_its_entry_was_written_is_logged_at_the_next_
     from pyspark.sql.streaming.datasource import ReadAllAvailable
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from sparkonce.delta.log import DeltaLog
-    from sparkonce.delta.options import StreamReadOptions
-    from sparkonce.delta.stream import DeltaStreamReader
+    from sparkonce.delta.log.delta_log import DeltaLog
+    from sparkonce.delta.read.stream import DeltaStreamReader
+    from sparkonce.delta.table.options import StreamReadOptions
 
     table = _planned_table(tmp_path)
     snapshot = DeltaLog(str(table)).snapshot(2)
@@ -350,10 +350,10 @@ def test_consecutive_metadata_only_commits_are_one_change_when_the_stream_is_def
     """Delta's ``mergeConsecutiveSchemaChanges``: an entry followed by metadata-only commits (column mapping turned
     on, then a rename, then a drop) is replaced, when the stream is defined, by the entry of the last of them,
     pointing at the entry before the one it replaces; a commit with files ends the look-ahead."""
-    from sparkonce.delta.alter_columns import drop_columns
-    from sparkonce.delta.log import DeltaLog
-    from sparkonce.delta.options import StreamReadOptions
-    from sparkonce.delta.stream import tracked_entry
+    from sparkonce.delta.log.delta_log import DeltaLog
+    from sparkonce.delta.ops.alter_columns import drop_columns
+    from sparkonce.delta.read.stream import tracked_entry
+    from sparkonce.delta.table.options import StreamReadOptions
 
     table = _planned_table(tmp_path)
     drop_columns(str(table), [["w"]])  # table version 4, metadata only
