@@ -21,12 +21,21 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
+from sparkonce.delta.log.delta_log import DeltaLog
 from sparkonce.delta.read.native import NATIVE_READS_CONF, is_native
-from sparkonce.delta.table.schema_log import checkpoint_hash, source_metadata_path
+from sparkonce.delta.table.schema_log import (
+    PersistedMetadata,
+    SchemaLog,
+    check_unblocked,
+    checkpoint_hash,
+    log_folder,
+    source_metadata_path,
+)
 from sparkonce.errors import OptionError, SchemaTrackingError
 from sparkonce.sql import DeltaSql
 from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
+from tests.fixtures_delta_oracle import DeltaOracle, OracleError
 
 pytestmark = pytest.mark.spark
 
@@ -302,3 +311,70 @@ def test_a_driver_killed_after_the_schema_log_write_restarts_exactly_once(
     ids = [r.id for r in spark.read.format("delta").load(str(target)).collect()]
     assert [i for i, n in Counter(ids).items() if n > 1] == []
     assert rows == {1: ("a", None), 2: ("b", None), 3: ("c", None), 4: ("d", None), 5: (None, "e"), 6: (None, "f")}
+
+
+@pytest.mark.oracle
+def test_delta_sparks_schema_log_and_barrier_are_the_ones_sparkonce_writes(
+    spark: SparkSession, delta_oracle: DeltaOracle, tmp_path: Path
+) -> None:
+    """delta-spark's own stream with a ``schemaTrackingLocation`` over a rename: its schema log entries are the
+    entries sparkonce makes of the same table versions (format, source folder, protocol, configuration), its barrier
+    offsets are sparkonce's, and the unblocking message it prints names the checkpoint hash and confs sparkonce's
+    does."""
+    source, target, ck = tmp_path / "source", tmp_path / "target", tmp_path / "ck"
+    delta_oracle.sql(
+        f"CREATE TABLE delta.`{source}` (id BIGINT, v STRING) USING delta "
+        "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
+    )
+    delta_oracle.append(source, [{"id": 1, "v": "a"}], "id long, v string")
+    tracking = {"schemaTrackingLocation": str(ck / "_schema"), "maxFilesPerTrigger": "10"}
+    delta_oracle.stream(source, target, ck, **tracking)
+    delta_log = DeltaLog(str(source))
+    table_id = str(delta_log.snapshot(1).metadata["id"])
+    folder = log_folder(str(ck / "_schema"), table_id, None)
+    path = source_metadata_path(str(ck), 0)
+
+    def ours(version: int) -> dict[str, Any]:
+        state = delta_log.snapshot(version)
+        return _comparable(PersistedMetadata.of(table_id, version, state.metadata, state.protocol, path).to_json())
+
+    theirs = SchemaLog(folder, table_id).entry(0)
+    assert _comparable(theirs.to_json()) == ours(theirs.delta_commit_version) and theirs.delta_commit_version == 1
+
+    delta_oracle.append(source, [{"id": 2, "v": "b"}], "id long, v string")  # table version 2
+    delta_oracle.sql(f"ALTER TABLE delta.`{source}` RENAME COLUMN v TO w")  # table version 3
+    delta_oracle.append(source, [{"id": 3, "w": "c"}], "id long, w string")
+    with pytest.raises(OracleError, match=r"DELTA_STREAMING_METADATA_EVOLUTION"):
+        delta_oracle.stream(source, target, ck, **tracking)
+    assert _comparable(SchemaLog(folder, table_id).entry(1).to_json()) == ours(3)
+    planned = sorted(int(f.name) for f in (ck / "offsets").iterdir() if f.name.isdigit())
+    barrier, post = _offsets(ck, planned[-2]), _offsets(ck, planned[-1])
+    assert barrier == {
+        "sourceVersion": 3,
+        "reservoirId": table_id,
+        "reservoirVersion": 3,
+        "index": -20,
+        "isStartingVersion": False,
+    }
+    assert post == {**barrier, "index": -19}
+
+    with pytest.raises(OracleError) as err:
+        delta_oracle.stream(source, target, ck, **tracking)
+    schema_log = SchemaLog(folder, table_id)
+    previous, current = schema_log.previous(), schema_log.entry(1)
+    assert previous is not None
+    with pytest.raises(SchemaTrackingError) as mine:
+        check_unblocked(previous, current, options={}, confs={}, metadata_path=path)
+    key = _unblock_key(RENAME_CONF, ck)
+    for line in (f"SET {key} = 3;", f'SET {key} = "always";', f'SET {RENAME_CONF} = "always";', "'v' -> 'w'"):
+        assert line in str(err.value) and line in str(mine.value), line
+    assert "DELTA_STREAMING_CANNOT_CONTINUE_PROCESSING_POST_SCHEMA_EVOLUTION" in str(err.value)
+
+
+def _comparable(entry: dict[str, Any]) -> dict[str, Any]:
+    """A schema log entry with its JSON strings parsed (the two engines order JSON keys their own way)."""
+    out = dict(entry)
+    for key in ("dataSchemaJson", "partitionSchemaJson", "protocolJson"):
+        if key in out:
+            out[key] = json.loads(out[key])
+    return out
