@@ -35,12 +35,24 @@ def delta_offsets(table: Path) -> list[tuple[str, int, int]]:
 
 def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets per (topic, partition), as lag tools read them (unset ones left out)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    (future,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
-    result = future.result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:  # a broker just started loads its group coordinator first (COORDINATOR_LOAD_IN_PROGRESS)
+        (future,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+        try:
+            result = future.result(timeout=30)
+            break
+        except KafkaException as err:
+            loading = err.args[0].code() in (
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                KafkaError.COORDINATOR_NOT_AVAILABLE,
+            )
+            if not loading or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     return {(p.topic, p.partition): p.offset for p in result.topic_partitions if p.offset >= 0}
 
 
