@@ -518,6 +518,7 @@ def _native_read(reader: Any, path: str | None) -> Any:
     """The native read of a load (None: the Python data source reads it)."""
     from sparkonce.delta.read.changes import is_change_feed_read
     from sparkonce.delta.read.native import native_frame, native_reads_enabled
+    from sparkonce.delta.read.native_changes import native_change_frame
     from sparkonce.delta.table.options import ReadOptions
 
     spark = reader._spark
@@ -525,7 +526,7 @@ def _native_read(reader: Any, path: str | None) -> Any:
         return None
     options = _load_options(reader, path)
     if is_change_feed_read(options):
-        return None
+        return native_change_frame(spark, options)
     return native_frame(spark, ReadOptions.parse(options))
 
 
