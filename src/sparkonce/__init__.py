@@ -146,6 +146,10 @@ def register(spark: SparkSession) -> list[str]:
         _compat.install(n for n in names if n in ("delta", "sparkonce.delta"))
         _REGISTERED[spark] = (*names, DeltaHistoryDataSource.name())
         _register_new_sessions()
+    else:  # Spark Connect: the session's dynamic partition overwrite mode reaches the writes as an option
+        from sparkonce.delta import _compat
+
+        _compat.install_connect(n for n in names if n in ("delta", "sparkonce.delta"))
     if DeltaDataSource in deltas:  # with Delta's JVM connector, its SQL extension answers Delta's statements
         from sparkonce.sql import install
 

@@ -425,3 +425,54 @@ def test_replace_where_on_a_generated_column_the_data_leaves_out(spark: SparkSes
             "replaceWhere", "day = '2024-01-02'"
         ).save(str(table))
     assert RsTable(str(table)).version() == 2
+
+
+_CONNECT_DRIVER = """
+import json, sys
+from pyspark.sql import SparkSession
+import sparkonce
+table = sys.argv[1]
+spark = SparkSession.builder.remote("local[1]").getOrCreate()
+sparkonce.register(spark)
+spark.createDataFrame([(1, "a", 1), (2, "b", 2)], "id long, value string, day int").write.format("delta").mode(
+    "append"
+).option("partitionBy", "day").save(table)
+spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+try:
+    spark.createDataFrame([(3, "c", 1)], "id long, value string, day int").write.format("delta").mode(
+        "overwrite"
+    ).save(table)
+    error = None
+except Exception as err:
+    error = str(err)
+rows = sorted(tuple(r) for r in spark.read.format("delta").load(table).select("id", "day").collect())
+print(json.dumps({"error": error, "rows": rows}))
+spark.stop()
+"""
+
+
+def test_on_spark_connect_the_sessions_dynamic_mode_refuses_the_overwrite_not_replaces_the_table(
+    tmp_path: Path,
+) -> None:
+    """Spark Connect: the data source cannot read the session's settings, and an overwrite in the session's dynamic
+    mode replaced the whole table; the session's mode now reaches the write as its option, and the overwrite is
+    refused naming it (a selective overwrite needs the classic driver), nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    table = str(tmp_path / "connect")
+    env = {**os.environ, "SPARKONCE_JVM": "quick-start", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, "-c", _CONNECT_DRIVER, table],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "option partitionOverwriteMode='dynamic' on an overwrite of" in seen["error"]
+    assert seen["rows"] == [[1, 1], [2, 2]]
+    assert _rs_rows(tmp_path / "connect") == [(1, "a", 1), (2, "b", 2)]

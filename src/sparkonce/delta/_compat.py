@@ -407,6 +407,54 @@ def _pass_partition_overwrite_mode(writer: Any) -> None:
         writer._jwrite = writer._jwrite.option(PARTITION_OVERWRITE_MODE_OPTION, "dynamic")
 
 
+_CONNECT_INSTALLED = False
+
+
+def install_connect(format_names: Iterable[str]) -> None:
+    """On Spark Connect, pass the session's ``spark.sql.sources.partitionOverwriteMode`` to sparkonce's Delta writes
+    (idempotent). The data source on the server cannot read the session's settings: without this, an overwrite in the
+    session's dynamic mode replaced the whole table (delta-spark, on the server, honours the mode). With the mode
+    as the write's ``partitionOverwriteMode`` option, the data source refuses the overwrite naming the option, as
+    every selective overwrite that reaches it without the classic shim (it needs the driver's session)."""
+    global _CONNECT_INSTALLED
+    _FORMATS.update(name.lower() for name in format_names)
+    if _CONNECT_INSTALLED:
+        return
+    from pyspark.sql.connect.readwriter import DataFrameWriter
+
+    original = DataFrameWriter.save
+
+    @functools.wraps(original)
+    def save(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,
+        mode: str | None = None,
+        partitionBy: Any = None,
+        **options: Any,
+    ) -> Any:
+        from sparkonce.delta.overwrite import PARTITION_OVERWRITE_MODE_CONF
+        from sparkonce.options import lookup
+
+        self.mode(mode).options(**options)
+        if format is not None:
+            self.format(format)
+        write = self._write
+        given = {str(k): str(v) for k, v in write.options.items()}
+        if (
+            str(write.source or "").lower() in _FORMATS
+            and str(write.mode or "").lower() == "overwrite"
+            and lookup(given, PARTITION_OVERWRITE_MODE_OPTION) is None
+            and lookup(given, REPLACE_WHERE_OPTION) is None
+            and str(self._spark.conf.get(PARTITION_OVERWRITE_MODE_CONF, "static")).strip().lower() == "dynamic"
+        ):
+            self.option(PARTITION_OVERWRITE_MODE_OPTION, "dynamic")
+        return original(self, path, partitionBy=partitionBy)
+
+    DataFrameWriter.save = save  # type: ignore[method-assign]
+    _CONNECT_INSTALLED = True
+
+
 def _wrap_start(cls: type) -> None:
     original = cls.start  # type: ignore[attr-defined]
 
