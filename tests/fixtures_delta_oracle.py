@@ -150,6 +150,10 @@ class DeltaOracle:
         )
         return None if answer is None else str(answer)
 
+    def history_sql(self, path: Path | str, statement: str) -> list[dict[str, Any]]:
+        """``statement`` over the view ``oracle_history`` of delta-spark's ``DeltaTable.forPath(path).history()``."""
+        return list(self.request("history_sql", path=str(path), statement=statement)["rows"])
+
     def replay(self, source: Path | str, options: dict[str, str], select: list[str], target: Path | str) -> None:
         """The articles' time-travel replay run by delta-spark (``tests.oracle.runner.replay``)."""
         self.request("replay", source=str(source), options=options, select=select, target=str(target))

@@ -17,6 +17,8 @@ or its JVM prints goes to stderr. Operations:
 - ``fan_out``: the articles' ``foreachBatch`` into several tables with ``txnAppId``/``txnVersion``
   (:func:`run_fan_out`); returns the query's error text or None.
 - ``replay``: the articles' time-travel replay (:func:`replay`).
+- ``history_sql``: ``statement`` over the temporary view ``oracle_history``, delta-spark's
+  ``DeltaTable.forPath(path).history()`` (its SQL has no ``FROM (DESCRIBE HISTORY t)``); the result's rows.
 
 SQL statements may call ``oracle_pause(flag, column)`` (:func:`pause`): a statement stops there, after delta-spark
 started its transaction, until the test lets it go; that is how a test makes delta-spark lose a race.
@@ -194,6 +196,11 @@ def _handle(spark: Any, request: dict[str, Any]) -> Any:
             app_id=request["app_id"],
             fail_flag=request.get("fail_flag"),
         )
+    if op == "history_sql":
+        from delta.tables import DeltaTable
+
+        DeltaTable.forPath(spark, request["path"]).history().createOrReplaceTempView("oracle_history")
+        return _rows(spark.sql(request["statement"]))
     if op == "replay":
         replay(
             spark,
