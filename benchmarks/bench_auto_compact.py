@@ -26,9 +26,9 @@ from deltalake import write_deltalake
 from rich.console import Console
 from rich.table import Table
 
-from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit
-from sparkonce.delta.commit import commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.ops.auto_compact import AutoCompactSettings, compact_after_commit
+from sparkonce.delta.txn.commit import commit_files
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.storage import table_location
 
 

@@ -16,7 +16,7 @@ sparkonce's ``delta`` sink, one after another (alternated over ``--repeat`` roun
 
 Then, on the delta sink's table as the stream left it, the parts of a Delta commit measured on their own in this
 process: loading the newest snapshot (delta-rs), checking the txn, and committing one small file with a txn
-(``sparkonce.delta.commit.commit_files``), p50 of ``--commit-samples``.
+(``sparkonce.delta.txn.commit.commit_files``), p50 of ``--commit-samples``.
 
 Prints p50/p95 per phase and the delta/parquet and delta/noop ratios of the whole batch. Asserts nothing.
 """
@@ -81,8 +81,8 @@ def commit_parts(table: Path, samples: int) -> dict[str, list[float]]:
     """Snapshot load, txn check and a one-file commit on ``table``, each timed on its own (milliseconds)."""
     import pyarrow as pa
 
-    from sparkonce.delta.commit import BatchTxn, commit_files, committed_txn_version, load_table
-    from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+    from sparkonce.delta.txn.commit import BatchTxn, commit_files, committed_txn_version, load_table
+    from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
     from sparkonce.storage import table_location
 
     location = table_location(str(table))

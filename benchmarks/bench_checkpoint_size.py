@@ -39,11 +39,11 @@ from deltalake import DeltaTable
 from rich.console import Console
 from rich.table import Table
 
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.log import DeltaLog
-from sparkonce.delta.log_checkpoint import write_checkpoint
-from sparkonce.delta.log_entry import WrittenFile
-from sparkonce.delta.table_view import forget_table
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.log.log_checkpoint import write_checkpoint
+from sparkonce.delta.log.log_entry import WrittenFile
+from sparkonce.delta.log.table_view import forget_table
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
 from sparkonce.storage import table_location
 
 console = Console(width=160)

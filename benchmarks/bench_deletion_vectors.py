@@ -33,7 +33,7 @@ from pyroaring import BitMap64
 from rich.console import Console
 from rich.table import Table
 
-from sparkonce.delta.deletion_vectors import PORTABLE_MAGIC
+from sparkonce.delta.table.deletion_vectors import PORTABLE_MAGIC
 from sparkonce.spark import local_session
 
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"

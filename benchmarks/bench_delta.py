@@ -1,7 +1,7 @@
 """Throughput of the Delta data source vs Spark's own Parquet paths, measured in the same run.
 
-Run: ``.venv/bin/python benchmarks/bench_delta.py [--part all|sink|read|memory] [--files 4] [--rows-per-file 1000000]
-[--repeat 2] [--shapes mixed,narrow,wide-strings,partitioned] [--memory-rows 1000000,10000000]
+Run: ``.venv/bin/python benchmarks/bench_delta.py [--part all|sink|read|write|memory] [--files 4]
+[--rows-per-file 1000000] [--repeat 2] [--shapes mixed,narrow,wide-strings,partitioned] [--memory-rows 1000000,10000000]
 [--memory-storage local|s3]``.
 
 1. **Streaming sink**: the same Parquet input files, streamed with ``maxFilesPerTrigger=1`` and the availableNow
@@ -14,7 +14,12 @@ Run: ``.venv/bin/python benchmarks/bench_delta.py [--part all|sink|read|memory] 
    delta / noop (target >= 0.7).
 2. **Batch read**: the Delta table vs ``spark.read.parquet`` of the same data files, both materialised into the
    ``noop`` sink (every column decoded). Ratio target >= 0.7.
-3. **Driver memory** as the batch grows: one streaming batch of N rows (``rate-micro-batch`` source, generated on
+3. **Batch write**: for each row shape, the same cached DataFrame (``--files`` x ``--rows-per-file`` rows in 2
+   partitions) written by ``df.write.format("delta")`` (sparkonce's writer: Arrow to Python workers, pyarrow's
+   Parquet writer, the Delta statistics of every file, one commit) and by ``df.write.parquet`` (Spark's own
+   Parquet writer, no statistics, no log), alternated. It answers whether DML rewrites and batch writes should go
+   through Spark's writer instead: only where it is clearly faster.
+4. **Driver memory** as the batch grows: one streaming batch of N rows (``rate-micro-batch`` source, generated on
    executors) into the Delta sink; prints the Python driver's peak RSS, the driver JVM's heap in use after a GC
    (in local mode the executors share that JVM) and the size of the batch's Delta commit file. Flat figures show
    that data never passes through the driver: the commit carries file metadata only. ``--memory-storage s3`` puts
@@ -151,6 +156,35 @@ def memory_part(spark, work: Path, args: argparse.Namespace, console: Console) -
     console.print(memory)
 
 
+def write_part(spark, work: Path, args: argparse.Namespace, console: Console) -> None:  # type: ignore[no-untyped-def]
+    """Batch writes of one cached DataFrame per shape: sparkonce's Delta writer vs Spark's Parquet writer."""
+    rows = args.files * args.rows_per_file
+    table = Table(title=f"Batch write of {rows:,} cached rows (best of {args.repeat}, alternated)")
+    for column in ("shape", "delta s", "parquet s", "delta / parquet (time)"):
+        table.add_column(column, justify="right")
+    for shape in [s.strip() for s in args.shapes.split(",")]:
+        columns, partition_by = SHAPES[shape]
+        df = spark.range(0, rows, numPartitions=2).selectExpr(*columns).persist()
+        df.count()
+        best: dict[str, float] = {}
+        for round_ in range(args.repeat + 1):  # the first round warms both writers up
+            for fmt in ("delta", "parquet") if round_ % 2 == 0 else ("parquet", "delta"):
+                out = work / f"write-{shape}-{fmt}-{round_}"
+                writer = df.write.format(fmt)
+                if partition_by is not None:
+                    writer = writer.partitionBy(partition_by)
+                start = time.perf_counter()
+                writer.save(str(out))
+                seconds = time.perf_counter() - start
+                if round_ > 0:
+                    best[fmt] = min(best.get(fmt, float("inf")), seconds)
+                shutil.rmtree(out, ignore_errors=True)
+        df.unpersist()
+        ratio = best["delta"] / best["parquet"]
+        table.add_row(shape, f"{best['delta']:.2f}", f"{best['parquet']:.2f}", f"{ratio:.2f}x")
+    console.print(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=4)
@@ -159,7 +193,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {sorted(SHAPES)}")
     parser.add_argument("--memory-rows", default="1000000,10000000")
     parser.add_argument("--memory-storage", choices=("local", "s3"), default="local")
-    parser.add_argument("--part", choices=("all", "sink", "read", "memory"), default="all")
+    parser.add_argument("--part", choices=("all", "sink", "read", "write", "memory"), default="all")
     args = parser.parse_args()
 
     console = Console()
@@ -219,6 +253,9 @@ def main() -> None:
                     f"{read_best['parquet'] / read_best[fmt]:.2f}x",
                 )
             console.print(reads)
+
+        if args.part in ("all", "write"):
+            write_part(spark, work, args, console)
 
         if args.part in ("all", "memory"):
             memory_part(spark, work, args, console)

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkonce.checkpoint import OffsetSeqMetadata, format_commit, format_metadata, format_offsets, read_checkpoint
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.ops.doctor import diagnose
 from sparkonce.ops.doctor.orphans import check_files, trace_origins

@@ -43,10 +43,10 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_doctor import QUERY_ID, _checkpoint_table
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.log import DeltaLog
-from sparkonce.delta.log_entry import WrittenFile
-from sparkonce.delta.table_view import forget_table
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.log.log_entry import WrittenFile
+from sparkonce.delta.log.table_view import forget_table
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
 from sparkonce.ops.doctor import diagnose
 from sparkonce.spark import local_session
 

@@ -24,7 +24,7 @@ the line's rows/s: the end-to-end run can be no faster than its slowest stage, a
 **(b) Gold merge cost against table size**: gold tables of ``--gold-files`` files of ``--rows-per-file`` rows each
 (key ranges narrow per file, as the merge writes them); one batch updating ``--touched-keys`` existing keys spread
 over the key space (so one file each) plus as many new keys, merged with
-:func:`sparkonce.delta.merge.merge_latest` (after one warm-up merge on a tiny table). Prints seconds (best of
+:func:`sparkonce.delta.ops.merge.merge_latest` (after one warm-up merge on a tiny table). Prints seconds (best of
 ``--repeat``, each a new batch), candidate files, files rewritten, files in the table. The cost should follow the
 files touched, not the table size.
 
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from sparkonce.delta.commit import table_exists
+from sparkonce.delta.txn.commit import table_exists
 from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.pipeline.model import PipelineConfig
 from sparkonce.pipeline.run import run_pipeline
@@ -241,7 +241,7 @@ def throughput(spark: SparkSession, bootstrap: str, work: Path, args: argparse.N
     console.print(f"produced {produced.records:,} records in {produced.seconds:.1f} s")
     warm_up(spark, bootstrap, work)
     e2e_config = pipeline_file(
-        work / "e2e", bootstrap, topic, batch=args.batch, trigger='{ processingTime = "1 second" }'
+        work / "e2e", bootstrap, topic, batch=args.batch, trigger=f'{{ processingTime = "{args.trigger_interval}" }}'
     )
     e2e = end_to_end(spark, e2e_config, args.records, deadline_s=args.timeout)
     source = source_alone(spark, e2e_config, work / "noop-checkpoint")
@@ -337,8 +337,8 @@ def merge_batch(spark: SparkSession, total_rows: int, touched: int, round_: int)
 
 
 def gold_costs(spark: SparkSession, work: Path, args: argparse.Namespace) -> list[MergeCost]:
-    from sparkonce.delta.commit import BatchTxn
-    from sparkonce.delta.merge import merge_latest
+    from sparkonce.delta.ops.merge import merge_latest
+    from sparkonce.delta.txn.commit import BatchTxn
 
     warm = work / "gold-warm-up"  # the first merge in a JVM pays for code loading: not part of any figure
     merge_latest(
@@ -435,6 +435,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rows-per-file", type=int, default=1000, help="rows per gold file")
     parser.add_argument("--touched-keys", type=int, default=4, help="existing keys updated per merge batch")
     parser.add_argument("--repeat", type=int, default=3, help="merge batches per gold table (best kept)")
+    parser.add_argument(
+        "--trigger-interval",
+        default="1 second",
+        help='processingTime of the end-to-end run\'s stages ("0 seconds": each batch starts when the last ends)',
+    )
     parser.add_argument("--part", choices=("all", "throughput", "gold"), default="all")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the end-to-end run may take")
     return parser.parse_args()

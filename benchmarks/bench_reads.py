@@ -34,7 +34,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sparkonce.delta.native import NATIVE_READS_CONF
+from sparkonce.delta.read.native import NATIVE_READS_CONF
 from sparkonce.spark import local_session
 
 QUERIES: dict[str, Callable] = {  # type: ignore[type-arg]
@@ -115,7 +115,7 @@ def main() -> None:
                     best[key] = min(best.get(key, seconds), seconds)
         spark.conf.unset(NATIVE_READS_CONF)
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
-        logging.getLogger("sparkonce.delta.native").setLevel(logging.INFO)
+        logging.getLogger("sparkonce.delta.read.native").setLevel(logging.INFO)
         spark.read.format("delta").load(str(narrow)).where("id = 1234567").collect()  # logs the files skipped
         result = Table(title=f"Reads, best of {args.repeat} (s); ratio = time / Spark's own Parquet reader")
         for column in ("query", "native", "python", "parquet", "native ratio", "python ratio"):

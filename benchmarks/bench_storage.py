@@ -53,7 +53,7 @@ def _rows(n: int) -> pa.Table:
 
 
 def _write_sparkonce(uri: str, options: dict[str, str], files: int, rows: int, queue: Any) -> None:
-    from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+    from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
     from sparkonce.storage import table_location
 
     data = _rows(rows)
@@ -234,8 +234,8 @@ def writes_part(info: Any, args: argparse.Namespace) -> None:
 def commits_part(info: Any, args: argparse.Namespace) -> None:
     """Commit latency per batch on S3."""
     options = info.storage_options()
-    from sparkonce.delta.commit import BatchTxn, commit_files
-    from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+    from sparkonce.delta.txn.commit import BatchTxn, commit_files
+    from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
     from sparkonce.storage import table_location
 
     location = table_location(f"s3://bench/commits-{uuid.uuid4().hex[:8]}", storage_options=options)
@@ -263,8 +263,8 @@ def _sink_commit_process(location: Any, data: pa.Table, first_batch: int) -> Non
     commits), the earlier way and the current way, alternated batch by batch on the same table."""
     import pyarrow.fs as pafs
 
-    from sparkonce.delta.commit import BatchTxn, commit_files, load_table, table_exists
-    from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+    from sparkonce.delta.txn.commit import BatchTxn, commit_files, load_table, table_exists
+    from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 
     def files() -> list[Any]:
         writer = TableFileWriter(FileWriterOptions(location=location))

@@ -48,7 +48,7 @@ def main() -> int:
         print(f"{'total':<18}" + "".join(f"{totals[o]:>14}" for o in OUTCOMES))
         print("clear errors by type (per read): " + ", ".join(f"{k} {v}" for k, v in result.errors.most_common()))
         bad += result.bad
-        from sparkonce.delta.commit import load_table
+        from sparkonce.delta.txn.commit import load_table
 
         for table in world.tables:  # delta-rs still works after the panics it may have raised on damaged files
             try:

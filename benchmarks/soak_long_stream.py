@@ -8,7 +8,7 @@ them from 0) into sparkonce's Delta sink, partitioned by ``value % --partitions`
 table is created with the given table properties (by default: a checkpoint every 10 commits, Delta's default;
 expired log files removed after 10 minutes and checkpoint tombstones after a day; auto compaction on). The
 retention rules run on a clock ``--clock-rate`` times as fast as the real one (``SPARKONCE_RETENTION_CLOCK``, see
-``sparkonce.delta.clock``; 1 = the real clock): at the default 36, 20,000 batches at about 4 a second are about two
+``sparkonce.delta.log.clock``; 1 = the real clock): at the default 36, 20,000 batches at about 4 a second are about two
 days of the stream's clock, so the run crosses Delta's midnight cut-off for log files twice and its tombstones
 reach the steady state of a stream that has run longer than their retention.
 
@@ -61,7 +61,7 @@ def log_files(table: Path) -> dict[str, float]:
 
 
 def table_facts(table: Path) -> dict[str, Any]:
-    from sparkonce.delta.log import DeltaLog
+    from sparkonce.delta.log.delta_log import DeltaLog
 
     snapshot = DeltaLog(table).snapshot()
     return {
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
-    from sparkonce.delta.clock import CLOCK_VARIABLE, now_ms
+    from sparkonce.delta.log.clock import CLOCK_VARIABLE, now_ms
     from sparkonce.spark import local_session
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="sparkonce-soak-"))

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from sparkonce.checkpoint import read_checkpoint, write_offsets
 from sparkonce.checkpoint.file_log import read_file_log
 from sparkonce.checkpoint.files import OffsetSeqMetadata
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
 from sparkonce.errors import SparkonceError
 from sparkonce.kafka.offsets import TopicPartition
 from sparkonce.ops.doctor import diagnose
@@ -466,8 +466,8 @@ def _check_delta_source(world: World) -> None:
     the file says, and planning from it either works or fails with a clear error."""
     from pyspark.sql.streaming.datasource import ReadMaxFiles
 
-    from sparkonce.delta.options import StreamReadOptions
-    from sparkonce.delta.stream import DeltaSourceOffset, DeltaStreamReader
+    from sparkonce.delta.read.stream import DeltaSourceOffset, DeltaStreamReader
+    from sparkonce.delta.table.options import StreamReadOptions
 
     state = read_checkpoint(world.delta_cp)
     problems = [p for p in state.problems if Path(p.path).parent.name == "offsets"]
@@ -500,8 +500,8 @@ def _as_checkpoint_error(message: str) -> SparkonceError:
 def _check_delta_source_on(table: Path, world: World) -> None:
     from pyspark.sql.streaming.datasource import ReadMaxFiles
 
-    from sparkonce.delta.options import StreamReadOptions
-    from sparkonce.delta.stream import DeltaStreamReader
+    from sparkonce.delta.read.stream import DeltaStreamReader
+    from sparkonce.delta.table.options import StreamReadOptions
 
     reader = DeltaStreamReader(StreamReadOptions.parse({"path": str(table)}), world.schemas[table])
     start = reader.initialOffset()

@@ -58,34 +58,34 @@ from sparkonce.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from sparkonce.delta.commit import BatchTxn
-    from sparkonce.delta.history import history
-    from sparkonce.delta.identity import IdentityGenerator
-    from sparkonce.delta.merge import MergeResult, merge_latest
+    from sparkonce.delta.ops.merge import MergeResult, merge_latest
+    from sparkonce.delta.ops.vacuum import VacuumResult, vacuum
+    from sparkonce.delta.read.history import history
+    from sparkonce.delta.table.identity import IdentityGenerator
     from sparkonce.delta.tables import DeltaTable
-    from sparkonce.delta.vacuum import VacuumResult, vacuum
+    from sparkonce.delta.txn.commit import BatchTxn
     from sparkonce.ops.doctor import DoctorReport, diagnose
     from sparkonce.sinks.fanout import FanOutResult, FanOutTarget, FanOutWriter
     from sparkonce.sinks.postgres import PostgresSink
     from sparkonce.storage import TableLocation, table_location
 
 _LAZY = {
-    "BatchTxn": "sparkonce.delta.commit",
+    "BatchTxn": "sparkonce.delta.txn.commit",
     "DeltaTable": "sparkonce.delta.tables",
     "DoctorReport": "sparkonce.ops.doctor",
     "FanOutResult": "sparkonce.sinks.fanout",
     "FanOutTarget": "sparkonce.sinks.fanout",
     "FanOutWriter": "sparkonce.sinks.fanout",
-    "IdentityGenerator": "sparkonce.delta.identity",
-    "MergeResult": "sparkonce.delta.merge",
+    "IdentityGenerator": "sparkonce.delta.table.identity",
+    "MergeResult": "sparkonce.delta.ops.merge",
     "PostgresSink": "sparkonce.sinks.postgres",
     "TableLocation": "sparkonce.storage",
-    "VacuumResult": "sparkonce.delta.vacuum",
+    "VacuumResult": "sparkonce.delta.ops.vacuum",
     "diagnose": "sparkonce.ops.doctor",
-    "history": "sparkonce.delta.history",
-    "merge_latest": "sparkonce.delta.merge",
+    "history": "sparkonce.delta.read.history",
+    "merge_latest": "sparkonce.delta.ops.merge",
     "table_location": "sparkonce.storage",
-    "vacuum": "sparkonce.delta.vacuum",
+    "vacuum": "sparkonce.delta.ops.vacuum",
 }
 
 
@@ -135,7 +135,7 @@ def register(spark: SparkSession) -> list[str]:
     for source in sources:
         _register_source(spark, source)
         names.append(source.name())
-    from sparkonce.delta.history import DeltaHistoryDataSource
+    from sparkonce.delta.read.history import DeltaHistoryDataSource
 
     _register_source(spark, DeltaHistoryDataSource)  # DESCRIBE HISTORY, read by executors
     if getattr(spark, "_jvm", None) is not None:

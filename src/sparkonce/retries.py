@@ -10,8 +10,8 @@ handler). :func:`count_retries` counts the lines of a log, as the chaos harness 
 
 The simple retry loops (a Kafka source's offset requests, the PostgreSQL sink's connections) run through
 :func:`call_with_retries`, which is tenacity's loop (``tenacity`` comes with the ``kafka`` and ``postgres``
-extras). Every Delta commit keeps its own engine (:class:`sparkonce.delta.commit.Transaction`, under the writers'
-:func:`~sparkonce.delta.commit.commit_files` and ALTER TABLE's commits): each lost race is followed by a check
+extras). Every Delta commit keeps its own engine (:class:`sparkonce.delta.txn.commit.Transaction`, under the writers'
+:func:`~sparkonce.delta.txn.commit.commit_files` and ALTER TABLE's commits): each lost race is followed by a check
 whether the attempt landed after all and by Delta's conflict rules, which a generic retry cannot express.
 """
 

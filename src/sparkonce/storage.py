@@ -593,7 +593,7 @@ def _object_store(location: TableLocation) -> Any:
 
 
 def _is_table_data(info: pafs.FileInfo) -> bool:
-    """A data file or partition folder as sparkonce's writers lay them out (see :mod:`sparkonce.delta.files`)."""
+    """A data file or partition folder as sparkonce's writers lay them out (see :mod:`sparkonce.delta.write.files`)."""
     import pyarrow.fs as pafs
 
     name = info.base_name

@@ -119,7 +119,7 @@ def run_demo(work_dir: Path, *, batches: int = 4, rows_per_batch: int = 1000, cr
     require_success(run_driver(args), what="the restarted driver")
     ids = table_ids(table)
     counts = Counter(ids)
-    from sparkonce.delta.log import DeltaLog
+    from sparkonce.delta.log.delta_log import DeltaLog
 
     batch_commits = sum(
         1

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from sparkonce.delta.commit import load_table
+from sparkonce.delta.txn.commit import load_table
 from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.pipeline.model import MergeStage
 from sparkonce.pipeline.session import use_storage

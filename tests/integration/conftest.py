@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkonce.delta.catalog import WAREHOUSE_CONF
-from sparkonce.delta.readers import RegisteredReader, read_readers
+from sparkonce.delta.table.catalog import WAREHOUSE_CONF
+from sparkonce.delta.txn.readers import RegisteredReader, read_readers
 from sparkonce.sql import DeltaSql
 from sparkonce.storage import TableLocation
 from sparkonce_local.demo import table_ids, write_json_batches

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from sparkonce.checkpoint import read_checkpoint
 from sparkonce.cli.main import cli
-from sparkonce.delta.log import streaming_info
+from sparkonce.delta.log.delta_log import streaming_info
 from sparkonce.errors import CheckpointError
 from sparkonce.jars import S3A
 from sparkonce.ops.recover import apply_rebuild, apply_reset, plan_rebuild, plan_reset

@@ -17,7 +17,7 @@ from typing import Literal
 
 import pytest
 
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
 from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.storage import table_location
 from sparkonce_local.chaos import run_driver

@@ -15,10 +15,10 @@ from deltalake import write_deltalake
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from sparkonce.delta.catalog import WAREHOUSE_CONF
-from sparkonce.delta.commit import BatchTxn
-from sparkonce.delta.merge import merge_latest
+from sparkonce.delta.ops.merge import merge_latest
+from sparkonce.delta.table.catalog import WAREHOUSE_CONF
 from sparkonce.delta.tables import DeltaTable
+from sparkonce.delta.txn.commit import BatchTxn
 from sparkonce.errors import SqlError
 
 pytestmark = pytest.mark.spark

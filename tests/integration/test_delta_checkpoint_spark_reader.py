@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from sparkonce.delta.log import DeltaLog
-from sparkonce.delta.log_checkpoint import write_checkpoint
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.log.log_checkpoint import write_checkpoint
 from sparkonce.storage import table_location
 from tests.unit.test_delta_log_checkpoint import JVM_CHECKPOINT, OURS, every_action_table
 

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from sparkonce.delta.clustering import table_clustering
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.table.clustering import table_clustering
 from sparkonce.errors import SqlError, UnsupportedFeatureError
 from sparkonce.sql import DeltaSql
 

@@ -157,7 +157,7 @@ def _expected_rs(rows: list[dict[str, Any]]) -> list[tuple[int, int | None]]:
 
 def _check_new_files(table: Path, before: set[str]) -> None:
     """Files sparkonce added name their columns (nested fields too) by physical name, with the field ids."""
-    from sparkonce.delta.log import DeltaLog
+    from sparkonce.delta.log.delta_log import DeltaLog
     from sparkonce.storage import table_location
 
     files = DeltaLog(table_location(str(table))).snapshot(None).files
@@ -173,7 +173,7 @@ def _check_new_files(table: Path, before: set[str]) -> None:
 
 
 def _active(table: Path) -> set[str]:
-    from sparkonce.delta.log import DeltaLog
+    from sparkonce.delta.log.delta_log import DeltaLog
     from sparkonce.storage import table_location
 
     return set(DeltaLog(table_location(str(table))).snapshot(None).files)

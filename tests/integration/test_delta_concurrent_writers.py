@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from sparkonce.delta import dml, optimize
+from sparkonce.delta.ops import dml, optimize
 from sparkonce.delta.tables import DeltaTable
 from sparkonce.errors import ConcurrentAppendError, ConcurrentDeleteReadError
 from tests.delta_helpers import delta_rows

@@ -173,7 +173,7 @@ def test_a_write_between_the_check_and_the_commit_is_delta_sparks_concurrent_wri
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    import sparkonce.delta.alter as alter
+    import sparkonce.delta.ops.alter as alter
     from sparkonce.delta.exceptions import ConcurrentWriteException, DeltaConcurrentModificationException
 
     path = tmp_path / "t"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from sparkonce.delta.log import DeltaLog
-from sparkonce.delta.native import last_scan
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.read.native import last_scan
 from sparkonce.delta.tables import MAX_FILE_SIZE_CONF
 from sparkonce.sql import DeltaSql
 

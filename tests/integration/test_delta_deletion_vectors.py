@@ -17,7 +17,7 @@ import pytest
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
-from sparkonce.delta.deletion_vectors import DeletionVector, serialized_bitmap
+from sparkonce.delta.table.deletion_vectors import DeletionVector, serialized_bitmap
 
 pytestmark = pytest.mark.spark
 

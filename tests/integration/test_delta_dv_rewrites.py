@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
 from sparkonce.delta.tables import DeltaTable
 from sparkonce.errors import ConcurrentDeleteReadError, StorageError
 from sparkonce.storage import SESSION_CONF_PREFIX, TableLocation, table_location

@@ -110,7 +110,7 @@ def _evaluate_on_executors(spark: Any, expressions: list[tuple[str, str]]) -> li
     names = ["id", *(f"c{i}" for i in range(len(expressions)))]
 
     def evaluate(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from sparkonce.delta.expressions import Evaluator
+        from sparkonce.delta.table.expressions import Evaluator
 
         for batch in batches:
             evaluator = Evaluator(pa.Table.from_batches([batch]))
@@ -156,7 +156,7 @@ def test_the_evaluator_computes_what_spark_computes(los_angeles: Any) -> None:
     ],
 )
 def test_an_expression_outside_the_subset_is_refused_on_zero_rows(expression: str, named: str) -> None:
-    from sparkonce.delta.expressions import check_expression
+    from sparkonce.delta.table.expressions import check_expression
 
     schema = pa.schema(
         [("id", pa.int32()), ("x", pa.float64()), ("s", pa.string()), ("ts", pa.timestamp("us", tz="UTC"))]

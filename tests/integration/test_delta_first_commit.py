@@ -1,7 +1,7 @@
 """Table version 0 holds the first write (issue 12 item 2), and exactly-once holds for it.
 
 Real processes race to create the same new table (no Spark needed: each writes its Parquet files and commits
-through :func:`sparkonce.delta.commit.commit_files`, as the sink's driver does); the table is then read back
+through :func:`sparkonce.delta.txn.commit.commit_files`, as the sink's driver does); the table is then read back
 with delta-rs.
 """
 
@@ -16,16 +16,16 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.storage import table_location
 
 WRITER = """
 import sys, time
 from pathlib import Path
 import pyarrow as pa
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.storage import table_location
 
 table, go, writer, app_id = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

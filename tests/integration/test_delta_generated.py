@@ -254,8 +254,8 @@ def test_filters_on_the_source_column_prune_generated_partitions(spark: Any, tmp
     the rows are those delta-rs reads and filters itself."""
     from pyspark.sql.datasource import GreaterThanOrEqual
 
-    from sparkonce.delta.options import ReadOptions
-    from sparkonce.delta.reader import DeltaBatchReader
+    from sparkonce.delta.read.reader import DeltaBatchReader
+    from sparkonce.delta.table.options import ReadOptions
 
     path = tmp_path / "events"
     _events_table(spark, path)

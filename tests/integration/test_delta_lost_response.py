@@ -20,8 +20,8 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.storage import table_location
 from sparkonce_local.services.faultproxy import FaultProxy
 from tests.fixtures_storage import EmbeddedStore, through_proxy

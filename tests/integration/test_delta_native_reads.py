@@ -1,4 +1,5 @@
-"""The native read path (:mod:`sparkonce.delta.native`): Spark's own Parquet scan over the files the Delta log lists.
+"""The native read path (:mod:`sparkonce.delta.read.native`): Spark's own Parquet scan over the files the Delta log
+lists.
 
 Every fixture table reads the same rows on the native path as on the Python data source; partition pruning is
 exact (Spark leaves partition filters to the index); data skipping drops files by their statistics; columns are
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkonce.delta.native import NATIVE_READS_CONF, last_scan
+from sparkonce.delta.read.native import NATIVE_READS_CONF, last_scan
 from tests.delta_helpers import comparable
 
 pytestmark = pytest.mark.spark
@@ -282,7 +283,7 @@ def test_merge_update_delete_and_optimize_read_their_files_natively(
             writer.option("delta.columnMapping.mode", mapping).save(path)
             table = DeltaTable.forPath(spark, path)
             source = spark.range(390, 410).selectExpr("id", "id % 4 AS part", "concat('m', id) AS v")
-            with caplog.at_level("INFO", logger="sparkonce.delta.native"):
+            with caplog.at_level("INFO", logger="sparkonce.delta.read.native"):
                 caplog.clear()
                 (
                     table.alias("t")
@@ -323,7 +324,7 @@ def test_rewrites_of_a_table_with_deletion_vectors_read_its_files_natively_witho
         spark.conf.set(NATIVE_READS_CONF, native)
         try:
             table = DeltaTable.forPath(spark, str(path))
-            with caplog.at_level("INFO", logger="sparkonce.delta.native"):
+            with caplog.at_level("INFO", logger="sparkonce.delta.read.native"):
                 caplog.clear()
                 table.update("col1 % 2 = 0", {"col2": "'even'"})
                 table.delete("col1 > 40")

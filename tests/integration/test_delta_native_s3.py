@@ -1,4 +1,4 @@
-"""The native read path on S3 (:mod:`sparkonce.delta.native`): a Delta table on ``s3://`` in the embedded object
+"""The native read path on S3 (:mod:`sparkonce.delta.read.native`): a Delta table on ``s3://`` in the embedded object
 store (SeaweedFS), read by Spark's own Parquet scan through Hadoop's S3A file system (the jars of
 ``sparkonce jars fetch s3a``), with the S3A settings taken from the table's storage options as the relation's
 options: the session's Hadoop conf knows nothing of the store.
@@ -13,8 +13,8 @@ import pytest
 from deltalake import write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkonce.delta.native import NATIVE_READS_CONF, is_native, last_scan, native_frame
-from sparkonce.delta.options import ReadOptions
+from sparkonce.delta.read.native import NATIVE_READS_CONF, is_native, last_scan, native_frame
+from sparkonce.delta.table.options import ReadOptions
 from sparkonce.jars import S3A
 from sparkonce.storage import table_location
 from tests.fixtures_storage import EmbeddedStore

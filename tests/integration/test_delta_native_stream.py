@@ -1,5 +1,5 @@
-"""The native streaming source (:mod:`sparkonce.delta.native_stream`): ``readStream.format("delta")`` planned by the
-Delta stream source's offsets and read by Spark's own Parquet scan. Every fixture table streams the same rows on
+"""The native streaming source (:mod:`sparkonce.delta.read.native_stream`): ``readStream.format("delta")`` planned by
+the Delta stream source's offsets and read by Spark's own Parquet scan. Every fixture table streams the same rows on
 both paths; a checkpoint moves between the paths; columns are pruned; two queries over one DataFrame keep their own
 positions; the checkpoint records the source; deletion vectors are applied, also on a table that turned them on
 after its DataFrame was made.
@@ -19,7 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
 from sparkonce.checkpoint.tables import read_recorded_tables
-from sparkonce.delta.native import NATIVE_READS_CONF, is_native
+from sparkonce.delta.read.native import NATIVE_READS_CONF, is_native
 from tests.delta_helpers import comparable
 from tests.integration.test_delta_deletion_vectors import golden_rows
 

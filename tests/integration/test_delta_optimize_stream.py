@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.delta import optimize
-from sparkonce.delta.optimize import compact
+from sparkonce.delta.ops import optimize
+from sparkonce.delta.ops.optimize import compact
 
 pytestmark = [pytest.mark.spark]
 

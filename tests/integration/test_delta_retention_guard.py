@@ -14,7 +14,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 import sparkonce
-from sparkonce.delta.readers import forget_reader
+from sparkonce.delta.txn.readers import forget_reader
 from tests.integration.conftest import delta_ids, registered_reader
 
 if TYPE_CHECKING:

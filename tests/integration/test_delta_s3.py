@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 from pyspark.errors import AnalysisException
 
-from sparkonce.delta.commit import BatchTxn, commit_files, load_table
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
-from sparkonce.delta.log import DeltaLog
-from sparkonce.delta.readers import read_readers
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.txn.commit import BatchTxn, commit_files, load_table
+from sparkonce.delta.txn.readers import read_readers
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import SqlError, StorageError
 from sparkonce.storage import table_location
 from tests.fixtures_storage import EmbeddedStore, copy_table_to_store
@@ -429,7 +429,7 @@ def test_tables_by_name_with_the_warehouse_and_an_external_table_on_s3(
     import deltalake
     import pyarrow.fs as pafs
 
-    from sparkonce.delta.catalog import CATALOG_DIR, DeltaCatalog
+    from sparkonce.delta.table.catalog import CATALOG_DIR, DeltaCatalog
     from sparkonce.delta.tables import DeltaTable as SoDeltaTable
 
     warehouse = object_store.unique_uri("warehouse")

@@ -20,8 +20,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql.streaming.datasource import ReadMaxFiles
 
-from sparkonce.delta.options import StreamReadOptions
-from sparkonce.delta.stream import DeltaStreamReader, StreamPartition
+from sparkonce.delta.read.stream import DeltaStreamReader, StreamPartition
+from sparkonce.delta.table.options import StreamReadOptions
 from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
 from tests.delta_helpers import delta_txns

@@ -9,7 +9,7 @@ import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import SparkSession
 
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
 from tests.integration.conftest import write_input_files
 
 pytestmark = pytest.mark.spark

@@ -15,8 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
 
-from sparkonce.delta.options import StreamReadOptions
-from sparkonce.delta.stream import DeltaSourceOffset, DeltaStreamReader
+from sparkonce.delta.read.stream import DeltaSourceOffset, DeltaStreamReader
+from sparkonce.delta.table.options import StreamReadOptions
 from sparkonce.errors import OptionError, SourceOffsetError
 from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO

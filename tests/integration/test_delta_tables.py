@@ -90,6 +90,42 @@ def test_merge_builder_clauses_rewrite_only_touched_files(spark, tmp_path: Path)
     assert history.operation == "MERGE" and history.operationMetrics["numTargetRowsUpdated"] == "2"
 
 
+@pytest.mark.parametrize("keys_on", ["driver", "executors"])
+def test_merge_candidates_by_statistics_for_a_small_source_and_by_an_executor_join_past_it(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keys_on: str
+) -> None:
+    """A small source's keys pick the candidate files by the log's statistics on the driver; past
+    ``KEYS_ON_DRIVER`` source rows the keys stay on executors, joined with the files' key columns, and only files
+    that hold a key are read. Same merge, same rows either way."""
+    import sparkonce.delta.ops.merge as merge_module
+
+    if keys_on == "executors":
+        monkeypatch.setattr(merge_module, "KEYS_ON_DRIVER", 2)
+    table = tmp_path / "t"
+    _make(spark, table, [(i, "old") for i in range(0, 200, 2)], "id long, name string", files=10)  # 20 ids each
+    # 1, 3 and 41 fall inside the id ranges of files 0 and 2 but are in no file; 120 is in file 6; 300 and the
+    # null id are in none (a null key matches nothing)
+    source = spark.createDataFrame(
+        [(1, "a"), (3, "b"), (41, "c"), (120, "d"), (300, "e"), (None, "f")], "id long, name string"
+    )
+    DeltaTable.forPath(spark, str(table)).alias("t").merge(
+        source.alias("s"), "t.id = s.id"
+    ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+
+    expected = [(i, "d" if i == 120 else "old") for i in range(0, 200, 2)]
+    expected += [(1, "a"), (3, "b"), (41, "c"), (300, "e")]
+    from deltalake import DeltaTable as RsTable
+
+    rows = [(r["id"], r["name"]) for r in RsTable(str(table)).to_pyarrow_table().to_pylist()]
+    assert sorted(r for r in rows if r[0] is not None) == sorted(expected)
+    assert [r for r in rows if r[0] is None] == [(None, "f")]
+    metrics = _info(table, _latest(table))["operationMetrics"]
+    assert metrics["numSourceRows"] == 6 and metrics["numTargetFilesBefore"] == 10
+    assert metrics["numCandidateFiles"] == (3 if keys_on == "driver" else 1)
+    assert metrics["numTargetFilesRemoved"] == 1
+    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsInserted"]) == (1, 5)
+
+
 def test_merge_not_matched_by_source_and_columns(spark, tmp_path: Path) -> None:
     import pyspark.sql.functions as F
 

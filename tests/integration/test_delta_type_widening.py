@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from sparkonce.delta.native import NATIVE_READS_CONF, is_native
+from sparkonce.delta.read.native import NATIVE_READS_CONF, is_native
 from sparkonce.errors import SqlError
 from sparkonce.sql import DeltaSql
 

@@ -18,7 +18,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
 from tests.integration.conftest import delta_ids, write_input_files
 
 pytestmark = pytest.mark.spark

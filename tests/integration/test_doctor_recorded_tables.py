@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkonce.checkpoint.tables import TABLES_DIR, read_recorded_tables
 from sparkonce.cli.main import cli
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
 from tests.integration.conftest import write_input_files
 
 pytestmark = pytest.mark.spark

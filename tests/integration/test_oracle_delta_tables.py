@@ -378,7 +378,7 @@ def test_a_table_delta_spark_widened_reads_alike_in_both_engines_at_every_table_
 ) -> None:
     """Type widening made by delta-spark: INT to BIGINT and FLOAT to DOUBLE in place (no file rewritten); sparkonce
     reads every table version as delta-spark does (the old file's values cast up), on both read paths."""
-    from sparkonce.delta.native import NATIVE_READS_CONF
+    from sparkonce.delta.read.native import NATIVE_READS_CONF
 
     table = tmp_path / "t"
     for statement in [

@@ -105,7 +105,7 @@ def test_tables_named_in_the_pipeline_file_are_catalog_tables(spark, broker, tmp
     writes nothing twice; Spark reads them by name."""
     from deltalake import DeltaTable
 
-    from sparkonce.delta.catalog import WAREHOUSE_CONF, DeltaCatalog
+    from sparkonce.delta.table.catalog import WAREHOUSE_CONF, DeltaCatalog
 
     topic = broker.unique_topic("named")
     produced = produce_sensor_readings(broker.bootstrap, topic=topic, count=120, partitions=2, seed=11)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sparkonce.delta.commit import load_table
+from sparkonce.delta.txn.commit import load_table
 from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.pipeline.replay import plan_replay, replay_stage
 from sparkonce.pipeline.run import run_pipeline

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.delta.commit import BatchTxn
-from sparkonce.delta.merge import merge_latest
+from sparkonce.delta.ops.merge import merge_latest
+from sparkonce.delta.txn.commit import BatchTxn
 from sparkonce.errors import SchemaMismatchError
 from sparkonce.pipeline.ddl import ddl_schema
 from sparkonce.pipeline.kinds.bronze import LINEAGE_DDL, QUARANTINE_DDL, parse_raw

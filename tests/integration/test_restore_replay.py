@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
 from sparkonce.cli.main import cli
-from sparkonce.delta.log import DeltaLog
-from sparkonce.delta.restores import restored_app_id
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.txn.restores import restored_app_id
 from tests.integration.conftest import INPUT_SCHEMA, delta_ids, stream_input_files, write_input_files
 
 pytestmark = pytest.mark.spark

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.errors import AnalysisException
 
-from sparkonce.delta.catalog import CATALOG_DIR
+from sparkonce.delta.table.catalog import CATALOG_DIR
 from sparkonce.errors import OptionError, SqlError, UnsupportedFeatureError
 from sparkonce.sql import DeltaSql
 

@@ -69,25 +69,15 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("local commands", frozenset({"sparkonce_local.quickstart", "sparkonce_local.demo", "sparkonce_local.cli"})),
 ]
 
-# The layers inside ``sparkonce.delta``, bottom up: the sub-packages its modules are to move into (docs/architecture.md,
-# "Inside sparkonce.delta"). Checked now on the flat modules, so the move is a rename per layer: a module imports
-# its own layer and the ones below only, and a new module must pick its layer here.
-DELTA_LAYERS: list[tuple[str, frozenset[str]]] = [
-    (name, frozenset(modules.split()))
-    for name, modules in (
-        ("log", "log log_entry log_checkpoint tombstones table_view paths clock interval"),
-        (
-            "table",
-            "properties protocol schema column_mapping clustering identity generated constraints expressions "
-            "partition_filters deletion_vectors skipping catalog options type_widening",
-        ),
-        ("txn", "commit conflicts cleanup readers log_cleanup restores"),
-        ("write", "files cdf"),
-        ("read", "reader native stream native_stream changes change_stream history"),
-        ("ops", "rewrite merge dml optimize auto_compact vacuum manifest alter alter_columns create"),
-        ("face", "source writer overwrite sink reader_listener _compat tables spark_catalog exceptions"),
-    )
-]
+# The layers inside ``sparkonce.delta``, bottom up (docs/architecture.md, "Inside sparkonce.delta"): each is a
+# sub-package (``delta/log/``, ...) but the face, which is the package's own flat modules. A module's layer is
+# the sub-package it lives in; it imports its own layer and the ones below only.
+DELTA_LAYERS: list[str] = ["log", "table", "txn", "write", "read", "ops", "face"]
+# The face: what Spark and users see. A new flat module of sparkonce.delta must be listed here (and in the doc);
+# anything else goes into the sub-package of its layer.
+DELTA_FACE = frozenset(
+    {"source", "writer", "overwrite", "sink", "reader_listener", "_compat", "tables", "spark_catalog", "exceptions"}
+)
 DELTA = "sparkonce.delta"
 
 
@@ -403,28 +393,59 @@ def test_the_architecture_doc_names_every_package() -> None:
 
 
 def _delta_layer(module: str) -> int:
+    """The layer of a module of ``sparkonce.delta``: its sub-package, or the face for a flat module listed there."""
     name = module.removeprefix(DELTA + ".")
-    for number, (_, members) in enumerate(DELTA_LAYERS):
-        if name in members:
-            return number
-    raise AssertionError(f"{module} is in no layer of sparkonce.delta: add it to DELTA_LAYERS and docs/architecture.md")
+    layer = name.split(".")[0]
+    if layer in DELTA_LAYERS[:-1]:
+        return DELTA_LAYERS.index(layer)
+    if name in DELTA_FACE:
+        return DELTA_LAYERS.index("face")
+    raise AssertionError(
+        f"{module} is in no layer of sparkonce.delta: move it into the sub-package of its layer (DELTA_LAYERS), or "
+        "list it in DELTA_FACE, and name it in docs/architecture.md"
+    )
+
+
+def _delta_modules() -> dict[str, Path]:
+    return {m: path for m, path in MODULES.items() if m.startswith(DELTA + ".")}
 
 
 def test_every_delta_module_is_in_one_delta_layer() -> None:
-    modules = {m.removeprefix(DELTA + ".") for m in MODULES if m.startswith(DELTA + ".")}
-    listed = [m for _, members in DELTA_LAYERS for m in members]
-    assert sorted(listed) == sorted(set(listed)), "a module is in two layers"
-    assert modules - set(listed) == set(), "add these to DELTA_LAYERS and docs/architecture.md"
-    assert set(listed) - modules == set(), "these are gone: drop them from DELTA_LAYERS and docs/architecture.md"
+    """``ls src/sparkonce/delta`` shows the layers: a folder per layer but the face, and the face's modules."""
+    modules = _delta_modules()
+    layers = [_delta_layer(m) for m in modules]
+    assert set(layers) == set(range(len(DELTA_LAYERS))), "a layer without modules: drop it from DELTA_LAYERS"
+    flat = {m.removeprefix(DELTA + ".") for m in modules if "." not in m.removeprefix(DELTA + ".")}
+    assert flat == DELTA_FACE | set(DELTA_LAYERS[:-1]), "the flat modules of sparkonce.delta are the face's only"
+    folders = {p.name for p in (SRC / "sparkonce" / "delta").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(DELTA_LAYERS[:-1])
+
+
+def test_the_delta_layer_packages_hold_no_code_of_their_own() -> None:
+    """A layer's ``__init__.py`` is its docstring (the layer and what it may import): no re-exports, so a module is
+    imported by one name only."""
+    bad = []
+    for layer in DELTA_LAYERS[:-1]:
+        body = ast.parse(MODULES[f"{DELTA}.{layer}"].read_text()).body
+        docstring = (
+            len(body) == 1
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        )
+        if not docstring:
+            bad.append(layer)
+    assert bad == []
 
 
 def test_delta_modules_import_down_the_delta_layers() -> None:
     """Inside ``sparkonce.delta`` (the package's ``__init__`` aside: it is the face), every import, function-level
-    and type-only ones included, goes to the module's own layer or one below."""
+    and type-only ones included, goes to the module's own layer or one below: a module in ``delta/read/`` imports
+    from read, write, txn, table and log, never from ops or the face."""
     inside = [i for i in IMPORTS if i.importer.startswith(DELTA + ".") and i.target.startswith(DELTA + ".")]
     bad = [
-        f"{i.importer}:{i.line} ({DELTA_LAYERS[_delta_layer(i.importer)][0]}) imports {i.target} "
-        f"({DELTA_LAYERS[_delta_layer(i.target)][0]}, {i.where})"
+        f"{i.importer}:{i.line} ({DELTA_LAYERS[_delta_layer(i.importer)]}) imports {i.target} "
+        f"({DELTA_LAYERS[_delta_layer(i.target)]}, {i.where})"
         for i in inside
         if _delta_layer(i.target) > _delta_layer(i.importer)
     ]
@@ -434,5 +455,7 @@ def test_delta_modules_import_down_the_delta_layers() -> None:
 
 def test_the_architecture_doc_names_every_delta_module() -> None:
     doc = (SRC.parent / "docs" / "architecture.md").read_text()
-    missing = [m for _, members in DELTA_LAYERS for m in members if f"`{m}`" not in doc]
+    missing = [f"delta/{layer}/" for layer in DELTA_LAYERS[:-1] if f"`delta/{layer}/`" not in doc]
+    names = {m.rpartition(".")[2] for m in _delta_modules()} - set(DELTA_LAYERS)
+    missing += sorted(n for n in names if f"`{n}`" not in doc)
     assert missing == []

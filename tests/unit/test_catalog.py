@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from deltalake import write_deltalake
 
 from sparkonce.cli.main import cli
-from sparkonce.delta.catalog import DeltaCatalog, find_named_table
+from sparkonce.delta.table.catalog import DeltaCatalog, find_named_table
 from sparkonce.errors import SqlError
 
 

@@ -104,7 +104,7 @@ def test_each_file_once_by_its_table_relative_path(tmp_path: Path) -> None:
 
 def _registered(table: Path) -> str:
     """A table version 1 that removes version 0's file, and a stream registered as reading from version 0."""
-    from sparkonce.delta.readers import RegisteredReader, register_reader
+    from sparkonce.delta.txn.readers import RegisteredReader, register_reader
 
     write_deltalake(str(table), pa.table({"id": [2]}), mode="overwrite")
     query_id = "00000000-0000-0000-0000-00000000000a"

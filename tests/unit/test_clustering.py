@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sparkonce.delta.clustering import check_columns, clustering_columns, domain_action, with_features
+from sparkonce.delta.table.clustering import check_columns, clustering_columns, domain_action, with_features
 from sparkonce.errors import SqlError
 
 MAPPED = [

@@ -1,4 +1,4 @@
-"""Auto compaction after a commit (``delta/auto_compact.py``), on real tables written by delta-rs and read back by
+"""Auto compaction after a commit (``delta/ops/auto_compact.py``), on real tables written by delta-rs and read back by
 delta-rs: Delta's settings and priority, the partitions chosen, the OPTIMIZE commit it makes, and a failure that
 never escapes. No Spark: the rewrite runs in this process, as in the sink's commit."""
 
@@ -12,15 +12,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sparkonce.delta import optimize
-from sparkonce.delta.auto_compact import (
+from sparkonce.delta.log.log_entry import WrittenFile
+from sparkonce.delta.ops import optimize
+from sparkonce.delta.ops.auto_compact import (
     AutoCompactSettings,
     compact_after_commit,
     optimize_write_requested,
     partitions_to_compact,
 )
-from sparkonce.delta.log_entry import WrittenFile
-from sparkonce.delta.properties import table_properties
+from sparkonce.delta.table.properties import table_properties
 from sparkonce.errors import OptionError
 from sparkonce.storage import table_location
 
@@ -131,7 +131,7 @@ def test_a_failed_compaction_is_logged_and_does_not_escape(
         return written
 
     monkeypatch.setattr(optimize, "rewrite_bins_in_process", rewrite_while_a_delete_commits)
-    with caplog.at_level(logging.WARNING, logger="sparkonce.delta.auto_compact"):
+    with caplog.at_level(logging.WARNING, logger="sparkonce.delta.ops.auto_compact"):
         result = compact_after_commit(
             table_location(str(table)), [_added("a")], AutoCompactSettings(enabled=True, min_num_files=2)
         )

@@ -18,8 +18,8 @@ from deltalake import write_deltalake
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxFiles
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from sparkonce.delta.change_stream import ChangeFeedStreamReader
-from sparkonce.delta.options import StreamReadOptions
+from sparkonce.delta.read.change_stream import ChangeFeedStreamReader
+from sparkonce.delta.table.options import StreamReadOptions
 from sparkonce.errors import SourceOffsetError
 
 SCHEMA = StructType(

@@ -1,5 +1,5 @@
-"""The change data feed planner (``sparkonce.delta.changes``) on tables delta-rs writes: which files of which commit
-hold change rows, and the range rules (no Spark)."""
+"""The change data feed planner (``sparkonce.delta.read.changes``) on tables delta-rs writes: which files of which
+commit hold change rows, and the range rules (no Spark)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparkonce.delta.changes import ChangeFeedOptions, plan_changes, resolve_range
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.read.changes import ChangeFeedOptions, plan_changes, resolve_range
 from sparkonce.errors import OptionError
 
 CDF = {"delta.enableChangeDataFeed": "true"}
@@ -71,8 +71,8 @@ def test_a_start_before_the_feed_was_on_is_refused_though_that_version_has_no_me
 
 
 def test_a_skipped_batch_deletes_its_change_data_files_and_a_commit_records_them_as_cdc(tmp_path: Path) -> None:
-    from sparkonce.delta.commit import BatchTxn, commit_files
-    from sparkonce.delta.log_entry import WrittenFile
+    from sparkonce.delta.log.log_entry import WrittenFile
+    from sparkonce.delta.txn.commit import BatchTxn, commit_files
 
     table = tmp_path / "t"
     schema = pa.schema([("id", pa.int64())])

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from sparkonce.delta.cleanup import COMMIT_ID_KEY, find_commit, remove_unreferenced_files
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
-from sparkonce.delta.log_entry import WrittenFile
+from sparkonce.delta.log.log_entry import WrittenFile
+from sparkonce.delta.txn.cleanup import COMMIT_ID_KEY, find_commit, remove_unreferenced_files
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.storage import table_location
 
 SCHEMA = pa.schema([("id", pa.int64()), ("device", pa.string())])

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import SchemaMismatchError
 from sparkonce.retries import count_retries
 from sparkonce.storage import table_location
@@ -65,9 +65,9 @@ def test_a_stale_snapshot_costs_a_retry_never_a_second_commit(tmp_path: Path, ca
     """The streaming sink hands ``commit_files`` the table its writer loaded (``snapshot=``). When another writer
     committed the same txn after that load, the commit of the stale snapshot's next table version fails, the retry
     loads the table afresh and skips the batch; a stale snapshot without such a race commits on top."""
-    from sparkonce.delta.commit import load_table
+    from sparkonce.delta.txn.commit import load_table
 
-    caplog.set_level(logging.WARNING, logger="sparkonce.delta.commit")
+    caplog.set_level(logging.WARNING, logger="sparkonce.delta.txn.commit")
     table = str(tmp_path / "t")
     commit_files(table, _write(table, [0], "a"), data_schema=SCHEMA, txn=BatchTxn("q", 0))
     stale = load_table(table)
@@ -141,7 +141,7 @@ def test_partition_mismatch_and_type_conflict_are_refused(tmp_path: Path) -> Non
 def _dv_table(fixtures_dir: Path, tmp_path: Path) -> tuple[str, dict]:
     import shutil
 
-    from sparkonce.delta.log import DeltaLog
+    from sparkonce.delta.log.delta_log import DeltaLog
 
     table = tmp_path / "dv"
     shutil.copytree(fixtures_dir / "delta-tables" / "dv-partitioned-with-checkpoint", table)
@@ -160,8 +160,8 @@ def _rs_count(table: str) -> int:
 def test_a_removed_file_with_a_deletion_vector_is_removed_with_it(fixtures_dir: Path, tmp_path: Path) -> None:
     """The remove carries the add's deletion vector (delta-rs matches them on path and DV), and a file whose DV is
     not the one the rewrite read is a conflict: nothing is committed."""
-    from sparkonce.delta.commit import RemovedFile
-    from sparkonce.delta.schema import table_arrow_schema
+    from sparkonce.delta.table.schema import table_arrow_schema
+    from sparkonce.delta.txn.commit import RemovedFile
     from sparkonce.errors import CommitConflictError
 
     table, add = _dv_table(fixtures_dir, tmp_path)
@@ -187,7 +187,7 @@ def _race_before_the_commit(monkeypatch: pytest.MonkeyPatch, concurrent: Callabl
     """Make the first attempt of the next ALTER lose its race: right after the attempt reads the table, another
     writer commits (``concurrent()``, a real commit), so the table version the attempt commits is taken. Returns
     the list of attempts seen (one table read per attempt)."""
-    import sparkonce.delta.alter as alter
+    import sparkonce.delta.ops.alter as alter
 
     read = alter.existing_table
     attempts: list[int] = []
@@ -209,7 +209,7 @@ def test_an_alter_racing_an_append_retries_through_the_engine(
     """ALTER TABLE SET TBLPROPERTIES whose commit loses the race to a concurrent append (a second writer) goes
     through the one commit engine: the lost race is a ``delta_commit`` retry (WARNING), the append is no conflict
     (the ALTER reads no data), and the retry commits on top of it; both commits are in the table."""
-    from sparkonce.delta.alter import alter_properties
+    from sparkonce.delta.ops.alter import alter_properties
 
     table = str(tmp_path / "t")
     commit_files(table, _write(table, [1], "first"), data_schema=SCHEMA)
@@ -218,7 +218,7 @@ def test_an_alter_racing_an_append_retries_through_the_engine(
         monkeypatch,
         lambda: appended.append(commit_files(table, _write(table, [2], "other"), data_schema=SCHEMA).table_version),
     )
-    caplog.set_level(logging.WARNING, logger="sparkonce.delta.commit")
+    caplog.set_level(logging.WARNING, logger="sparkonce.delta.txn.commit")
 
     assert alter_properties(table, set={"owner": "team-a"}) == 2
     assert appended == [1] and attempts == [0, 1]  # attempt 1 read table version 0, attempt 2 the append's
@@ -236,7 +236,7 @@ def test_an_alter_racing_another_alter_is_delta_sparks_metadata_conflict(
 ) -> None:
     """An ALTER that loses its race to another metadata change fails with Delta's ``MetadataChangedException``
     (the engine's conflict rules, as Delta's ``ConflictChecker``), committing nothing of its own."""
-    from sparkonce.delta.alter import alter_properties
+    from sparkonce.delta.ops.alter import alter_properties
     from sparkonce.errors import MetadataChangedError
 
     table = str(tmp_path / "t")
@@ -254,7 +254,7 @@ def test_an_alter_whose_commit_landed_despite_a_store_error_is_done_once(
 ) -> None:
     """The store writes the ALTER's commit file and then fails the request (a lost answer): the engine finds the
     commit by its ``txnId`` and returns its table version, with no second commit."""
-    from sparkonce.delta.alter import alter_properties
+    from sparkonce.delta.ops.alter import alter_properties
     from sparkonce.errors import StorageError
     from sparkonce.storage import TableLocation
 
@@ -267,7 +267,7 @@ def test_an_alter_whose_commit_landed_despite_a_store_error_is_done_once(
         raise StorageError(f"{self}: the answer to PUT {relative} was lost")
 
     monkeypatch.setattr(TableLocation, "put_if_absent", put_then_fail)
-    caplog.set_level(logging.WARNING, logger="sparkonce.delta.commit")
+    caplog.set_level(logging.WARNING, logger="sparkonce.delta.txn.commit")
     assert alter_properties(table, set={"owner": "team-a"}) == 1
     monkeypatch.undo()
     assert DeltaTable(table).version() == 1

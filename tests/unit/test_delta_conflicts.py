@@ -17,11 +17,11 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from sparkonce.delta.commit import BatchTxn, CommitResult, RemovedFile, commit_files
-from sparkonce.delta.conflicts import ReadSet
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
-from sparkonce.delta.log_entry import WrittenFile
-from sparkonce.delta.rewrite import commit_rewrite
+from sparkonce.delta.log.log_entry import WrittenFile
+from sparkonce.delta.ops.rewrite import commit_rewrite
+from sparkonce.delta.txn.commit import BatchTxn, CommitResult, RemovedFile, commit_files
+from sparkonce.delta.txn.conflicts import ReadSet
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import (
     CommitConflictError,
     ConcurrentAppendError,
@@ -301,7 +301,7 @@ def test_a_metadata_change_fails_a_delete_not_a_streaming_append(tmp_path: Path)
     with pytest.raises(MetadataChangedError, match=r"^\[DELTA_METADATA_CHANGED\]"):
         _delete(table, read, files)
     assert DeltaTable(table).version() == version
-    from sparkonce.delta.commit import load_table
+    from sparkonce.delta.txn.commit import load_table
 
     stale = load_table(table, table_version=version - 1)
     append = commit_files(  # a blind append that read the table before the change: its files still fit
@@ -342,7 +342,7 @@ def test_every_conflict_is_a_commit_conflict_error() -> None:
 
 def _conflict_protocol(table: str) -> None:
     """A DELETE of partition a loses to a protocol upgrade committed after its read."""
-    from sparkonce.delta.alter import alter_properties
+    from sparkonce.delta.ops.alter import alter_properties
 
     read, files = _read_of(table, "a")
     alter_properties(table, set={"delta.minWriterVersion": "3"})
@@ -430,7 +430,7 @@ def test_giving_up_after_lost_races_is_not_a_conflict(tmp_path: Path) -> None:
     """A blind append that may try once, on a snapshot a concurrent append made stale: it loses the race for the
     next table version, no rule is broken, and it gives up with CommitRetriesExceededError naming the attempts."""
     import sparkonce.delta.exceptions as delta_exceptions
-    from sparkonce.delta.commit import load_table
+    from sparkonce.delta.txn.commit import load_table
     from sparkonce.errors import CommitRetriesExceededError
 
     table = _table_with_two_partitions(tmp_path)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter, dictionary_columns
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter, dictionary_columns
 from sparkonce.storage import table_location
 
 

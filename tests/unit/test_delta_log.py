@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, Transaction, write_deltalake
 
-from sparkonce.delta.deletion_vectors import dv_relative_path
-from sparkonce.delta.log import DeltaLog, Txn
+from sparkonce.delta.log.delta_log import DeltaLog, Txn
+from sparkonce.delta.table.deletion_vectors import dv_relative_path
 from sparkonce.errors import DeltaLogError, TableNotFoundError, VersionNotFoundError
 from tests.unit.doctor_helpers import raw_rows, stream_commit
 

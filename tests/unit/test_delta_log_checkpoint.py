@@ -1,4 +1,5 @@
-"""Delta log checkpoints sparkonce writes (sparkonce.delta.log_checkpoint) next to the ones Delta's JVM writer wrote.
+"""Delta log checkpoints sparkonce writes (sparkonce.delta.log.log_checkpoint) next to the ones Delta's JVM writer
+wrote.
 
 The table is a real Delta-JVM table (Delta 3.0 on Spark 3.4: partitioned, deletion vectors, 15 DELETEs, a JVM
 checkpoint at table version 10; tests/fixtures/delta-tables/dv-partitioned-with-checkpoint) plus one commit adding what
@@ -19,12 +20,12 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from sparkonce.delta.clock import CLOCK_VARIABLE, clock_ms
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
-from sparkonce.delta.log import DeltaLog, Snapshot
-from sparkonce.delta.log_checkpoint import _part_table, checkpoint_actions, checkpoint_table, write_checkpoint
-from sparkonce.delta.table_view import current_table
+from sparkonce.delta.log.clock import CLOCK_VARIABLE, clock_ms
+from sparkonce.delta.log.delta_log import DeltaLog, Snapshot
+from sparkonce.delta.log.log_checkpoint import _part_table, checkpoint_actions, checkpoint_table, write_checkpoint
+from sparkonce.delta.log.table_view import current_table
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.storage import table_location
 
 JVM_TABLE = "delta-tables/dv-partitioned-with-checkpoint"

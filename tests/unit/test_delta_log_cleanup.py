@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparkonce.delta.log import DeltaLog
-from sparkonce.delta.log_cleanup import LogFile, cleanup_expired_logs, expired_log_files
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.txn.log_cleanup import LogFile, cleanup_expired_logs, expired_log_files
 from sparkonce.errors import DeltaLogError, VersionNotFoundError
 from sparkonce.storage import table_location
 
@@ -199,12 +199,12 @@ def test_the_latest_snapshot_starts_from_the_last_checkpoint_without_listing_the
 def test_a_fast_retention_clock_ages_the_log_as_a_longer_run_would(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SPARKONCE_RETENTION_CLOCK (sparkonce.delta.clock): from its origin the retention clock runs RATE times as
+    """SPARKONCE_RETENTION_CLOCK (sparkonce.delta.log.clock): from its origin the retention clock runs RATE times as
     fast, and log files' times are mapped the same way, so files written a real minute apart count as written two
     hours apart at 120x: those up to the clock's midnight go, the rest stay."""
     import time
 
-    from sparkonce.delta import clock
+    from sparkonce.delta.log import clock
 
     path = _table(tmp_path, 14, 2)
     origin = NOW_MS // DAY_MS * DAY_MS - 3 * DAY_MS + 20 * 3_600_000  # 20:00 three days before NOW_MS
@@ -231,7 +231,7 @@ def test_a_fast_retention_clock_ages_the_log_as_a_longer_run_would(
 
 @pytest.mark.parametrize("value", ["123", "abc:2", "123:0.5", "123:inf", "123:nan"])
 def test_a_malformed_retention_clock_is_named(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkonce.delta import clock
+    from sparkonce.delta.log import clock
     from sparkonce.errors import OptionError
 
     monkeypatch.setenv(clock.CLOCK_VARIABLE, value)
@@ -244,8 +244,8 @@ def test_checkpoint_tombstones_expire_on_the_retention_clock(tmp_path: Path, mon
     ``delta.deletedFileRetentionDuration``; on a retention clock running 200x that hour counts as 200 hours."""
     import time
 
-    from sparkonce.delta import clock
-    from sparkonce.delta.log_checkpoint import checkpoint_actions
+    from sparkonce.delta.log import clock
+    from sparkonce.delta.log.log_checkpoint import checkpoint_actions
 
     path = tmp_path / "t"
     write_deltalake(str(path), pa.table({"id": [1]}))

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
-from sparkonce.delta.log_entry import WrittenFile, commit_metadata
+from sparkonce.delta.log.log_entry import WrittenFile, commit_metadata
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import UnsupportedFeatureError
 from sparkonce.storage import table_location
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparkonce.delta.merge import equi_keys
-from sparkonce.delta.optimize import bin_pack
-from sparkonce.delta.rewrite import TableFile
+from sparkonce.delta.ops.merge import equi_keys
+from sparkonce.delta.ops.optimize import bin_pack
+from sparkonce.delta.ops.rewrite import TableFile
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_bin_pack_per_partition_smallest_first_single_files_left_alone() -> None
 
 
 def _dv_file(path: str, size: int, rows: int, deleted: int) -> TableFile:
-    from sparkonce.delta.deletion_vectors import DeletionVector
+    from sparkonce.delta.table.deletion_vectors import DeletionVector
 
     dv = DeletionVector("i", None, "", 0, 0, deleted)
     return TableFile(path, size, {}, rows, {}, {}, deletion_vector={"storageType": "i"}, deletion_vector_rows=dv)
@@ -69,7 +69,7 @@ def test_bin_pack_rewrites_a_file_whose_deletion_vector_deletes_over_5_percent()
 def test_rewrite_snapshot_of_a_column_mapped_table_keys_files_by_logical_names(fixtures_dir) -> None:  # type: ignore[no-untyped-def]
     """Partition values and stats come out of the log under logical names (the log keys them by physical
     name), the ``remove`` of a file keys them by physical name again, and the files to write get the mapping."""
-    from sparkonce.delta.rewrite import open_snapshot
+    from sparkonce.delta.ops.rewrite import open_snapshot
 
     table = fixtures_dir / "delta-tables" / "dv-with-columnmapping"
     snapshot = open_snapshot(str(table), operation="DELETE")

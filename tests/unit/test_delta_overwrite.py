@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from sparkonce.delta.options import WriteOptions
 from sparkonce.delta.overwrite import (
     DYNAMIC_OVERWRITE_ENABLED_CONF,
     PARTITION_OVERWRITE_MODE_CONF,
     SelectiveOverwrite,
     wants_selective_overwrite,
 )
+from sparkonce.delta.table.options import WriteOptions
 from sparkonce.errors import OptionError, UnsupportedFeatureError
 
 

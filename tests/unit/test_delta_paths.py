@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkonce.delta.paths import data_file_fs_path, data_file_uri, require_fs_path
+from sparkonce.delta.log.paths import data_file_fs_path, data_file_uri, require_fs_path
 from sparkonce.errors import DeltaLogError
 from sparkonce.storage import table_location
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkonce.delta.options import TABLE_DEFAULTS_OPTION, WriteOptions
-from sparkonce.delta.properties import check_existing, new_table_protocol, session_defaults, table_properties
+from sparkonce.delta.table.options import TABLE_DEFAULTS_OPTION, WriteOptions
+from sparkonce.delta.table.properties import check_existing, new_table_protocol, session_defaults, table_properties
 from sparkonce.errors import OptionError
 
 SCHEMA = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true,"metadata":{}}]}'

@@ -1,5 +1,5 @@
-"""Delta's protocol algebra (sparkonce.delta.protocol): what a protocol supports, the weakest protocol for a set of
-features, and merges (every upgrade) and removals (DROP FEATURE) as Delta's ``Protocol.merge`` / ``normalized`` /
+"""Delta's protocol algebra (sparkonce.delta.table.protocol): what a protocol supports, the weakest protocol for a set
+of features, and merges (every upgrade) and removals (DROP FEATURE) as Delta's ``Protocol.merge`` / ``normalized`` /
 ``removeFeature`` compute them. The cases are those delta-spark's ``test_protocolUpgrade``,
 ``test_addFeatureSupport`` and ``test_dropFeatureSupport`` walk through, and the issue's ADD CONSTRAINT on a
 writer-6 table."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkonce.delta.protocol import feature, merged, supported_features, weakest_protocol, without
+from sparkonce.delta.table.protocol import feature, merged, supported_features, weakest_protocol, without
 
 
 def legacy(reader: int, writer: int) -> dict[str, int]:

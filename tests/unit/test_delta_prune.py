@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from pyspark.sql.datasource import EqualNullSafe, EqualTo, GreaterThan, In, IsNotNull, IsNull, LessThanOrEqual
 
-from sparkonce.delta.reader import DataFile, prune
+from sparkonce.delta.read.reader import DataFile, prune
 
 
 def _files() -> list[DataFile]:
@@ -36,7 +36,7 @@ def test_prune(flt: object, kept: list[str]) -> None:
 
 
 def test_plan_partitions_uses_every_core_and_caps_task_size() -> None:
-    from sparkonce.delta.reader import plan_partitions
+    from sparkonce.delta.read.reader import plan_partitions
 
     small = [DataFile(f"/t/{i}.parquet", 1_000_000, {}) for i in range(5)]
     assert [len(p.files) for p in plan_partitions(small, parallelism=2)] == [3, 2]

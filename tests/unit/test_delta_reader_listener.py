@@ -14,7 +14,7 @@ from deltalake import write_deltalake
 
 from sparkonce.checkpoint import OffsetSeqMetadata, write_commit, write_metadata, write_offsets
 from sparkonce.delta.reader_listener import ReadTable, Registration, restart_offsets, restart_version
-from sparkonce.delta.readers import READERS_DIR, RegisteredReader, read_readers
+from sparkonce.delta.txn.readers import READERS_DIR, RegisteredReader, read_readers
 from sparkonce.storage import table_location
 
 TABLE_ID = "4371c9b4-c7ba-4d41-b124-fa3793e53587"

@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparkonce.delta.log_cleanup import cleanup_expired_logs
-from sparkonce.delta.readers import (
+from sparkonce.delta.ops.vacuum import vacuum
+from sparkonce.delta.txn.log_cleanup import cleanup_expired_logs
+from sparkonce.delta.txn.readers import (
     READERS_DIR,
     RETENTION_PROPERTY,
     RegisteredReader,
@@ -26,7 +27,6 @@ from sparkonce.delta.readers import (
     reader_states,
     register_reader,
 )
-from sparkonce.delta.vacuum import vacuum
 from sparkonce.errors import DeltaLogError
 from sparkonce.storage import table_location
 

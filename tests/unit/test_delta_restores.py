@@ -1,12 +1,12 @@
-"""Which batches a RESTORE undid while the table kept their txn (``sparkonce.delta.restores``), on commit histories
+"""Which batches a RESTORE undid while the table kept their txn (``sparkonce.delta.txn.restores``), on commit histories
 built as data: no Spark, no files."""
 
 from __future__ import annotations
 
 import pytest
 
-from sparkonce.delta.log import CommitEntry, Txn
-from sparkonce.delta.restores import restored_app_id, undone_batches, undone_table_versions
+from sparkonce.delta.log.delta_log import CommitEntry, Txn
+from sparkonce.delta.txn.restores import restored_app_id, undone_batches, undone_table_versions
 
 Q = "query-1"
 

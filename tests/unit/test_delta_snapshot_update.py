@@ -1,5 +1,5 @@
 """The commit path's own table snapshot: kept between batches, brought up to date by reading only new commits
-(:mod:`sparkonce.delta.table_view`), and the log checkpoints it writes (:mod:`sparkonce.delta.log_checkpoint`).
+(:mod:`sparkonce.delta.log.table_view`), and the log checkpoints it writes (:mod:`sparkonce.delta.log.log_checkpoint`).
 
 Real tables on disk; another writer is delta-rs (``write_deltalake``); every result is checked with delta-rs.
 """
@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparkonce.delta.commit import BatchTxn, commit_files
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
-from sparkonce.delta.log import DeltaLog
-from sparkonce.delta.table_view import current_table, forget_table
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.log.table_view import current_table, forget_table
+from sparkonce.delta.txn.commit import BatchTxn, commit_files
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import DeltaLogError
 from sparkonce.storage import table_location
 
@@ -167,7 +167,7 @@ def _v2_table(root: Path, *, with_sidecar: bool = True) -> None:
     ]
     sidecar = "00000000000000000001.checkpoint.0000000001.0000000001.7d17ac10-5cf3-4f8e-9e4b-2a4a8d3c0f11.parquet"
     if with_sidecar:
-        from sparkonce.delta.log_checkpoint import _part_table
+        from sparkonce.delta.log.log_checkpoint import _part_table
 
         pq.write_table(_part_table(adds), log / "_sidecars" / sidecar)
     top = [

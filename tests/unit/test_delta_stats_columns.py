@@ -10,10 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sparkonce.delta.column_mapping import ColumnMapping
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
-from sparkonce.delta.optimize import zorder_file_rows
-from sparkonce.delta.skipping import (
+from sparkonce.delta.ops.optimize import zorder_file_rows
+from sparkonce.delta.table.column_mapping import ColumnMapping
+from sparkonce.delta.table.skipping import (
     Comparison,
     IsNull,
     column_kinds,
@@ -22,6 +21,7 @@ from sparkonce.delta.skipping import (
     stats_columns,
     top_level_stats_columns,
 )
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import OptionError
 from sparkonce.storage import table_location
 

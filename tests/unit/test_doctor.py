@@ -12,7 +12,7 @@ import pytest
 from deltalake import CommitProperties, Transaction, write_deltalake
 
 from sparkonce.checkpoint import read_checkpoint
-from sparkonce.delta.interval import parse_interval_ms
+from sparkonce.delta.log.interval import parse_interval_ms
 from sparkonce.errors import CheckpointError, DeltaLogError, TableNotFoundError
 from sparkonce.kafka.offsets import TopicPartition
 from sparkonce.ops.doctor import DoctorReport, diagnose

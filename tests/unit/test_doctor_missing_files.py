@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from deltalake import DeltaTable
 
 from sparkonce.cli.main import cli
-from sparkonce.delta.deletion_vectors import dv_relative_path
+from sparkonce.delta.table.deletion_vectors import dv_relative_path
 from sparkonce.ops.doctor import DoctorReport, diagnose
 from sparkonce.ops.findings import Finding
 from tests.unit.doctor_helpers import make_checkpoint, raw_rows, stream_commit

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from sparkonce.delta.exceptions import MetadataChangedException
-from sparkonce.delta.identity import (
+from sparkonce.delta.log.log_entry import WrittenFile
+from sparkonce.delta.table.identity import (
     HIGH_WATER_MARK,
     IdentityFill,
     column_metadata,
@@ -17,7 +18,6 @@ from sparkonce.delta.identity import (
     plan_identity,
     split_identity_clauses,
 )
-from sparkonce.delta.log_entry import WrittenFile
 from sparkonce.errors import MetadataChangedError, SqlError
 
 
@@ -105,7 +105,7 @@ def test_concurrent_writers_that_both_generated_values_conflict(tmp_path: Path) 
     from deltalake import DeltaTable
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from sparkonce.delta.options import WriteOptions
+    from sparkonce.delta.table.options import WriteOptions
     from sparkonce.delta.writer import DeltaBatchWriter
 
     log = tmp_path / "_delta_log"

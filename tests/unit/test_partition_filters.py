@@ -8,8 +8,8 @@ from typing import Any
 
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 
-from sparkonce.delta.partition_filters import derived_partitions
-from sparkonce.delta.reader import DataFile, prune
+from sparkonce.delta.read.reader import DataFile, prune
+from sparkonce.delta.table.partition_filters import derived_partitions
 
 
 def _field(name: str, expression: str | None = None) -> dict[str, Any]:

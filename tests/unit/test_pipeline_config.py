@@ -386,7 +386,7 @@ def test_bad_storage_entries_name_the_key_and_the_file(tmp_path: Path, storage: 
 
 
 def test_tables_named_as_in_the_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkonce.delta.catalog import WAREHOUSE_ENV, CatalogTable, DeltaCatalog
+    from sparkonce.delta.table.catalog import WAREHOUSE_ENV, CatalogTable, DeltaCatalog
 
     monkeypatch.delenv(WAREHOUSE_ENV, raising=False)
     warehouse = tmp_path / "spark-warehouse"

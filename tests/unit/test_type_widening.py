@@ -1,12 +1,12 @@
-"""Delta's type widening rules (:mod:`sparkonce.delta.type_widening`) against PROTOCOL.md's list and Delta's
+"""Delta's type widening rules (:mod:`sparkonce.delta.table.type_widening`) against PROTOCOL.md's list and Delta's
 ``TypeWidening.isTypeChangeSupported``, the ``delta.typeChanges`` records, and the reader's check of them."""
 
 from __future__ import annotations
 
 import pytest
 
-from sparkonce.delta.skipping import column_kinds
-from sparkonce.delta.type_widening import (
+from sparkonce.delta.table.skipping import column_kinds
+from sparkonce.delta.table.type_widening import (
     can_up_cast,
     check_readable,
     is_schema_evolution_change,
@@ -130,7 +130,7 @@ def test_data_skipping_ignores_statistics_of_a_float_widened_to_double() -> None
 
 
 def test_an_older_narrower_type_widens_to_the_read_type_through_nested_types() -> None:
-    from sparkonce.delta.type_widening import widens_to
+    from sparkonce.delta.table.type_widening import widens_to
 
     old = {"type": "struct", "fields": [{"name": "q", "type": "integer"}, {"name": "gone", "type": "string"}]}
     new = {"type": "struct", "fields": [{"name": "Q", "type": "long"}, {"name": "added", "type": "string"}]}

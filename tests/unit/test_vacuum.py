@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from sparkonce.delta.vacuum import VacuumResult, retention_from_properties, vacuum
+from sparkonce.delta.ops.vacuum import VacuumResult, retention_from_properties, vacuum
 from sparkonce.errors import DeltaLogError, OptionError
 
 HOUR = 3600

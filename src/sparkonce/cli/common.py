@@ -51,7 +51,7 @@ class TableParam(click.ParamType[str, Any]):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
         if "://" not in text and not text.startswith("file:") and not os.path.exists(text) and "/" not in text:
-            from sparkonce.delta.catalog import WAREHOUSE_ENV, find_named_table
+            from sparkonce.delta.table.catalog import WAREHOUSE_ENV, find_named_table
 
             try:
                 entry = find_named_table(text)

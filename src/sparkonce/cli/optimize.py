@@ -1,5 +1,5 @@
 """``sparkonce optimize``: compact a Delta table's small files (a thin command over
-:func:`sparkonce.delta.optimize.optimize_table`).
+:func:`sparkonce.delta.ops.optimize.optimize_table`).
 
 Exit codes: 0 done (or nothing to compact), 2 usage error (bad size, a ``--where`` on non-partition columns),
 3 not a Delta table, 1 a commit conflict (a concurrent writer removed a file being compacted).
@@ -35,7 +35,7 @@ def optimize(
 ) -> None:
     """Bin-pack TABLE's small files into larger ones in one OPTIMIZE commit (dataChange=false: streaming
     readers do not re-read the rows; safe while a stream appends to TABLE)."""
-    from sparkonce.delta.optimize import optimize_table
+    from sparkonce.delta.ops.optimize import optimize_table
     from sparkonce.options import get_bytes
 
     size = get_bytes({"target-file-size": target_file_size}, "target-file-size")

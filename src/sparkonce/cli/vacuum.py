@@ -1,5 +1,5 @@
-"""``sparkonce vacuum``: a thin command over :func:`sparkonce.delta.vacuum.vacuum`, with Delta's retention guard;
-``sparkonce readers``: the streams registered as readers of a table (:mod:`sparkonce.delta.readers`).
+"""``sparkonce vacuum``: a thin command over :func:`sparkonce.delta.ops.vacuum.vacuum`, with Delta's retention guard;
+``sparkonce readers``: the streams registered as readers of a table (:mod:`sparkonce.delta.txn.readers`).
 
 Without ``--yes`` (or with ``--dry-run``) it only lists what it would delete. Files that registered stream readers
 still need stay (``sparkonce readers``), and the output says which reader kept how many; ``--force`` deletes them
@@ -59,7 +59,7 @@ def vacuum(
 ) -> None:
     """Delete files of the Delta TABLE that no table version within the retention references (orphans of failed
     writes included)."""
-    from sparkonce.delta.vacuum import vacuum as vacuum_table
+    from sparkonce.delta.ops.vacuum import vacuum as vacuum_table
 
     listing = dry_run or not yes
     try:
@@ -117,7 +117,7 @@ def vacuum(
 def readers(table: str, storage_options: dict[str, str], forget: str | None, yes: bool, as_json: bool) -> None:
     """List the streams registered as readers of the Delta TABLE (the retention guard: log cleanup and VACUUM keep
     what an active one still needs), or forget one."""
-    from sparkonce.delta.readers import forget_reader, reader_states
+    from sparkonce.delta.txn.readers import forget_reader, reader_states
 
     location = table_location(table, storage_options=storage_options)
     states, problems = reader_states(location)

@@ -1,6 +1,6 @@
 """The Delta Lake data source (``format("delta")``): reader, streaming source, batch writer, streaming sink, the
-driver-side commit, merge, ``DESCRIBE HISTORY`` (:mod:`sparkonce.delta.history`) and vacuum
-(:mod:`sparkonce.delta.vacuum`).
+driver-side commit, merge, ``DESCRIBE HISTORY`` (:mod:`sparkonce.delta.read.history`) and vacuum
+(:mod:`sparkonce.delta.ops.vacuum`).
 
 The public functions are re-exported by the package root: ``sparkonce.history(spark, path)``,
 ``sparkonce.vacuum(path)``, ``sparkonce.merge_latest(...)``. ``sparkonce.delta.DeltaTable`` (also

@@ -29,8 +29,8 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sparkonce.delta.catalog import serves_catalog
-from sparkonce.delta.options import (
+from sparkonce.delta.table.catalog import serves_catalog
+from sparkonce.delta.table.options import (
     CHECKPOINT_PART_SIZE_CONF,
     CHECKPOINT_PART_SIZE_OPTION,
     COMPAT_PARTITION_OPTION,
@@ -166,8 +166,8 @@ def _session_options(spark: Any) -> dict[str, str]:
     """The session's ``spark.databricks.delta.properties.defaults.*`` (the properties of a table the write
     creates), ``spark.databricks.delta.checkpoint.partSize`` (the most actions per log checkpoint file) and its auto
     compaction / optimized write confs, as the write options that carry them."""
-    from sparkonce.delta.auto_compact import SESSION_CONFS
-    from sparkonce.delta.properties import SESSION_DEFAULTS_PREFIX
+    from sparkonce.delta.ops.auto_compact import SESSION_CONFS
+    from sparkonce.delta.table.properties import SESSION_DEFAULTS_PREFIX
 
     conf = spark.conf.getAll
     found: dict[str, str] = {}
@@ -221,7 +221,7 @@ def _pass_checkpoint_query_id(writer: Any, checkpoint: str) -> None:
         checkpoint_path(checkpoint)  # a malformed file: URI fails here, before Spark starts the query
         return
     from sparkonce.checkpoint.query import claim_query_id
-    from sparkonce.delta.options import CHECKPOINT_QUERY_ID_OPTION
+    from sparkonce.delta.table.options import CHECKPOINT_QUERY_ID_OPTION
 
     query_id = claim_query_id(checkpoint, spark=writer._spark)
     writer._jwrite = writer._jwrite.option(CHECKPOINT_QUERY_ID_OPTION, query_id)
@@ -246,7 +246,7 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list
     from py4j.protocol import Py4JError
 
     from sparkonce.checkpoint.tables import RECORDED_OPTIONS, RecordedTable, record_tables
-    from sparkonce.delta.native_stream import native_source_of
+    from sparkonce.delta.read.native_stream import native_source_of
     from sparkonce.storage import storage_options_from, table_location
 
     tables = [RecordedTable("sink", "delta", table_location(sink).uri)] if sink is not None else []
@@ -257,7 +257,7 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list
         while leaves.hasNext():
             leaf = leaves.next()
             kind = leaf.getClass().getSimpleName()
-            if kind == "StreamingExecutionRelation":  # the native Delta source (sparkonce.delta.native_stream)
+            if kind == "StreamingExecutionRelation":  # the native Delta source (sparkonce.delta.read.native_stream)
                 native = native_source_of(leaf.source())
                 if native is not None:
                     kept = {k: v for k, v in native.given.items() if k.lower() in RECORDED_OPTIONS}
@@ -373,7 +373,7 @@ def _wrap_start(cls: type) -> None:
     cls.start = start  # type: ignore[attr-defined]
 
 
-# -- batch reads through Spark's own Parquet scan (:mod:`sparkonce.delta.native`) ---------------------------------
+# -- batch reads through Spark's own Parquet scan (:mod:`sparkonce.delta.read.native`) -----------------------------
 
 
 def _wrap_load() -> None:
@@ -442,9 +442,9 @@ def _option_text(value: Any) -> str:
 
 def _native_read(reader: Any, path: str | None) -> Any:
     """The native read of a load (None: the Python data source reads it)."""
-    from sparkonce.delta.changes import is_change_feed_read
-    from sparkonce.delta.native import native_frame, native_reads_enabled
-    from sparkonce.delta.options import ReadOptions
+    from sparkonce.delta.read.changes import is_change_feed_read
+    from sparkonce.delta.read.native import native_frame, native_reads_enabled
+    from sparkonce.delta.table.options import ReadOptions
 
     spark = reader._spark
     if not native_reads_enabled(spark):
@@ -457,8 +457,8 @@ def _native_read(reader: Any, path: str | None) -> Any:
 
 def _native_stream(reader: Any, path: str | None) -> Any:
     """The native streaming read of a ``readStream`` load (None: the Python data source reads it)."""
-    from sparkonce.delta.native import native_reads_enabled
-    from sparkonce.delta.native_stream import native_stream_frame
+    from sparkonce.delta.read.native import native_reads_enabled
+    from sparkonce.delta.read.native_stream import native_stream_frame
 
     spark = reader._spark
     if not native_reads_enabled(spark):
@@ -474,14 +474,14 @@ def _load_options(reader: Any, path: str | None) -> dict[str, str]:
     return options
 
 
-# -- Delta tables by name (sparkonce's catalog, :mod:`sparkonce.delta.catalog`) -----------------------------------
+# -- Delta tables by name (sparkonce's catalog, :mod:`sparkonce.delta.table.catalog`) ------------------------------
 
 
 def _find(spark: Any, name: str) -> Any:
     """The catalog entry of ``name`` when sparkonce serves ``spark``'s Delta tables, else None."""
     if not serves_catalog(spark):
         return None
-    from sparkonce.delta.catalog import find_table
+    from sparkonce.delta.table.catalog import find_table
     from sparkonce.sqltext.grammar import parse_name
 
     return find_table(spark, parse_name(name))
@@ -491,8 +491,8 @@ def _forget_stale(spark: Any, name: str) -> None:
     """A name sparkonce's catalog no longer holds leaves Spark's catalog too (:mod:`sparkonce.delta.spark_catalog`)."""
     if not serves_catalog(spark):
         return
-    from sparkonce.delta.catalog import table_key
     from sparkonce.delta.spark_catalog import forget_stale
+    from sparkonce.delta.table.catalog import table_key
     from sparkonce.sqltext.grammar import parse_name
 
     key = table_key(spark, parse_name(name))
@@ -680,7 +680,7 @@ def _v2_is_ours(spark: Any, plan: _V2Plan) -> bool:
 
 def _v2_write(spark: Any, df: Any, plan: _V2Plan, terminal: str, *args: Any) -> None:
     """A ``DataFrameWriterV2`` terminal call on a Delta table of sparkonce's catalog (driver; executors write)."""
-    from sparkonce.delta.create import CreateMode, CreateRequest, create_table
+    from sparkonce.delta.ops.create import CreateMode, CreateRequest, create_table
     from sparkonce.delta.overwrite import condition_text
     from sparkonce.delta.spark_catalog import sync_table
     from sparkonce.errors import UnsupportedFeatureError, analysis_error
@@ -763,7 +763,7 @@ def _wrap_catalog_api() -> None:
 
 def _table_target(spark: Any, name: str, path: str | None) -> tuple[Any, str, Any]:
     """(existing entry or None, the location to write, a function that registers a new name afterwards)."""
-    from sparkonce.delta.catalog import DeltaCatalog, find_table, table_key
+    from sparkonce.delta.table.catalog import DeltaCatalog, find_table, table_key
     from sparkonce.errors import SqlError
     from sparkonce.sqltext.grammar import parse_name
 

@@ -27,7 +27,7 @@ delta-spark's name -> sparkonce's class (Delta's error class):
 As in Delta's Scala classes (``io.delta.exceptions``), every conflict is a ``DeltaConcurrentModificationException``
 (delta-spark's Python classes are siblings). They are :class:`~sparkonce.errors.SparkonceError`, not PySpark's
 ``PySparkException``: sparkonce raises them in Python, they do not come through the JVM. Where they are raised:
-:mod:`sparkonce.delta.conflicts`. Giving up after too many lost races is not a conflict:
+:mod:`sparkonce.delta.txn.conflicts`. Giving up after too many lost races is not a conflict:
 :class:`~sparkonce.errors.CommitRetriesExceededError`.
 """
 

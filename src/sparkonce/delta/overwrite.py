@@ -6,7 +6,7 @@ the rows matching the predicate with ``df``'s rows, in ONE Delta commit (operati
 (the default):
 
 1. driver: the predicate is resolved against the table (a bad one fails naming the option, before any data
-   moves); the rows it matches are deleted as a DELETE deletes them (:func:`sparkonce.delta.dml.rewrite_rows`): a
+   moves); the rows it matches are deleted as a DELETE deletes them (:func:`sparkonce.delta.ops.dml.rewrite_rows`): a
    predicate over partition columns only removes whole files by their partition values (metadata only); one over
    data columns rewrites the files holding matching rows without them (executors read and write);
 2. executors: ``df``'s rows are written as new files, each row checked against the predicate first (Delta's
@@ -38,12 +38,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sparkonce.delta.cdf import CHANGE_DATA_DIR, CHANGE_TYPE_COLUMN, cdf_enabled
-from sparkonce.delta.cleanup import remove_unreferenced_files
-from sparkonce.delta.commit import CommitResult
-from sparkonce.delta.conflicts import ReadSet, partition_key
-from sparkonce.delta.dml import rewrite_rows
-from sparkonce.delta.files import (
+from sparkonce.delta.log.table_view import current_table
+from sparkonce.delta.ops.dml import rewrite_rows
+from sparkonce.delta.ops.rewrite import TableSnapshot, open_snapshot
+from sparkonce.delta.table.identity import fill_batches
+from sparkonce.delta.table.options import PARTITION_OVERWRITE_MODE_OPTION, REPLACE_WHERE_OPTION, WriteOptions
+from sparkonce.delta.txn.cleanup import remove_unreferenced_files
+from sparkonce.delta.txn.commit import CommitResult
+from sparkonce.delta.txn.conflicts import ReadSet, partition_key
+from sparkonce.delta.write.cdf import CHANGE_DATA_DIR, CHANGE_TYPE_COLUMN, cdf_enabled
+from sparkonce.delta.write.files import (
     WRITTEN_FILES_DDL,
     FileWriterOptions,
     TableFileWriter,
@@ -51,10 +55,6 @@ from sparkonce.delta.files import (
     written_batch,
     written_files,
 )
-from sparkonce.delta.identity import fill_batches
-from sparkonce.delta.options import PARTITION_OVERWRITE_MODE_OPTION, REPLACE_WHERE_OPTION, WriteOptions
-from sparkonce.delta.rewrite import TableSnapshot, open_snapshot
-from sparkonce.delta.table_view import current_table
 from sparkonce.delta.writer import DeltaBatchWriter
 from sparkonce.errors import ConstraintViolationError, OptionError, analysis_error, unsupported_operation_error
 from sparkonce.sqltext.lexer import tokenize
@@ -474,7 +474,7 @@ def condition_text(df: DataFrame, condition: Column | str) -> str:
     text is taken and a predicate Spark cannot parse fails naming the option. Runs on the driver."""
     from py4j.protocol import Py4JError
 
-    from sparkonce.delta.rewrite import sql_text
+    from sparkonce.delta.ops.rewrite import sql_text
 
     if isinstance(condition, str):
         return condition

@@ -1,4 +1,4 @@
-"""Keeping a streaming query's reader registrations (:mod:`sparkonce.delta.readers`) up to date. Runs on the driver.
+"""Keeping a streaming query's reader registrations (:mod:`sparkonce.delta.txn.readers`) up to date. Runs on the driver.
 
 A query's Delta sources cannot register themselves: the Python source plans in a worker process that knows neither
 the query id nor the checkpoint. The driver knows both, so when ``writeStream...start()`` starts a query in a
@@ -45,8 +45,8 @@ from pyspark.sql.streaming.listener import (
 
 from sparkonce.checkpoint.files import OffsetsFile
 from sparkonce.checkpoint.reader import read_checkpoint
-from sparkonce.delta.log import DeltaLog
-from sparkonce.delta.readers import RegisteredReader, reader_retention_ms, register_reader
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.txn.readers import RegisteredReader, reader_retention_ms, register_reader
 from sparkonce.errors import SparkonceError
 from sparkonce.storage import TableLocation, table_location
 

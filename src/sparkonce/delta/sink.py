@@ -6,7 +6,7 @@ and ``txn(appId = query id, version = batch id)`` (``commit``). The query id is 
 txn is already in the table is skipped, so a crash between the Delta commit and the checkpoint commit never
 duplicates data. The commit also records the batch's ``offsets/N`` so a lost checkpoint can be rebuilt. With auto
 compaction on (``delta.autoOptimize.autoCompact``), the commit is followed by an OPTIMIZE commit of the partitions
-the batch wrote to when they hold enough small files (:mod:`sparkonce.delta.auto_compact`); its failure never
+the batch wrote to when they hold enough small files (:mod:`sparkonce.delta.ops.auto_compact`); its failure never
 fails the batch.
 """
 
@@ -27,23 +27,23 @@ from sparkonce.checkpoint.query import read_offsets_text, read_query_id
 from sparkonce.checkpoint.sdp import earlier_generations
 from sparkonce.checkpoint.tables import RecordedTable, record_tables
 from sparkonce.crash import crash_point
-from sparkonce.delta.auto_compact import (
+from sparkonce.delta.log.log_entry import commit_metadata
+from sparkonce.delta.log.table_view import LogTable, current_table
+from sparkonce.delta.ops.auto_compact import (
     AUTO_COMPACT_PROPERTY,
     OPTIMIZE_WRITE_CONF,
     AutoCompactSettings,
     compact_after_commit,
     optimize_write_requested,
 )
-from sparkonce.delta.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
-from sparkonce.delta.constraints import CheckConstraints
-from sparkonce.delta.files import FileWriterOptions
-from sparkonce.delta.generated import GeneratedColumns
-from sparkonce.delta.identity import IdentityPlan, plan_identity
-from sparkonce.delta.log_entry import commit_metadata
-from sparkonce.delta.options import WriteOptions
-from sparkonce.delta.schema import arrow_schema_for_spark, delta_fields, table_fields
-from sparkonce.delta.skipping import top_level_stats_columns
-from sparkonce.delta.table_view import LogTable, current_table
+from sparkonce.delta.table.constraints import CheckConstraints
+from sparkonce.delta.table.generated import GeneratedColumns
+from sparkonce.delta.table.identity import IdentityPlan, plan_identity
+from sparkonce.delta.table.options import WriteOptions
+from sparkonce.delta.table.schema import arrow_schema_for_spark, delta_fields, table_fields
+from sparkonce.delta.table.skipping import top_level_stats_columns
+from sparkonce.delta.txn.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
+from sparkonce.delta.write.files import FileWriterOptions
 from sparkonce.delta.writer import (
     DeltaFilesMessage,
     abort_write,
@@ -123,7 +123,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             )
         self.auto_compact = self.compaction.enabled_for(self.table_configuration)
         """Compact the small files of the partitions the batch wrote to after its commit
-        (:mod:`sparkonce.delta.auto_compact`): the session conf when the query started, else the table property."""
+        (:mod:`sparkonce.delta.ops.auto_compact`): the session conf when the query started, else the table property."""
 
     def _check_table(self) -> None:
         """Fail before the first batch when the data cannot go into the existing table.
@@ -131,7 +131,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         Spark builds the writer on the driver when the query starts and again for every batch (in a planner process
         and in its commit process, which live as long as the query): the table read here is kept for that
         batch's commit (never pickled to executors). It comes from the snapshot the process keeps between batches,
-        brought up to date by reading only the commits since (:func:`sparkonce.delta.table_view.current_table`).
+        brought up to date by reading only the commits since (:func:`sparkonce.delta.log.table_view.current_table`).
         """
         check_partition_columns(self.options, self.arrow_schema)
         self.options.location.check_commit_safety()

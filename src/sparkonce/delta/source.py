@@ -18,7 +18,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sparkonce.delta.options import ReadOptions, StreamReadOptions, WriteOptions
+from sparkonce.delta.table.options import ReadOptions, StreamReadOptions, WriteOptions
 
 
 class DeltaDataSource(DataSource):
@@ -45,18 +45,18 @@ class DeltaDataSource(DataSource):
         return "delta"
 
     def schema(self) -> StructType:  # driver, for reads
-        from sparkonce.delta.changes import change_feed_table_schema, is_change_feed_read
-        from sparkonce.delta.commit import load_table
-        from sparkonce.delta.options import table_path
-        from sparkonce.delta.reader import check_reader_features, scan_schema
-        from sparkonce.delta.schema import spark_schema
+        from sparkonce.delta.read.changes import change_feed_table_schema, is_change_feed_read
+        from sparkonce.delta.read.reader import check_reader_features, scan_schema
+        from sparkonce.delta.table.options import table_path
+        from sparkonce.delta.table.schema import spark_schema
+        from sparkonce.delta.txn.commit import load_table
 
         if is_change_feed_read(self.options):
             return change_feed_table_schema(self.options)
         path = table_path(self.options)
         options = ReadOptions.parse(self.options) if _is_batch_read(self.options) else None
         if options is not None:
-            from sparkonce.delta.reader import open_snapshot
+            from sparkonce.delta.read.reader import open_snapshot
 
             table = open_snapshot(options)
         else:
@@ -67,8 +67,8 @@ class DeltaDataSource(DataSource):
         return spark_schema(scan_schema(table, metadata_column=options is not None and options.metadata_column).output)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from sparkonce.delta.changes import ChangeFeedOptions, ChangeFeedReader, is_change_feed_read
-        from sparkonce.delta.reader import DeltaBatchReader
+        from sparkonce.delta.read.changes import ChangeFeedOptions, ChangeFeedReader, is_change_feed_read
+        from sparkonce.delta.read.reader import DeltaBatchReader
 
         if is_change_feed_read(self.options):
             return ChangeFeedReader(ChangeFeedOptions.parse(self.options), schema)
@@ -85,9 +85,9 @@ class DeltaDataSource(DataSource):
         return DeltaStreamWriter(WriteOptions.parse(self.options), schema, overwrite)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from sparkonce.delta.changes import is_change_feed_read
-        from sparkonce.delta.options import METADATA_COLUMN_OPTION
-        from sparkonce.delta.stream import DeltaStreamReader
+        from sparkonce.delta.read.changes import is_change_feed_read
+        from sparkonce.delta.read.stream import DeltaStreamReader
+        from sparkonce.delta.table.options import METADATA_COLUMN_OPTION
         from sparkonce.errors import OptionError
         from sparkonce.options import lookup
 
@@ -97,7 +97,7 @@ class DeltaDataSource(DataSource):
             )
 
         if is_change_feed_read(self.options):
-            from sparkonce.delta.change_stream import ChangeFeedStreamReader
+            from sparkonce.delta.read.change_stream import ChangeFeedStreamReader
 
             return ChangeFeedStreamReader(StreamReadOptions.parse(self.options), schema)
         return DeltaStreamReader(StreamReadOptions.parse(self.options), schema)
@@ -131,7 +131,7 @@ def with_session_storage(source: type[DeltaDataSource], options: Mapping[str, st
 
 def _is_batch_read(options: Mapping[str, str]) -> bool:
     """True when the options ask for what only batch reads take (time travel, the ``_metadata`` column)."""
-    from sparkonce.delta.options import METADATA_COLUMN_OPTION
+    from sparkonce.delta.table.options import METADATA_COLUMN_OPTION
     from sparkonce.options import lookup
 
     return any(lookup(options, key) is not None for key in ("versionAsOf", "timestampAsOf", METADATA_COLUMN_OPTION))

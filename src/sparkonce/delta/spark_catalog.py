@@ -1,6 +1,6 @@
 """sparkonce's Delta tables in Spark's own session catalog, so that what users build on a name keeps working.
 
-sparkonce's catalog (:mod:`sparkonce.delta.catalog`, JSON entries in the warehouse) stays the truth, shared by
+sparkonce's catalog (:mod:`sparkonce.delta.table.catalog`, JSON entries in the warehouse) stays the truth, shared by
 every session and process. This module mirrors its entries into the session's Spark catalog and points Spark's
 resolution of each name at sparkonce's read:
 
@@ -9,7 +9,7 @@ resolution of each name at sparkonce's read:
   COLUMNS`` and ``SHOW TABLES`` know it; dropping the entry never touches the table's files;
 * Spark keeps, per table name, the plan it resolved the name to (its relation cache, which a data source table's
   name goes through); sparkonce puts the DataFrame of ``spark.read.format("delta").load(location)`` there. On the
-  native read path (:mod:`sparkonce.delta.native`) that plan's file index re-reads the Delta log at every query, so
+  native read path (:mod:`sparkonce.delta.read.native`) that plan's file index re-reads the Delta log at every query, so
   ``SELECT``, ``CACHE TABLE`` and views made over the name (by SQL or ``createOrReplaceTempView``) see the table's
   state at each query, as delta-spark's do.
 
@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
-from sparkonce.delta.catalog import DEFAULT_DATABASE, CatalogTable, DeltaCatalog
-from sparkonce.delta.native import native_frame
-from sparkonce.delta.options import ReadOptions
-from sparkonce.delta.table_view import current_table
+from sparkonce.delta.log.table_view import current_table
+from sparkonce.delta.read.native import native_frame
+from sparkonce.delta.table.catalog import DEFAULT_DATABASE, CatalogTable, DeltaCatalog
+from sparkonce.delta.table.options import ReadOptions
 from sparkonce.errors import SparkonceError
 
 if TYPE_CHECKING:

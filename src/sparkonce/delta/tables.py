@@ -17,10 +17,10 @@ name, parameters and metrics are Delta's (recorded in commitInfo's ``sparkonce``
 
 The table builders: ``DeltaTable.create / createIfNotExists / replace / createOrReplace(spark)`` return a
 :class:`DeltaTableBuilder`; ``.tableName``, ``.location``, ``.addColumn(s)``, ``.partitionedBy``, ``.clusterBy``,
-``.property``, ``.comment`` then ``.execute()`` make the table (:func:`sparkonce.delta.create.create_table`, the same
-as ``CREATE TABLE ... USING delta``) and return its :class:`DeltaTable`. Arguments are checked as delta-spark checks
-them (a ``TypeError`` with delta-spark's message, before anything is written). ``addColumn(...,
-generatedAlwaysAs=expr)`` makes a generated column (:mod:`sparkonce.delta.generated`); a generation expression
+``.property``, ``.comment`` then ``.execute()`` make the table (:func:`sparkonce.delta.ops.create.create_table`, the
+same as ``CREATE TABLE ... USING delta``) and return its :class:`DeltaTable`. Arguments are checked as delta-spark
+checks them (a ``TypeError`` with delta-spark's message, before anything is written). ``addColumn(...,
+generatedAlwaysAs=expr)`` makes a generated column (:mod:`sparkonce.delta.table.generated`); a generation expression
 sparkonce cannot evaluate is refused at ``execute()`` with ``UnsupportedFeatureError``.
 
 Why one module of ~900 lines: delta-spark's ``DeltaTable`` is one public class by contract (its users call its
@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 
-from sparkonce.delta.commit import BatchTxn, load_table, table_exists
-from sparkonce.delta.create import CreateMode, CreateRequest, create_table
-from sparkonce.delta.identity import IdentityGenerator, column_metadata
-from sparkonce.delta.merge import MergeClause, merge_into
+from sparkonce.delta.ops.create import CreateMode, CreateRequest, create_table
+from sparkonce.delta.ops.merge import MergeClause, merge_into
+from sparkonce.delta.table.identity import IdentityGenerator, column_metadata
+from sparkonce.delta.txn.commit import BatchTxn, load_table, table_exists
 from sparkonce.errors import (
     OptionError,
     TableNotFoundError,
@@ -178,7 +178,7 @@ class DeltaTable:
     @classmethod
     def forName(cls, sparkSession: SparkSession, tableOrViewName: str) -> DeltaTable:
         """The Delta table named ``tableOrViewName`` in sparkonce's catalog (``CREATE TABLE``, ``saveAsTable``,
-        ``toTable``; see :mod:`sparkonce.delta.catalog`).
+        ``toTable``; see :mod:`sparkonce.delta.table.catalog`).
 
         Raises:
             TableNotFoundError: no Delta table of that name (``... is not a Delta table``).
@@ -187,7 +187,7 @@ class DeltaTable:
         if not isinstance(tableOrViewName, str):
             raise TypeError(f"tableOrViewName must be a str, not {type(tableOrViewName).__name__}")
         import sparkonce
-        from sparkonce.delta.catalog import find_table
+        from sparkonce.delta.table.catalog import find_table
         from sparkonce.sqltext.grammar import parse_format_path, parse_name
 
         sparkonce.register(sparkSession)
@@ -213,7 +213,7 @@ class DeltaTable:
         """
         from pyspark.sql.types import StructType
 
-        from sparkonce.delta.create import convert_parquet
+        from sparkonce.delta.ops.create import convert_parquet
         from sparkonce.sqltext.grammar import parse_format_path
 
         if not isinstance(identifier, str):
@@ -252,17 +252,17 @@ class DeltaTable:
 
     def history(self, limit: int | None = None) -> DataFrame:
         """The newest ``limit`` commits (all when None), newest first, with ``DESCRIBE HISTORY``'s columns."""
-        from sparkonce.delta.history import history
+        from sparkonce.delta.read.history import history
 
         return history(self._spark, self._path, limit=limit)
 
     def detail(self) -> DataFrame:
         """One row with ``DESCRIBE DETAIL``'s columns (format, id, location, numFiles, sizeInBytes, ...)."""
-        from sparkonce.delta.clustering import table_clustering
-        from sparkonce.delta.commit import protocol_action
-        from sparkonce.delta.history import history_rows
-        from sparkonce.delta.protocol import supported_features
-        from sparkonce.delta.table_view import existing_table
+        from sparkonce.delta.log.table_view import existing_table
+        from sparkonce.delta.read.history import history_rows
+        from sparkonce.delta.table.clustering import table_clustering
+        from sparkonce.delta.table.protocol import supported_features
+        from sparkonce.delta.txn.commit import protocol_action
 
         table = existing_table(self._path)  # sparkonce's log reader: features delta-rs does not know are shown too
         metadata = table.metadata()
@@ -300,7 +300,7 @@ class DeltaTable:
         The retention guard is Delta's: a retention below the table's ``delta.deletedFileRetentionDuration`` is
         refused unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is ``false``.
         """
-        from sparkonce.delta.vacuum import vacuum
+        from sparkonce.delta.ops.vacuum import vacuum
 
         enforce = str(self._spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() != "false"
         result = vacuum(
@@ -319,7 +319,7 @@ class DeltaTable:
         Raises:
             OptionError: another mode.
         """
-        from sparkonce.delta.manifest import generate_symlink_manifest
+        from sparkonce.delta.ops.manifest import generate_symlink_manifest
 
         if mode != "symlink_format_manifest":
             raise OptionError("mode", mode, "the only generate mode is symlink_format_manifest")
@@ -331,7 +331,7 @@ class DeltaTable:
         Raises:
             ValueError: a version that is not an integer (delta-spark's message).
         """
-        from sparkonce.delta.alter import alter_properties
+        from sparkonce.delta.ops.alter import alter_properties
 
         if type(readerVersion) is not int:
             raise ValueError(f"The readerVersion needs to be an integer but got '{type(readerVersion)}'.")
@@ -350,14 +350,14 @@ class DeltaTable:
             OptionError: a feature Delta does not have.
             UnsupportedFeatureError: a feature whose writers must do what sparkonce does not.
         """
-        from sparkonce.delta.alter import alter_properties
+        from sparkonce.delta.ops.alter import alter_properties
 
         _check_str(featureName, "featureName")
         alter_properties(self._path, set={f"delta.feature.{featureName}": "supported"})
 
     def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:
         """Drop a feature Delta can drop from the table's protocol, which becomes the weakest protocol holding the
-        remaining features (one ``DROP FEATURE`` commit; :func:`sparkonce.delta.alter.drop_feature`).
+        remaining features (one ``DROP FEATURE`` commit; :func:`sparkonce.delta.ops.alter.drop_feature`).
 
         Raises:
             ValueError: ``featureName`` is not a string, ``truncateHistory`` not a bool (delta-spark's messages).
@@ -366,7 +366,7 @@ class DeltaTable:
                 truncation, a reader-writer feature whose traces sparkonce cannot remove, or constraints still on
                 the table; nothing is written.
         """
-        from sparkonce.delta.alter import drop_feature
+        from sparkonce.delta.ops.alter import drop_feature
 
         _check_str(featureName, "featureName")
         if truncateHistory is not None and not isinstance(truncateHistory, bool):
@@ -391,7 +391,7 @@ class DeltaTable:
             SqlError: ``timestamp`` is not a timestamp (Delta's ``DELTA_TIMESTAMP_INVALID``, an
                 ``AnalysisException``).
         """
-        from sparkonce.delta.options import parse_timestamp
+        from sparkonce.delta.table.options import parse_timestamp
 
         if not isinstance(timestamp, str):
             raise ValueError(f"timestamp needs to be a string but got '{type(timestamp)}'.")
@@ -407,7 +407,7 @@ class DeltaTable:
     def _restore(self, target: int | dt.datetime, parameters: dict[str, str]) -> DataFrame:
         from deltalake import CommitProperties
 
-        from sparkonce.delta.log_entry import commit_metadata
+        from sparkonce.delta.log.log_entry import commit_metadata
 
         table = load_table(self._path)
         latest = table.version()
@@ -444,7 +444,7 @@ class DeltaTable:
 
     def delete(self, condition: str | Column | None = None) -> None:
         """Delete the rows matching ``condition`` (all rows when None); rewrites only files holding such rows."""
-        from sparkonce.delta.dml import delete_rows
+        from sparkonce.delta.ops.dml import delete_rows
 
         delete_rows(self._spark, self._path, _condition(condition), txn=dml_txn(self._spark))
 
@@ -455,7 +455,7 @@ class DeltaTable:
             ValueError: ``set`` is None (it is required; None exists only for delta-spark's argument order).
             TypeError: an argument of the wrong type (delta-spark's messages).
         """
-        from sparkonce.delta.dml import update_rows
+        from sparkonce.delta.ops.dml import update_rows
 
         assignments = _mapping(set, "'set'")
         update_rows(self._spark, self._path, _condition(condition), assignments, txn=dml_txn(self._spark))
@@ -597,7 +597,7 @@ class DeltaOptimizeBuilder:
         return self._execute(tuple(names))
 
     def _execute(self, zorder_by: tuple[str, ...]) -> DataFrame:
-        from sparkonce.delta.optimize import DEFAULT_TARGET_FILE_SIZE, compact
+        from sparkonce.delta.ops.optimize import DEFAULT_TARGET_FILE_SIZE, compact
         from sparkonce.options import get_bytes
 
         raw = self._spark.conf.get(MAX_FILE_SIZE_CONF, None)
@@ -729,8 +729,9 @@ class DeltaTableBuilder:
         comment: str | None = None,
     ) -> DeltaTableBuilder:
         """One column: its name, a type (DDL text such as ``"INT"`` or a ``DataType``), nullability, an identity
-        (``generatedAlwaysAs`` / ``generatedByDefaultAs`` an :class:`~sparkonce.delta.identity.IdentityGenerator`),
-        comment. Checked as delta-spark checks it, in its order.
+        (``generatedAlwaysAs`` / ``generatedByDefaultAs`` an
+        :class:`~sparkonce.delta.table.identity.IdentityGenerator`), comment. Checked as delta-spark checks it, in its
+        order.
 
         Raises:
             TypeError: an argument of the wrong type. ValueError: both generations, or an identity step of 0.
@@ -807,7 +808,7 @@ class DeltaTableBuilder:
         return self
 
     def clusterBy(self, *cols: str | list[str] | tuple[str, ...]) -> DeltaTableBuilder:
-        """The clustering columns (liquid clustering, :mod:`sparkonce.delta.clustering`)."""
+        """The clustering columns (liquid clustering, :mod:`sparkonce.delta.table.clustering`)."""
         names: Iterable[Any] = cols[0] if len(cols) == 1 and isinstance(cols[0], list | tuple) else cols
         for c in names:
             if type(c) is not str:
@@ -883,8 +884,8 @@ def _check_restorable(path: str, table: Any, old: Any) -> None:
     Raises:
         UnsupportedFeatureError: naming what the restore would break.
     """
-    from sparkonce.delta.clustering import table_clustering
-    from sparkonce.delta.identity import identity_columns
+    from sparkonce.delta.table.clustering import table_clustering
+    from sparkonce.delta.table.identity import identity_columns
 
     now = {c.name: c.high_water_mark for c in identity_columns(json.loads(table.schema().to_json())["fields"])}
     then = {c.name: c.high_water_mark for c in identity_columns(json.loads(old.schema().to_json())["fields"])}

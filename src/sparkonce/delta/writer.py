@@ -17,11 +17,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from sparkonce.delta import type_widening
-from sparkonce.delta.auto_compact import AutoCompactSettings, compact_after_commit
-from sparkonce.delta.cleanup import Cleanup, remove_unreferenced_files
-from sparkonce.delta.clustering import check_columns, table_clustering
-from sparkonce.delta.column_mapping import (
+from sparkonce.delta.log.log_entry import WrittenFile, commit_metadata
+from sparkonce.delta.log.table_view import current_table
+from sparkonce.delta.ops.auto_compact import AutoCompactSettings, compact_after_commit
+from sparkonce.delta.table import type_widening
+from sparkonce.delta.table.clustering import check_columns, table_clustering
+from sparkonce.delta.table.column_mapping import (
     ColumnMapping,
     configured_mode,
     mapping_mode,
@@ -29,23 +30,12 @@ from sparkonce.delta.column_mapping import (
     replaced_columns,
     with_new_columns,
 )
-from sparkonce.delta.commit import (
-    BatchTxn,
-    CommitMode,
-    CommitResult,
-    RemovedFile,
-    commit_files,
-    committed_txn_version,
-    refuse_undone_batch,
-)
-from sparkonce.delta.constraints import CheckConstraints
-from sparkonce.delta.files import FileWriterOptions, TableFileWriter
-from sparkonce.delta.generated import GeneratedColumns, has_generation_expressions
-from sparkonce.delta.identity import IdentityPlan, fill_batches, plan_identity
-from sparkonce.delta.log_entry import WrittenFile, commit_metadata
-from sparkonce.delta.options import WriteOptions
-from sparkonce.delta.properties import check_existing, new_table_protocol
-from sparkonce.delta.schema import (
+from sparkonce.delta.table.constraints import CheckConstraints
+from sparkonce.delta.table.generated import GeneratedColumns, has_generation_expressions
+from sparkonce.delta.table.identity import IdentityPlan, fill_batches, plan_identity
+from sparkonce.delta.table.options import WriteOptions
+from sparkonce.delta.table.properties import check_existing, new_table_protocol
+from sparkonce.delta.table.schema import (
     arrow_schema_for_spark,
     delta_fields,
     delta_schema_string,
@@ -54,13 +44,23 @@ from sparkonce.delta.schema import (
     reconcile,
     table_fields,
 )
-from sparkonce.delta.skipping import top_level_stats_columns
-from sparkonce.delta.table_view import current_table
+from sparkonce.delta.table.skipping import top_level_stats_columns
+from sparkonce.delta.txn.cleanup import Cleanup, remove_unreferenced_files
+from sparkonce.delta.txn.commit import (
+    BatchTxn,
+    CommitMode,
+    CommitResult,
+    RemovedFile,
+    commit_files,
+    committed_txn_version,
+    refuse_undone_batch,
+)
+from sparkonce.delta.write.files import FileWriterOptions, TableFileWriter
 from sparkonce.errors import OptionError, SchemaMismatchError, SqlError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
-    from sparkonce.delta.conflicts import ReadSet
-    from sparkonce.delta.table_view import AnyTable
+    from sparkonce.delta.log.table_view import AnyTable
+    from sparkonce.delta.txn.conflicts import ReadSet
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.skip_reason = self._plan()
         self.compaction = AutoCompactSettings.from_conf(dict(options.session_conf))
         self.auto_compact = self.compaction.enabled_for(self.table_configuration)
-        """Delta's auto compaction after the commit (:mod:`sparkonce.delta.auto_compact`)."""
+        """Delta's auto compaction after the commit (:mod:`sparkonce.delta.ops.auto_compact`)."""
 
     def _plan(self) -> str | None:
         """Decide on the driver, before any file is written, whether this write happens at all."""
@@ -392,7 +392,7 @@ def check_new_table(options: WriteOptions, arrow_schema: pa.Schema) -> Generated
 
 def new_table_mapping(options: WriteOptions, arrow_schema: pa.Schema) -> ColumnMapping | None:
     """The column mapping of the table this write creates (None: not column-mapped), as its first Delta commit
-    will record it (:func:`sparkonce.delta.column_mapping.new_table_columns`). Runs on the driver.
+    will record it (:func:`sparkonce.delta.table.column_mapping.new_table_columns`). Runs on the driver.
 
     Raises:
         UnsupportedFeatureError: a column mapping mode Delta does not have.
@@ -405,7 +405,7 @@ def new_table_mapping(options: WriteOptions, arrow_schema: pa.Schema) -> ColumnM
 def target_mapping(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema) -> ColumnMapping | None:
     """The column mapping the files of a write into the existing ``table`` use (None: not column-mapped): the
     table's, with the ids and physical names its commit will give the columns ``mergeSchema`` adds
-    (:func:`sparkonce.delta.column_mapping.with_new_columns`). Runs on the driver."""
+    (:func:`sparkonce.delta.table.column_mapping.with_new_columns`). Runs on the driver."""
     mode = mapping_mode(table)
     if mode == "none":
         return None
@@ -427,7 +427,7 @@ def target_mapping(table: AnyTable, options: WriteOptions, arrow_schema: pa.Sche
 def check_clustering_unchanged(options: WriteOptions) -> None:
     """A write to an existing table: clustering columns given must be the table's, unless the write replaces the
     table (``overwriteSchema``: the given clustering columns, or none, become the table's, as Delta's REPLACE
-    does; :func:`sparkonce.delta.commit.commit_files`). Runs on the driver.
+    does; :func:`sparkonce.delta.txn.commit.commit_files`). Runs on the driver.
 
     Raises:
         SqlError: other clustering columns (Delta's ``DELTA_CLUSTERING_COLUMNS_MISMATCH``), or a clustered table

@@ -25,10 +25,11 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Generic, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Generic, TypeVar
 
 from sparkonce.crash import crash_point
 from sparkonce.errors import BrokerError
+from sparkonce.extras import require
 from sparkonce.kafka.offsets import OffsetRange
 from sparkonce.kafka.reader import (
     ReadSettings,
@@ -97,6 +98,13 @@ def read_range_isolated(settings: ReadSettings, rng: OffsetRange, schema: Struct
 
     if rng.size <= 0:
         return
+    # What every forked child needs is loaded once in this worker and inherited: the Kafka client (~30 ms a child)
+    # and pyarrow's conversion from Python lists, which loads its pandas shim on first use (~190 ms a child).
+    require("kafka", "the sparkonce.kafka source")
+    import confluent_kafka  # noqa: F401
+
+    pa.array([b""], type=pa.binary())
+
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     batch_id = current_batch_id()
     next_offset = rng.start
@@ -169,6 +177,10 @@ def _fork(child: Callable[[IO[bytes]], None]) -> tuple[int, int]:
     return pid, read_fd
 
 
+_LEFT_OPEN: list[Any] = []
+"""In a forked reading child: its consumer, kept referenced until the child's ``os._exit``."""
+
+
 def _fork_reader(
     settings: ReadSettings, rng: OffsetRange, schema: StructType, batch_id: int | None
 ) -> tuple[int, IO[bytes]]:
@@ -180,9 +192,11 @@ def _fork_reader(
 def _child_main(
     settings: ReadSettings, rng: OffsetRange, schema: StructType, batch_id: int | None, out: IO[bytes]
 ) -> None:
-    """Runs in the forked child: read the range, one frame per batch, then the end or the error."""
+    """Runs in the forked child: read the range, one frame per batch, then the end or the error. The consumer is
+    left open (:data:`_LEFT_OPEN` holds it, so it is not freed either): the child exits (``os._exit``) as soon as
+    the end is sent, without waiting for librdkafka's close."""
     try:
-        for batch in read_range_in_process(settings, rng, schema, crash_points=False):
+        for batch in read_range_in_process(settings, rng, schema, crash_points=False, left_open=_LEFT_OPEN):
             _send(out, _BATCH, batch.serialize().to_pybytes())
             # A crash point for tests: the client dies with part of its range handed over (as on a librdkafka crash).
             crash_point("kafka_client_read", batch_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from sparkonce.delta.log import CommitEntry, DeltaLog
+from sparkonce.delta.log.delta_log import CommitEntry, DeltaLog
 from sparkonce.storage import TableLocation
 
 __all__ = ["HistoryReport", "table_history"]

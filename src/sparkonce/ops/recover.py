@@ -100,7 +100,7 @@ def plan_rebuild(
     Raises:
         CheckpointError: the checkpoint directory is not empty, or the table holds no usable streaming commit.
     """
-    from sparkonce.delta.log import DeltaLog
+    from sparkonce.delta.log.delta_log import DeltaLog
 
     location = table_location(table)
     fs = checkpoint_fs(checkpoint_dir)
@@ -199,7 +199,7 @@ def plan_reset(
         CheckpointError: no table given (a reset without clearing the output duplicates data), the checkpoint is
             missing, or it was modified in the last two minutes (a running query) and ``force`` is not set.
     """
-    from sparkonce.delta.commit import table_exists
+    from sparkonce.delta.txn.commit import table_exists
 
     fs = checkpoint_fs(checkpoint_dir)
     ck = fs.root
@@ -242,7 +242,7 @@ def apply_reset(plan: ResetPlan) -> ResetResult:
     """Clear each table in one Delta overwrite commit (schema kept), then move the checkpoint aside."""
     import pyarrow as pa
 
-    from sparkonce.delta.commit import commit_files, load_table
+    from sparkonce.delta.txn.commit import commit_files, load_table
 
     cleared = {}
     for table in plan.tables:

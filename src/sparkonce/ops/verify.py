@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparkonce.delta.log import DeltaLog, Snapshot
+from sparkonce.delta.log.delta_log import DeltaLog, Snapshot
 from sparkonce.errors import DeltaLogError, OptionError
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
 from sparkonce.ops.findings import Finding, Severity, worst_severity
@@ -355,7 +355,7 @@ def _read_file(
     descriptor = add.get("deletionVector")
     keep = None
     if isinstance(descriptor, dict):  # rows a deletion vector deletes are not in the table: not counted
-        from sparkonce.delta.deletion_vectors import DeletionVector, keep_mask
+        from sparkonce.delta.table.deletion_vectors import DeletionVector, keep_mask
 
         where = log.where(fs_path)
         keep = keep_mask(DeletionVector.from_action(descriptor, log.location, data_file=where), n, data_file=where)

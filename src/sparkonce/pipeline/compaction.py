@@ -2,7 +2,7 @@
 
 ``sparkonce run`` polls each running query; when a stage with ``optimize = { every_batches = N }`` has completed
 another ``N`` micro-batches (its batch id crossed a multiple of ``N``), its Delta tables are compacted
-(:func:`sparkonce.delta.optimize.compact`: OPTIMIZE, with ``zorder_by`` ``OPTIMIZE ... ZORDER BY``) in a thread of
+(:func:`sparkonce.delta.ops.optimize.compact`: OPTIMIZE, with ``zorder_by`` ``OPTIMIZE ... ZORDER BY``) in a thread of
 the driver, with Spark tasks rewriting the files, while the stream goes on committing: an append and a compaction
 never conflict, and downstream streams skip the OPTIMIZE commits (``dataChange=false``). A compaction that loses
 to a concurrent DELETE/MERGE of a file it compacted (:class:`~sparkonce.errors.CommitConflictError`), or that
@@ -101,7 +101,7 @@ class ScheduledCompaction:
         return state.compactions if state is not None else 0
 
     def _compact(self, schedule: CompactionSchedule, stage: Stage, state: _Running) -> None:
-        from sparkonce.delta.optimize import compact
+        from sparkonce.delta.ops.optimize import compact
         from sparkonce.storage import table_location
 
         try:

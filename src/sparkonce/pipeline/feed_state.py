@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparkonce.delta.cdf import CHANGE_TYPE_COLUMN, COMMIT_TIMESTAMP_COLUMN, COMMIT_VERSION_COLUMN
+from sparkonce.delta.write.cdf import CHANGE_TYPE_COLUMN, COMMIT_TIMESTAMP_COLUMN, COMMIT_VERSION_COLUMN
 from sparkonce.pipeline.records import txn_versions
 
 _FEED_COLUMNS = {CHANGE_TYPE_COLUMN, COMMIT_VERSION_COLUMN, COMMIT_TIMESTAMP_COLUMN}
@@ -119,8 +119,8 @@ def feed_state_check(
     from deltalake import DeltaTable as RsTable
 
     from sparkonce.checkpoint.reader import read_checkpoint
-    from sparkonce.delta.commit import table_exists
-    from sparkonce.delta.stream import BASE_INDEX, DeltaSourceOffset
+    from sparkonce.delta.read.stream import BASE_INDEX, DeltaSourceOffset
+    from sparkonce.delta.txn.commit import table_exists
 
     recorded = txn_versions(table, app_id)
     if not recorded:

@@ -5,7 +5,7 @@ Python data sources cannot report custom source metrics to Spark (``pyspark.sql.
 hook), so the lag is computed here from a source's end offset (in a query's progress, or in the checkpoint's
 ``offsets/N``) and the input's latest position (the broker's end offsets, the table's latest table version).
 
-Delta offsets have the shape of Delta's ``DeltaSourceOffset`` (:mod:`sparkonce.delta.stream`): ``(v, -1, false)``
+Delta offsets have the shape of Delta's ``DeltaSourceOffset`` (:mod:`sparkonce.delta.read.stream`): ``(v, -1, false)``
 means nothing of table version ``v`` is read yet; ``(v, i, false)`` means file ``i`` of the changes of ``v`` was
 the last read; ``(v, i, true)`` is inside the initial snapshot of ``v``.
 """
@@ -111,7 +111,7 @@ class DeltaLagReader:
             SparkonceError: the table or a commit cannot be read (TableNotFoundError, DeltaLogError, StorageError),
                 or ``end`` is not a Delta source offset (SourceOffsetError).
         """
-        from sparkonce.delta.log import DeltaLog
+        from sparkonce.delta.log.delta_log import DeltaLog
         from sparkonce.errors import SourceOffsetError
         from sparkonce.storage import table_location
 

@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sparkonce.delta.catalog import WAREHOUSE_ENV
+from sparkonce.delta.table.catalog import WAREHOUSE_ENV
 from sparkonce.errors import PipelineConfigError
 from sparkonce.pipeline.kinds import KINDS, kind_of
 from sparkonce.pipeline.model import SOURCE, CompactionSchedule, PipelineConfig, SourceConfig, Stage, StageKind

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from sparkonce.delta.catalog import CatalogTable
+from sparkonce.delta.table.catalog import CatalogTable
 from sparkonce.errors import PipelineConfigError
 from sparkonce.pipeline.transforms import Transform
 

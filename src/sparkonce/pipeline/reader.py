@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sparkonce.delta.catalog import CatalogTable
+from sparkonce.delta.table.catalog import CatalogTable
 from sparkonce.errors import PipelineConfigError, StorageError
 from sparkonce.pipeline.ddl import DdlError, parse_fields
 from sparkonce.pipeline.model import LINEAGE_COLUMNS, DriftPolicy, OutputTable, SchemaField, Trigger
@@ -111,7 +111,7 @@ class TomlReader:
 
     def named_table(self, data: Mapping[str, Any], key: str, parent: str) -> str:
         """The location of the catalog table named by ``key`` (its registered one, or the managed one to be)."""
-        from sparkonce.delta.catalog import DeltaCatalog, named_key
+        from sparkonce.delta.table.catalog import DeltaCatalog, named_key
         from sparkonce.errors import SqlError
 
         text = self.string(data, key, parent)

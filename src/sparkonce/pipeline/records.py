@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from sparkonce.delta.commit import table_exists
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.txn.commit import table_exists
 
 
 @dataclass(frozen=True)

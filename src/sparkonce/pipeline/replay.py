@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sparkonce._types import TableVersion
-from sparkonce.delta.commit import load_table, table_exists
-from sparkonce.delta.options import parse_timestamp
+from sparkonce.delta.table.options import parse_timestamp
+from sparkonce.delta.txn.commit import load_table, table_exists
 from sparkonce.errors import OptionError, PipelineConfigError
 from sparkonce.pipeline.kinds import kind_of
 from sparkonce.pipeline.model import SOURCE, PipelineConfig

@@ -50,7 +50,7 @@ def use_catalog(config: PipelineConfig, spark: SparkSession) -> None:
     """
     if config.warehouse is None:
         return
-    from sparkonce.delta.catalog import WAREHOUSE_CONF, DeltaCatalog
+    from sparkonce.delta.table.catalog import WAREHOUSE_CONF, DeltaCatalog
     from sparkonce.errors import SqlError
 
     spark.conf.set(WAREHOUSE_CONF, config.warehouse)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sparkonce.delta.commit import load_table
+from sparkonce.delta.txn.commit import load_table
 from sparkonce.pipeline.kinds import kind_of
 from sparkonce.pipeline.model import SOURCE, PipelineConfig, Stage
 from sparkonce.pipeline.owner import claim_checkpoint

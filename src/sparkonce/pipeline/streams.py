@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from sparkonce.checkpoint.tables import RecordedTable, record_tables
-from sparkonce.delta.commit import load_table, table_exists
-from sparkonce.delta.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
+from sparkonce.delta.table.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
+from sparkonce.delta.txn.commit import load_table, table_exists
 from sparkonce.errors import TableNotFoundError
 from sparkonce.pipeline.ddl import ddl_schema
 from sparkonce.pipeline.kinds.base import kind_of

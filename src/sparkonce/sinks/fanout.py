@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from sparkonce.crash import CrashPoint
-    from sparkonce.delta.files import FileWriterOptions
-    from sparkonce.delta.log_entry import WrittenFile
+    from sparkonce.delta.log.log_entry import WrittenFile
+    from sparkonce.delta.write.files import FileWriterOptions
     from sparkonce.sinks.routing import RoutedTable
     from sparkonce.storage import TableLocation
 
@@ -260,7 +260,7 @@ class FanOutWriter:
             OptionError: the route column or a target's column is not in the batch.
             SinkError: a task failed (the files it wrote are deleted; other tasks' files stay unreferenced).
         """
-        from sparkonce.delta.schema import arrow_schema_for_spark
+        from sparkonce.delta.table.schema import arrow_schema_for_spark
         from sparkonce.sinks.routing import RESULT_DDL, RoutedFileWriter, RoutedTable, written_file
 
         if batch_id < 0:
@@ -329,9 +329,9 @@ class FanOutWriter:
                 are deleted, and the re-run of the batch writes those tables.
             SchemaMismatchError: a table's schema does not take the rows (no ``mergeSchema``).
         """
-        from sparkonce.delta.commit import BatchTxn, commit_files
-        from sparkonce.delta.log_entry import commit_metadata
-        from sparkonce.delta.properties import table_properties
+        from sparkonce.delta.log.log_entry import commit_metadata
+        from sparkonce.delta.table.properties import table_properties
+        from sparkonce.delta.txn.commit import BatchTxn, commit_files
 
         outcomes = {name: self._outcome(self._target(name), "skipped", rows=0) for name in staged.skipped}
         for index, table in enumerate(staged.tables):
@@ -393,9 +393,9 @@ class FanOutWriter:
         """Delete the files of a staged batch that no Delta commit references. Runs on the driver.
 
         After a failed commit its files may be the table's all the same (the commit landed and then failed): those
-        stay (:func:`sparkonce.delta.cleanup.remove_unreferenced_files`).
+        stay (:func:`sparkonce.delta.txn.cleanup.remove_unreferenced_files`).
         """
-        from sparkonce.delta.cleanup import remove_unreferenced_files
+        from sparkonce.delta.txn.cleanup import remove_unreferenced_files
 
         for table in staged.tables:
             remove_unreferenced_files(
@@ -420,11 +420,11 @@ class FanOutWriter:
     def _file_options(self, target: FanOutTarget) -> FileWriterOptions:
         """How executors write the target's files: its partition columns and, for an existing column-mapped table,
         its column mapping."""
-        from sparkonce.delta.column_mapping import ColumnMapping
-        from sparkonce.delta.constraints import CheckConstraints
-        from sparkonce.delta.files import FileWriterOptions
-        from sparkonce.delta.generated import GeneratedColumns
-        from sparkonce.delta.table_view import current_table
+        from sparkonce.delta.log.table_view import current_table
+        from sparkonce.delta.table.column_mapping import ColumnMapping
+        from sparkonce.delta.table.constraints import CheckConstraints
+        from sparkonce.delta.table.generated import GeneratedColumns
+        from sparkonce.delta.write.files import FileWriterOptions
 
         location = target.location()
         table = current_table(location)  # the snapshot this process keeps, brought up to date
@@ -495,7 +495,7 @@ def crash_point_between_tables(batch_id: int) -> None:
 
 def _committed_version(location: TableLocation, txn_app_id: str, batch_id: int) -> int | None:
     """The table's txn version for ``txn_app_id`` when it is ``>= batch_id`` (already written), else None."""
-    from sparkonce.delta.commit import BatchTxn, table_committed_txn_version
+    from sparkonce.delta.txn.commit import BatchTxn, table_committed_txn_version
 
     return table_committed_txn_version(location, BatchTxn(txn_app_id, batch_id))
 
@@ -506,7 +506,7 @@ def _first_line(err: BaseException) -> str:
 
 
 def _table_version(location: TableLocation) -> int | None:
-    from sparkonce.delta.table_view import current_table
+    from sparkonce.delta.log.table_view import current_table
 
     table = current_table(location)
     return None if table is None else table.version()

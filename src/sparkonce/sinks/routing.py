@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
-from sparkonce.delta.files import FileWriterOptions
-from sparkonce.delta.log_entry import WrittenFile
+from sparkonce.delta.log.log_entry import WrittenFile
+from sparkonce.delta.write.files import FileWriterOptions
 
 RESULT_DDL = "kind STRING, target STRING, payload STRING"
 """Rows a task returns: ``("file", table name, WrittenFile JSON)`` or ``("observed", column, value)``."""
@@ -52,7 +52,7 @@ class RoutedFileWriter:
         import pyarrow.compute as pc
 
         from sparkonce.crash import crash_point
-        from sparkonce.delta.files import TableFileWriter
+        from sparkonce.delta.write.files import TableFileWriter
 
         task_id = _task_id()
         observed: dict[str, set[str]] = {c: set() for c in self.observe}

@@ -6,7 +6,7 @@ Each statement of the text (split at top-level ``;``; comments and a trailing ``
   sparkonce's Delta operations, the same ones as :class:`sparkonce.DeltaTable`'s, and answered with Delta's
   result columns; or
 * anything else: handed to Spark's own ``sql`` with its Delta table references replaced by temporary views of
-  sparkonce reads (``delta.`path```, a name in :mod:`sparkonce.delta.catalog`, ``VERSION AS OF`` / ``TIMESTAMP AS
+  sparkonce reads (``delta.`path```, a name in :mod:`sparkonce.delta.table.catalog`, ``VERSION AS OF`` / ``TIMESTAMP AS
   OF`` / ``@v<n>``, and ``(DESCRIBE HISTORY t)`` as a subquery). The views are dropped once Spark has analysed the
   statement, so a name is read afresh by every statement.
 
@@ -29,12 +29,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkonce.delta.catalog import CatalogTable, DeltaCatalog, find_table, table_key
-from sparkonce.delta.native import is_native
-from sparkonce.delta.options import METADATA_COLUMN_OPTION, REPLACE_WHERE_OPTION
+from sparkonce.delta.log.table_view import forget_table as forget_view
 from sparkonce.delta.overwrite import PARTITION_OVERWRITE_MODE_CONF
+from sparkonce.delta.read.native import is_native
 from sparkonce.delta.spark_catalog import HELPER_VIEW_PREFIX, forget_stale, forget_table, sync_all, sync_table
-from sparkonce.delta.table_view import forget_table as forget_view
+from sparkonce.delta.table.catalog import CatalogTable, DeltaCatalog, find_table, table_key
+from sparkonce.delta.table.options import METADATA_COLUMN_OPTION, REPLACE_WHERE_OPTION
 from sparkonce.errors import SqlError
 from sparkonce.sql.parser import parse_statement
 from sparkonce.sql.statements import (
@@ -113,7 +113,7 @@ class DeltaSql:
 
     serves_delta_catalog = True
     """Delta tables by name resolve in sparkonce's catalog in sessions whose ``spark.sql`` this is
-    (:func:`sparkonce.delta.catalog.serves_catalog`)."""
+    (:func:`sparkonce.delta.table.catalog.serves_catalog`)."""
 
     def __init__(self, spark: SparkSession, spark_sql: Callable[..., DataFrame]) -> None:
         self.spark = spark
@@ -179,7 +179,7 @@ class DeltaSql:
     def _run(self, text: str, stmt: Statement) -> DataFrame | None:
         """Run a Delta statement; None when its target is not a Delta table (Spark's statement then)."""
         if isinstance(stmt, DescribeHistory):
-            from sparkonce.delta.history import history
+            from sparkonce.delta.read.history import history
 
             return history(self.spark, self.require(stmt.table).location, limit=stmt.limit)
         if isinstance(stmt, DescribeDetail):
@@ -227,7 +227,7 @@ class DeltaSql:
         if isinstance(stmt, ShowTblProperties):
             return self._show_properties(target, stmt.key)
         if isinstance(stmt, AlterProperties):
-            from sparkonce.delta.alter import alter_properties
+            from sparkonce.delta.ops.alter import alter_properties
 
             alter_properties(target.location, set=stmt.set, unset=stmt.unset, if_exists=stmt.if_exists)
             return self._empty()
@@ -235,29 +235,29 @@ class DeltaSql:
             self._alter_columns(text, target, stmt)
             return self._empty()
         if isinstance(stmt, GenerateManifest):
-            from sparkonce.delta.manifest import generate_symlink_manifest
+            from sparkonce.delta.ops.manifest import generate_symlink_manifest
 
             generate_symlink_manifest(target.location)
             return self._empty()
         if isinstance(stmt, DropFeature):
-            from sparkonce.delta.alter import drop_feature
+            from sparkonce.delta.ops.alter import drop_feature
 
             drop_feature(target.location, stmt.feature, truncate_history=stmt.truncate_history)
             return self._empty()
         if isinstance(stmt, AlterClusterBy):
-            from sparkonce.delta.alter import alter_clustering
+            from sparkonce.delta.ops.alter import alter_clustering
 
             alter_clustering(target.location, stmt.columns)
             return self._empty()
         if isinstance(stmt, AddConstraint):
-            from sparkonce.delta.alter import add_constraint
+            from sparkonce.delta.ops.alter import add_constraint
 
             add_constraint(
                 self.spark, target.location, stmt.name, _text(text, stmt.expression).strip(), shown=target.shown
             )
             return self._empty()
         if isinstance(stmt, DropConstraint):
-            from sparkonce.delta.alter import drop_constraint
+            from sparkonce.delta.ops.alter import drop_constraint
 
             drop_constraint(self.spark, target.location, stmt.name, if_exists=stmt.if_exists, shown=target.shown)
             return self._empty()
@@ -272,9 +272,9 @@ class DeltaSql:
     def _alter_columns(
         self, text: str, target: Target, stmt: AddColumns | ReplaceColumns | RenameColumn | DropColumns | AlterColumn
     ) -> None:
-        """The column statements (:mod:`sparkonce.delta.alter_columns`); column types are read by Spark's DDL
+        """The column statements (:mod:`sparkonce.delta.ops.alter_columns`); column types are read by Spark's DDL
         parser."""
-        from sparkonce.delta import alter_columns
+        from sparkonce.delta.ops import alter_columns
 
         if isinstance(stmt, AddColumns):
             columns = [alter_columns.NewColumn(c.path[:-1], self._field(text, c), c.position) for c in stmt.columns]
@@ -314,7 +314,7 @@ class DeltaSql:
         """The Delta table ``ref`` names: a path (checked to hold a table only when used), or a name in sparkonce's
         catalog; None for a name sparkonce's catalog does not hold."""
         if ref.path is not None:
-            from sparkonce.delta.commit import table_exists
+            from sparkonce.delta.txn.commit import table_exists
 
             return Target(ref.path, None, ref.shown) if table_exists(ref.path) else None
         assert ref.name is not None
@@ -341,7 +341,7 @@ class DeltaSql:
     def _view(self, target: Target, ref: TableRef, *, metadata: bool = False) -> tuple[str, bool]:
         """A temporary view of the table ``ref`` names, and whether it may outlive the statement.
 
-        A native read (:mod:`sparkonce.delta.native`) re-reads the log at every query (or reads its pinned table
+        A native read (:mod:`sparkonce.delta.read.native`) re-reads the log at every query (or reads its pinned table
         version), so its view keeps one name per table, version and ``_metadata`` choice and stays: a view the user
         makes over the statement keeps working. A Python data source read holds the snapshot it planned, so its
         view is dropped after the statement.
@@ -419,7 +419,7 @@ class DeltaSql:
             inner = text[tokens[i + 1].start : tokens[close - 1].end]
             stmt = parse_statement(inner, tokenize(inner))
             assert isinstance(stmt, DescribeHistory)
-            from sparkonce.delta.history import history
+            from sparkonce.delta.read.history import history
 
             view = self._temp_view(history(self.spark, self.require(stmt.table).location, limit=stmt.limit))
             views.append(view)
@@ -503,8 +503,8 @@ class DeltaSql:
         return frame
 
     def _vacuum(self, target: Target, stmt: Vacuum) -> DataFrame:
+        from sparkonce.delta.ops.vacuum import vacuum
         from sparkonce.delta.tables import RETENTION_CHECK_CONF
-        from sparkonce.delta.vacuum import vacuum
 
         enforce = str(self.spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() != "false"
         result = vacuum(
@@ -515,7 +515,7 @@ class DeltaSql:
         return self.spark.createDataFrame(rows, "path STRING")
 
     def _delete(self, text: str, target: Target, stmt: Delete) -> DataFrame:
-        from sparkonce.delta.dml import delete_rows
+        from sparkonce.delta.ops.dml import delete_rows
         from sparkonce.delta.tables import dml_txn
 
         where = self._unqualified(text, stmt.where, stmt.table, stmt.alias)
@@ -523,7 +523,7 @@ class DeltaSql:
         return self.spark.createDataFrame([(result.rows_changed,)], "num_affected_rows BIGINT")
 
     def _update(self, text: str, target: Target, stmt: Update) -> DataFrame:
-        from sparkonce.delta.dml import update_rows
+        from sparkonce.delta.ops.dml import update_rows
         from sparkonce.delta.tables import dml_txn
 
         where = self._unqualified(text, stmt.where, stmt.table, stmt.alias)
@@ -536,7 +536,7 @@ class DeltaSql:
         return self.spark.createDataFrame([(result.rows_changed,)], "num_affected_rows BIGINT")
 
     def _merge(self, text: str, target: Target, stmt: Merge) -> DataFrame:
-        from sparkonce.delta.merge import MergeClause, merge_into
+        from sparkonce.delta.ops.merge import MergeClause, merge_into
         from sparkonce.delta.tables import AUTO_MERGE_CONF, MERGE_SCHEMA, dml_txn
 
         if stmt.source_query is not None:
@@ -575,16 +575,16 @@ class DeltaSql:
     def _insert(self, text: str, target: Target, stmt: Insert) -> DataFrame:
         from pyspark.sql import functions as F
 
-        from sparkonce.delta.commit import load_table
-        from sparkonce.delta.identity import ALLOW_EXPLICIT_INSERT, TASKS_OPTION
-        from sparkonce.delta.identity import START as IDENTITY_START
+        from sparkonce.delta.table.identity import ALLOW_EXPLICIT_INSERT, TASKS_OPTION
+        from sparkonce.delta.table.identity import START as IDENTITY_START
+        from sparkonce.delta.txn.commit import load_table
 
         frame = self.query(_text(text, stmt.query))
-        from sparkonce.delta.create import spark_schema
+        from sparkonce.delta.ops.create import spark_schema
 
         delta_table = load_table(target.location)
         table_schema = spark_schema(delta_table)
-        from sparkonce.delta.generated import GENERATION_EXPRESSION_KEY
+        from sparkonce.delta.table.generated import GENERATION_EXPRESSION_KEY
 
         static = self._static_partitions(text, target, stmt, tuple(delta_table.metadata().partition_columns))
         names = [f.name for f in table_schema.fields if f.name.lower() not in static]
@@ -665,7 +665,7 @@ class DeltaSql:
         return " AND ".join(f"`{name}` = {value}" for name, value in static.items())
 
     def _create(self, text: str, stmt: CreateTable) -> DataFrame:
-        from sparkonce.delta.create import CreateMode, CreateRequest, create_table
+        from sparkonce.delta.ops.create import CreateMode, CreateRequest, create_table
 
         if stmt.query is not None and stmt.columns is not None:
             raise SqlError("CREATE TABLE ... AS SELECT takes its columns from the query: drop the column list")
@@ -705,8 +705,8 @@ class DeltaSql:
         metadata, as Delta stores them."""
         from pyspark.sql.types import StructField, StructType
 
-        from sparkonce.delta.generated import GENERATION_EXPRESSION_KEY
-        from sparkonce.delta.identity import split_identity_clauses
+        from sparkonce.delta.table.generated import GENERATION_EXPRESSION_KEY
+        from sparkonce.delta.table.identity import split_identity_clauses
         from sparkonce.sqltext.expression import split_generated_columns
 
         without_identity, identity = split_identity_clauses(columns)
@@ -725,7 +725,7 @@ class DeltaSql:
         )
 
     def _convert(self, text: str, stmt: ConvertToDelta) -> DataFrame:
-        from sparkonce.delta.create import convert_parquet
+        from sparkonce.delta.ops.create import convert_parquet
 
         schema = None
         if stmt.partition_schema is not None:
@@ -751,7 +751,7 @@ class DeltaSql:
         """``ALTER TABLE t SET LOCATION 'path'``: the name points at the Delta table at ``path``, whose schema and
         partitioning must be the table's (Delta's check; ``spark.databricks.delta.alterLocation.bypassSchemaCheck``
         skips it)."""
-        from sparkonce.delta.table_view import current_table
+        from sparkonce.delta.log.table_view import current_table
 
         if target.catalog is None:
             raise SqlError(f"ALTER TABLE {target.shown} SET LOCATION: a table named by its path has no location to set")
@@ -793,7 +793,7 @@ class DeltaSql:
         that database added, in Spark's columns and order (by name, temporary views last)."""
         from pyspark.errors import AnalysisException
 
-        from sparkonce.delta.catalog import DeltaCatalog, table_key
+        from sparkonce.delta.table.catalog import DeltaCatalog, table_key
 
         key = table_key(self.spark, [*(stmt.database or ()), "_"])  # "_": any table of that database
         ours = DeltaCatalog.of(self.spark).tables(key[0]) if key is not None else []
@@ -811,7 +811,7 @@ class DeltaSql:
         return self.spark.createDataFrame(rows, "namespace STRING, tableName STRING, isTemporary BOOLEAN")
 
     def _show_properties(self, target: Target, key: str | None) -> DataFrame:
-        from sparkonce.delta.commit import load_table
+        from sparkonce.delta.txn.commit import load_table
 
         table = load_table(target.location)
         protocol = table.protocol()

@@ -1,6 +1,6 @@
 """Spark SQL scalar expressions as a small tree: what a Delta generated column's ``delta.generationExpression`` (and
 a CHECK constraint) holds, parsed so that executors can evaluate it without Spark
-(:mod:`sparkonce.delta.expressions`).
+(:mod:`sparkonce.delta.table.expressions`).
 
 The grammar is Spark's for the subset sparkonce evaluates: column references (plain or back-quoted), literals
 (integers, decimals, ``1.5E0`` doubles, strings, ``TRUE``/``FALSE``/``NULL``), ``CAST(x AS type)``, function calls,

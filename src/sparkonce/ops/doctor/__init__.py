@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sparkonce.checkpoint.reader import read_checkpoint
 from sparkonce.checkpoint.tables import TABLES_DIR, RecordedTable, read_recorded_tables
-from sparkonce.delta.log import DeltaLog
+from sparkonce.delta.log.delta_log import DeltaLog
 from sparkonce.errors import DeltaLogError, TableNotFoundError
 from sparkonce.kafka.offsets import TopicPartition
 from sparkonce.kafka.watermarks import WatermarkFetcher, fetch_watermarks

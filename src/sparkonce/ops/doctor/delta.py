@@ -2,7 +2,7 @@
 under two app ids, offsets recorded by the sink, txn retention and orphan files.
 
 Runs on the driver (or in the CLI process); reads the table's ``_delta_log`` through
-:class:`~sparkonce.delta.log.DeltaLog`.
+:class:`~sparkonce.delta.log.delta_log.DeltaLog`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sparkonce.checkpoint.reader import CheckpointState
-from sparkonce.delta.interval import parse_interval_ms
-from sparkonce.delta.log import CommitEntry, DeltaLog, Snapshot
-from sparkonce.delta.restores import restored_app_id, undone_batches, undone_table_versions
+from sparkonce.delta.log.delta_log import CommitEntry, DeltaLog, Snapshot
+from sparkonce.delta.log.interval import parse_interval_ms
+from sparkonce.delta.txn.restores import restored_app_id, undone_batches, undone_table_versions
 from sparkonce.errors import DeltaLogError
 from sparkonce.ops.doctor.orphans import DamagedFile, check_files, trace_origins
 from sparkonce.ops.doctor.ranges import range_text
@@ -474,7 +474,7 @@ def _retention_findings(table: str, snap: Snapshot, app: str | None, lp: int | N
 def _restore_findings(state: CheckpointState, table: str, facts: DeltaFacts) -> list[Finding]:
     """Per RESTORE in the scanned history and per app id: the batches it undid while the table kept their txn
     (``restore-kept-txn``: a replay under that app id is skipped), or that were written again under the app id of
-    :func:`~sparkonce.delta.restores.restored_app_id` (``restore-rewritten``)."""
+    :func:`~sparkonce.delta.txn.restores.restored_app_id` (``restore-rewritten``)."""
     findings: list[Finding] = []
     for u in undone_batches(facts.entries, facts.snapshot.table_version, facts.snapshot.txns):
         safe = restored_app_id(u.app_id, u.restore_table_version)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkonce.delta.deletion_vectors import dv_relative_path
-from sparkonce.delta.log import CommitEntry, DeltaLog, Snapshot
+from sparkonce.delta.log.delta_log import CommitEntry, DeltaLog, Snapshot
+from sparkonce.delta.table.deletion_vectors import dv_relative_path
 from sparkonce.errors import DeltaLogError
 
 __all__ = [
@@ -181,7 +181,7 @@ def check_files(log: DeltaLog, snap: Snapshot) -> FileCheck:
     A local file the walk did not see because it lies under a hidden name (a partition column named ``_p`` gives
     folders ``_p=0``) is looked for in a listing of its folder, once per folder; a local file outside the table root
     (rare: a shallow clone's) is looked up alone. A data file is also found under its ``add`` path taken literally
-    (a writer that did not URL-encode it), as :mod:`sparkonce.delta.cleanup` reads paths. Hidden files are never
+    (a writer that did not URL-encode it), as :mod:`sparkonce.delta.txn.cleanup` reads paths. Hidden files are never
     orphans.
     """
     by_key: dict[str, int] = {}  # normalised path in the table's file system -> bytes

@@ -1,5 +1,5 @@
 """The retention guard's side of the doctor: the query's registrations as a reader of the Delta tables it reads
-(:mod:`sparkonce.delta.readers`). Runs in the CLI process; no Spark.
+(:mod:`sparkonce.delta.txn.readers`). Runs in the CLI process; no Spark.
 
 * ``reader-expired`` (warning): the registration was not updated within the table's
   ``sparkonce.readerRetentionDuration``, so log cleanup and VACUUM no longer keep what the query needs;
@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 
 from sparkonce.checkpoint.tables import RecordedTable
-from sparkonce.delta.readers import RETENTION_PROPERTY, reader_states
+from sparkonce.delta.txn.readers import RETENTION_PROPERTY, reader_states
 from sparkonce.errors import SparkonceError
 from sparkonce.ops.findings import Finding
 from sparkonce.storage import table_location

@@ -129,7 +129,7 @@ class Kind(ABC, Generic[S]):
             DeltaLogError: a Delta log cannot be read.
             StorageError: an object store is unreachable.
         """
-        from sparkonce.delta.log import DeltaLog
+        from sparkonce.delta.log.delta_log import DeltaLog
         from sparkonce.errors import TableNotFoundError
         from sparkonce.storage import table_location
 

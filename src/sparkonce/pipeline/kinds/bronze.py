@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkonce.checkpoint.query import read_query_id
-from sparkonce.delta.commit import load_table, table_exists
-from sparkonce.delta.schema import spark_schema, table_arrow_schema
+from sparkonce.delta.table.schema import spark_schema, table_arrow_schema
+from sparkonce.delta.txn.commit import load_table, table_exists
 from sparkonce.errors import SchemaMismatchError
 from sparkonce.pipeline.ddl import ddl_schema
 from sparkonce.pipeline.kinds.base import Kind

@@ -1,6 +1,6 @@
 """The merge kind (the built-in gold): Delta stream of its input (``skipChangeCommits``: a replayed input does not
-stop it) -> ``foreachBatch`` :func:`sparkonce.delta.merge.merge_latest` (rule ``latest``) or
-:func:`sparkonce.delta.merge.merge_into` (rule ``clauses``) with ``txn(merge query id, batch id)``. Runs on the
+stop it) -> ``foreachBatch`` :func:`sparkonce.delta.ops.merge.merge_latest` (rule ``latest``) or
+:func:`sparkonce.delta.ops.merge.merge_into` (rule ``clauses``) with ``txn(merge query id, batch id)``. Runs on the
 driver; the merge's reads and writes run on executors.
 
 ``input_mode = "changes"``: the stream is the input table's change data feed (``readChangeFeed``; the feed is
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from sparkonce.checkpoint.query import read_query_id
 from sparkonce.crash import crash_point
-from sparkonce.delta.cdf import CDF_PROPERTY, CHANGE_TYPE_COLUMN, COMMIT_TIMESTAMP_COLUMN, COMMIT_VERSION_COLUMN
-from sparkonce.delta.commit import BatchTxn
-from sparkonce.delta.merge import MergeClause, MergeResult, latest_per_key, merge_into, merge_latest
+from sparkonce.delta.ops.merge import MergeClause, MergeResult, latest_per_key, merge_into, merge_latest
+from sparkonce.delta.txn.commit import BatchTxn
+from sparkonce.delta.write.cdf import CDF_PROPERTY, CHANGE_TYPE_COLUMN, COMMIT_TIMESTAMP_COLUMN, COMMIT_VERSION_COLUMN
 from sparkonce.errors import PipelineConfigError
 from sparkonce.pipeline.kinds.base import Kind, kind_of
 from sparkonce.pipeline.model import DEFAULT_INPUT, SOURCE, MergeStage, PipelineConfig, Stage
@@ -162,9 +162,9 @@ def write_changes_batch(
 def enable_change_feed(table: str, stage: MergeStage) -> None:
     """Turn the change data feed on for the input ``table`` of a ``changes`` stage when it is off (one Delta
     commit; the stream's first batch reads the table's snapshot from then on)."""
-    from sparkonce.delta.alter import alter_properties
-    from sparkonce.delta.cdf import cdf_enabled
-    from sparkonce.delta.commit import load_table
+    from sparkonce.delta.ops.alter import alter_properties
+    from sparkonce.delta.txn.commit import load_table
+    from sparkonce.delta.write.cdf import cdf_enabled
 
     if cdf_enabled(load_table(table).metadata().configuration):
         return
