@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from sparkonce.delta import dml, merge, optimize
+from sparkonce.delta.ops import dml, merge, optimize
 from sparkonce.errors import CommitConflictError
 from tests.fixtures_delta_oracle import DeltaOracle, OracleError, spark_rows, sparkonce_history, table_ref
 
