@@ -80,6 +80,9 @@ Points used by sparkonce:
     the gold stage made its merge Delta commit (removes + adds + txn), Spark has not yet written ``commits/N``.
 ``after_commits``
     a streaming source is told a batch is done (its ``commit``): Spark wrote ``commits/N`` of that batch.
+``after_schema_log_write``
+    a Delta stream with schema tracking appended a source's new metadata to its schema log (the batch ending at the
+    change is committed) and has not yet stopped the query.
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ CrashPoint = Literal[
     "after_pg_commit",
     "after_gold_merge",
     "after_commits",
+    "after_schema_log_write",
 ]
 """The named crash points (documented above)."""
 CRASH_POINTS: tuple[CrashPoint, ...] = get_args(CrashPoint)

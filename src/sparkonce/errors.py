@@ -48,6 +48,7 @@ __all__ = [
     "ProtocolChangedError",
     "ProtocolChangedException",
     "SchemaMismatchError",
+    "SchemaTrackingError",
     "SinkError",
     "SourceOffsetError",
     "SparkonceError",
@@ -232,6 +233,12 @@ class DriverError(SparkonceError):
 
 class SourceOffsetError(SparkonceError):
     """Source offsets are malformed or point at data that no longer exists (data loss)."""
+
+
+class SchemaTrackingError(SourceOffsetError):
+    """A Delta stream with a ``schemaTrackingLocation`` stops: its source's schema changed and the schema log took
+    the new schema (restart the query), a non-additive change awaits the user's unblocking, or the log is unusable.
+    The message starts with Delta's error class."""
 
 
 class JarsError(SparkonceError):

@@ -1,8 +1,8 @@
 """Consumer-group offsets for lag tools (issue 39 item 3, apache/spark#24613): after each batch the Kafka source
 commits the batch's end offsets to its consumer group; lag tools read them; a restart never does.
 
-Read back with the admin API's committed offsets (``AdminClient.list_consumer_group_offsets``, what
-``kafka-consumer-groups.sh --describe`` shows), against the embedded broker.
+Read back with the admin API's committed offsets (``AdminClient.list_consumer_group_offsets``) and with Kafka's own
+``kafka-consumer-groups.sh --describe`` (its ``ConsumerGroupCommand``), against the embedded Apache Kafka broker.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from sparkonce.kafka.group import group_id_for
 from sparkonce.kafka.options import KafkaOptions
 from sparkonce.kafka.watermarks import fetch_watermarks
+from sparkonce_local.services.broker import describe_group
 from tests.fixtures_broker import EmbeddedBroker, numbered
 
 if TYPE_CHECKING:
@@ -34,12 +35,24 @@ def delta_offsets(table: Path) -> list[tuple[str, int, int]]:
 
 def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets per (topic, partition), as lag tools read them (unset ones left out)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    (future,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
-    result = future.result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:  # a broker just started loads its group coordinator first (COORDINATOR_LOAD_IN_PROGRESS)
+        (future,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+        try:
+            result = future.result(timeout=30)
+            break
+        except KafkaException as err:
+            loading = err.args[0].code() in (
+                KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                KafkaError.COORDINATOR_NOT_AVAILABLE,
+            )
+            if not loading or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     return {(p.topic, p.partition): p.offset for p in result.topic_partitions if p.offset >= 0}
 
 
@@ -128,3 +141,29 @@ def test_kafka_group_id_names_the_group_and_the_commits_can_be_switched_off(
     _run(spark, broker, topic, tmp_path / "ck2", tmp_path / "t2", **switched_off)
     assert len(delta_offsets(tmp_path / "t2")) == 12
     assert committed_offsets(broker.bootstrap, off) == {}
+
+
+def test_kafkas_consumer_groups_tool_sees_the_lag_shrink_to_zero(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """``kafka-consumer-groups.sh --describe``, Kafka's own lag tool, sees the stream: a group it does not know
+    before the first batch, then each partition's committed offset, log end offset and lag, which a backlog raises
+    and the next run brings back to 0."""
+    topic = broker.create_topic(partitions=2)
+    broker.produce(topic, numbered(20), partitions=2)
+    group = f"lag-tool-{topic}"
+
+    def described() -> list[tuple[int, int | None, int | None, int | None]]:
+        rows = describe_group(broker.bootstrap, group)
+        assert {r.topic for r in rows} <= {topic}
+        return [(r.partition, r.current_offset, r.log_end_offset, r.lag) for r in rows]
+
+    assert described() == []
+    _run(spark, broker, topic, tmp_path / "ck", tmp_path / "raw", **{"kafka.group.id": group})
+    _wait_for(described, [(0, 10, 10, 0), (1, 10, 10, 0)], "the tool to show the group at lag 0")
+
+    broker.produce(topic, numbered(10, start=20), partitions=2)
+    assert described() == [(0, 10, 15, 5), (1, 10, 15, 5)]  # a backlog: the tool shows the stream's lag
+    _run(spark, broker, topic, tmp_path / "ck", tmp_path / "raw", **{"kafka.group.id": group})
+    _wait_for(described, [(0, 15, 15, 0), (1, 15, 15, 0)], "the lag to shrink to 0 in the tool")
+    assert len(delta_offsets(tmp_path / "raw")) == 30

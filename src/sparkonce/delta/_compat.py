@@ -295,6 +295,79 @@ def _record_query_tables(writer: Any, checkpoint: str, sink: str | None) -> list
     ]
 
 
+_STREAMING_LEAVES = ("StreamingRelation", "StreamingRelationV2", "StreamingExecutionRelation")
+
+
+def _start_schema_tracking(writer: Any, checkpoint: str | None) -> None:
+    """Delta's checks of a query's Delta sources with a ``schemaTrackingLocation``, before the query starts
+    (:func:`sparkonce.delta.read.stream.start_schema_tracking`): the query's plan gives each source's options,
+    schema and position (its ``sources/<i>`` folder); the session gives the confs that unblock a schema change.
+
+    Raises:
+        OptionError: a source's ``schemaTrackingLocation`` is not under the checkpoint location, or the query has none.
+        SchemaTrackingError: see :func:`sparkonce.delta.read.stream.start_schema_tracking`.
+    """
+    from py4j.protocol import Py4JError
+    from pyspark.sql.types import StructType
+
+    from sparkonce.delta.read.native_stream import native_source_of
+    from sparkonce.delta.read.stream import start_schema_tracking
+    from sparkonce.delta.table.schema_log import (
+        ALLOW_OUTSIDE_CHECKPOINT_CONF,
+        SCHEMA_TRACKING_LOCATION_OPTION,
+        UNBLOCK_CONFS,
+        checkpoint_hash,
+        source_metadata_path,
+        tracking_root,
+    )
+    from sparkonce.delta.write.cdf import CHANGE_TYPE_COLUMN, COMMIT_TIMESTAMP_COLUMN, COMMIT_VERSION_COLUMN
+    from sparkonce.errors import OptionError
+
+    feed = {CHANGE_TYPE_COLUMN, COMMIT_VERSION_COLUMN, COMMIT_TIMESTAMP_COLUMN}
+    sources: list[tuple[int, dict[str, str], StructType]] = []
+    try:
+        leaves = writer._df._jdf.queryExecution().analyzed().collectLeaves().iterator()
+        index = 0
+        while leaves.hasNext():
+            leaf = leaves.next()
+            kind = leaf.getClass().getSimpleName()
+            if kind not in _STREAMING_LEAVES:
+                continue
+            position, index = index, index + 1
+            if kind == "StreamingExecutionRelation":
+                native = native_source_of(leaf.source())
+                if native is not None and tracking_root(native.given) is not None:
+                    sources.append((position, dict(native.given), native.spark_schema))
+                continue
+            if kind != "StreamingRelationV2" or not leaf.source().isDefined():
+                continue
+            name = str(leaf.sourceName()).lower()
+            if name not in _FORMATS or leaf.source().get().getClass().getSimpleName() != "PythonDataSourceV2":
+                continue
+            options = {str(k): str(v) for k, v in dict(leaf.extraOptions().asCaseSensitiveMap()).items()}
+            if tracking_root(options) is None:
+                continue
+            schema = StructType.fromJson(json.loads(str(leaf.schema().json())))
+            sources.append((position, options, StructType([f for f in schema.fields if f.name not in feed])))
+    except Py4JError as err:
+        log.warning("the query's Delta sources were not checked for schema tracking (its plan: %s)", err)
+        return
+    if not sources:
+        return
+    if checkpoint is None:
+        raise OptionError(
+            SCHEMA_TRACKING_LOCATION_OPTION,
+            tracking_root(sources[0][1]),
+            "needs the query's checkpointLocation (the schema log must be under it)",
+        )
+    conf = writer._spark.conf
+    for position, options, schema in sources:
+        ckpt = checkpoint_hash(source_metadata_path(checkpoint, position))
+        keys = [ALLOW_OUTSIDE_CHECKPOINT_CONF, *UNBLOCK_CONFS, *(f"{c}.ckpt_{ckpt}" for c in UNBLOCK_CONFS)]
+        confs = {k: str(v) for k in keys if (v := conf.get(k, None)) is not None}
+        start_schema_tracking(options, checkpoint=checkpoint, source_index=position, stream_schema=schema, confs=confs)
+
+
 def _follow_readers(spark: Any, query: Any, checkpoint: str, read: list[Any]) -> None:
     """Register the started ``query`` as a reader of the Delta tables it reads (the retention guard)."""
     from sparkonce.delta.reader_listener import ReadTable, follow_query
@@ -362,6 +435,7 @@ def _wrap_start(cls: type) -> None:
         if columns and ours:
             self._jwrite = self._jwrite.option(COMPAT_PARTITION_OPTION, json.dumps(columns))
         read: list[Any] = []
+        _start_schema_tracking(self, None if checkpoint is None else str(checkpoint))
         if checkpoint is not None:
             sink = path or options.get("path") or getattr(self, "_sparkonce_path", None)
             read = _record_query_tables(self, str(checkpoint), str(sink) if ours and sink else None)
@@ -444,6 +518,7 @@ def _native_read(reader: Any, path: str | None) -> Any:
     """The native read of a load (None: the Python data source reads it)."""
     from sparkonce.delta.read.changes import is_change_feed_read
     from sparkonce.delta.read.native import native_frame, native_reads_enabled
+    from sparkonce.delta.read.native_changes import native_change_frame
     from sparkonce.delta.table.options import ReadOptions
 
     spark = reader._spark
@@ -451,7 +526,7 @@ def _native_read(reader: Any, path: str | None) -> Any:
         return None
     options = _load_options(reader, path)
     if is_change_feed_read(options):
-        return None
+        return native_change_frame(spark, options)
     return native_frame(spark, ReadOptions.parse(options))
 
 

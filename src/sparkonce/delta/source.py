@@ -51,6 +51,14 @@ class DeltaDataSource(DataSource):
         from sparkonce.delta.table.schema import spark_schema
         from sparkonce.delta.txn.commit import load_table
 
+        if not _is_batch_read(self.options):
+            from sparkonce.delta.read.changes import change_feed_schema
+            from sparkonce.delta.read.stream import tracked_schema
+            from sparkonce.delta.table.schema_log import tracking_root
+
+            tracked = tracked_schema(self.options) if tracking_root(self.options) is not None else None
+            if tracked is not None:  # schema tracking: the schema log's newest entry (Delta's sourceSchema)
+                return change_feed_schema(tracked) if is_change_feed_read(self.options) else tracked
         if is_change_feed_read(self.options):
             return change_feed_table_schema(self.options)
         path = table_path(self.options)

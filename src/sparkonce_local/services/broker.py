@@ -257,6 +257,76 @@ def _format(java: str, classpath: str, config: Path, log_path: Path) -> None:
         )
 
 
+_CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+@dataclass(frozen=True)
+class GroupPartition:
+    """One row of ``kafka-consumer-groups.sh --describe --group G``: a partition's committed offset, its log end
+    offset and the lag between them (None where the tool prints ``-``)."""
+
+    topic: str
+    partition: int
+    current_offset: int | None
+    log_end_offset: int | None
+    lag: int | None
+
+
+def describe_group(bootstrap: str, group: str, *, timeout: float = 120.0) -> list[GroupPartition]:
+    """What Kafka's own ``kafka-consumer-groups.sh --bootstrap-server B --describe --group G`` shows: the script's
+    class (``ConsumerGroupCommand``, in the ``kafka-tools`` jar of :data:`sparkonce.jars.KAFKA`) run with the same
+    arguments, its table parsed. An unknown group gives no rows. Runs on the machine that runs the broker's tools.
+
+    Raises:
+        BrokerError: the tool failed (its output in the message) or did not finish in ``timeout`` seconds.
+        JarsError: Kafka's jars are not fetched.
+    """
+    command = [
+        _java(),
+        *_jvm_options(),
+        "-cp",
+        f"{KAFKA.require()}/*",
+        _CONSUMER_GROUP_COMMAND,
+        "--bootstrap-server",
+        bootstrap,
+        "--describe",
+        "--group",
+        group,
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as err:
+        raise BrokerError(f"kafka-consumer-groups --describe --group {group} did not finish in {timeout:.0f}s") from err
+    output = done.stdout + done.stderr
+    if "does not exist" in output:
+        return []
+    if done.returncode != 0:
+        raise BrokerError(
+            f"kafka-consumer-groups --describe --group {group} failed (exit {done.returncode}):\n{output}"
+        )
+    rows = []
+    header: list[str] | None = None
+    for line in done.stdout.splitlines():
+        cells = line.split()
+        if cells[:2] == ["GROUP", "TOPIC"]:
+            header = cells
+            continue
+        if header is None or len(cells) < 6 or cells[0] != group:
+            continue
+        row = dict(zip(header, cells, strict=False))
+
+        def number(column: str, row: dict[str, str] = row) -> int | None:
+            value = row.get(column, "-")
+            return None if value == "-" else int(value)
+
+        rows.append(
+            GroupPartition(
+                row["TOPIC"], int(row["PARTITION"]), number("CURRENT-OFFSET"), number("LOG-END-OFFSET"), number("LAG")
+            )
+        )
+    return sorted(rows, key=lambda r: (r.topic, r.partition))
+
+
 def _other_free_port(taken: int) -> int:
     while True:
         port = free_port()
@@ -457,10 +527,12 @@ __all__ = [
     "JAVA_OPTIONS",
     "BrokerInfo",
     "BrokerStatus",
+    "GroupPartition",
     "StopResult",
     "broker_status",
     "create_topic",
     "delete_topic",
+    "describe_group",
     "free_port",
     "kill_broker",
     "list_topics",

@@ -51,6 +51,7 @@ from sparkonce.delta.read.changes import (
 from sparkonce.delta.read.reader import ScanSchema
 from sparkonce.delta.read.stream import BASE_INDEX, DeltaSourceOffset, DeltaStreamReader, _check_protocol, _Position
 from sparkonce.delta.table.options import StreamReadOptions
+from sparkonce.delta.table.schema_log import METADATA_CHANGE_INDEX
 from sparkonce.delta.write.cdf import CHANGE_TYPE_COLUMN, COMMIT_TIMESTAMP_COLUMN, COMMIT_VERSION_COLUMN
 from sparkonce.errors import DeltaLogError, SourceOffsetError
 
@@ -109,8 +110,10 @@ class ChangeFeedStreamReader(DeltaStreamReader):
             version += 1
             first_index = BASE_INDEX
         else:
-            first_index = start.index
+            first_index = BASE_INDEX if start.is_barrier else start.index
         while version <= last_version:
+            if state.barrier_at(version) and (version, METADATA_CHANGE_INDEX) > start.key:
+                yield _Position((version, METADATA_CHANGE_INDEX), False, (), 0, False, barrier=True)
             files = self._commit_files(version)
             if files and _admitted_whole(files):
                 if BASE_INDEX < first_index < len(files) - 1:
@@ -174,6 +177,7 @@ class ChangeFeedStreamReader(DeltaStreamReader):
                 f"the change data feed stream from {self.options.path} needs table version {table_version}, but "
                 f"its Delta commit cannot be read (removed by log clean-up, or corrupt): {err}"
             ) from err
+        state.note_metadata(table_version, actions)
         for action in actions:
             if "metaData" in action:
                 state._check_metadata(table_version, action["metaData"])

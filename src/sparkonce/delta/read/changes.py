@@ -324,6 +324,7 @@ def _commit_files(
             table_version=table_version,
             deletion_vector=dv,
             uri=data_file_uri(location, fs_path),
+            action=entry,  # the driver's: the native read lists the file from it (shipped without it)
         )
         return ChangeFile(data_file, kind, table_version, timestamp)
 
@@ -477,38 +478,48 @@ def plan_tasks(files: Sequence[ChangeFile], *, parallelism: int | None = None) -
     return [ChangesPartition(b) for b in bins if b]
 
 
+def plan_change_read(options: ChangeFeedOptions) -> tuple[ChangePlan, ScanSchema]:
+    """The change files of a batch read of the feed (range resolved, reader features and the files' presence
+    checked), and the scan of the table's latest schema they are read with. Runs on the driver.
+
+    Raises:
+        OptionError: the range is wrong or not recorded (Delta's error classes).
+        UnsupportedFeatureError: the table needs a reader feature sparkonce cannot honour.
+        DataFileMissingError: a change file of the range is gone.
+    """
+    from sparkonce.delta.log.delta_log import DeltaLog
+    from sparkonce.delta.read.reader import check_reader_features, scan_schema
+    from sparkonce.delta.txn.commit import load_table
+
+    delta_log = DeltaLog(options.location)
+    start, end = resolve_range(options, delta_log)
+    table = load_table(options.location)
+    check_reader_features(table, options.path)
+    option = "startingVersion" if options.starting_version is not None else "startingTimestamp"
+    scan = scan_schema(table)
+    names = {scan.physical_names.get(c, c): c for c in scan.partition_columns}
+    plan = plan_changes(delta_log, start, end, table=options.path, option=option, partition_names=names)
+    check_files_present(plan, options.location, table=options.path, asked=options.describe())
+    log.info("change data feed of %s, table_version %d to %d: %d file(s)", options.path, start, end, len(plan.files))
+    return plan, scan
+
+
 class ChangeFeedReader(DataSourceReader):
     """Batch reader of the change data feed: plans on the driver (range, files, checks); ``read`` runs on
     executors."""
 
     def __init__(self, options: ChangeFeedOptions, schema: StructType) -> None:
-        from sparkonce.delta.log.delta_log import DeltaLog
-        from sparkonce.delta.read.reader import check_reader_features, scan_schema
         from sparkonce.delta.table.schema import arrow_schema_for_spark
-        from sparkonce.delta.txn.commit import load_table
 
         self.options = options
-        delta_log = DeltaLog(options.location)
-        start, end = resolve_range(options, delta_log)
-        table = load_table(options.location)
-        check_reader_features(table, options.path)
-        option = "startingVersion" if options.starting_version is not None else "startingTimestamp"
-        scan = scan_schema(table)
-        names = {scan.physical_names.get(c, c): c for c in scan.partition_columns}
-        self.plan = plan_changes(delta_log, start, end, table=options.path, option=option, partition_names=names)
-        check_files_present(self.plan, options.location, table=options.path, asked=options.describe())
+        plan, scan = plan_change_read(options)
+        # the reader is shipped to executors with every task: its files without their log actions
+        self.files = [replace(f, data_file=replace(f.data_file, action=None)) for f in plan.files]
         self.scan = change_scan(scan)
         self.output = arrow_schema_for_spark(schema)
-        log.info(
-            "change data feed of %s, table_version %d to %d: %d file(s)",
-            options.path,
-            start,
-            end,
-            len(self.plan.files),
-        )
 
     def partitions(self) -> Sequence[InputPartition]:  # driver
-        return plan_tasks(self.plan.files)
+        return plan_tasks(self.files)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executor
         if isinstance(partition, ChangesPartition):  # Spark plans one empty task when there are no files
@@ -542,6 +553,7 @@ __all__ = [
     "commit_changes",
     "check_files_present",
     "is_change_feed_read",
+    "plan_change_read",
     "plan_changes",
     "plan_tasks",
     "read_changes",

@@ -398,6 +398,10 @@ class DeltaFileIndex:
     class Java:
         implements = ["org.apache.spark.sql.execution.datasources.FileIndex"]
 
+    extra_fields: tuple[dict[str, Any], ...] = ()
+    """Columns the files may hold beyond the table's (Delta schema JSON fields), read under their own names after
+    the table's columns: a change data file's ``_change_type``; null where a file lacks them."""
+
     def __init__(self, spark: SparkSession, location: TableLocation, snapshot: Snapshot, *, pinned: bool) -> None:
         self.spark = spark
         self.location = location
@@ -441,7 +445,7 @@ class DeltaFileIndex:
             name = f["name"] if partition else self.layout.physical.get(f["name"], f["name"])
             kind = _logical_type(f["type"]) if partition else _physical_type(f["type"])
             fields.append({"name": name, "type": kind, "nullable": f.get("nullable", True), "metadata": _comment(f)})
-        return {"type": "struct", "fields": fields}
+        return {"type": "struct", "fields": [*fields, *self.extra_fields]}
 
     def frame(self, catalog_table: Any = None, *, stream: Any = None) -> DataFrame:
         """The DataFrame over this index (logical column names, table order).
@@ -484,7 +488,7 @@ class DeltaFileIndex:
             physical = self.layout.physical.get(name, name)
             logical_type = _parse_datatype_json_value(_logical_type(f["type"]))
             columns.append(F.col(f"`{physical}`").cast(logical_type).alias(name, metadata=_comment(f)))
-        return frame.select(*columns)
+        return frame.select(*columns, *[F.col(f"`{f['name']}`") for f in self.extra_fields])
 
     # -- FileIndex -------------------------------------------------------------------------------------------------
 

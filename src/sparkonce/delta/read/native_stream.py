@@ -36,6 +36,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JError
@@ -44,7 +45,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from sparkonce.delta.log.delta_log import Snapshot
 from sparkonce.delta.read.native import FileSetIndex, jvm_of, latest_snapshot, reads_natively
 from sparkonce.delta.read.reader import check_protocol_readable
-from sparkonce.delta.read.stream import DeltaStreamReader
+from sparkonce.delta.read.stream import DeltaStreamReader, tracked_entry
 from sparkonce.delta.table.options import METADATA_COLUMN_OPTION, StreamReadOptions
 from sparkonce.errors import OptionError
 from sparkonce.options import lookup
@@ -79,6 +80,11 @@ def native_stream_frame(spark: SparkSession, options: Mapping[str, str], *, form
     if not reads_natively(spark, parsed.location):
         return None
     snapshot = latest_snapshot(parsed.location)
+    entry = tracked_entry(parsed, str(snapshot.metadata.get("id")))
+    if entry is not None:  # schema tracking: read with the schema log's entry (Delta's readSnapshotDescriptor)
+        snapshot = replace(
+            snapshot, metadata=entry.metadata_action(snapshot.metadata), protocol=entry.protocol or snapshot.protocol
+        )
     fields = json.loads(str(snapshot.metadata.get("schemaString") or "{}")).get("fields") or []
     check_protocol_readable(snapshot.protocol, parsed.path, fields=fields)
     return NativeDeltaSource(spark, parsed, snapshot, format_name=format_name, given=options).frame()

@@ -235,17 +235,23 @@ def scan_schema(table: DeltaTable, *, metadata_column: bool = False) -> ScanSche
         metadata = StructType([StructField(name, kinds[kind], False) for name, kind in METADATA_FIELDS])
         schema = StructType([*schema.fields, StructField(METADATA_COLUMN, metadata, False)])
     output = arrow_schema_for_spark(schema)
-    fields = json.loads(table.schema().to_json())["fields"]
+    physical, nested = mapped_columns(json.loads(table.schema().to_json())["fields"])
+    return ScanSchema(output, tuple(table.metadata().partition_columns), physical, nested, metadata_column)
+
+
+def mapped_columns(fields: Sequence[Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The column mapping of a schema's ``fields`` as :class:`ScanSchema` holds it: top-level logical -> physical
+    names (where they differ), and the nested renames per top-level column."""
     physical: dict[str, str] = {}
     nested: dict[str, Any] = {}
     for f in fields:
-        name = f.get("metadata", {}).get("delta.columnMapping.physicalName")
+        name = (f.get("metadata") or {}).get("delta.columnMapping.physicalName")
         if name and name != f["name"]:
             physical[f["name"]] = name
         renames = rename_tree(f["type"], to_physical=False)
         if renames:
             nested[f["name"]] = renames
-    return ScanSchema(output, tuple(table.metadata().partition_columns), physical, nested, metadata_column)
+    return physical, nested
 
 
 def _with_comments(schema: StructType, delta_schema: dict[str, Any]) -> StructType:
@@ -544,6 +550,7 @@ __all__ = [
     "ScanSchema",
     "check_protocol_readable",
     "check_reader_features",
+    "mapped_columns",
     "open_snapshot",
     "plan_partitions",
     "prune",

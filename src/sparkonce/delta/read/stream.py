@@ -71,13 +71,32 @@ from sparkonce.delta.read.reader import (
 from sparkonce.delta.table.column_mapping import configured_mode, logical_by_physical
 from sparkonce.delta.table.deletion_vectors import DeletionVector
 from sparkonce.delta.table.options import StreamReadOptions
+from sparkonce.delta.table.schema_log import (
+    METADATA_CHANGE_INDEX,
+    POST_METADATA_CHANGE_INDEX,
+    PersistedMetadata,
+    SchemaLog,
+    differs,
+    evolution_message,
+    log_folder,
+    merged_consecutive,
+)
 from sparkonce.delta.table.type_widening import widens_to
-from sparkonce.errors import DeltaLogError, OptionError, SourceOffsetError, UnsupportedFeatureError
+from sparkonce.errors import (
+    DeltaLogError,
+    OptionError,
+    SchemaTrackingError,
+    SourceOffsetError,
+    UnsupportedFeatureError,
+)
 
 log = logging.getLogger(__name__)
 
 SOURCE_VERSION = 1
+BARRIER_SOURCE_VERSION = 3
+"""``sourceVersion`` of an offset at a metadata change barrier (Delta's ``VERSION_3``)."""
 BASE_INDEX = -1
+_BASE_ORDER = -100
 UNRESOLVED_VERSION = -1
 """``reservoirVersion`` of an unresolved initial offset: batch 0's start is derived from its end."""
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000
@@ -114,13 +133,20 @@ class DeltaSourceOffset:
 
     @property
     def key(self) -> tuple[int, int]:
-        """Ordering key: snapshot positions of version ``v`` sort before the changes of ``v + 1``."""
-        return (self.reservoir_version, self.index)
+        """Ordering key: snapshot positions of version ``v`` sort before the changes of ``v + 1``; within a table
+        version, the base (index -1) before a metadata change barrier (-20, then -19) before the files (0, 1, ...),
+        as Delta orders them in memory (its base index is -100 there)."""
+        return (self.reservoir_version, _BASE_ORDER if self.index == BASE_INDEX else self.index)
+
+    @property
+    def is_barrier(self) -> bool:
+        """True at a metadata change barrier of schema tracking (index -20 or -19)."""
+        return self.index in (METADATA_CHANGE_INDEX, POST_METADATA_CHANGE_INDEX)
 
     def to_json(self) -> dict[str, Any]:
-        """Return the offset as Delta serializes it (``sourceVersion`` 1)."""
+        """Return the offset as Delta serializes it (``sourceVersion`` 1; 3 at a metadata change barrier)."""
         return {
-            "sourceVersion": SOURCE_VERSION,
+            "sourceVersion": BARRIER_SOURCE_VERSION if self.is_barrier else SOURCE_VERSION,
             "reservoirId": self.reservoir_id,
             "reservoirVersion": self.reservoir_version,
             "index": self.index,
@@ -137,11 +163,14 @@ class DeltaSourceOffset:
         if not isinstance(data, dict):
             raise SourceOffsetError(f"Delta source offset {data!r} is not a JSON object")
         source_version = data.get("sourceVersion")
-        if type(source_version) is not int or source_version != SOURCE_VERSION:
-            raise SourceOffsetError(
-                f"Delta source offset {json.dumps(data)} has sourceVersion {source_version!r}; sparkonce reads "
-                f"sourceVersion {SOURCE_VERSION} (offsets with schema-tracking indexes need the Delta JVM connector)"
+        if type(source_version) is not int or source_version not in (SOURCE_VERSION, BARRIER_SOURCE_VERSION):
+            problem = (
+                f"[DELTA_INVALID_FORMAT_FROM_SOURCE_VERSION] Unsupported format. Expected version should be smaller "
+                f"than or equal to {BARRIER_SOURCE_VERSION} but was {source_version}"
+                if type(source_version) is int and source_version > BARRIER_SOURCE_VERSION
+                else f"[DELTA_INVALID_SOURCE_VERSION] sourceVersion({source_version}) is invalid"
             )
+            raise SourceOffsetError(f"Delta source offset {json.dumps(data)}: {problem}")
         for key, kind, name in _OFFSET_FIELDS:
             value = data.get(key)
             if type(value) is not kind:  # exact: a bool is no version, a float no index, None no id
@@ -155,8 +184,16 @@ class DeltaSourceOffset:
             is_starting_version=data["isStartingVersion"],
         )
         unresolved = (offset.reservoir_version, offset.index) == (UNRESOLVED_VERSION, BASE_INDEX)
-        if offset.index < BASE_INDEX or (offset.reservoir_version < 0 and not unresolved):
+        if offset.index < BASE_INDEX and not offset.is_barrier:
             raise SourceOffsetError(f"Delta source offset {json.dumps(data)} has a negative table version or index")
+        if offset.reservoir_version < 0 and not unresolved:
+            raise SourceOffsetError(f"Delta source offset {json.dumps(data)} has a negative table version or index")
+        if (source_version == BARRIER_SOURCE_VERSION) != offset.is_barrier:
+            raise SourceOffsetError(
+                f"Delta source offset {json.dumps(data)}: [DELTA_INVALID_SOURCE_OFFSET_FORMAT] The stored source "
+                f"offset format is invalid (sourceVersion {BARRIER_SOURCE_VERSION} is for the metadata change indexes "
+                f"{METADATA_CHANGE_INDEX} and {POST_METADATA_CHANGE_INDEX} only, which need it)"
+            )
         return offset
 
 
@@ -171,6 +208,8 @@ class VersionChanges:
     """True when the commit changes data and ``skipChangeCommits``/``ignoreDeletes`` says to skip it whole."""
     problem: str | None = None
     """Why the stream cannot go past this commit (a data change without the option allowing it)."""
+    barrier: bool = False
+    """Under schema tracking: the commit changes the metadata the stream reads with (a barrier before its files)."""
 
 
 class StreamPartition(FilesPartition):
@@ -195,6 +234,8 @@ class _Position:
     whole: bool = False
     """A commit admitted as a unit (Delta's ``admit(Seq)``): the first position of a batch always, a later one
     only when all its files and bytes fit in what the batch has left."""
+    barrier: bool = False
+    """A metadata change under schema tracking (no files): the batch ends here, whatever its budget."""
 
 
 class _Budget:
@@ -273,6 +314,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # driver, each trigger
         crash_point("before_offsets")
         begin = self._parse(start)
+        if begin.is_barrier and self._pending_change(begin.reservoir_version):
+            if begin.index == METADATA_CHANGE_INDEX:  # the batch ending at the barrier is done: one more offset
+                return replace(begin, index=POST_METADATA_CHANGE_INDEX).to_json()  # so Spark commits the barrier
+            self._evolve(begin.reservoir_version)  # the barrier was committed (a crash before commit() evolved it)
         last_version = self._last_version()
         if begin.is_unresolved:
             if begin.is_starting_version:
@@ -289,7 +334,13 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             empty_end = begin
         budget = self._budget(limit)
         last: _Position | None = None
+        self._initialize_schema_log(begin)
         for position in self._positions(begin, last_version):
+            if (
+                position.barrier
+            ):  # a metadata change ends the batch (Delta's stopIndexedFileIteratorAtSchemaChangeBarrier)
+                last = position
+                break
             if not budget.admits():
                 break
             if position.whole and last is not None and not budget.fits(position.size, len(position.files)):
@@ -352,8 +403,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:  # driver, after Spark's checkpoint commit
         crash_point("after_commits")
+        finish = self._parse(end)
         if self._state is not None:
-            self._state.forget_before(self._parse(end))
+            self._state.forget_before(finish)
+        if finish.is_barrier and self._pending_change(finish.reservoir_version):
+            self._evolve(finish.reservoir_version)  # Delta's updateMetadataTrackingLogAndFailTheStreamIfNeeded
 
     def stop(self) -> None:  # driver
         self._state = None
@@ -418,7 +472,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _Budget(max_files or DEFAULT_MAX_FILES_PER_TRIGGER, max_bytes)
 
     def _positions(self, start: DeltaSourceOffset, last_version: int) -> Iterator[_Position]:
-        """Yield the file positions strictly after ``start``, through table version ``last_version``."""
+        """Yield the file positions strictly after ``start``, through table version ``last_version`` (under schema
+        tracking, a metadata change's barrier before its commit's files)."""
         state = self._table()
         version = start.reservoir_version
         if start.is_starting_version:
@@ -428,9 +483,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             version += 1
             first_index = 0
         else:
-            first_index = start.index + 1
+            first_index = max(start.index + 1, 0)
         while version <= last_version:
             changes = state.changes(version)
+            if changes.barrier and (version, METADATA_CHANGE_INDEX) > start.key:
+                yield _Position((version, METADATA_CHANGE_INDEX), False, (), 0, False, barrier=True)
             if changes.problem is not None:
                 raise SourceOffsetError(changes.problem)
             files = changes.files
@@ -439,9 +496,46 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             version += 1
             first_index = 0
 
+    # ------------------------------------------------------------------ driver: schema tracking
+    def _pending_change(self, table_version: int) -> bool:
+        """True when the commit of ``table_version`` changes the metadata the stream reads with (schema tracking)."""
+        state = self._table()
+        return state.schema_log is not None and state.barrier_at(table_version)
+
+    def _evolve(self, table_version: int) -> None:
+        """Append the metadata of ``table_version`` to the schema log and stop the query (Delta's
+        ``DELTA_STREAMING_METADATA_EVOLUTION``): the batch ending at its barrier is done, the restarted query reads
+        with the new schema.
+
+        Raises:
+            SchemaTrackingError: always.
+        """
+        state = self._table()
+        entry = state.entry_at(table_version)
+        assert state.schema_log is not None
+        state.schema_log.append(entry)
+        crash_point("after_schema_log_write")
+        raise SchemaTrackingError(evolution_message(entry))
+
+    def _initialize_schema_log(self, begin: DeltaSourceOffset) -> None:
+        """The first entry of an empty schema log: the metadata of the table version the stream starts reading at
+        (``begin``'s), as Delta's source writes it at its first offset; a stream whose schema is not that one stops
+        for a restart. (A query started through ``writeStream.start`` has its first entry already, written with
+        its source's checkpoint folder.)"""
+        state = self._table()
+        if state.schema_log is None or state.entry is not None:
+            return
+        entry = state.entry_at(min(begin.reservoir_version, state.delta_log.latest_version()), snapshot=True)
+        state.schema_log.append(entry)
+        if not same_columns(entry_schema(entry), self.schema):
+            raise SchemaTrackingError(evolution_message(entry))
+        state.use_entry(entry)
+
     @staticmethod
     def _offset_after(table_id: str, position: _Position) -> DeltaSourceOffset:
         version, index = position.key
+        if position.barrier:
+            return DeltaSourceOffset(table_id, version, METADATA_CHANGE_INDEX, False)
         if position.last_in_version:
             return DeltaSourceOffset(table_id, version + 1, BASE_INDEX, False)
         return DeltaSourceOffset(table_id, version, index, position.is_snapshot)
@@ -466,8 +560,13 @@ class _TableState:
         self.scan = scan
         self.table_version = 0
         self.read_fields: dict[str, Any] = {f["name"].lower(): f for f in fields}
+        self.schema_log: SchemaLog | None = None
+        """The source's schema log (``schemaTrackingLocation``), None without schema tracking."""
+        self.entry: PersistedMetadata | None = None
+        """The schema log's newest entry: what the stream reads with (None: no schema tracking, or none yet)."""
         self._changes: dict[int, VersionChanges] = {}
         self._snapshots: dict[int, tuple[DataFile, ...]] = {}
+        self._metadata: dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
 
     @classmethod
     def open(cls, options: StreamReadOptions, schema: StructType) -> _TableState:
@@ -477,13 +576,89 @@ class _TableState:
 
         table = load_table(options.location)
         check_reader_features(table, options.path)
+        table_id = str(table.metadata().id)
+        schema_log = None
+        latest = None
+        if options.schema_tracking_location is not None:
+            folder = log_folder(options.schema_tracking_location, table_id, options.source_tracking_id)
+            schema_log = SchemaLog(folder, table_id, storage_options=options.location.options())
+            latest = schema_log.latest()
         # Read exactly the schema Spark resolved for this query, whatever the table has become since.
         scan = replace(scan_schema(table), output=arrow_schema_for_spark(schema))
         fields = table_fields(table)
-        _check_resolved_types(schema, fields, options.path, table.version())
-        state = cls(options, DeltaLog(options.location), str(table.metadata().id), scan, fields)
+        if latest is None:
+            _check_resolved_types(schema, fields, options.path, table.version())
+        state = cls(options, DeltaLog(options.location), table_id, scan, fields)
         state.table_version = table.version()
+        state.schema_log = schema_log
+        if latest is not None:
+            state.use_entry(latest[1])
         return state
+
+    def use_entry(self, entry: PersistedMetadata) -> None:
+        """Read with a schema log entry's metadata (its schema, partitioning, column mapping) from its table
+        version on."""
+        from sparkonce.delta.read.reader import mapped_columns
+
+        fields = entry.fields
+        physical, nested = mapped_columns(fields)
+        self.scan = replace(
+            self.scan, partition_columns=entry.partition_columns, physical_names=physical, nested_renames=nested
+        )
+        self.read_fields = {f["name"].lower(): f for f in fields}
+        self.table_version = entry.delta_commit_version
+        self.entry = entry
+        log.info(
+            "Delta stream from %s reads with the schema log's entry of table_version %s (%s)",
+            self.options.path,
+            entry.delta_commit_version,
+            self.schema_log.folder if self.schema_log is not None else None,
+        )
+
+    def barrier_at(self, table_version: int) -> bool:
+        """True when schema tracking reads with an entry and the commit of ``table_version``, after the entry's,
+        changes its metadata or protocol (Delta's ``hasMetadataOrProtocolChangeComparedToStreamMetadata``)."""
+        if self.entry is None or table_version <= self.entry.delta_commit_version:
+            return False
+        metadata, protocol = self.metadata_actions(table_version)
+        return differs(self.entry, metadata, protocol)
+
+    def metadata_actions(self, table_version: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The ``metaData`` and ``protocol`` actions of the commit of ``table_version`` (None where it has none)."""
+        cached = self._metadata.get(table_version)
+        if cached is None:
+            try:
+                actions = self.delta_log.read_actions(table_version, only=(b"metaData", b"protocol"))
+            except DeltaLogError as err:
+                raise SourceOffsetError(
+                    f"the stream from {self.options.path} needs table version {table_version}, but its Delta "
+                    f"commit cannot be read (removed by log clean-up, or corrupt): {err}"
+                ) from err
+            self.note_metadata(table_version, actions)
+            cached = self._metadata[table_version]
+        return cached
+
+    def note_metadata(self, table_version: int, actions: Sequence[Mapping[str, Any]]) -> None:
+        """Keep the ``metaData`` / ``protocol`` actions of a commit read for planning."""
+        metadata = next((dict(a["metaData"]) for a in actions if "metaData" in a), None)
+        protocol = next((dict(a["protocol"]) for a in actions if "protocol" in a), None)
+        self._metadata[table_version] = (metadata, protocol)
+
+    def entry_at(self, table_version: int, *, snapshot: bool = False) -> PersistedMetadata:
+        """The schema log entry for the metadata of ``table_version``: the table's state there (``snapshot``), or
+        what its commit changes over the current entry."""
+        path = self.entry.source_metadata_path if self.entry is not None else ""
+        if snapshot or self.entry is None:
+            state = self.delta_log.snapshot(table_version)
+            return PersistedMetadata.of(self.table_id, table_version, state.metadata, state.protocol, path)
+        metadata, protocol = self.metadata_actions(table_version)
+        return PersistedMetadata.of(
+            self.table_id,
+            table_version,
+            metadata if metadata is not None else self.entry.metadata_action({}),
+            protocol if protocol is not None else self.entry.protocol,
+            path,
+        )
 
     def first_version_at_or_after(self, when: dt.datetime, latest: int) -> int:
         """The first table version committed at or after ``when`` (``latest + 1`` when none is)."""
@@ -497,6 +672,8 @@ class _TableState:
         """Drop what Spark will not plan again once ``end`` is committed (keeps driver memory flat)."""
         for version in [v for v in self._changes if v < end.reservoir_version]:
             del self._changes[version]
+        for version in [v for v in self._metadata if v < end.reservoir_version]:
+            del self._metadata[version]
         if not end.is_starting_version:
             self._snapshots.clear()
 
@@ -511,6 +688,7 @@ class _TableState:
                     f"cannot rebuild the snapshot of table version {table_version} of {self.options.path} that "
                     f"the stream started from: {err}"
                 ) from err
+            self._check_snapshot_metadata(table_version, snapshot.metadata, snapshot.protocol)
             adds = sorted(snapshot.files.values(), key=lambda a: (int(a.get("modificationTime") or 0), a["path"]))
             cached = tuple(self._data_file(a, table_version) for a in adds)
             self._snapshots[table_version] = cached
@@ -521,6 +699,23 @@ class _TableState:
                 len(cached),
             )
         return cached
+
+    def _check_snapshot_metadata(self, table_version: int, metadata: dict[str, Any], protocol: dict[str, Any]) -> None:
+        """Under schema tracking, the initial snapshot a stream reads is newer than its entry and has other metadata
+        (a commit landed between the entry and the stream's first offset): the snapshot's metadata replaces the
+        entry and the query stops for a restart (Delta's ``getSnapshotAt``).
+
+        Raises:
+            SchemaTrackingError: ``DELTA_STREAMING_METADATA_EVOLUTION``.
+        """
+        if self.schema_log is None or self.entry is None or table_version <= self.entry.delta_commit_version:
+            return
+        if not differs(self.entry, metadata, protocol):
+            return
+        path = self.entry.source_metadata_path
+        entry = PersistedMetadata.of(self.table_id, table_version, metadata, protocol, path)
+        self.schema_log.append(entry, replace_current=True)
+        raise SchemaTrackingError(evolution_message(entry))
 
     def changes(self, table_version: int) -> VersionChanges:
         """What the Delta commit of ``table_version`` adds to the stream (parsed once, then cached)."""
@@ -533,7 +728,8 @@ class _TableState:
                     f"the stream from {self.options.path} needs table version {table_version}, but its Delta "
                     f"commit cannot be read (removed by log clean-up, or corrupt): {err}"
                 ) from err
-            cached = self._classify(table_version, actions)
+            self.note_metadata(table_version, actions)
+            cached = replace(self._classify(table_version, actions), barrier=self.barrier_at(table_version))
             self._changes[table_version] = cached
         return cached
 
@@ -575,6 +771,8 @@ class _TableState:
                 f"the Delta table at {self.options.path} was replaced at table version {table_version} (table id "
                 f"{self.table_id} became {new_id}); start the query with a new checkpointLocation"
             )
+        if self.entry is not None:
+            return  # schema tracking: a change of schema or partitioning is a barrier (VersionChanges.barrier)
         self._check_mapped_schema(table_version, metadata)
         partitions = tuple(metadata.get("partitionColumns") or ())
         if partitions != self.scan.partition_columns:
@@ -680,6 +878,170 @@ class _TableState:
         )
 
 
+def tracked_entry(options: StreamReadOptions, table_id: str) -> PersistedMetadata | None:
+    """The newest entry of the stream's schema log: the metadata it reads with (None: no ``schemaTrackingLocation``,
+    or an empty log), after Delta's look-ahead over consecutive metadata-only commits (which, when it finds some,
+    writes their merged entry in place of the newest). Runs on the driver (or the Python source's worker) when the
+    stream is defined."""
+    if options.schema_tracking_location is None:
+        return None
+    folder = log_folder(options.schema_tracking_location, table_id, options.source_tracking_id)
+    schema_log = SchemaLog(folder, table_id, storage_options=options.location.options())
+    latest = schema_log.latest()
+    if latest is None:
+        return None
+    merged = merged_consecutive(latest[1], DeltaLog(options.location))
+    if merged is None:
+        return latest[1]
+    return schema_log.append(merged, replace_current=True)
+
+
+def entry_schema(entry: PersistedMetadata) -> StructType:
+    """The Spark schema a stream reads with under a schema log entry: its data schema, column comments kept and
+    Delta's own field metadata (column mapping, type changes) left out, as a read of the table shows it."""
+
+    def plain(kind: Any) -> Any:
+        if isinstance(kind, dict):
+            if kind.get("type") == "struct":
+                return {**kind, "fields": [field(f) for f in kind.get("fields") or []]}
+            if kind.get("type") == "array":
+                return {**kind, "elementType": plain(kind.get("elementType"))}
+            if kind.get("type") == "map":
+                return {**kind, "keyType": plain(kind.get("keyType")), "valueType": plain(kind.get("valueType"))}
+        return kind
+
+    def field(f: Mapping[str, Any]) -> dict[str, Any]:
+        comment = (f.get("metadata") or {}).get("comment")
+        return {**f, "type": plain(f["type"]), "metadata": {} if comment is None else {"comment": comment}}
+
+    return StructType.fromJson({"type": "struct", "fields": [field(f) for f in entry.fields]})
+
+
+def same_columns(a: StructType, b: StructType) -> bool:
+    """True when two schemas have the same columns by name and type (order, nullability and metadata aside: the
+    native source lists partition columns last)."""
+
+    def key(schema: StructType) -> list[tuple[str, str]]:
+        return sorted((f.name.lower(), f.dataType.simpleString()) for f in schema.fields)
+
+    return key(a) == key(b)
+
+
+def tracked_schema(options: Mapping[str, str]) -> StructType | None:
+    """The schema of ``readStream.format("delta")`` under schema tracking (the schema log's newest entry), None
+    when the stream has no ``schemaTrackingLocation`` or its log is empty (then the table's latest schema is the
+    stream's, as in Delta). Runs where Spark asks a data source for its schema."""
+    from sparkonce.delta.txn.commit import load_table
+
+    parsed = StreamReadOptions.parse(options)
+    if parsed.schema_tracking_location is None:
+        return None
+    entry = tracked_entry(parsed, str(load_table(parsed.location).metadata().id))
+    return None if entry is None else entry_schema(entry)
+
+
+def start_schema_tracking(
+    options: Mapping[str, str],
+    *,
+    checkpoint: str,
+    source_index: int,
+    stream_schema: StructType,
+    confs: Mapping[str, str],
+) -> None:
+    """What Delta checks when a query with a ``schemaTrackingLocation`` starts (``DeltaAnalysis`` and
+    ``DeltaDataSource.createSource``), before any batch: the location is under the checkpoint, the log belongs to
+    this source, and a non-additive change the log took last is unblocked; an empty log takes its first entry here
+    (the schema of the table version the query reads first), naming the source's checkpoint folder. Runs on the
+    driver, in ``writeStream.start()``.
+
+    Args:
+        options: The source's options.
+        checkpoint: The query's checkpoint location.
+        source_index: The source's position among the query's sources (its ``sources/<i>`` folder).
+        stream_schema: The schema the stream was defined with (``readStream...load()``), change feed columns left out.
+        confs: The session's SQL confs that unblock changes (only those keys are read).
+
+    Raises:
+        OptionError: the location is not under the checkpoint location.
+        SchemaTrackingError: Delta's errors (a change to unblock, a log of another source, the first entry's schema is
+            not the stream's: restart).
+    """
+    from sparkonce.delta.table.schema_log import (
+        ALLOW_OUTSIDE_CHECKPOINT_CONF,
+        check_unblocked,
+        check_under_checkpoint,
+        source_metadata_path,
+    )
+
+    parsed = StreamReadOptions.parse(options)
+    root = parsed.schema_tracking_location
+    if root is None:
+        return
+    delta_log = DeltaLog(parsed.location)
+    latest_version = delta_log.latest_version()
+    table = delta_log.snapshot(latest_version)
+    table_id = str(table.metadata.get("id"))
+    folder = log_folder(root, table_id, parsed.source_tracking_id)
+    if str(confs.get(ALLOW_OUTSIDE_CHECKPOINT_CONF, "false")).strip().lower() != "true":
+        check_under_checkpoint(folder, checkpoint)
+    schema_log = SchemaLog(folder, table_id, storage_options=parsed.location.options())
+    metadata_path = source_metadata_path(checkpoint, source_index)
+    latest = schema_log.latest()
+    if latest is None:
+        version = _first_tracked_version(parsed, delta_log, latest_version, checkpoint, source_index)
+        state = table if version == latest_version else delta_log.snapshot(version)
+        entry = PersistedMetadata.of(table_id, version, state.metadata, state.protocol, metadata_path)
+        schema_log.append(entry)
+        if not same_columns(entry_schema(entry), stream_schema):
+            raise SchemaTrackingError(evolution_message(entry))
+        return
+    _, current = latest
+    if current.source_metadata_path and current.source_metadata_path != metadata_path:
+        raise SchemaTrackingError(
+            f"The Delta source metadata path used for execution '{metadata_path}' is different from the one "
+            f"persisted for previous processing '{current.source_metadata_path}'. Please check if the schema location "
+            "has been reused across different streaming sources. Pick a new `schemaTrackingLocation` or use "
+            "`streamingSourceTrackingId` to distinguish between streaming sources."
+        )
+    if not same_columns(entry_schema(current), stream_schema):
+        raise SchemaTrackingError(
+            f"the stream from {parsed.path} was defined (readStream...load) with the schema "
+            f"{stream_schema.simpleString()}, but its schema log {folder} now reads with "
+            f"{entry_schema(current).simpleString()} (table version {current.delta_commit_version}): define the "
+            "stream again before starting it"
+        )
+    previous = schema_log.previous()
+    if previous is not None:
+        check_unblocked(previous, current, options=options, confs=confs, metadata_path=metadata_path)
+
+
+def _first_tracked_version(
+    options: StreamReadOptions, delta_log: DeltaLog, latest: int, checkpoint: str, source_index: int
+) -> int:
+    """The table version whose metadata an empty schema log starts with: the end of the last batch planned in the
+    checkpoint (a query that ran without schema tracking: Delta's ``endVersionForMetadataLogInit``), else the first
+    table version the query reads (``startingVersion``, ``startingTimestamp``, or the latest snapshot)."""
+    from sparkonce.checkpoint.reader import read_checkpoint
+    from sparkonce.errors import CheckpointError
+
+    try:
+        state = read_checkpoint(checkpoint, read_sources=False, newest_batches=1)
+    except CheckpointError:
+        state = None
+    last = None if state is None else state.last_planned
+    if state is not None and last is not None and last in state.offsets:
+        end = state.offsets[last].source_offset(str(source_index))
+        if isinstance(end, dict) and type(end.get("reservoirVersion")) is int:
+            version = int(end["reservoirVersion"]) - (1 if end.get("index") == BASE_INDEX else 0)
+            return max(0, min(version, latest))
+    if isinstance(options.starting_version, int):
+        return min(options.starting_version, latest)
+    if options.starting_timestamp is not None:
+        millis = options.starting_timestamp.timestamp() * 1000
+        return next((v for v, ts in delta_log.commit_timestamps() if ts >= millis), latest)
+    return latest
+
+
 def _check_protocol(table_version: int, protocol: dict[str, Any], path: str) -> None:
     features = set(protocol.get("readerFeatures") or [])
     unsupported = sorted(features - SUPPORTED_READER_FEATURES)
@@ -747,4 +1109,15 @@ def _partition_value(raw: str | None, type_: pa.DataType, table_version: int, pa
         ) from err
 
 
-__all__ = ["BASE_INDEX", "DeltaSourceOffset", "DeltaStreamReader", "StreamPartition", "VersionChanges"]
+__all__ = [
+    "BASE_INDEX",
+    "DeltaSourceOffset",
+    "DeltaStreamReader",
+    "StreamPartition",
+    "VersionChanges",
+    "entry_schema",
+    "same_columns",
+    "start_schema_tracking",
+    "tracked_entry",
+    "tracked_schema",
+]

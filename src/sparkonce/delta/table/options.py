@@ -9,6 +9,7 @@ from typing import Literal
 
 from sparkonce.delta.table.clustering import parse_option as parse_clustering
 from sparkonce.delta.table.properties import session_defaults, table_properties
+from sparkonce.delta.table.schema_log import SOURCE_TRACKING_ID_OPTION, tracking_root
 from sparkonce.errors import OptionError
 from sparkonce.options import get_bool, get_bytes, get_choice, get_int, get_json, get_str, lookup
 from sparkonce.storage import TableLocation, storage_options_from, table_location
@@ -269,6 +270,11 @@ class StreamReadOptions:
     max_bytes_per_trigger: int | None
     skip_change_commits: bool
     ignore_deletes: bool
+    schema_tracking_location: str | None = None
+    """``schemaTrackingLocation`` (or ``schemaLocation``): where the stream's schema log lives
+    (:mod:`sparkonce.delta.table.schema_log`); None: no schema tracking."""
+    source_tracking_id: str | None = None
+    """``streamingSourceTrackingId``: tells two sources of one table apart in one schema tracking location."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamReadOptions:
@@ -293,6 +299,8 @@ class StreamReadOptions:
             max_bytes_per_trigger=get_bytes(options, "maxBytesPerTrigger"),
             skip_change_commits=get_bool(options, "skipChangeCommits", False),
             ignore_deletes=get_bool(options, "ignoreDeletes", False),
+            schema_tracking_location=tracking_root(options),
+            source_tracking_id=get_str(options, SOURCE_TRACKING_ID_OPTION),
         )
 
 
