@@ -22,7 +22,9 @@ first on each side). The work:
 4. **streaming sink**: an ``availableNow`` stream from a Parquet folder of ``--stream-files`` files (the same 15
    columns, ``--rows`` rows, ``maxFilesPerTrigger`` = 2, so several micro-batches) into a new Delta table with a
    checkpoint; rows/s;
-5. **session start** (``--part start``): a fresh Python process to its first answered query (``range(1)``), with
+5. **Delta stream source**: an ``availableNow`` stream from the table of 1 (each side its own, before the MERGE),
+   ``maxFilesPerTrigger`` = 2, into Spark's ``noop`` sink; rows/s of each engine's Delta source;
+6. **session start** (``--part start``): a fresh Python process to its first answered query (``range(1)``), with
    sparkonce registered (``local_session``) vs with Delta's SQL extension and catalog (the worker's
    ``--start-only``); from ``Popen`` to the ``ready`` line.
 
@@ -148,6 +150,7 @@ def bench_work(spark: Any, delta: DeltaSpark, work: Path, args: argparse.Namespa
     write_name = f"write {args.rows:,} rows, {args.files} files"
     merge_name = f"MERGE {args.rows // 10:,} updated + {args.rows // 10:,} new"
     stream_name = f"stream sink: {args.stream_files} Parquet files -> Delta, availableNow"
+    source_name = f"stream source: Delta, {args.files} files -> noop, availableNow"
     for round_ in range(args.repeat):
         for side, call in sides.items():
             table = str(work / side / f"t{round_}")
@@ -155,6 +158,12 @@ def bench_work(spark: Any, delta: DeltaSpark, work: Path, args: argparse.Namespa
             for name, query in reads.items():
                 keep(name, side, call("read", path=table, **query)[0])
             keep(wide_name, side, call("read", path=str(work / side / "wide"), where=None, select=["sum(d1)"])[0])
+            seconds, read_rows = call(
+                "source_stream", path=table, files_per_trigger=2, checkpoint=str(work / side / f"source{round_}")
+            )
+            if read_rows != args.rows:
+                raise RuntimeError(f"{side}'s Delta source read {read_rows} rows, not {args.rows}")
+            keep(source_name, side, seconds)
             keep(merge_name, side, call("sql", statement=merge_statement(table, args.rows))[0])
             seconds, written = call(
                 "stream",
@@ -167,7 +176,7 @@ def bench_work(spark: Any, delta: DeltaSpark, work: Path, args: argparse.Namespa
             if written != args.rows:
                 raise RuntimeError(f"{side}'s stream wrote {written} rows, not {args.rows}")
             keep(stream_name, side, seconds)
-    names = [write_name, *reads, wide_name, merge_name, stream_name]
+    names = [write_name, *reads, wide_name, source_name, merge_name, stream_name]
     return [(name, best[(name, "sparkonce")], best[(name, "delta-spark")]) for name in names]
 
 
@@ -239,9 +248,9 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
         for name, ours, theirs in rows:
             result.add_row(name, f"{ours:.2f}", f"{theirs:.2f}", f"{ours / theirs:.2f}x")
-            if name.startswith("stream sink"):
+            if name.startswith("stream"):
                 result.add_row(
-                    "  stream sink, rows/s",
+                    f"  {name.split(':')[0]}, rows/s",
                     f"{args.rows / ours:,.0f}",
                     f"{args.rows / theirs:,.0f}",
                     f"{theirs / ours:.2f}x rows/s",

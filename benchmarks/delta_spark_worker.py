@@ -62,7 +62,32 @@ def stream(spark: Any, *, source: str, schema: str, files_per_trigger: int, targ
     return sum(int(progress["numInputRows"]) for progress in query.recentProgress)
 
 
-OPERATIONS = {"write": write, "read": read, "sql": sql, "stream": stream, "noop": lambda spark: None}
+def source_stream(spark: Any, *, path: str, files_per_trigger: int, checkpoint: str) -> int:
+    """An ``availableNow`` stream from the Delta table at ``path`` (the engine's Delta source) into Spark's ``noop``
+    sink; rows read."""
+    query = (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", files_per_trigger)
+        .load(path)
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return sum(int(progress["numInputRows"]) for progress in query.recentProgress)
+
+
+OPERATIONS = {
+    "write": write,
+    "read": read,
+    "sql": sql,
+    "stream": stream,
+    "source_stream": source_stream,
+    "noop": lambda spark: None,
+}
 
 
 def run(spark: Any, request: dict[str, Any]) -> tuple[float, Any]:

@@ -25,9 +25,9 @@ FIXTURES = Path(os.environ.get("SPARKONCE_FIXTURES", REPO / "tests" / "fixtures"
 SAMPLE_SEED = os.environ.get("SPARKONCE_SAMPLE_SEED") or dt.datetime.now(dt.UTC).date().isoformat()
 SAMPLE_ALL = os.environ.get("SPARKONCE_SAMPLE") == "all"
 # Tests that cannot share the machine with a copy of themselves in another pytest-xdist worker: spark-pipelines binds
-# port 15002; each cluster test would otherwise start a second standalone cluster; the spark_kafka tests would start a
-# second oracle JVM (tests/fixtures_spark_kafka.py).
-SERIAL_GROUPS = ("sdp", "cluster", "spark_kafka")
+# port 15002; each cluster test would otherwise start a second standalone cluster; the spark_kafka and oracle tests
+# would start a second oracle JVM (tests/fixtures_spark_kafka.py, tests/fixtures_delta_oracle.py).
+SERIAL_GROUPS = ("sdp", "cluster", "spark_kafka", "oracle")
 
 pytest_plugins: list[str] = [
     "tests.fixtures_broker",

@@ -45,6 +45,17 @@ class EmbeddedBroker:
     def delete_topic(self, name: str) -> None:
         delete_topic(self.bootstrap, name)
 
+    def delete_records(self, topic: str, before: dict[int, int]) -> None:
+        """Delete each partition's records below ``before[partition]`` (Kafka's DeleteRecords): its log start
+        offset moves up, as when retention deletes old segments."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        futures = admin.delete_records([TopicPartition(topic, p, offset) for p, offset in before.items()])
+        for future in futures.values():
+            future.result(timeout=30)
+
     def produce(
         self,
         topic: str,

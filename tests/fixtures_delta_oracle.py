@@ -129,6 +129,35 @@ class DeltaOracle:
             self.request("stream", path=str(path), target=str(target), checkpoint=str(checkpoint), options=options)
         )
 
+    def fan_out(
+        self,
+        source: Path | str,
+        targets: list[Path],
+        checkpoint: Path | str,
+        *,
+        app_id: str,
+        fail_flag: Path | None = None,
+    ) -> str | None:
+        """The articles' ``foreachBatch`` into ``targets`` with ``txnAppId``/``txnVersion``, run by delta-spark
+        (``tests.oracle.runner.run_fan_out``); the query's error text, None when it ended normally."""
+        answer = self.request(
+            "fan_out",
+            source=str(source),
+            targets=[str(t) for t in targets],
+            checkpoint=str(checkpoint),
+            app_id=app_id,
+            fail_flag=None if fail_flag is None else str(fail_flag),
+        )
+        return None if answer is None else str(answer)
+
+    def history_sql(self, path: Path | str, statement: str) -> list[dict[str, Any]]:
+        """``statement`` over the view ``oracle_history`` of delta-spark's ``DeltaTable.forPath(path).history()``."""
+        return list(self.request("history_sql", path=str(path), statement=statement)["rows"])
+
+    def replay(self, source: Path | str, options: dict[str, str], select: list[str], target: Path | str) -> None:
+        """The articles' time-travel replay run by delta-spark (``tests.oracle.runner.replay``)."""
+        self.request("replay", source=str(source), options=options, select=select, target=str(target))
+
 
 def sparkonce_history(spark: SparkSession, path: Path | str) -> list[dict[str, Any]]:
     """DESCRIBE HISTORY as sparkonce answers it, oldest table version first, as JSON values."""

@@ -4,7 +4,9 @@
   writer honours their ``txn``: a write with the same ``txnAppId``/``txnVersion`` is skipped.
 - (b) sparkonce streams from a table delta-spark's own streaming sink and SQL write live, with the same result as
   delta-spark's stream of it; sparkonce's sink honours delta-spark's ``txn``.
-- (c) both engines append to one table, each with its own ``txn``; no commit is lost and neither replays.
+- (c) both engines append to one table, each with its own ``txn``; no commit is lost and neither replays (races of
+  DELETE, UPDATE, MERGE and OPTIMIZE: test_oracle_delta_conflicts.py).
+- (a, b) both engines stream the change data feed of a table either wrote.
 """
 
 from __future__ import annotations
@@ -217,3 +219,50 @@ def test_both_engines_append_to_one_table_at_the_same_time(
     history = delta_oracle.history(table)
     assert [h["version"] for h in history] == list(range(2 * batches + 1))
     assert sorted(h["operation"] for h in history[1:]) == ["WRITE"] * (2 * batches)
+
+
+CHANGE_FEED_STATEMENTS = [
+    "CREATE TABLE {t} (id BIGINT, v STRING) USING delta TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')",
+    "INSERT INTO {t} VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+    "UPDATE {t} SET v = 'u' WHERE id = 2",
+    "DELETE FROM {t} WHERE id = 3",
+    "MERGE INTO {t} t USING (SELECT * FROM VALUES (1L, 'm'), (4L, 'n') AS s(id, v)) s ON t.id = s.id "
+    "WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *",
+]
+
+
+@pytest.mark.parametrize("writer", ["sparkonce", "delta-spark"])
+def test_both_engines_stream_the_same_change_feed(
+    spark: SparkSession, delta_oracle: DeltaOracle, tmp_path: Path, writer: str
+) -> None:
+    """(a, b) ``readChangeFeed`` as a stream from a table each engine writes, by both engines' source and sink, in
+    two runs (the second resumes after one more change): the same change rows."""
+    table = tmp_path / "changes"
+
+    def write(statement: str) -> None:
+        if writer == "sparkonce":
+            spark.sql(statement.format(t=table_ref(table))).collect()
+        else:
+            delta_oracle.sql(statement.format(t=table_ref(table)))
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    options = {"readChangeFeed": "true", "startingVersion": "0"}
+    for run, statements in enumerate([CHANGE_FEED_STATEMENTS, ["UPDATE {t} SET v = 'again' WHERE id = 4"]]):
+        for statement in statements:
+            write(statement)
+        query = (
+            spark.readStream.format("delta")
+            .options(**options)
+            .load(str(table))
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(tmp_path / "ck-ours"))
+            .trigger(availableNow=True)
+            .start(str(ours))
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+        delta_oracle.stream(table, theirs, tmp_path / "ck-theirs", **options)
+        mine = [_no_time(r) for r in spark_rows(spark.read.format("delta").load(str(ours)))]
+        assert mine == [_no_time(r) for r in delta_oracle.rows(theirs)], run
+    assert [_no_time(r) for r in delta_oracle.changes(table, 0)] == mine
+    assert sorted((r["_commit_version"], r["_change_type"]) for r in mine).count((5, "update_postimage")) == 1

@@ -14,6 +14,14 @@ or its JVM prints goes to stderr. Operations:
   ``txnAppId``/``txnVersion``), mode append.
 - ``stream``: an ``availableNow`` stream from the Delta table at ``path`` (``options``) into the Delta table at
   ``target`` with ``checkpoint``; returns the last progress's ``numInputRows`` sum.
+- ``fan_out``: the articles' ``foreachBatch`` into several tables with ``txnAppId``/``txnVersion``
+  (:func:`run_fan_out`); returns the query's error text or None.
+- ``replay``: the articles' time-travel replay (:func:`replay`).
+- ``history_sql``: ``statement`` over the temporary view ``oracle_history``, delta-spark's
+  ``DeltaTable.forPath(path).history()`` (its SQL has no ``FROM (DESCRIBE HISTORY t)``); the result's rows.
+
+SQL statements may call ``oracle_pause(flag, column)`` (:func:`pause`): a statement stops there, after delta-spark
+started its transaction, until the test lets it go; that is how a test makes delta-spark lose a race.
 
 Runs on its own driver (the oracle's JVM); the test process only talks to it.
 """
@@ -26,7 +34,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
+
+PAUSE_TIMEOUT_S = 300.0
 
 
 def to_json_value(value: Any) -> Any:
@@ -47,6 +58,71 @@ def to_json_value(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return bytes(value).hex()
     return value
+
+
+def pause(flag: str, _value: Any) -> bool:
+    """``oracle_pause(flag, column)``, true for every row: the first call makes ``<flag>.waiting`` and every call
+    waits until ``<flag>.go`` exists (polling, at most :data:`PAUSE_TIMEOUT_S`). Runs in the oracle's Python
+    workers, on the rows of a statement whose transaction delta-spark has started (its snapshot is read)."""
+    go = flag + ".go"
+    if os.path.exists(go):
+        return True
+    with open(flag + ".waiting", "a"):
+        pass
+    deadline = time.monotonic() + PAUSE_TIMEOUT_S
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{go} did not appear within {PAUSE_TIMEOUT_S:.0f} s")
+        time.sleep(0.02)
+    return True
+
+
+def fan_out(targets: list[str], *, app_id: str, fail_flag: str | None = None) -> Callable[[Any, int], None]:
+    """The articles' ``foreachBatch`` function: each micro-batch appended to every Delta table of ``targets`` with
+    ``txnAppId`` = ``app_id`` and ``txnVersion`` = the batch id (Delta's idempotent writes), in order. When the
+    file ``fail_flag`` exists and holds the batch id, it is removed and the function fails after the first table (a
+    crash between two tables of one batch). The same function on both engines (runs on each one's driver)."""
+
+    def write(batch: Any, batch_id: int) -> None:
+        for index, target in enumerate(targets):
+            writer = batch.write.format("delta").mode("append")
+            writer.option("txnAppId", app_id).option("txnVersion", str(batch_id)).save(target)
+            if index == 0 and fail_flag and os.path.exists(fail_flag):
+                with open(fail_flag) as handle:
+                    failing = handle.read().strip() == str(batch_id)
+                if failing:
+                    os.remove(fail_flag)
+                    raise RuntimeError(f"injected failure after {target} in batch {batch_id}")
+
+    return write
+
+
+def run_fan_out(
+    spark: Any, *, source: str, targets: list[str], checkpoint: str, app_id: str, fail_flag: str | None = None
+) -> str | None:
+    """An ``availableNow`` stream from the Delta table ``source`` (one file a batch) through :func:`fan_out`; the
+    query's error text, None when it ended normally. The same code on both engines."""
+    query = (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", 1)
+        .load(source)
+        .writeStream.foreachBatch(fan_out(targets, app_id=app_id, fail_flag=fail_flag))
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+    except Exception as err:  # the query's failure is the answer
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def replay(spark: Any, *, source: str, options: dict[str, str], select: list[str], target: str) -> None:
+    """The articles' replay: read ``source`` as of a version or timestamp (``options``), transform (``select``),
+    overwrite ``target``. The same code on both engines."""
+    frame = spark.read.format("delta").options(**options).load(source).selectExpr(*select)
+    frame.write.format("delta").mode("overwrite").save(target)
 
 
 def _session() -> Any:
@@ -72,6 +148,7 @@ def _session() -> Any:
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    spark.udf.register("oracle_pause", pause, "boolean")
     return spark
 
 
@@ -110,6 +187,29 @@ def _handle(spark: Any, request: dict[str, Any]) -> Any:
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
         return sum(int(p["numInputRows"]) for p in query.recentProgress)
+    if op == "fan_out":
+        return run_fan_out(
+            spark,
+            source=request["source"],
+            targets=request["targets"],
+            checkpoint=request["checkpoint"],
+            app_id=request["app_id"],
+            fail_flag=request.get("fail_flag"),
+        )
+    if op == "history_sql":
+        from delta.tables import DeltaTable
+
+        DeltaTable.forPath(spark, request["path"]).history().createOrReplaceTempView("oracle_history")
+        return _rows(spark.sql(request["statement"]))
+    if op == "replay":
+        replay(
+            spark,
+            source=request["source"],
+            options=request["options"],
+            select=request["select"],
+            target=request["target"],
+        )
+        return None
     raise ValueError(f"unknown oracle operation {op!r}")
 
 

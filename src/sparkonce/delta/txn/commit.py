@@ -492,10 +492,12 @@ def commit_files(
                 [r["remove"] for r in removals],
             )
         )
+        # Delta's readVersion: the table version the transaction read, kept when a retry commits on top of winners.
+        first_read = transaction.read.read_version if transaction.read is not None else read_version
         info = commit_info(
             operation,
             commit_id=transaction.commit_id,
-            read_version=read_version,
+            read_version=first_read,
             blind_append=blind,
             metrics=metrics,
             now_ms=now,

@@ -3,18 +3,21 @@
 sparkonce commits with put-if-absent of the next ``_delta_log/N.json`` (:mod:`sparkonce.delta.txn.commit`). A writer
 that finds its version taken reloads the table and tries again on top of the winners, but only after checking
 every winning commit since the table version it read against what it read, as Delta's ``ConflictChecker`` does
-under the default isolation level ``WriteSerializable``. In Delta's order, per winning commit:
+under the isolation level ``WriteSerializable`` (Databricks' default; delta-spark itself knows only ``Serializable``,
+where blind appends conflict too: docs/delta.md, "Checked against delta-spark"). In Delta's order, per winning
+commit:
 
 1. a ``protocol`` action -> :class:`~sparkonce.errors.ProtocolChangedError` (``DELTA_PROTOCOL_CHANGED``);
 2. a ``metaData`` action -> :class:`~sparkonce.errors.MetadataChangedError` (``DELTA_METADATA_CHANGED``);
 3. data files it added that this transaction should have read -> :class:`~sparkonce.errors.ConcurrentAppendError`
    (``DELTA_CONCURRENT_APPEND``). Which added files count: none under ``SnapshotIsolation`` (a commit that
-   changes no data, e.g. OPTIMIZE); under ``WriteSerializable`` the ``dataChange`` adds of a winner that is not a
-   blind append (``commitInfo.isBlindAppend`` absent counts as not blind, as in Delta), and of every winner when
-   this transaction changes the metadata itself. They conflict when they fall in the read predicate: the whole
-   table, the partitions read, or the partitions a condition over partition columns selects, whether they held a
-   file or not (Delta's ``DeltaTableReadPredicate``: a ``replaceWhere`` / DELETE / UPDATE on ``day = 3`` read
-   partition 3 even where it was empty; :class:`PartitionPredicate`);
+   changes no data, e.g. OPTIMIZE); under ``WriteSerializable`` every add of a winner that is not a blind append
+   (``commitInfo.isBlindAppend`` absent counts as not blind, as in Delta; an OPTIMIZE's ``dataChange`` false adds
+   count, as Delta counts them), and of every winner when this transaction changes the metadata itself. They
+   conflict when they fall in the read predicate: the whole table, the partitions read, or the partitions a
+   condition over partition columns selects, whether they held a file or not (Delta's ``DeltaTableReadPredicate``:
+   a ``replaceWhere`` / DELETE / UPDATE on ``day = 3`` read partition 3 even where it was empty;
+   :class:`PartitionPredicate`);
 4. a file it removed that this transaction read -> :class:`~sparkonce.errors.ConcurrentDeleteReadError`
    (``DELTA_CONCURRENT_DELETE_READ``);
 5. a file it removed that this transaction removes -> :class:`~sparkonce.errors.ConcurrentDeleteDeleteError`
@@ -150,7 +153,9 @@ class WinningCommit:
     protocol_changed: bool
     metadata_changed: bool
     data_adds: tuple[Mapping[str, str | None], ...]
-    """The ``partitionValues`` of each ``add`` with ``dataChange`` true."""
+    """The ``partitionValues`` of each ``add``, ``dataChange`` false ones too: Delta's ``changedDataAddedFiles`` are
+    every ``add`` of a winner that is not a blind append, so a reader of a partition OPTIMIZE rewrote fails with
+    ``DELTA_CONCURRENT_APPEND`` before the check of the files it removed."""
     removed: frozenset[str]
     app_ids: frozenset[str]
 
@@ -165,9 +170,7 @@ class WinningCommit:
             if "commitInfo" in action:
                 info = action["commitInfo"] or {}
             elif "add" in action:
-                add = action["add"]
-                if add.get("dataChange", True):
-                    adds.append(dict(add.get("partitionValues") or {}))
+                adds.append(dict(action["add"].get("partitionValues") or {}))
             elif "remove" in action:
                 removed.add(unquote(action["remove"]["path"]))
             elif "protocol" in action:

@@ -12,6 +12,9 @@ exactly as theirs would:
 * candidates are the JSON commits and checkpoint files (classic, multi-part, V2) whose table version is below the
   checkpoint that ``_last_checkpoint`` names: that checkpoint, and every commit after it, stay, so the latest
   table version and every version from the checkpoint on can still be rebuilt;
+* of the expired ones, only those below the newest checkpoint at or before the newest expired table version go
+  (:func:`recreatable_cut`), as delta-spark deletes them: every table version younger than the cut-off can still be
+  rebuilt (time travel to it works), not only those from the last checkpoint on;
 * modification times are made monotonic in table-version order first (a file whose time is not later than the
   previous version's counts as one millisecond after it, and files adjusted that way are deleted together with the
   file they were adjusted to, or not at all), so a clock step back on the writer never deletes a file newer than
@@ -56,6 +59,7 @@ __all__ = [
     "expired_log_files",
     "log_cleanup_enabled",
     "log_retention_ms",
+    "recreatable_cut",
 ]
 
 DEFAULT_LOG_RETENTION = "interval 30 days"
@@ -146,6 +150,25 @@ def expired_log_files(files: Sequence[LogFile], *, cutoff_ms: int, max_table_ver
     return deletable
 
 
+def recreatable_cut(
+    expired: Sequence[str], files: Sequence[LogFile], *, expired_checkpoint: int | None = None
+) -> list[str]:
+    """The ``expired`` names below the newest checkpoint at or before the newest expired table version, as Delta
+    keeps them: every table version after the cut-off can still be rebuilt from that checkpoint (delta-spark keeps
+    ``5.checkpoint`` and commits 5 and 6 when 0 to 6 expired and the next checkpoint is 10). None when no checkpoint
+    is that old. ``expired_checkpoint``: the ``_last_checkpoint`` version when its commit expired too."""
+    if not expired:
+        return []
+    newest = int(expired[-1][:20])
+    anchors = [f.table_version for f in files if ".checkpoint." in f.name and f.table_version <= newest]
+    if expired_checkpoint is not None:
+        anchors.append(expired_checkpoint)
+    if not anchors:
+        return []
+    keep_from = max(anchors)
+    return [name for name in expired if int(name[:20]) < keep_from]
+
+
 def cleanup_expired_logs(
     location: TableLocation,
     configuration: Mapping[str, str],
@@ -197,6 +220,12 @@ def cleanup_expired_logs(
         return LogCleanupResult(table, cutoff, (), skipped=f"its oldest log file {oldest.name} is not expired yet")
     files = _log_files(delta_log, cutoff_ms=cutoff, max_table_version=checkpoint_version - 1)
     expired = expired_log_files(files, cutoff_ms=cutoff, max_table_version=checkpoint_version - 1)
+    # The last checkpoint's own table version counts when it expired too (its files are beyond the candidates).
+    last_expired = bool(expired) and int(expired[-1][:20]) == checkpoint_version - 1
+    last_time = _mtime_ms(delta_log, f"{checkpoint_version:020d}.json") if last_expired else None
+    expired = recreatable_cut(
+        expired, files, expired_checkpoint=checkpoint_version if last_time is not None and last_time <= cutoff else None
+    )
     held: tuple[HeldBack, ...] = ()
     expired_readers: tuple[RegisteredReader, ...] = ()
     if expired and not force:  # only then is the registry read: most checkpoints expire nothing
