@@ -44,7 +44,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from py4j.protocol import Py4JError
 
@@ -823,7 +823,14 @@ class FileSetIndex(DeltaFileIndex):
             *columns, F.col("_metadata.file_path").alias(FILE_URI_COLUMN), F.col("_metadata.row_index").alias(row)
         )
         if vectors:
-            tagged = tagged.join(_deleted_rows(self.spark, vectors, row), on=[FILE_URI_COLUMN, row], how="left_anti")
+            deleted = expanded_rows(
+                self.spark,
+                [(uri, vector, None) for uri, vector in vectors],
+                key_column=FILE_URI_COLUMN,
+                key_type="string",
+                row_column=row,
+            )
+            tagged = tagged.join(deleted, on=[FILE_URI_COLUMN, row], how="left_anti")
         return tagged if row_column is not None else tagged.select(*columns)
 
     def _deletion_vectors(self) -> list[tuple[str, DeletionVector]]:
@@ -842,26 +849,37 @@ FILE_URI_COLUMN = "_sparkonce_file_uri"
 _ROW_INDEX = "_sparkonce_row_index"
 
 
-def _deleted_rows(spark: SparkSession, vectors: Sequence[tuple[str, DeletionVector]], row_column: str) -> DataFrame:
-    """(file URI, row index) of every row the deletion vectors delete, expanded on executors. Runs on the driver."""
+def expanded_rows(
+    spark: SparkSession,
+    sets: Sequence[tuple[str | int, DeletionVector, DeletionVector | None]],
+    *,
+    key_column: str,
+    key_type: Literal["string", "long"],
+    row_column: str,
+) -> DataFrame:
+    """(key, row index) of every row the first deletion vector of each ``(key, first, second)`` deletes and its
+    second (if any) does not, expanded on executors (only these indexes cross into Python). Runs on the driver."""
     import numpy as np
     import pyarrow as pa
 
-    slices = max(1, min(len(vectors), spark.sparkContext.defaultParallelism))
-    listing = spark.createDataFrame([(i,) for i in range(len(vectors))], "i int").repartition(slices)
+    slices = max(1, min(len(sets), spark.sparkContext.defaultParallelism))
+    listing = spark.createDataFrame([(i,) for i in range(len(sets))], "i int").repartition(slices)
+    key_arrow = pa.string() if key_type == "string" else pa.int64()
 
     def expand(batches: Any) -> Any:  # executor
         for batch in batches:
             for i in batch.column(0).to_pylist():
-                uri, vector = vectors[i]
-                rows = deleted_rows(vector).astype(np.int64)
+                key, first, second = sets[i]
+                rows = deleted_rows(first).astype(np.int64)
+                if second is not None:
+                    rows = np.setdiff1d(rows, deleted_rows(second).astype(np.int64), assume_unique=True)
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array([uri] * len(rows), pa.string()), pa.array(rows, pa.int64())],
-                    names=[FILE_URI_COLUMN, row_column],
+                    [pa.array([key] * len(rows), key_arrow), pa.array(rows, pa.int64())],
+                    names=[key_column, row_column],
                 )
 
-    deleted: DataFrame = listing.mapInArrow(expand, f"`{FILE_URI_COLUMN}` string, `{row_column}` long")
-    return deleted
+    expanded: DataFrame = listing.mapInArrow(expand, f"`{key_column}` {key_type}, `{row_column}` long")
+    return expanded
 
 
 def file_rows(
@@ -1034,6 +1052,7 @@ __all__ = [
     "DeltaFileIndex",
     "FileSetIndex",
     "ScanReport",
+    "expanded_rows",
     "file_rows",
     "is_native",
     "jvm_of",

@@ -36,8 +36,14 @@ from sparkonce.delta.read.changes import (
     change_feed_schema,
     plan_change_read,
 )
-from sparkonce.delta.read.native import FILE_URI_COLUMN, FileSetIndex, latest_snapshot, reads_natively
-from sparkonce.delta.table.deletion_vectors import DeletionVector, deleted_rows
+from sparkonce.delta.read.native import (
+    FILE_URI_COLUMN,
+    FileSetIndex,
+    expanded_rows,
+    latest_snapshot,
+    reads_natively,
+)
+from sparkonce.delta.table.deletion_vectors import DeletionVector
 from sparkonce.delta.table.schema import spark_schema
 from sparkonce.delta.write.cdf import CHANGE_TYPE_COLUMN, COMMIT_TIMESTAMP_COLUMN, COMMIT_VERSION_COLUMN
 from sparkonce.errors import SparkonceError, analysis_error
@@ -150,14 +156,14 @@ def _change_rows(
             dropped.append((entry, data_file.deletion_vector, None))
     entries = spark.createDataFrame(
         rows,
-        f"`{FILE_URI_COLUMN}` string, `{_ENTRY}` int, `{_KIND}` string, `{_VERSION}` long, `{_MILLIS}` long, "
+        f"`{FILE_URI_COLUMN}` string, `{_ENTRY}` long, `{_KIND}` string, `{_VERSION}` long, `{_MILLIS}` long, "
         f"`{_SELECTIVE}` boolean",
     )
     joined = tagged.join(F.broadcast(entries), FILE_URI_COLUMN)
     if dropped:
-        joined = joined.join(_row_sets(spark, dropped), [_ENTRY, _ROW], "left_anti")
+        joined = joined.join(_entry_rows(spark, dropped), [_ENTRY, _ROW], "left_anti")
     if selected:
-        marked = _row_sets(spark, selected).withColumn(_SELECTED, F.lit(True))
+        marked = _entry_rows(spark, selected).withColumn(_SELECTED, F.lit(True))
         joined = joined.join(marked, [_ENTRY, _ROW], "left").where(~F.col(_SELECTIVE) | F.col(_SELECTED).isNotNull())
     change_type = F.when(F.col(_KIND) == "cdc", F.col(CHANGE_TYPE_COLUMN)).otherwise(F.col(_KIND))
     result: DataFrame = joined.select(
@@ -169,29 +175,9 @@ def _change_rows(
     return result
 
 
-def _row_sets(spark: SparkSession, sets: Sequence[tuple[int, DeletionVector, DeletionVector | None]]) -> DataFrame:
-    """(entry, row index) of every row the first deletion vector of each set deletes and its second (if any) does
-    not, expanded on executors. Runs on the driver."""
-    import numpy as np
-    import pyarrow as pa
-
-    slices = max(1, min(len(sets), spark.sparkContext.defaultParallelism))
-    listing = spark.createDataFrame([(i,) for i in range(len(sets))], "i int").repartition(slices)
-
-    def expand(batches: Any) -> Any:  # executor
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                entry, first, second = sets[i]
-                rows = deleted_rows(first).astype(np.int64)
-                if second is not None:
-                    rows = np.setdiff1d(rows, deleted_rows(second).astype(np.int64), assume_unique=True)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(np.full(len(rows), entry, dtype=np.int32)), pa.array(rows, pa.int64())],
-                    names=[_ENTRY, _ROW],
-                )
-
-    expanded: DataFrame = listing.mapInArrow(expand, f"`{_ENTRY}` int, `{_ROW}` long")
-    return expanded
+def _entry_rows(spark: SparkSession, sets: Sequence[tuple[int, DeletionVector, DeletionVector | None]]) -> DataFrame:
+    """(entry, row index) of the rows each set's first deletion vector deletes and its second does not."""
+    return expanded_rows(spark, sets, key_column=_ENTRY, key_type="long", row_column=_ROW)
 
 
 __all__ = ["ChangeFileIndex", "native_change_frame"]
