@@ -95,9 +95,13 @@ class DeltaOracle:
     def _tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else "(none)"
 
-    def sql(self, statement: str, *, conf: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """Run one statement on delta-spark; its result rows."""
-        return list(self.request("sql", statement=statement, conf=conf or {})["rows"])
+    def sql(
+        self, statement: str, *, conf: dict[str, str] | None = None, hold: Path | None = None
+    ) -> list[dict[str, Any]]:
+        """Run one statement on delta-spark; its result rows. With ``hold``, its Spark jobs wait until ``<hold>.go``
+        exists and ``<hold>.waiting`` says one is waiting (``tests.oracle.runner.run_held``)."""
+        held = {} if hold is None else {"hold": str(hold)}
+        return list(self.request("sql", statement=statement, conf=conf or {}, **held)["rows"])
 
     def rows(self, path: Path | str, **options: str) -> list[dict[str, Any]]:
         """The rows delta-spark reads from the table at ``path`` (reader options as given), sorted."""
