@@ -127,10 +127,26 @@ class DeltaOracle:
         """Append ``rows`` (of the DDL ``schema``) with delta-spark's writer and its options (``txnAppId``...)."""
         self.request("append", path=str(path), rows=rows, schema=schema, options=options)
 
-    def stream(self, path: Path | str, target: Path | str, checkpoint: Path | str, **options: str) -> int:
-        """Stream (``availableNow``) the Delta table at ``path`` into ``target`` with delta-spark; rows read."""
+    def stream(
+        self,
+        path: Path | str,
+        target: Path | str,
+        checkpoint: Path | str,
+        *,
+        sink_options: dict[str, str] | None = None,
+        **options: str,
+    ) -> int:
+        """Stream (``availableNow``) the Delta table at ``path`` (reader ``options``) into ``target`` (writer
+        ``sink_options``) with delta-spark; rows read."""
         return int(
-            self.request("stream", path=str(path), target=str(target), checkpoint=str(checkpoint), options=options)
+            self.request(
+                "stream",
+                path=str(path),
+                target=str(target),
+                checkpoint=str(checkpoint),
+                options=options,
+                sink_options=sink_options or {},
+            )
         )
 
     def fan_out(

@@ -14,7 +14,7 @@ or its JVM prints goes to stderr. Operations:
 - ``append``: write ``rows`` (JSON objects) of ``schema`` (a DDL string) to ``path`` with ``options`` (e.g.
   ``txnAppId``/``txnVersion``), mode append.
 - ``stream``: an ``availableNow`` stream from the Delta table at ``path`` (``options``) into the Delta table at
-  ``target`` with ``checkpoint``; returns the last progress's ``numInputRows`` sum.
+  ``target`` (``sink_options``) with ``checkpoint``; returns the last progress's ``numInputRows`` sum.
 - ``fan_out``: the articles' ``foreachBatch`` into several tables with ``txnAppId``/``txnVersion``
   (:func:`run_fan_out`); returns the query's error text or None.
 - ``replay``: the articles' time-travel replay (:func:`replay`).
@@ -252,6 +252,7 @@ def _handle(spark: Any, request: dict[str, Any]) -> Any:
             .options(**(request.get("options") or {}))
             .load(request["path"])
             .writeStream.format("delta")
+            .options(**(request.get("sink_options") or {}))
             .option("checkpointLocation", request["checkpoint"])
             .trigger(availableNow=True)
             .start(request["target"])
