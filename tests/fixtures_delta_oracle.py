@@ -95,9 +95,13 @@ class DeltaOracle:
     def _tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else "(none)"
 
-    def sql(self, statement: str, *, conf: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """Run one statement on delta-spark; its result rows."""
-        return list(self.request("sql", statement=statement, conf=conf or {})["rows"])
+    def sql(
+        self, statement: str, *, conf: dict[str, str] | None = None, hold: Path | None = None
+    ) -> list[dict[str, Any]]:
+        """Run one statement on delta-spark; its result rows. With ``hold``, its Spark jobs wait until ``<hold>.go``
+        exists and ``<hold>.waiting`` says one is waiting (``tests.oracle.runner.run_held``)."""
+        held = {} if hold is None else {"hold": str(hold)}
+        return list(self.request("sql", statement=statement, conf=conf or {}, **held)["rows"])
 
     def rows(self, path: Path | str, **options: str) -> list[dict[str, Any]]:
         """The rows delta-spark reads from the table at ``path`` (reader options as given), sorted."""
@@ -123,10 +127,26 @@ class DeltaOracle:
         """Append ``rows`` (of the DDL ``schema``) with delta-spark's writer and its options (``txnAppId``...)."""
         self.request("append", path=str(path), rows=rows, schema=schema, options=options)
 
-    def stream(self, path: Path | str, target: Path | str, checkpoint: Path | str, **options: str) -> int:
-        """Stream (``availableNow``) the Delta table at ``path`` into ``target`` with delta-spark; rows read."""
+    def stream(
+        self,
+        path: Path | str,
+        target: Path | str,
+        checkpoint: Path | str,
+        *,
+        sink_options: dict[str, str] | None = None,
+        **options: str,
+    ) -> int:
+        """Stream (``availableNow``) the Delta table at ``path`` (reader ``options``) into ``target`` (writer
+        ``sink_options``) with delta-spark; rows read."""
         return int(
-            self.request("stream", path=str(path), target=str(target), checkpoint=str(checkpoint), options=options)
+            self.request(
+                "stream",
+                path=str(path),
+                target=str(target),
+                checkpoint=str(checkpoint),
+                options=options,
+                sink_options=sink_options or {},
+            )
         )
 
     def fan_out(

@@ -3,7 +3,8 @@
 - (a) delta-spark reads the commits sparkonce's streaming sink makes (rows, history, detail, a checkpoint), and its
   writer honours their ``txn``: a write with the same ``txnAppId``/``txnVersion`` is skipped.
 - (b) sparkonce streams from a table delta-spark's own streaming sink and SQL write live, with the same result as
-  delta-spark's stream of it; sparkonce's sink honours delta-spark's ``txn``.
+  delta-spark's stream of it (MERGE with deletion vectors, V2 checkpoints; column mapping renames and drops under
+  schema tracking); sparkonce's sink honours delta-spark's ``txn``.
 - (c) both engines append to one table, each with its own ``txn``; no commit is lost and neither replays (races of
   DELETE, UPDATE, MERGE and OPTIMIZE: test_oracle_delta_conflicts.py).
 - (a, b) both engines stream the change data feed of a table either wrote.
@@ -17,8 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
-from tests.fixtures_delta_oracle import DeltaOracle, spark_rows, sparkonce_detail, sparkonce_history, table_ref
+from tests.fixtures_delta_oracle import (
+    DeltaOracle,
+    OracleError,
+    spark_rows,
+    sparkonce_detail,
+    sparkonce_history,
+    table_ref,
+)
 from tests.integration.conftest import INPUT_SCHEMA, stream_input_files, write_input_files
 
 if TYPE_CHECKING:
@@ -152,6 +161,83 @@ def test_sparkonce_streams_what_delta_spark_merges_and_checkpoints_live(
     ]
     changes = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(str(table))
     assert [_no_time(r) for r in spark_rows(changes)] == [_no_time(r) for r in delta_oracle.changes(table, 0)]
+
+
+def test_sparkonce_streams_what_delta_spark_renames_and_drops_live(
+    spark: SparkSession, delta_oracle: DeltaOracle, tmp_path: Path
+) -> None:
+    """(b) A column-mapped table delta-spark renames and drops columns of while both engines stream it with schema
+    tracking (renames and drops allowed, the sinks merging schemas): both streams stop at the same runs with
+    ``DELTA_STREAMING_METADATA_EVOLUTION``, go on after it, and write the same rows, each row once."""
+    table = tmp_path / "mapped"
+    t = table_ref(table)
+    delta_oracle.sql(
+        f"CREATE TABLE {t} (id BIGINT, a STRING, b INT) USING delta TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
+    )
+    delta_oracle.sql(f"INSERT INTO {t} VALUES (1, 'x', 10)")
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ck_ours, ck_theirs = tmp_path / "ck-ours", tmp_path / "ck-theirs"
+    allow = {"allowSourceColumnRename": "always", "allowSourceColumnDrop": "always"}
+
+    def ours_run() -> str | None:
+        query = (
+            spark.readStream.format("delta")
+            .option("schemaTrackingLocation", str(ck_ours / "_schema"))
+            .options(**allow)
+            .load(str(table))
+            .writeStream.format("delta")
+            .option("mergeSchema", "true")
+            .option("checkpointLocation", str(ck_ours))
+            .trigger(availableNow=True)
+            .start(str(ours))
+        )
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as err:
+            return _error_class(str(err))
+        return None
+
+    def theirs_run() -> str | None:
+        try:
+            delta_oracle.stream(
+                table,
+                theirs,
+                ck_theirs,
+                sink_options={"mergeSchema": "true"},
+                schemaTrackingLocation=str(ck_theirs / "_schema"),
+                **allow,
+            )
+        except OracleError as err:
+            return _error_class(str(err))
+        return None
+
+    runs: list[tuple[str | None, str | None]] = []
+    for change in [
+        [],
+        [f"ALTER TABLE {t} RENAME COLUMN a TO a2", f"INSERT INTO {t} VALUES (2, 'y', 20)"],
+        [],
+        [f"ALTER TABLE {t} DROP COLUMN b", f"INSERT INTO {t} VALUES (3, 'z')"],
+        [],
+    ]:
+        for statement in change:
+            delta_oracle.sql(statement)
+        runs.append((ours_run(), theirs_run()))
+    evolution = "DELTA_STREAMING_METADATA_EVOLUTION"
+    assert runs == [(None, None), (evolution, evolution), (None, None), (evolution, evolution), (None, None)]
+    rows = delta_oracle.rows(theirs)
+    assert rows == [  # the renamed column a new one in the sinks' tables, the dropped one null from its drop on
+        {"id": 1, "a": "x", "b": 10, "a2": None},
+        {"id": 2, "a": None, "b": 20, "a2": "y"},
+        {"id": 3, "a": None, "b": None, "a2": "z"},
+    ]
+    assert spark_rows(spark.read.format("delta").load(str(ours))) == rows
+    assert delta_oracle.rows(ours) == rows
+
+
+def _error_class(text: str) -> str:
+    found = re.search(r"\[(DELTA_[A-Z_]+)", text)
+    assert found is not None, text
+    return found.group(1)
 
 
 def _no_time(row: dict[str, object]) -> dict[str, object]:

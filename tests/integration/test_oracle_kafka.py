@@ -2,9 +2,9 @@
 options, in batch and in stream, and their rows, checkpoint offsets and progress are compared as values.
 
 The connector runs in the ``spark_kafka`` oracle process (``sparkonce_local.services.spark_kafka``); sparkonce runs in
-this process's session. Records are produced one per record batch: the embedded broker (tansu) answers
-ListOffsets(latest) with the last batch's base offset + 1, which Spark's connector trusts (sparkonce confirms it
-with a fetch, docs/kafka.md), so with one record a batch both see the true end on tansu and on Apache Kafka.
+this process's session. The embedded broker is Apache Kafka; ``produce`` writes multi-record batches (``linger.ms``
+100), as producers do: the connector and sparkonce both take ListOffsets(latest) as the end, and DeleteRecords can
+move a partition's log start offset into a batch.
 Where sparkonce differs on purpose, the test asserts both answers and docs/kafka.md (*Checked against Spark's Kafka
 connector*) says why.
 """
@@ -38,8 +38,8 @@ OURS = "sparkonce.kafka"
 
 
 def produce(broker: EmbeddedBroker, topic: str, records: list[Record], *, partition: int, **kwargs: Any) -> None:
-    """Produce ``records`` to ``partition``, one record per record batch (see the module docstring)."""
-    broker.produce(topic, records, partition=partition, linger_ms=0, batch_num_messages=1, **kwargs)
+    """Produce ``records`` to ``partition`` in one record batch (see the module docstring)."""
+    broker.produce(topic, records, partition=partition, linger_ms=100, **kwargs)
 
 
 def filled_topic(broker: EmbeddedBroker, sizes: list[int]) -> str:
@@ -370,9 +370,10 @@ def test_a_pattern_stream_across_topics_added_and_removed(both: Both) -> None:
 def test_a_start_by_timestamp_starts_at_the_same_records(both: Both) -> None:
     """``startingTimestamp`` and ``startingOffsetsByTimestamp``, batch and stream.
 
-    The embedded broker looks timestamps up by its own append time, not the records' (docs/kafka.md), and Spark's
-    connector trusts its answer: the start is a time after the first group of records was acknowledged (so after
-    their timestamps and append times) and before the second group was produced, so both times agree.
+    Spark's connector trusts the broker's ListOffsets(timestamp) answer, which a broker may give from its append
+    time rather than the records' timestamps (tansu did, docs/kafka.md): the start is a time after the first group
+    of records was acknowledged (so after their timestamps and append times) and before the second group was
+    produced, so both times agree.
     """
     topic = both.broker.create_topic(partitions=2)
     produce(both.broker, topic, numbered(3), partition=0)

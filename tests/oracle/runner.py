@@ -7,13 +7,14 @@ pytest-xdist worker). Requests come one JSON object a line on stdin, answers go 
 original stdout (``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``); everything else the process
 or its JVM prints goes to stderr. Operations:
 
-- ``sql``: ``statement`` (and ``conf``: session settings for that statement only); the result's rows.
+- ``sql``: ``statement`` (and ``conf``: session settings for that statement only; ``hold``: a flag path, see
+  below); the result's rows.
 - ``read``: the rows of the Delta table at ``path`` (``options``: the reader's, e.g. ``versionAsOf``,
   ``readChangeFeed``).
 - ``append``: write ``rows`` (JSON objects) of ``schema`` (a DDL string) to ``path`` with ``options`` (e.g.
   ``txnAppId``/``txnVersion``), mode append.
 - ``stream``: an ``availableNow`` stream from the Delta table at ``path`` (``options``) into the Delta table at
-  ``target`` with ``checkpoint``; returns the last progress's ``numInputRows`` sum.
+  ``target`` (``sink_options``) with ``checkpoint``; returns the last progress's ``numInputRows`` sum.
 - ``fan_out``: the articles' ``foreachBatch`` into several tables with ``txnAppId``/``txnVersion``
   (:func:`run_fan_out`); returns the query's error text or None.
 - ``replay``: the articles' time-travel replay (:func:`replay`).
@@ -21,7 +22,9 @@ or its JVM prints goes to stderr. Operations:
   ``DeltaTable.forPath(path).history()`` (its SQL has no ``FROM (DESCRIBE HISTORY t)``); the result's rows.
 
 SQL statements may call ``oracle_pause(flag, column)`` (:func:`pause`): a statement stops there, after delta-spark
-started its transaction, until the test lets it go; that is how a test makes delta-spark lose a race.
+started its transaction, until the test lets it go; that is how a test makes delta-spark lose a race. A statement
+that runs no user code (OPTIMIZE) is held instead (``sql`` with ``hold``: :func:`run_held`): its Spark jobs wait
+behind one that takes every task slot, until the test lets it go.
 
 Runs on its own driver (the oracle's JVM); the test process only talks to it.
 """
@@ -33,11 +36,13 @@ import decimal
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 PAUSE_TIMEOUT_S = 300.0
+HOLD_GROUP = "oracle-hold"
 
 
 def to_json_value(value: Any) -> Any:
@@ -60,21 +65,87 @@ def to_json_value(value: Any) -> Any:
     return value
 
 
-def pause(flag: str, _value: Any) -> bool:
-    """``oracle_pause(flag, column)``, true for every row: the first call makes ``<flag>.waiting`` and every call
-    waits until ``<flag>.go`` exists (polling, at most :data:`PAUSE_TIMEOUT_S`). Runs in the oracle's Python
-    workers, on the rows of a statement whose transaction delta-spark has started (its snapshot is read)."""
+def wait_for_go(flag: str) -> None:
+    """Poll until ``<flag>.go`` exists, at most :data:`PAUSE_TIMEOUT_S` (any process: the oracle's driver or its
+    Python workers)."""
     go = flag + ".go"
-    if os.path.exists(go):
-        return True
-    with open(flag + ".waiting", "a"):
-        pass
     deadline = time.monotonic() + PAUSE_TIMEOUT_S
     while not os.path.exists(go):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{go} did not appear within {PAUSE_TIMEOUT_S:.0f} s")
         time.sleep(0.02)
+
+
+def pause(flag: str, _value: Any) -> bool:
+    """``oracle_pause(flag, column)``, true for every row: the first call makes ``<flag>.waiting`` and every call
+    waits until ``<flag>.go`` exists (polling, at most :data:`PAUSE_TIMEOUT_S`). Runs in the oracle's Python
+    workers, on the rows of a statement whose transaction delta-spark has started (its snapshot is read)."""
+    if os.path.exists(flag + ".go"):
+        return True
+    with open(flag + ".waiting", "a"):
+        pass
+    wait_for_go(flag)
     return True
+
+
+def run_held(spark: Any, flag: str, run: Callable[[], Any]) -> Any:
+    """``run()`` (a statement) with its Spark jobs held until ``<flag>.go`` exists: a job of the group
+    :data:`HOLD_GROUP` first takes every task slot (its tasks wait in the Python workers), then ``run`` starts in a
+    thread; when a job of its own is waiting for a slot, ``<flag>.waiting`` is made. A statement whose first job
+    comes after it started its transaction (delta-spark's OPTIMIZE on a table whose snapshot is cached: the test
+    reads the table first) is thus stopped between its read and its commit. Runs on the oracle's driver."""
+    sc = spark.sparkContext
+    slots = sc.defaultParallelism
+    held = flag + ".held"
+
+    def occupy(index: int, rows: Any) -> Any:
+        with open(f"{held}.{index}", "a"):
+            pass
+        wait_for_go(flag)
+        return iter([])
+
+    answers: dict[str, Any] = {}
+
+    def in_thread(name: str, work: Callable[[], Any]) -> threading.Thread:
+        def target() -> None:
+            try:
+                answers[name] = work()
+            except BaseException as err:  # handed to the request's thread
+                answers[name + " error"] = err
+
+        thread = threading.Thread(target=target, name=f"oracle-{name}")
+        thread.start()
+        return thread
+
+    def hold() -> None:
+        sc.setJobGroup(HOLD_GROUP, "slots held for a race", interruptOnCancel=False)
+        sc.parallelize(range(slots), slots).mapPartitionsWithIndex(occupy).count()
+
+    holder = in_thread("hold", hold)
+    try:
+        deadline = time.monotonic() + PAUSE_TIMEOUT_S
+        while sum(os.path.exists(f"{held}.{i}") for i in range(slots)) < slots:
+            if not holder.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the holding job did not take the {slots} task slots: {answers}")
+            time.sleep(0.02)
+        statement = in_thread("statement", run)
+        tracker = sc.statusTracker()
+        while not set(tracker.getActiveJobsIds()) - set(tracker.getJobIdsForGroup(HOLD_GROUP)):
+            if not statement.is_alive():
+                raise RuntimeError(f"the held statement ended without a Spark job: {answers}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the held statement started no Spark job within {PAUSE_TIMEOUT_S:.0f} s")
+            time.sleep(0.02)
+        with open(flag + ".waiting", "a"):
+            pass
+        statement.join(timeout=2 * PAUSE_TIMEOUT_S)
+    finally:
+        holder.join(timeout=2 * PAUSE_TIMEOUT_S)
+    if "statement error" in answers:
+        raise answers["statement error"]
+    if "hold error" in answers:
+        raise answers["hold error"]
+    return answers["statement"]
 
 
 def fan_out(targets: list[str], *, app_id: str, fail_flag: str | None = None) -> Callable[[Any, int], None]:
@@ -163,6 +234,8 @@ def _handle(spark: Any, request: dict[str, Any]) -> Any:
         for key, value in conf.items():
             spark.conf.set(key, value)
         try:
+            if request.get("hold"):
+                return run_held(spark, request["hold"], lambda: _rows(spark.sql(request["statement"])))
             return _rows(spark.sql(request["statement"]))
         finally:
             for key in conf:
@@ -179,6 +252,7 @@ def _handle(spark: Any, request: dict[str, Any]) -> Any:
             .options(**(request.get("options") or {}))
             .load(request["path"])
             .writeStream.format("delta")
+            .options(**(request.get("sink_options") or {}))
             .option("checkpointLocation", request["checkpoint"])
             .trigger(availableNow=True)
             .start(request["target"])
