@@ -257,6 +257,27 @@ def new_table_metadata(
     }
 
 
+REMOVE_CARRIES = ("tags", "deletionVector", "baseRowId", "defaultRowCommitVersion")
+"""The fields of an ``add`` that its ``remove`` carries over beyond path, partition values and size (Delta's
+``AddFile.removeWithTimestamp``): a reader matches a ``remove`` to its ``add`` on path and deletion vector."""
+
+
+def remove_action(add: Mapping[str, Any], *, deletion_timestamp: int, data_change: bool) -> dict[str, Any]:
+    """The ``remove`` action of the file an ``add`` action names, with extended file metadata, as Delta writes it."""
+    remove: dict[str, Any] = {
+        "path": add["path"],
+        "deletionTimestamp": deletion_timestamp,
+        "dataChange": data_change,
+        "extendedFileMetadata": True,
+        "partitionValues": dict(add.get("partitionValues") or {}),
+        "size": int(add.get("size") or 0),
+    }
+    for key in REMOVE_CARRIES:
+        if add.get(key) is not None:
+            remove[key] = add[key]
+    return remove
+
+
 def writer_features(protocol: Mapping[str, Any]) -> frozenset[str]:
     """The writer features a protocol names, or that its legacy ``minWriterVersion`` implies."""
     version = int(protocol.get("minWriterVersion") or 1)
@@ -333,5 +354,6 @@ __all__ = [
     "file_metrics",
     "new_table_metadata",
     "parameter_string",
+    "remove_action",
     "writer_features",
 ]
