@@ -284,6 +284,7 @@ def commit_files(
     change_files: Iterable[WrittenFile] = (),
     read: ReadSet | None = None,
     checkpoint_part_size: int | None = None,
+    create_only: bool = False,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -312,7 +313,8 @@ def commit_files(
     ``read_version`` is checked against it by Delta's rules (:mod:`sparkonce.delta.txn.conflicts`) before this commit
     is made on top. None: a blind append, which read the table version this call loads first.
     ``checkpoint_part_size``: Delta's ``spark.databricks.delta.checkpoint.partSize``, the most actions per file
-    of a checkpoint this commit writes (None: one file).
+    of a checkpoint this commit writes (None: one file). ``create_only``: commit only when this commit creates the
+    table; a table found there (another writer created it first) is left as it is and the call is skipped.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -373,6 +375,9 @@ def commit_files(
                 )
                 made = None
                 return PlannedCommit(-1, entry)
+        if create_only:
+            skipped_at = attempt
+            return None
         read_version = int(snapshot.version())
         if written_after is None:
             written_after = read_version
