@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkonce._types import TableVersion
+from sparkonce.delta.log.actions import Action, AddFile, Protocol
 from sparkonce.delta.log.delta_log import DeltaLog, Snapshot, advance
 from sparkonce.delta.log.log_entry import Operation, check_writable, commit_info, remove_action
 from sparkonce.delta.log.paths import data_file_fs_path
@@ -86,8 +87,8 @@ class RestoreResult:
 
 @dataclass(frozen=True)
 class _Diff:
-    adds: list[dict[str, Any]]
-    removes: list[dict[str, Any]]
+    adds: list[AddFile]
+    removes: list[AddFile]
     metrics: dict[str, int]
 
 
@@ -146,7 +147,7 @@ def restore_table(
         changes_metadata=True,
         max_attempts=max_attempts,
     )
-    made: tuple[Snapshot, list[dict[str, Any]], dict[str, Any]] | None = None
+    made: tuple[Snapshot, list[Action], Protocol] | None = None
     """What the last attempt planned on: its snapshot, its actions and the protocol it wrote."""
     diff: _Diff | None = None
 
@@ -179,13 +180,11 @@ def restore_table(
             metrics=diff.metrics,
             now_ms=now,
         )
-        removes = [{"remove": remove_action(add, deletion_timestamp=now, data_change=True)} for add in diff.removes]
-        actions = [
-            {"metaData": restored.metadata},
-            *({"add": {**add, "dataChange": True}} for add in diff.adds),
-            *removes,
-            {"protocol": protocol},
+        adds: list[Action] = [{"add": {**add, "dataChange": True}} for add in diff.adds]
+        removes: list[Action] = [
+            {"remove": remove_action(add, deletion_timestamp=now, data_change=True)} for add in diff.removes
         ]
+        actions: list[Action] = [{"metaData": restored.metadata}, *adds, *removes, {"protocol": protocol}]
         made = (current.snapshot, actions, protocol)
         return PlannedCommit(read_version, [{"commitInfo": info}, *actions])
 
@@ -262,7 +261,7 @@ def _size(add: Mapping[str, Any]) -> int:
     return int(add.get("size") or 0)
 
 
-def _check_files_exist(location: TableLocation, adds: list[dict[str, Any]], target: int) -> None:
+def _check_files_exist(location: TableLocation, adds: list[AddFile], target: int) -> None:
     """Delta's check that the files a restore adds are still in the store (VACUUM deletes removed files).
 
     Raises:
@@ -311,5 +310,5 @@ def _check_restorable(location: TableLocation, current: Snapshot, restored: Snap
         )
 
 
-def _fields(snapshot: Snapshot) -> list[dict[str, Any]]:
+def _fields(snapshot: Snapshot) -> list[Mapping[str, Any]]:
     return list(json.loads(str(snapshot.metadata.get("schemaString") or "{}")).get("fields") or [])
