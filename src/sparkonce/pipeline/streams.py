@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from sparkonce.checkpoint.tables import RecordedTable, record_tables
 from sparkonce.delta.log.log_entry import commit_metadata
+from sparkonce.delta.log.table_view import existing_table
 from sparkonce.delta.table.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
 from sparkonce.delta.txn.commit import commit_files, load_table, table_exists
 from sparkonce.errors import TableNotFoundError
@@ -68,7 +69,7 @@ def input_schema(spark: SparkSession, config: PipelineConfig, stage: Stage) -> S
     upstream = config.stage(stage.input)
     table = upstream.tables[0]
     if table_exists(table):
-        return spark_schema(table_arrow_schema(load_table(table)))
+        return spark_schema(table_arrow_schema(existing_table(table)))
     return kind_of(upstream).output_schemas(spark, config, upstream, downstream=True)[table]
 
 

@@ -932,12 +932,12 @@ def tracked_schema(options: Mapping[str, str]) -> StructType | None:
     """The schema of ``readStream.format("delta")`` under schema tracking (the schema log's newest entry), None
     when the stream has no ``schemaTrackingLocation`` or its log is empty (then the table's latest schema is the
     stream's, as in Delta). Runs where Spark asks a data source for its schema."""
-    from sparkonce.delta.txn.commit import load_table
+    from sparkonce.delta.log.table_view import existing_table
 
     parsed = StreamReadOptions.parse(options)
     if parsed.schema_tracking_location is None:
         return None
-    entry = tracked_entry(parsed, str(load_table(parsed.location).metadata().id))
+    entry = tracked_entry(parsed, str(existing_table(parsed.location).metadata().id))
     return None if entry is None else entry_schema(entry)
 
 

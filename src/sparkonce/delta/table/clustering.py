@@ -188,9 +188,9 @@ def clustering_columns(
 def table_clustering(location: Any, table_version: int | None = None) -> tuple[str, ...] | None:
     """The clustering columns of the table at ``location`` (a path or :class:`TableLocation`); None when it is not
     clustered (:func:`clustering_columns`)."""
-    from sparkonce.delta.log.delta_log import DeltaLog
+    from sparkonce.delta.log.table_view import existing_table
 
-    snapshot = DeltaLog(location).snapshot(table_version)
+    snapshot = existing_table(location, table_version=table_version).snapshot
     if not snapshot.domains:
         return None
     fields = json.loads(snapshot.metadata.get("schemaString") or '{"fields": []}')["fields"]

@@ -71,7 +71,7 @@ from sparkonce.delta.log.log_entry import (
     new_table_metadata,
     overwrite_metrics,
 )
-from sparkonce.delta.log.table_view import AnyTable, LogTable, current_table, remember_table
+from sparkonce.delta.log.table_view import AnyTable, LogTable, current_table, existing_table, remember_table
 from sparkonce.delta.table import type_widening
 from sparkonce.delta.table.column_mapping import mapping_mode, new_table_columns, replaced_columns, with_new_columns
 from sparkonce.delta.table.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
@@ -806,11 +806,11 @@ def _removals(
     the deletion vector it was read with)."""
     if mode != "overwrite" and not removes:
         return []
-    from sparkonce.delta.log.delta_log import DeltaLog
-
     read_version = snapshot.version()
     active = (
-        snapshot.snapshot.files if isinstance(snapshot, LogTable) else DeltaLog(location).snapshot(read_version).files
+        snapshot.snapshot.files
+        if isinstance(snapshot, LogTable)
+        else existing_table(location, table_version=read_version).snapshot.files
     )
     if mode == "overwrite":
         removes = [
@@ -1089,9 +1089,7 @@ def checkpoint_if_due(
             if current is not None and current.version() == table_version:
                 snapshot = current.snapshot
             else:  # the log moved on already: rebuild that table version
-                from sparkonce.delta.log.delta_log import DeltaLog
-
-                snapshot = DeltaLog(location).snapshot(table_version)
+                snapshot = existing_table(location, table_version=table_version).snapshot
         written = write_checkpoint(location, snapshot, part_size=part_size)
         remember_table(location, written.snapshot)  # a running stream's next batch starts from this checkpoint
     except Exception as err:  # the commit stands; readers replay more JSON until the next checkpoint
