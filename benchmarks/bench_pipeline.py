@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +48,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from sparkonce.checkpoint.reader import list_batch_files
 from sparkonce.delta.txn.commit import table_exists
 from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.pipeline.model import PipelineConfig
@@ -133,44 +136,73 @@ def end_to_end(spark: SparkSession, config: PipelineConfig, records: int, *, dea
     assert config.bronze is not None
     stop = threading.Event()
     failure: list[BaseException] = []
-    batches: list[int] = []
 
     def run() -> None:
         try:
-            result = run_pipeline(config, spark=spark, stop=stop, poll_seconds=0.5)
-            batches.extend(s.batches for s in result.stages if s.stage == "bronze")
+            run_pipeline(config, spark=spark, stop=stop, poll_seconds=0.5)
         except BaseException as err:  # reported by the main thread
             failure.append(err)
 
     started = time.monotonic()
     worker = threading.Thread(target=run, name="bench-pipeline")
     worker.start()
-    seconds = raw_seconds = math.inf
     try:
-        while time.monotonic() - started < deadline_s and worker.is_alive():
-            if raw_seconds == math.inf and _rows(config.raw.table) >= records:
-                raw_seconds = time.monotonic() - started
-            if _rows(config.bronze.table) + _rows(config.bronze.quarantine) >= records:
-                seconds = time.monotonic() - started
-                break
-            time.sleep(0.25)  # polls the tables' file stats; the measurement ends at the first poll that sees all
+        raw_seconds, seconds = wait_for_records(
+            config.raw.table,
+            [config.bronze.table, config.bronze.quarantine],
+            records,
+            started=started,
+            deadline_s=deadline_s,
+            running=worker.is_alive,
+        )
     finally:
         stop.set()
         worker.join()
     if failure:
         raise failure[0]
-    raw_batches = len([p for p in (Path(config.raw.checkpoint) / "commits").iterdir() if p.name.isdigit()])
     return Throughput(
         "end to end (raw + bronze, concurrent)",
         records,
         seconds,
-        f"{raw_batches} raw, {sum(batches)} bronze",
+        f"{committed_batches(config.raw.checkpoint)} raw, {committed_batches(config.bronze.checkpoint)} bronze",
         raw_seconds,
     )
 
 
-def _rows(table: str) -> int:
-    return table_rows(table) if table_exists(table) else 0  # each stage creates its tables when it starts
+def wait_for_records(
+    raw_table: str,
+    tables: Sequence[str],
+    records: int,
+    *,
+    started: float,
+    deadline_s: float,
+    running: Callable[[], bool],
+) -> tuple[float, float]:
+    """Poll a running pipeline's tables until ``tables`` (bronze and quarantine) hold ``records`` rows together.
+
+    Returns:
+        Seconds from ``started`` (a ``time.monotonic()``) until the raw table held ``records`` rows, and until
+        ``tables`` did; ``inf`` for what was not reached before ``deadline_s`` or before ``running()`` turned false.
+    """
+    seconds = raw_seconds = math.inf
+    while time.monotonic() - started < deadline_s and running():
+        if raw_seconds == math.inf and rows_in(raw_table) >= records:
+            raw_seconds = time.monotonic() - started
+        if sum(rows_in(table) for table in tables) >= records:
+            seconds = time.monotonic() - started
+            break
+        time.sleep(0.25)  # polls the tables' file stats; the measurement ends at the first poll that sees all
+    return raw_seconds, seconds
+
+
+def rows_in(table: str) -> int:
+    """Rows of a Delta table from its files' stats, 0 before the table exists (a stage creates it when it starts)."""
+    return table_rows(table) if table_exists(table) else 0
+
+
+def committed_batches(checkpoint: str) -> int:
+    """Batches a streaming query's checkpoint committed (files of ``commits/``)."""
+    return len(list_batch_files(os.path.join(checkpoint, "commits"))[0])
 
 
 def source_alone(spark: SparkSession, config: PipelineConfig, checkpoint: Path) -> Throughput:
@@ -197,7 +229,7 @@ def bronze_alone(spark: SparkSession, config: PipelineConfig, records: int) -> T
     """The bronze stage alone (availableNow) on a pre-filled raw table."""
     result = run_pipeline(config, stages=["bronze"], spark=spark)
     assert config.bronze is not None
-    rows = _rows(config.bronze.table) + _rows(config.bronze.quarantine)
+    rows = rows_in(config.bronze.table) + rows_in(config.bronze.quarantine)
     if rows != records:
         console.print(f"[yellow]bronze alone wrote {rows} rows, expected {records}[/]")
     return Throughput("raw -> bronze alone (pre-filled raw)", rows, result.seconds, str(result.stages[0].batches))

@@ -42,14 +42,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from delta_spark_worker import JARS_ENV, run  # type: ignore[import-not-found]
+from delta_spark_worker import EXTRA_JARS_ENV, JARS_ENV, run  # type: ignore[import-not-found]
 from sparkonce.spark import local_session
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,17 +62,20 @@ SCHEMA = "id bigint, k bigint, s string, " + ", ".join(f"d{i + 1} double" for i 
 class DeltaSpark:
     """delta-spark's side: the worker process under the oracle virtualenv. Runs on the benchmark's driver."""
 
-    def __init__(self, venv: Path) -> None:
+    def __init__(self, venv: Path, *, extra_jars: Sequence[Path] = (), log: Path | None = None) -> None:
+        """Start the worker under ``venv``; ``extra_jars`` join its session's jars; its stderr goes to ``log``."""
         env = dict(os.environ, **{JARS_ENV: str(venv / "jars")})
+        env[EXTRA_JARS_ENV] = os.pathsep.join(str(jar) for jar in extra_jars)
         env.pop("PYTHONPATH", None)
-        self.process = subprocess.Popen(
-            [str(venv / "bin" / "python"), str(WORKER)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
+        with open(log or os.devnull, "ab") as stderr:
+            self.process = subprocess.Popen(
+                [str(venv / "bin" / "python"), str(WORKER)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env=env,
+            )
         hello = self._answer()
         self.version = hello["result"]["spark"]
 

@@ -11,6 +11,8 @@ one JSON object a line on the original stdout:
 pipe's round trip is not counted), or ``{"ok": false, "error": "..."}``. ``--start-only`` builds the session, runs
 one trivial query, prints ``ready`` and exits (the cold-start figure).
 
+The pipeline benchmark's requests (``bench_pipeline_vs_delta_spark.py``) are those of ``delta_spark_pipeline.py``.
+
 Imports only pyspark (never sparkonce: the oracle virtualenv does not have it). Runs on its own driver.
 """
 
@@ -22,7 +24,11 @@ import sys
 import time
 from typing import Any
 
+from delta_spark_pipeline import OPERATIONS as PIPELINE_OPERATIONS
+
 JARS_ENV = "SPARKONCE_ORACLE_JARS"
+EXTRA_JARS_ENV = "SPARKONCE_ORACLE_EXTRA_JARS"
+"""More jars for the session, ``os.pathsep``-separated: Spark's Kafka connector for the pipeline benchmark."""
 
 
 def write(spark: Any, *, rows: int, exprs: list[str], files: int, path: str) -> int:
@@ -87,6 +93,7 @@ OPERATIONS = {
     "stream": stream,
     "source_stream": source_stream,
     "noop": lambda spark: None,
+    **PIPELINE_OPERATIONS,
 }
 
 
@@ -99,14 +106,17 @@ def run(spark: Any, request: dict[str, Any]) -> tuple[float, Any]:
 
 
 def delta_session() -> Any:
-    """delta-spark's session: Delta's extension and catalog, the jars of ``$SPARKONCE_ORACLE_JARS``."""
+    """delta-spark's session: Delta's extension and catalog, the jars of ``$SPARKONCE_ORACLE_JARS`` and
+    ``$SPARKONCE_ORACLE_EXTRA_JARS``."""
     from pyspark.sql import SparkSession
 
     jars = os.environ[JARS_ENV]
+    paths = [os.path.join(jars, name) for name in sorted(os.listdir(jars))]
+    paths += [path for path in os.environ.get(EXTRA_JARS_ENV, "").split(os.pathsep) if path]
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("bench-delta-spark")
-        .config("spark.jars", ",".join(os.path.join(jars, name) for name in sorted(os.listdir(jars))))
+        .config("spark.jars", ",".join(paths))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.ui.enabled", "false")

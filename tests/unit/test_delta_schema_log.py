@@ -215,7 +215,9 @@ def test_a_non_additive_change_waits_for_the_user(after: list[dict[str, Any]], u
         ({}, {f"{unblocking[0]}.ckpt_{ckpt + 1}": "always"}),
         ({}, {unblocking[0]: "4"}),  # a global conf takes "always" only
     ]:
-        with pytest.raises(SchemaTrackingError):
+        with pytest.raises(
+            SchemaTrackingError, match=r"^\[DELTA_STREAMING_CANNOT_CONTINUE_PROCESSING_POST_SCHEMA_EVOLUTION\]"
+        ):
             check_unblocked(before, now, options=options, confs=confs, metadata_path=path)
 
 

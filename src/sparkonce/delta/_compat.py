@@ -337,7 +337,8 @@ def _start_schema_tracking(writer: Any, checkpoint: str | None) -> None:
             if kind == "StreamingExecutionRelation":
                 native = native_source_of(leaf.source())
                 if native is not None and tracking_root(native.given) is not None:
-                    sources.append((position, dict(native.given), native.spark_schema))
+                    fields = [f for f in native.spark_schema.fields if f.name not in feed]
+                    sources.append((position, dict(native.given), StructType(fields)))
                 continue
             if kind != "StreamingRelationV2" or not leaf.source().isDefined():
                 continue
@@ -580,13 +581,18 @@ def _native_read(reader: Any, path: str | None) -> Any:
 
 def _native_stream(reader: Any, path: str | None) -> Any:
     """The native streaming read of a ``readStream`` load (None: the Python data source reads it)."""
+    from sparkonce.delta.read.changes import is_change_feed_read
     from sparkonce.delta.read.native import native_reads_enabled
+    from sparkonce.delta.read.native_changes import native_change_stream_frame
     from sparkonce.delta.read.native_stream import native_stream_frame
 
     spark = reader._spark
     if not native_reads_enabled(spark):
         return None
-    return native_stream_frame(spark, _load_options(reader, path), format_name=reader._sparkonce_format)
+    options = _load_options(reader, path)
+    if is_change_feed_read(options):
+        return native_change_stream_frame(spark, options, format_name=reader._sparkonce_format)
+    return native_stream_frame(spark, options, format_name=reader._sparkonce_format)
 
 
 def _load_options(reader: Any, path: str | None) -> dict[str, str]:

@@ -469,10 +469,26 @@ def files_by_partition_predicate(
     frame = spark.createDataFrame(rows, schema)
     predicate = as_column(condition)
     try:
+        referenced = _referenced_columns(spark.createDataFrame([], snapshot.spark_schema()).where(predicate))
+    except AnalysisException:  # not a condition on the table's columns: the rewrite's own read says so
+        return None
+    if referenced is not None and not referenced <= {c.lower() for c in snapshot.partition_columns}:
+        return None  # asked of the analyzer, not by a failing analysis (PySpark logs each such error at ERROR)
+    try:
         chosen = frame.where(F.coalesce(predicate, F.lit(False))).select("_sparkonce_index").collect()
     except AnalysisException:
         return None
     return [snapshot.files[r[0]] for r in chosen]
+
+
+def _referenced_columns(filtered: DataFrame) -> set[str] | None:
+    """The (lower-cased) columns the condition of ``filtered`` (a ``where`` over a frame of the table's columns)
+    references, from Spark's analyzed plan; None on Spark Connect (no plan to ask)."""
+    jdf = getattr(filtered, "_jdf", None)
+    if jdf is None:
+        return None
+    attributes = jdf.queryExecution().analyzed().references().toSeq()
+    return {str(attributes.apply(i).name()).lower() for i in range(attributes.size())}
 
 
 _INDEX = "_sparkonce_index"

@@ -26,10 +26,13 @@ of ``sparkonce jars fetch s3a`` on its classpath): the index lists ``s3a://bucke
 carries the S3A settings of the table's storage options (:func:`sparkonce.storage.s3a_hadoop_conf`) as its
 options, which Spark puts into the Hadoop conf of that scan only (nothing global changes).
 
+Tables that can hold deletion vectors (the ``deletionVectors`` reader feature) read through
+:class:`DeletionVectorFileIndex`: each listed file carries its vector's descriptor as a constant column from the
+same listing, and a vectorized Python filter drops the rows its vector deletes by ``_metadata.row_index``.
+
 What stays on the Python data source (:func:`native_frame` returns None): sessions without py4j (Spark Connect,
 Spark Declarative Pipelines), tables on object stores Spark cannot read here (S3 without the S3A jars, other
-stores), tables that can hold deletion vectors (Spark's Parquet reader cannot apply them), and
-``spark.sparkonce.nativeReads=false``.
+stores), and ``spark.sparkonce.nativeReads=false``.
 
 Runs on the driver; executors run Spark's own Parquet reader.
 """
@@ -135,10 +138,11 @@ def native_frame(spark: SparkSession, options: ReadOptions, *, catalog_table: An
         else latest_snapshot(options.location)
     )
     check_protocol_readable(snapshot.protocol, options.path, fields=_schema_fields(snapshot))
-    if "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or []):
-        return None
-    frame = _index_of(spark, options.location, snapshot, pinned=pinned is not None).frame(catalog_table)
-    if options.metadata_column:
+    index = _index_of(spark, options.location, snapshot, pinned=pinned is not None)
+    frame = index.frame(catalog_table)
+    if isinstance(index, DeletionVectorFileIndex):
+        frame = index.without_deleted_rows(frame, metadata_column=options.metadata_column)
+    elif options.metadata_column:
         frame = frame.select("*", "_metadata")
     frame._sparkonce_native = True  # type: ignore[attr-defined]
     return frame
@@ -159,7 +163,8 @@ def _index_of(spark: SparkSession, location: TableLocation, snapshot: Snapshot, 
         if found is not None:
             _INDEXES.move_to_end(key)
             return found
-    index = DeltaFileIndex(spark, location, snapshot, pinned=pinned)
+    kind = DeletionVectorFileIndex if _has_deletion_vectors(snapshot) else DeltaFileIndex
+    index = kind(spark, location, snapshot, pinned=pinned)
     with _INDEXES_LOCK:
         found = _INDEXES.setdefault(key, index)
         while len(_INDEXES) > _INDEXES_KEPT:
@@ -168,9 +173,21 @@ def _index_of(spark: SparkSession, location: TableLocation, snapshot: Snapshot, 
 
 
 def _identity(location: TableLocation, snapshot: Snapshot, *, pinned: bool) -> tuple[str, int | None, str]:
-    """(table, pinned table version or None for the latest, schemaString and partition columns)."""
-    layout = json.dumps([snapshot.metadata.get("schemaString"), snapshot.metadata.get("partitionColumns")])
+    """(table, pinned table version or None for the latest, schemaString, partition columns and whether the table
+    can hold deletion vectors)."""
+    layout = json.dumps(
+        [
+            snapshot.metadata.get("schemaString"),
+            snapshot.metadata.get("partitionColumns"),
+            _has_deletion_vectors(snapshot),
+        ]
+    )
     return (location.uri, snapshot.table_version if pinned else None, layout)
+
+
+def _has_deletion_vectors(snapshot: Snapshot) -> bool:
+    """True when the table's protocol lets it hold deletion vectors (the ``deletionVectors`` reader feature)."""
+    return "deletionVectors" in set(snapshot.protocol.get("readerFeatures") or [])
 
 
 def is_native(frame: DataFrame) -> bool:
@@ -402,6 +419,13 @@ class DeltaFileIndex:
     extra_fields: tuple[dict[str, Any], ...] = ()
     """Columns the files may hold beyond the table's (Delta schema JSON fields), read under their own names after
     the table's columns: a change data file's ``_change_type``; null where a file lacks them."""
+    extra_partition_fields: tuple[dict[str, Any], ...] = ()
+    applies_deletion_vectors = False
+    """True when the DataFrames over the index drop the rows deletion vectors delete; else a listed file with a
+    deletion vector is refused (the DataFrame was made before the table could hold them)."""
+    """Constant columns of each listed file beyond the table's partition values (Delta schema JSON fields of
+    primitive types), after the extra fields: Spark's scan fills them as it fills partition values, from
+    :meth:`_partition_keys` (a change data feed read lists a file once per change entry it belongs to)."""
 
     def __init__(self, spark: SparkSession, location: TableLocation, snapshot: Snapshot, *, pinned: bool) -> None:
         self.spark = spark
@@ -434,7 +458,8 @@ class DeltaFileIndex:
                     "metadata": _comment(by_name[c]),
                 }
                 for c in self.layout.partition_columns
-            ],
+            ]
+            + list(self.extra_partition_fields),
         }
 
     def _data_struct(self) -> dict[str, Any]:
@@ -489,7 +514,8 @@ class DeltaFileIndex:
             physical = self.layout.physical.get(name, name)
             logical_type = _parse_datatype_json_value(_logical_type(f["type"]))
             columns.append(F.col(f"`{physical}`").cast(logical_type).alias(name, metadata=_comment(f)))
-        return frame.select(*columns, *[F.col(f"`{f['name']}`") for f in self.extra_fields])
+        extras = (*self.extra_fields, *self.extra_partition_fields)
+        return frame.select(*columns, *[F.col(f"`{f['name']}`") for f in extras])
 
     # -- FileIndex -------------------------------------------------------------------------------------------------
 
@@ -603,21 +629,18 @@ class DeltaFileIndex:
     def _list_files(self, partition_filters: Any, data_filters: Any) -> Any:
         snapshot, adds = self._listing()
         j = self._j
-        partition_keys = self.layout.partition_columns
         # group files by partition values (raw strings from the log)
         groups: dict[tuple[Any, ...], list[str]] = {}
-        physical = self.layout.physical
         for path, add in adds.items():
-            values = add.get("partitionValues") or {}
-            key = tuple(_raw_partition_value(values, c, physical.get(c, c)) for c in partition_keys)
-            groups.setdefault(key, []).append(path)
+            for key in self._partition_keys(path, add):
+                groups.setdefault(key, []).append(path)
         total = len(adds)
         with self._lock:
             rows = {key: self._row(key) for key in groups}
-            if partition_keys and not partition_filters.isEmpty():
+            if self._partition_names() and not partition_filters.isEmpty():
                 keep = self._partition_predicate(partition_filters)
                 groups = {key: paths for key, paths in groups.items() if keep.eval(rows[key])}
-            after_partitions = sum(len(p) for p in groups.values())
+            after_partitions = len({p for paths in groups.values() for p in paths})
             predicate = conjunction([_predicate(e) for e in _iterate(data_filters)])
             if predicate is not None and not isinstance(predicate, Unknown):
                 kinds = self._indexed_kinds(snapshot)
@@ -626,7 +649,7 @@ class DeltaFileIndex:
                     for key, paths in groups.items()
                     if (kept := [p for p in paths if may_match(predicate, self._file_stats(p, adds[p]), kinds)])
                 }
-            read = sum(len(p) for p in groups.values())
+            read = len({p for paths in groups.values() for p in paths})
             self._forget_removed(adds)
             directories = []
             for key, paths in groups.items():
@@ -648,6 +671,27 @@ class DeltaFileIndex:
             after_partitions - read,
         )
         return j.seq(directories)
+
+    def _partition_keys(self, path: str, add: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """The partition keys (raw strings, one per field of the partition schema) a file is listed under: its
+        partition values from the log, once.
+
+        Raises:
+            SchemaMismatchError: the file has a deletion vector the DataFrames over the index cannot apply.
+        """
+        if add.get("deletionVector") and not self.applies_deletion_vectors:
+            raise SchemaMismatchError(
+                f"The Delta table at {self.location} has deletion vectors (file {path}), which the DataFrame (or a "
+                f"view over it), made at table version {self.snapshot.table_version} before the table could hold "
+                "them, cannot apply: read the table again (or re-create the view)."
+            )
+        values = add.get("partitionValues") or {}
+        physical = self.layout.physical
+        return [tuple(_raw_partition_value(values, c, physical.get(c, c)) for c in self.layout.partition_columns)]
+
+    def _partition_names(self) -> list[str]:
+        """The names of the partition schema's fields, in order."""
+        return [*self.layout.partition_columns, *[str(f["name"]) for f in self.extra_partition_fields]]
 
     def _record(self, scan: ScanReport) -> None:
         """Keep ``scan`` as the table's last native scan (:func:`last_scan`)."""
@@ -678,12 +722,18 @@ class DeltaFileIndex:
         return {} if self.location.is_local else s3a_hadoop_conf(self.location.options())
 
     def _status(self, path: str, add: Mapping[str, Any]) -> Any:
+        """The JVM ``FileStatus`` of a file, from its action (a ``remove`` may lack its optional ``size``: the file
+        system is then asked once, as Spark's scan needs each file's length)."""
         found = self._statuses.get(path)
         if found is None:
             j = self._j
-            uri = self._uri(require_fs_path(self.location, path))
+            file = j.Path(self._uri(require_fs_path(self.location, path)))
+            size = add.get("size")
+            if size is None:
+                conf = j.session.sessionState().newHadoopConfWithOptions(j.map(self._hadoop_options()))
+                size = file.getFileSystem(conf).getFileStatus(file).getLen()
             mtime = int(add.get("modificationTime") or 0)
-            found = j.FileStatus(int(add.get("size") or 0), False, 1, _FILE_BLOCK_SIZE, mtime, j.Path(uri))
+            found = j.FileStatus(int(size), False, 1, _FILE_BLOCK_SIZE, mtime, file)
             self._statuses[path] = found
         return found
 
@@ -728,7 +778,7 @@ class DeltaFileIndex:
         for expression in expressions:
             for attribute in _iterate(expression.references().toSeq()):
                 references[str(attribute.name()).lower()] = attribute
-        attributes = [references.get(c.lower()) or self._placeholder(c) for c in self.layout.partition_columns]
+        attributes = [references.get(c.lower()) or self._placeholder(c) for c in self._partition_names()]
         combined = expressions[0]
         for expression in expressions[1:]:
             combined = j.expressions.And(combined, expression)
@@ -743,6 +793,115 @@ class DeltaFileIndex:
         field = self._placeholders[column]
         j = self._j
         return j.jvm.org.apache.spark.sql.catalyst.types.DataTypeUtils.toAttribute(field)
+
+
+_DELETION_VECTOR = "_sparkonce_deletion_vector"
+
+
+class DeletionVectorFileIndex(DeltaFileIndex):
+    """The index of a table that can hold deletion vectors: each listed file also carries its deletion vector's
+    descriptor (:func:`_vector_key`; null without one) as a constant column, filled by Spark's scan from the same
+    listing, so the rows and the vector that applies to them always come from one snapshot, however the table
+    moves between queries. :meth:`without_deleted_rows` drops the deleted rows: a vectorized Python filter over each
+    row's ``_metadata.row_index`` and that column (only those two cross into Python, never the table's columns);
+    each Python worker loads a vector once and keeps the last ones it used. Made on the driver."""
+
+    extra_partition_fields = ({"name": _DELETION_VECTOR, "type": "string", "nullable": True, "metadata": {}},)
+    applies_deletion_vectors = True
+
+    def __init__(self, spark: SparkSession, location: TableLocation, snapshot: Snapshot, *, pinned: bool) -> None:
+        super().__init__(spark, location, snapshot, pinned=pinned)
+        self._keep: Any = None
+
+    def _partition_keys(self, path: str, add: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        (values,) = super()._partition_keys(path, add)
+        descriptor = add.get("deletionVector")
+        return [(*values, _vector_key(descriptor) if isinstance(descriptor, dict) else None)]
+
+    def without_deleted_rows(self, frame: DataFrame, *, metadata_column: bool) -> DataFrame:
+        """``frame`` (:meth:`frame` of this index) without the rows deletion vectors delete, in the table's columns
+        (and ``_metadata`` when ``metadata_column``)."""
+        from pyspark.sql import functions as F
+
+        columns = [F.col(f"`{c}`") for c in frame.columns if c != _DELETION_VECTOR]
+        if metadata_column:
+            columns.append(F.col("_metadata"))
+        if self._keep is None:  # one UDF per index: the plans of two DataFrames over it match (Spark's cache)
+            from pyspark.sql.pandas.functions import arrow_udf
+
+            self._keep = arrow_udf(_keep_rows(self.location), "boolean")  # type: ignore[call-overload]
+        kept = frame.where(self._keep(F.col("_metadata.row_index"), F.col(_DELETION_VECTOR)))
+        result: DataFrame = kept.select(*columns)
+        return result
+
+
+def _vector_key(descriptor: Mapping[str, Any]) -> str:
+    """A deletion vector's descriptor as one short string (``storageType|offset|sizeInBytes|cardinality|
+    pathOrInlineDv``): the constant column of its file's rows."""
+    return "|".join(
+        str(descriptor.get(k) if descriptor.get(k) is not None else "")
+        for k in ("storageType", "offset", "sizeInBytes", "cardinality", "pathOrInlineDv")
+    )
+
+
+def _descriptor(key: str) -> dict[str, Any]:
+    """The descriptor :func:`_vector_key` made ``key`` of."""
+    storage, offset, size, cardinality, raw = key.split("|", 4)
+    return {
+        "storageType": storage,
+        "offset": int(offset) if offset else None,
+        "sizeInBytes": int(size),
+        "cardinality": int(cardinality) if cardinality else 0,
+        "pathOrInlineDv": raw,
+    }
+
+
+_LOADED: OrderedDict[tuple[str, str], Any] = OrderedDict()
+"""(table URI, vector key) -> its deleted row indexes (sorted int64), the last few a Python worker loaded."""
+_LOADED_KEPT = 32
+
+
+def _keep_rows(location: TableLocation) -> Any:
+    """The vectorized filter of :class:`DeletionVectorFileIndex`: (row index, vector key) -> keep the row."""
+
+    def keep(row_index: Any, key: Any) -> Any:  # executor (a Python worker)
+        import numpy as np
+        import pyarrow as pa
+
+        result = np.ones(len(row_index), dtype=np.bool_)
+        if key.null_count == len(key):
+            return pa.array(result)
+        encoded = key.dictionary_encode()
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        rows = row_index.to_numpy(zero_copy_only=False)
+        for code, value in enumerate(encoded.dictionary.to_pylist()):
+            where = codes == code
+            deleted = _deleted(location, value)
+            found = np.searchsorted(deleted, rows[where])
+            hit = found < len(deleted)
+            hit[hit] = deleted[found[hit]] == rows[where][hit]
+            result[where] = ~hit
+        return pa.array(result)
+
+    import pyarrow as pa
+
+    # what PySpark reads to make a scalar Arrow UDF (the module's annotations are strings)
+    keep.__annotations__ = {"row_index": pa.Array, "key": pa.Array, "return": pa.Array}
+    return keep
+
+
+def _deleted(location: TableLocation, key: str) -> Any:  # executor
+    cache_key = (location.uri, key)
+    found = _LOADED.get(cache_key)
+    if found is None:
+        vector = DeletionVector.from_action(_descriptor(key), location, data_file=f"a data file of {location}")
+        found = deleted_rows(vector).astype("int64")
+        _LOADED[cache_key] = found
+        while len(_LOADED) > _LOADED_KEPT:
+            _LOADED.popitem(last=False)
+    else:
+        _LOADED.move_to_end(cache_key)
+    return found
 
 
 class FileSetIndex(DeltaFileIndex):
@@ -771,6 +930,8 @@ class FileSetIndex(DeltaFileIndex):
         self.label = label
         self._adds = dict(adds)
         self._uris: dict[str, str] | None = None
+
+    applies_deletion_vectors = True  # the callers apply them (live_frame; the change data feed per entry)
 
     def _listing(self) -> tuple[Snapshot, Mapping[str, Mapping[str, Any]]]:
         return self.snapshot, self._adds

@@ -18,11 +18,11 @@ the same DataFrame), so the planning state is kept per query run, keyed by the J
 pinned-thread mode (PySpark's default) makes each callback run its JVM calls on that thread.
 
 Stays on the Python data source (:func:`native_stream_frame` returns None): sessions without py4j (Spark Connect,
-Spark Declarative Pipelines) or without pinned threads (``PYSPARK_PIN_THREAD=false``), a user-given schema, the
-change data feed (``readChangeFeed``), tables on stores Spark cannot read here, and
-``spark.sparkonce.nativeReads=false``. Deletion vectors are applied: a micro-batch's files are fixed, so are their
-deletion vectors, and an anti-join on ``_metadata.row_index`` drops the rows they delete
-(:meth:`sparkonce.delta.read.native.FileSetIndex.live_frame`).
+Spark Declarative Pipelines) or without pinned threads (``PYSPARK_PIN_THREAD=false``), a user-given schema, tables
+on stores Spark cannot read here, and ``spark.sparkonce.nativeReads=false``. The change data feed
+(``readChangeFeed``) streams through a subclass, :class:`sparkonce.delta.read.native_changes.NativeChangeSource`.
+Deletion vectors are applied: a micro-batch's files are fixed, so are their deletion vectors, and an anti-join on
+``_metadata.row_index`` drops the rows they delete (:meth:`sparkonce.delta.read.native.FileSetIndex.live_frame`).
 
 Runs on the driver (the proxy's methods are JVM callbacks on the query's micro-batch thread); executors run
 Spark's own Parquet reader.
@@ -53,6 +53,7 @@ from sparkonce.options import lookup
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,25 @@ def native_stream_frame(spark: SparkSession, options: Mapping[str, str], *, form
     """
     from sparkonce.delta.read.changes import is_change_feed_read
 
-    if is_change_feed_read(options) or not _pinned_threads(spark):
+    if is_change_feed_read(options):
+        return None
+    prepared = prepare_stream(spark, options)
+    if prepared is None:
+        return None
+    parsed, snapshot = prepared
+    return NativeDeltaSource(spark, parsed, snapshot, format_name=format_name, given=options).frame()
+
+
+def prepare_stream(spark: SparkSession, options: Mapping[str, str]) -> tuple[StreamReadOptions, Snapshot] | None:
+    """The parsed options and the snapshot (the stream's schema) of a native streaming read of ``options``, or None
+    when the Python data source reads it (see the module's documentation). Runs on the driver.
+
+    Raises:
+        OptionError: an option is malformed, or is for batch reads only.
+        UnsupportedFeatureError: the table needs a reader feature sparkonce cannot honour.
+        TableNotFoundError: there is no Delta table at the path.
+    """
+    if not _pinned_threads(spark):
         return None
     metadata_column = lookup(options, METADATA_COLUMN_OPTION)
     if metadata_column is not None:
@@ -88,7 +107,7 @@ def native_stream_frame(spark: SparkSession, options: Mapping[str, str], *, form
         snapshot = replace(snapshot, metadata=metadata, protocol=protocol)
     fields = json.loads(str(snapshot.metadata.get("schemaString") or "{}")).get("fields") or []
     check_protocol_readable(snapshot.protocol, parsed.path, fields=fields)
-    return NativeDeltaSource(spark, parsed, snapshot, format_name=format_name, given=options).frame()
+    return parsed, snapshot
 
 
 def native_source_of(source: Any) -> NativeDeltaSource | None:
@@ -146,9 +165,8 @@ class NativeDeltaSource:
         self.format_name = format_name
         self._j = jvm_of(spark)
         self._token = uuid.uuid4().int & 0x7FFFFFFF
-        shape = FileSetIndex(spark, options.location, snapshot, {}, "schema").frame()
-        self.spark_schema = shape.schema
-        self._jschema = shape._jdf.schema()
+        self.spark_schema = self._stream_schema(FileSetIndex(spark, options.location, snapshot, {}, "schema").frame())
+        self._jschema = self._j.DataType.fromJson(self.spark_schema.json())
         self._offset = self._j.jvm.org.apache.spark.sql.execution.streaming.runtime.SerializedOffset
         self._limits = self._j.jvm.org.apache.spark.sql.connector.read.streaming.ReadLimit
         self._readers: dict[str, DeltaStreamReader] = {}
@@ -212,20 +230,24 @@ class NativeDeltaSource:
 
     def getBatch(self, start: Any, end: Any) -> Any:  # driver (JVM callback)
         """The micro-batch between ``start`` (an empty Option for the first batch) and ``end``: a streaming relation
-        over its files, read by Spark's Parquet scan, their deletion vectors applied
-        (:meth:`sparkonce.delta.read.native.FileSetIndex.live_frame`)."""
+        over its files, read by Spark's Parquet scan (:meth:`_batch_frame`)."""
         reader = self._reader()
         begin = reader.initialOffset() if start.isEmpty() else json.loads(str(start.get().json()))
         finish = json.loads(str(end.json()))
         files = reader.batch_files(begin, finish)
         label = f"micro-batch ending at table_version {finish.get('reservoirVersion')} index {finish.get('index')}"
+        return self._batch_frame(files, label)._jdf
+
+    def _batch_frame(self, files: list[Any], label: str) -> DataFrame:
+        """A micro-batch's rows: a streaming relation over its data files, their deletion vectors applied
+        (:meth:`sparkonce.delta.read.native.FileSetIndex.live_frame`)."""
         adds = {}
         for f in files:
             if f.action is None:
                 raise ValueError(f"{f.path}: a stream's data file without its add action")
             adds[str(f.action["path"])] = f.action
         index = FileSetIndex(self.spark, self.options.location, self.snapshot, adds, label)
-        return index.live_frame(stream=self)._jdf
+        return index.live_frame(stream=self)
 
     def commit(self, end: Any) -> None:  # driver (JVM callback), after Spark's checkpoint commit
         self._reader().commit(json.loads(str(end.json())))
@@ -261,9 +283,19 @@ class NativeDeltaSource:
         with self._lock:
             reader = self._readers.get(run)
             if reader is None:
-                reader = self._readers[run] = DeltaStreamReader(self.options, self.spark_schema)
+                reader = self._readers[run] = self._new_reader()
                 log.info("native Delta stream from %s: planning for %s", self.options.location, run)
             return reader
+
+    # -- what a subclass streams (the change data feed: sparkonce.delta.read.native_changes) ----------------------
+
+    def _stream_schema(self, table: DataFrame) -> StructType:
+        """The stream's schema, given a DataFrame with the table's columns."""
+        return table.schema
+
+    def _new_reader(self) -> DeltaStreamReader:
+        """The planning state of one query run."""
+        return DeltaStreamReader(self.options, self.spark_schema)
 
     def _serialized(self, offset: dict[str, Any]) -> Any:
         # json.dumps as the Python source's runner writes it: the checkpoint reads the same on both paths
@@ -287,4 +319,4 @@ def _python_limit(limit: Any) -> ReadLimit:
     return ReadAllAvailable()
 
 
-__all__ = ["NativeDeltaSource", "native_source_of", "native_stream_frame"]
+__all__ = ["NativeDeltaSource", "native_source_of", "native_stream_frame", "prepare_stream"]
