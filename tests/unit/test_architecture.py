@@ -459,3 +459,47 @@ def test_the_architecture_doc_names_every_delta_module() -> None:
     names = {m.rpartition(".")[2] for m in _delta_modules()} - set(DELTA_LAYERS)
     missing += sorted(n for n in names if f"`{n}`" not in doc)
     assert missing == []
+
+
+DELTA_RS_WRITERS = frozenset(
+    {"write_deltalake", "CommitProperties", "PostCommitHookProperties", "convert_to_deltalake", "transaction"}
+)
+"""delta-rs's names that write Delta commits when used (its writer, commit properties, conversion, transactions)."""
+DELTA_RS_COMMIT_METHODS = frozenset(
+    {"restore", "vacuum", "create_checkpoint", "cleanup_metadata", "create_write_transaction", "repair"}
+)
+"""Methods of delta-rs's ``DeltaTable`` that write to the log (``create`` is checked on the name ``DeltaTable``)."""
+DELTA_RS_COMMITS_KEPT = {
+    ("sparkonce.delta.ops.create", "convert_to_deltalake"): "CONVERT TO DELTA (docs/architecture.md)",
+    ("sparkonce.delta.ops.vacuum", "vacuum"): "VACUUM START / END (docs/architecture.md)",
+}
+
+
+def _delta_rs_commits(module: str, path: Path) -> Iterator[tuple[str, int]]:
+    """(name, line) of each use of a delta-rs API that writes the log."""
+    imported = {name for name, _, _ in _raw_imports(module, path) if name.split(".")[0] == "deltalake"}
+    for name in imported:
+        if set(name.split(".")[1:]) & DELTA_RS_WRITERS:
+            yield name.rpartition(".")[2], 0
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        func = node.func
+        if func.attr in DELTA_RS_COMMIT_METHODS:
+            yield func.attr, node.lineno
+        elif func.attr == "create" and isinstance(func.value, ast.Name) and func.value.id == "DeltaTable":
+            yield "DeltaTable.create", node.lineno
+
+
+def test_delta_commits_go_through_the_commit_engine() -> None:
+    """No library module commits to a Delta log through delta-rs (its writer, ``restore``, ``DeltaTable.create``,
+    ...) but the two kept, each named with its reason: every other commit is made by
+    :class:`sparkonce.delta.txn.commit.Transaction`."""
+    found = {
+        (module, name): line
+        for module, path in MODULES.items()
+        if module.split(".")[0] == CORE
+        for name, line in _delta_rs_commits(module, path)
+    }
+    assert sorted(set(found) - set(DELTA_RS_COMMITS_KEPT)) == []
+    assert sorted(set(DELTA_RS_COMMITS_KEPT) - set(found)) == []  # a kept one that went away leaves the list

@@ -273,3 +273,14 @@ def test_an_alter_whose_commit_landed_despite_a_store_error_is_done_once(
     assert DeltaTable(table).version() == 1
     assert DeltaTable(table).metadata().configuration == {"owner": "team-a"}
     assert any("landed although attempt 1 reported a failure" in r.getMessage() for r in caplog.records)
+
+
+def test_a_create_only_commit_leaves_a_table_it_finds_as_it_is(tmp_path: Path) -> None:
+    """The pipeline's empty tables (``ensure_table``) are created through the engine with ``create_only``: the first
+    creator makes table version 0; one that finds the table (it lost the race, or came later) commits nothing."""
+    table = str(tmp_path / "t")
+    first = commit_files(table, [], data_schema=SCHEMA, create_only=True)
+    assert (first.table_version, first.skipped) == (0, False)
+    again = commit_files(table, [], data_schema=SCHEMA, create_only=True)
+    assert (again.table_version, again.skipped) == (None, True)
+    assert DeltaTable(table).version() == 0

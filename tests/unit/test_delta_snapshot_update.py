@@ -206,3 +206,27 @@ def test_a_v2_checkpoint_with_a_missing_sidecar_is_an_error_naming_the_file(tmp_
     _v2_table(root, with_sidecar=False)
     with pytest.raises(DeltaLogError, match=r"_sidecars/0+1\.checkpoint\.0+1\.0+1\.7d17ac10.*\.parquet.*v2Checkpoint"):
         DeltaLog(str(root)).snapshot()
+
+
+def test_the_one_door_gives_the_latest_table_or_any_table_version(tmp_path: Path) -> None:
+    """``existing_table``: the latest table version (the kept snapshot) or one rebuilt at ``table_version``, each
+    answering as delta-rs does at that version; a missing table and a version past the latest are errors."""
+    from sparkonce.delta.log.table_view import existing_table
+    from sparkonce.errors import TableNotFoundError, VersionNotFoundError
+
+    table = str(tmp_path / "t")
+    for batch_id in range(3):
+        _batch(table, [batch_id], "q", batch_id)
+    latest = existing_table(table)
+    assert (latest.version(), latest.transaction_version("q")) == (2, 2)
+    assert latest.snapshot is current_table(table).snapshot  # the kept one
+    for table_version in range(3):
+        at = existing_table(table, table_version=table_version)
+        theirs = DeltaTable(table, version=table_version)
+        assert (at.version(), at.transaction_version("q")) == (table_version, theirs.transaction_version("q"))
+        assert len(at.snapshot.files) == len(theirs.file_uris())
+        assert at.schema().to_json() == theirs.schema().to_json()
+    with pytest.raises(VersionNotFoundError, match=r"DELTA_VERSION_NOT_FOUND.*Available versions: \[0, 2\]"):
+        existing_table(table, table_version=3)
+    with pytest.raises(TableNotFoundError, match="is not a Delta table"):
+        existing_table(str(tmp_path / "none"))

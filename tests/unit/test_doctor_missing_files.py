@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from deltalake import DeltaTable
 
 from sparkonce.cli.main import cli
+from sparkonce.delta.ops.restore import restore_table
 from sparkonce.delta.table.deletion_vectors import dv_relative_path
 from sparkonce.ops.doctor import DoctorReport, diagnose
 from sparkonce.ops.findings import Finding
@@ -134,9 +135,10 @@ def test_damage_after_table_version_0_names_the_table_version_to_restore(tmp_pat
 
 
 def test_a_restore_keeps_the_txn(tmp_path: Path) -> None:
-    """Why the fix says to append the batches again instead of re-running them: delta-rs's RESTORE keeps the txn."""
+    """Why the fix says to append the batches again instead of re-running them: a RESTORE keeps the txn (sparkonce's,
+    as Delta's and delta-rs's)."""
     _, table = _write_batches(tmp_path, 3)
-    DeltaTable(str(table)).restore(0)
+    restore_table(str(table), table_version=0)
     assert DeltaTable(str(table)).transaction_version(QID) == 2
 
 

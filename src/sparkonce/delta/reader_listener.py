@@ -45,7 +45,7 @@ from pyspark.sql.streaming.listener import (
 
 from sparkonce.checkpoint.files import OffsetsFile
 from sparkonce.checkpoint.reader import read_checkpoint
-from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.log.table_view import existing_table
 from sparkonce.delta.txn.readers import RegisteredReader, reader_retention_ms, register_reader
 from sparkonce.errors import SparkonceError
 from sparkonce.storage import TableLocation, table_location
@@ -146,7 +146,7 @@ def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str
     for uri, reads in by_location.items():
         try:
             location = next((r.store for r in reads if r.store is not None), None) or table_location(uri)
-            snapshot = DeltaLog(location).snapshot()
+            snapshot = existing_table(location).snapshot
             table_id = str(snapshot.metadata.get("id"))
             version = restart_version(restart, table_id, reads, snapshot.table_version)
             refresh = min(REFRESH_MS, reader_retention_ms(snapshot.configuration) // 4)

@@ -28,7 +28,7 @@ from sparkonce.checkpoint.sdp import earlier_generations
 from sparkonce.checkpoint.tables import RecordedTable, record_tables
 from sparkonce.crash import crash_point
 from sparkonce.delta.log.log_entry import commit_metadata
-from sparkonce.delta.log.table_view import LogTable, current_table
+from sparkonce.delta.log.table_view import LogTable, current_table, existing_table
 from sparkonce.delta.ops.auto_compact import (
     AUTO_COMPACT_PROPERTY,
     OPTIMIZE_WRITE_CONF,
@@ -42,7 +42,7 @@ from sparkonce.delta.table.identity import IdentityPlan, plan_identity
 from sparkonce.delta.table.options import WriteOptions
 from sparkonce.delta.table.schema import arrow_schema_for_spark, delta_fields, table_fields
 from sparkonce.delta.table.skipping import top_level_stats_columns
-from sparkonce.delta.txn.commit import BatchTxn, CommitMode, commit_files, load_table, table_exists
+from sparkonce.delta.txn.commit import BatchTxn, CommitMode, commit_files, table_exists
 from sparkonce.delta.write.files import FileWriterOptions
 from sparkonce.delta.writer import (
     DeltaFilesMessage,
@@ -232,7 +232,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         earlier = earlier_generations(checkpoint_dir)
         if not earlier or not table_exists(self.options.location):
             return self.mode
-        table = load_table(self.options.location)
+        table = existing_table(self.options.location)
         if table.transaction_version(query_id) is not None:
             return self.mode  # this generation already committed (its truncation included)
         writers = [g for g in earlier if g.query_id and table.transaction_version(g.query_id) is not None]

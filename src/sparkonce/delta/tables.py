@@ -32,24 +32,20 @@ create).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import pyarrow as pa
-
 from sparkonce.delta.ops.create import CreateMode, CreateRequest, create_table
 from sparkonce.delta.ops.merge import MergeClause, merge_into
 from sparkonce.delta.table.identity import IdentityGenerator, column_metadata
-from sparkonce.delta.txn.commit import BatchTxn, load_table, table_exists
+from sparkonce.delta.txn.commit import BatchTxn, table_exists
 from sparkonce.errors import (
     OptionError,
     TableNotFoundError,
     UnsupportedFeatureError,
-    analysis_error,
     unsupported_operation_error,
 )
 
@@ -64,6 +60,7 @@ TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 MAX_FILE_SIZE_CONF = "spark.databricks.delta.optimize.maxFileSize"
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
+IGNORE_MISSING_FILES_CONF = "spark.sql.files.ignoreMissingFiles"
 
 DETAIL_SCHEMA = (
     "format STRING, id STRING, name STRING, description STRING, location STRING, createdAt TIMESTAMP, "
@@ -378,10 +375,11 @@ class DeltaTable:
         return DeltaOptimizeBuilder(self._spark, self._path)
 
     def restoreToVersion(self, version: int) -> DataFrame:
-        """Restore the table's content to table version ``version`` (one ``RESTORE`` commit); returns its metrics."""
+        """Restore the table's content to table version ``version`` (one ``RESTORE`` commit:
+        :func:`sparkonce.delta.ops.restore.restore_table`); returns its metrics."""
         if not isinstance(version, int) or isinstance(version, bool):
             raise ValueError(f"version needs to be an int but got '{type(version)}'.")
-        return self._restore(version, {"version": str(version)})
+        return self._restore(version, None)
 
     def restoreToTimestamp(self, timestamp: str) -> DataFrame:
         """Restore the table's content as of ``timestamp`` (the newest table version committed at or before it).
@@ -391,54 +389,18 @@ class DeltaTable:
             SqlError: ``timestamp`` is not a timestamp (Delta's ``DELTA_TIMESTAMP_INVALID``, an
                 ``AnalysisException``).
         """
-        from sparkonce.delta.table.options import parse_timestamp
-
         if not isinstance(timestamp, str):
             raise ValueError(f"timestamp needs to be a string but got '{type(timestamp)}'.")
-        try:
-            when = parse_timestamp("timestamp", timestamp)
-        except OptionError as err:
-            raise analysis_error(
-                "DELTA_TIMESTAMP_INVALID",
-                f"The provided timestamp ('{timestamp}') cannot be converted to a valid timestamp.",
-            ) from err
-        return self._restore(when, {"timestamp": timestamp})
+        return self._restore(None, timestamp)
 
-    def _restore(self, target: int | dt.datetime, parameters: dict[str, str]) -> DataFrame:
-        from deltalake import CommitProperties
+    def _restore(self, table_version: int | None, timestamp: str | None) -> DataFrame:
+        from sparkonce.delta.ops.restore import RESTORE_METRICS, restore_table
 
-        from sparkonce.delta.log.log_entry import commit_metadata
-
-        table = load_table(self._path)
-        latest = table.version()
-        if isinstance(target, int) and not 0 <= target <= latest:
-            raise OptionError("version", target, f"is not a table version of {self._path} (0 to {latest})")
-        before = _file_sizes(table)
-        old = load_table(self._path, table_version=target) if isinstance(target, int) else None
-        if old is None:
-            old = load_table(self._path)
-            try:
-                old.load_as_version(target)
-            except Exception as err:
-                raise OptionError(
-                    "timestamp", parameters["timestamp"], f"cannot be resolved on {self._path}: {err}"
-                ) from err
-        _check_restorable(self._path, table, old)
-        after = _file_sizes(old)
-        removed = [p for p in before if p not in after]
-        restored = [p for p in after if p not in before]
-        metrics = {
-            "tableSizeAfterRestore": sum(after.values()),
-            "numOfFilesAfterRestore": len(after),
-            "numRemovedFiles": len(removed),
-            "numRestoredFiles": len(restored),
-            "removedFilesSize": sum(before[p] for p in removed),
-            "restoredFilesSize": sum(after[p] for p in restored),
-        }
-        params = {**parameters, "version": str(old.version())} if "timestamp" in parameters else parameters
-        metadata = commit_metadata("RESTORE", params, None, operationMetrics=metrics)
-        table.restore(old.version(), commit_properties=CommitProperties(custom_metadata=metadata))
-        return self._spark.createDataFrame([tuple(metrics.values())], RESTORE_SCHEMA)
+        ignore_missing = str(self._spark.conf.get(IGNORE_MISSING_FILES_CONF, "false")).strip().lower() == "true"
+        done = restore_table(
+            self._path, table_version=table_version, timestamp=timestamp, ignore_missing_files=ignore_missing
+        )
+        return self._spark.createDataFrame([tuple(done.metrics[k] for k in RESTORE_METRICS)], RESTORE_SCHEMA)
 
     # -- DML -------------------------------------------------------------------------------------------------
 
@@ -874,36 +836,6 @@ def _builder(spark: SparkSession | None, mode: CreateMode) -> DeltaTableBuilder:
     elif not isinstance(spark, SparkSession):
         raise TypeError(f"sparkSession must be a SparkSession, not {type(spark).__name__}")
     return DeltaTableBuilder(spark, mode)
-
-
-def _check_restorable(path: str, table: Any, old: Any) -> None:
-    """Refuse a RESTORE that delta-rs would make wrong: one that takes identity high-water marks back (later
-    values could repeat; Delta keeps the newer marks) or other clustering columns (Delta restores the domain,
-    delta-rs does not). Runs on the driver.
-
-    Raises:
-        UnsupportedFeatureError: naming what the restore would break.
-    """
-    from sparkonce.delta.table.clustering import table_clustering
-    from sparkonce.delta.table.identity import identity_columns
-
-    now = {c.name: c.high_water_mark for c in identity_columns(json.loads(table.schema().to_json())["fields"])}
-    then = {c.name: c.high_water_mark for c in identity_columns(json.loads(old.schema().to_json())["fields"])}
-    if now and now != then:
-        raise UnsupportedFeatureError(
-            f"RESTORE of {path} to table_version {old.version()}: the table has identity columns {sorted(now)} "
-            "whose high-water marks the restore would take back; nothing was written"
-        )
-    if table_clustering(path, table.version()) != table_clustering(path, old.version()):
-        raise UnsupportedFeatureError(
-            f"RESTORE of {path} to table_version {old.version()}: its clustering columns differ from the table's "
-            "now, and sparkonce cannot restore them; nothing was written"
-        )
-
-
-def _file_sizes(table: Any) -> dict[str, int]:
-    actions = pa.table(table.get_add_actions(flatten=False))
-    return dict(zip(actions.column("path").to_pylist(), (int(s) for s in actions.column("size_bytes").to_pylist())))
 
 
 def _avg(total: int, count: int) -> float | None:

@@ -242,11 +242,12 @@ def apply_reset(plan: ResetPlan) -> ResetResult:
     """Clear each table in one Delta overwrite commit (schema kept), then move the checkpoint aside."""
     import pyarrow as pa
 
-    from sparkonce.delta.txn.commit import commit_files, load_table
+    from sparkonce.delta.log.table_view import existing_table
+    from sparkonce.delta.txn.commit import commit_files
 
     cleared = {}
     for table in plan.tables:
-        current = load_table(table)
+        current = existing_table(table)
         schema = pa.schema(current.schema().to_arrow())
         result = commit_files(
             table,

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sparkonce.delta.log.actions import AddFile
 from sparkonce.delta.log.delta_log import DeltaLog, Snapshot
 from sparkonce.errors import DeltaLogError, OptionError
 from sparkonce.kafka.offsets import OffsetRange, TopicPartition
@@ -137,9 +138,8 @@ def _file_versions(log: DeltaLog, snapshot: Snapshot) -> dict[str, int]:
         if v > snapshot.table_version:
             break
         for action in log.read_actions(v):
-            add = action.get("add")
-            if add is not None and add.get("path") in wanted:
-                versions[add["path"]] = v
+            if "add" in action and action["add"]["path"] in wanted:
+                versions[action["add"]["path"]] = v
     return versions
 
 
@@ -309,7 +309,7 @@ class _FileRows:
 def _read_file(
     fs_path: str,
     log: DeltaLog,
-    add: dict[str, Any],
+    add: AddFile,
     columns: list[str],
     physical: dict[str, str],
     partition_cols: set[str],

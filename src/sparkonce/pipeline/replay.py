@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sparkonce._types import TableVersion
+from sparkonce.delta.log.table_view import existing_table
 from sparkonce.delta.table.options import parse_timestamp
 from sparkonce.delta.txn.commit import load_table, table_exists
 from sparkonce.errors import OptionError, PipelineConfigError
@@ -134,7 +135,7 @@ def replay_stage(spark: SparkSession, config: PipelineConfig, plan: ReplayPlan) 
     outputs = kind_of(stage).replay_outputs(spark, config, stage, source)
     versions: dict[str, int] = {}
     for table, frame in outputs:
-        partitions = list(load_table(table).metadata().partition_columns) if table_exists(table) else []
+        partitions = list(existing_table(table).metadata().partition_columns) if table_exists(table) else []
         writer = (
             frame.write.format("delta")
             .mode("overwrite")
@@ -146,7 +147,7 @@ def replay_stage(spark: SparkSession, config: PipelineConfig, plan: ReplayPlan) 
         if partitions:
             writer = writer.partitionBy(*partitions)
         writer.save(table)
-        versions[table] = int(load_table(table).version())
+        versions[table] = int(existing_table(table).version())
         log.info(
             "replay of stage %s: %s replaced at table_version %s (app_id %s, input table_version %s)",
             plan.stage,

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sparkonce.delta.txn.commit import load_table
+from sparkonce.delta.log.table_view import existing_table
 from sparkonce.pipeline.kinds import kind_of
 from sparkonce.pipeline.model import SOURCE, PipelineConfig, Stage
 from sparkonce.pipeline.owner import claim_checkpoint
@@ -54,7 +54,7 @@ def waiting_for(config: PipelineConfig, stage: Stage) -> int | None:
         return None
     if os.path.exists(os.path.join(stage.checkpoint, "offsets")):
         return None
-    latest = int(load_table(input_table).version())
+    latest = int(existing_table(input_table).version())
     return owner.starting_version if latest < owner.starting_version else None
 
 

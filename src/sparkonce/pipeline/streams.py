@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from sparkonce.checkpoint.tables import RecordedTable, record_tables
+from sparkonce.delta.log.log_entry import commit_metadata
+from sparkonce.delta.log.table_view import existing_table
 from sparkonce.delta.table.schema import arrow_schema_for_spark, spark_schema, table_arrow_schema
-from sparkonce.delta.txn.commit import load_table, table_exists
+from sparkonce.delta.txn.commit import commit_files, load_table, table_exists
 from sparkonce.errors import TableNotFoundError
 from sparkonce.pipeline.ddl import ddl_schema
 from sparkonce.pipeline.kinds.base import kind_of
@@ -67,7 +69,7 @@ def input_schema(spark: SparkSession, config: PipelineConfig, stage: Stage) -> S
     upstream = config.stage(stage.input)
     table = upstream.tables[0]
     if table_exists(table):
-        return spark_schema(table_arrow_schema(load_table(table)))
+        return spark_schema(table_arrow_schema(existing_table(table)))
     return kind_of(upstream).output_schemas(spark, config, upstream, downstream=True)[table]
 
 
@@ -102,13 +104,12 @@ def start_foreach_batch(
 
 
 def ensure_table(path: str, schema: StructType, *, partition_by: Sequence[str] = ()) -> None:
-    """Create an empty Delta table at ``path`` unless one is there.
+    """Create an empty Delta table at ``path`` unless one is there: a ``CREATE TABLE`` commit of table version 0
+    through sparkonce's commit engine (a writer that created the table first wins; this call then does nothing).
 
     Raises:
         TableNotFoundError: ``path`` holds files but no Delta log.
     """
-    from deltalake import DeltaTable
-
     location = table_location(path)
     if table_exists(location):
         return
@@ -119,14 +120,17 @@ def ensure_table(path: str, schema: StructType, *, partition_by: Sequence[str] =
         raise TableNotFoundError(
             f"{path} holds something that is not a Delta table (no _delta_log): refusing to write into it"
         )
-    DeltaTable.create(
-        location.uri,
-        schema=arrow_schema_for_spark(schema),
-        partition_by=list(partition_by) or None,
-        mode="ignore",
-        storage_options=location.options() or None,
+    parameters = {"isManaged": "false", "partitionBy": list(partition_by), "properties": {}}
+    done = commit_files(
+        location,
+        [],
+        data_schema=arrow_schema_for_spark(schema),
+        partition_by=tuple(partition_by),
+        custom_metadata=commit_metadata("CREATE TABLE", parameters, None, operationMetrics={}),
+        create_only=True,
     )
-    log.info("created the empty Delta table %s", path)
+    if not done.skipped:
+        log.info("created the empty Delta table %s", path)
 
 
 def table_rows(table: str) -> int:

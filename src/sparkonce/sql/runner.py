@@ -621,14 +621,14 @@ class DeltaSql:
     def _insert(self, text: str, target: Target, stmt: Insert) -> DataFrame:
         from pyspark.sql import functions as F
 
+        from sparkonce.delta.log.table_view import existing_table
         from sparkonce.delta.table.identity import ALLOW_EXPLICIT_INSERT, TASKS_OPTION
         from sparkonce.delta.table.identity import START as IDENTITY_START
-        from sparkonce.delta.txn.commit import load_table
 
         frame = self.query(_text(text, stmt.query))
         from sparkonce.delta.ops.create import spark_schema
 
-        delta_table = load_table(target.location)
+        delta_table = existing_table(target.location)
         table_schema = spark_schema(delta_table)
         from sparkonce.delta.table.generated import GENERATION_EXPRESSION_KEY
 
@@ -913,9 +913,9 @@ class DeltaSql:
 def _table_properties(location: str) -> dict[str, str]:
     """Delta's table properties as ``SHOW TBLPROPERTIES`` and ``DESCRIBE TABLE EXTENDED`` show them: the
     configuration, the protocol versions and ``delta.feature.<name> = supported``."""
-    from sparkonce.delta.txn.commit import load_table
+    from sparkonce.delta.log.table_view import existing_table
 
-    table = load_table(location)
+    table = existing_table(location)
     protocol = table.protocol()
     rows = {str(k): str(v) for k, v in table.metadata().configuration.items() if v is not None}
     rows["delta.minReaderVersion"] = str(protocol.min_reader_version)

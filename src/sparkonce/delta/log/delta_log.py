@@ -29,9 +29,24 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.parse import unquote
 
+from sparkonce.delta.log.actions import (
+    Action,
+    ActionParseError,
+    AddFile,
+    CommitInfo,
+    DeletionVectorDescriptor,
+    DomainMetadata,
+    LastCheckpoint,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+    action_problem,
+    parse_action,
+)
 from sparkonce.delta.log.tombstones import Tombstones, arrow_rows, file_key
 from sparkonce.errors import DeltaLogError, TableNotFoundError, VersionNotFoundError
 from sparkonce.storage import TableLocation, table_location
@@ -96,7 +111,7 @@ class CommitEntry:
     num_removed_files: int
     added_bytes: int
     added_rows: int | None
-    commit_info: dict[str, Any]
+    commit_info: CommitInfo
     query_id: str | None
     batch_id: int | None
     added_paths: tuple[str, ...] = ()
@@ -118,9 +133,9 @@ class Snapshot:
     """The state of a table at ``table_version``: metadata, protocol, active files and app transactions."""
 
     table_version: int
-    metadata: dict[str, Any]
-    protocol: dict[str, Any]
-    files: dict[str, dict[str, Any]]
+    metadata: Metadata
+    protocol: Protocol
+    files: dict[str, AddFile]
     """Active files: raw ``add.path`` (URL-encoded, usually relative) -> the ``add`` action."""
     txns: dict[str, Txn]
     checkpoint_version: int | None = None
@@ -128,7 +143,7 @@ class Snapshot:
     tombstone_set: Tombstones = field(default_factory=Tombstones)
     """The ``remove`` actions still in the log (checkpoint tombstones and later removes), not re-added: kept as the
     checkpoint's Arrow column until asked for (:mod:`sparkonce.delta.log.tombstones`)."""
-    domains: dict[str, dict[str, Any]] = field(default_factory=dict)
+    domains: dict[str, DomainMetadata] = field(default_factory=dict)
     """Metadata domains (``domainMetadata`` actions, tombstones dropped): domain name -> the action."""
     notes: tuple[str, ...] = field(default=())
     """Things worth knowing about how the snapshot was built (e.g. a corrupt ``_last_checkpoint`` was
@@ -146,12 +161,12 @@ class Snapshot:
         return self.tombstone_set.paths
 
     @property
-    def tombstone_dvs(self) -> tuple[dict[str, Any], ...]:
+    def tombstone_dvs(self) -> tuple[DeletionVectorDescriptor, ...]:
         """Deletion vector descriptors of those ``remove`` actions (their files stay until VACUUM)."""
         return self.tombstone_set.dvs
 
     @property
-    def removes(self) -> dict[str, dict[str, Any]]:
+    def removes(self) -> dict[str, RemoveFile]:
         """The ``remove`` actions behind :attr:`tombstones` (what a checkpoint keeps): the logical file they name
         (:func:`sparkonce.delta.log.tombstones.file_key`: the raw path, with the deletion vector's unique id when there
         is one, as Delta reconciles them) -> the action."""
@@ -171,7 +186,7 @@ class _Listing:
     last_checkpoint: str | None
 
 
-def streaming_info(commit_info: dict[str, Any], txns: Iterable[Txn] = ()) -> tuple[str | None, int | None]:
+def streaming_info(commit_info: CommitInfo, txns: Iterable[Txn] = ()) -> tuple[str | None, int | None]:
     """Return ``(query_id, batch_id)`` of a Delta commit, or ``(None, None)`` if it is not a streaming write.
 
     Reads, in order: the ``sparkonce`` object in ``commitInfo`` (our sink), a Delta-JVM ``STREAMING UPDATE``
@@ -194,7 +209,7 @@ def streaming_info(commit_info: dict[str, Any], txns: Iterable[Txn] = ()) -> tup
     return None, None
 
 
-def _txn(txn: Any) -> Txn:
+def _txn(txn: SetTransaction) -> Txn:
     """A ``txn`` action's content as a :class:`Txn`.
 
     Raises:
@@ -474,7 +489,7 @@ class DeltaLog:
 
         return bool(self.fs.get_file_info(path).type == pafs.FileType.File)
 
-    def read_last_checkpoint(self) -> dict[str, Any] | None:
+    def read_last_checkpoint(self) -> LastCheckpoint | None:
         """Return the parsed ``_last_checkpoint``, or ``None`` when it is absent.
 
         Raises:
@@ -498,10 +513,10 @@ class DeltaLog:
         parts = data.get("parts")
         if parts is not None and (type(parts) is not int or not 0 < parts <= _MAX_CHECKPOINT_PARTS):
             raise DeltaLogError(f"{path}: 'parts' must be an integer from 1 to {_MAX_CHECKPOINT_PARTS}, not {parts!r}")
-        return data
+        return cast(LastCheckpoint, data)
 
     # ------------------------------------------------------------------ commits
-    def read_actions(self, table_version: int, *, only: tuple[bytes, ...] = ()) -> list[dict[str, Any]]:
+    def read_actions(self, table_version: int, *, only: tuple[bytes, ...] = ()) -> list[Action]:
         """Return the actions of the JSON commit of ``table_version``, in file order; with ``only`` (action names
         such as ``b"commitInfo"``) just those, the other lines left unparsed.
 
@@ -521,9 +536,9 @@ class DeltaLog:
         except OSError as err:
             raise DeltaLogError(f"{self.where(path)}: cannot read table version {table_version}: {err}") from err
 
-    def _parse_actions(self, table_version: int, raw: bytes, only: tuple[bytes, ...] = ()) -> list[dict[str, Any]]:
+    def _parse_actions(self, table_version: int, raw: bytes, only: tuple[bytes, ...] = ()) -> list[Action]:
         path = self.where(self.commit_path(table_version))
-        actions: list[dict[str, Any]] = []
+        actions: list[Action] = []
         keys = tuple(b'"' + name + b'"' for name in only)
         for lineno, line in enumerate(raw.split(b"\n"), start=1):
             if not line.strip():
@@ -531,19 +546,13 @@ class DeltaLog:
             if keys and not line[:40].lstrip(b" \t{").lstrip().startswith(keys):
                 continue
             try:
-                action = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise DeltaLogError(
-                    f"{path}: line {lineno} of table version {table_version} is not valid JSON ({err})"
-                ) from err
-            if not isinstance(action, dict):
-                raise DeltaLogError(f"{path}: line {lineno} of table version {table_version} is not a JSON object")
-            if (problem := _action_problem(action)) is not None:
-                raise DeltaLogError(f"{path}: line {lineno} of table version {table_version}: {problem}")
-            actions.append(action)
+                actions.append(parse_action(line))
+            except ActionParseError as err:
+                where = f"{path}: line {lineno} of table version {table_version}"
+                raise DeltaLogError(f"{where} {err}" if err.malformed else f"{where}: {err}") from err
         return actions
 
-    def commit_entry(self, table_version: int, actions: list[dict[str, Any]] | None = None) -> CommitEntry:
+    def commit_entry(self, table_version: int, actions: Sequence[Action] | None = None) -> CommitEntry:
         """Return the :class:`CommitEntry` of one table version (see :meth:`history`).
 
         Args:
@@ -596,7 +605,7 @@ class DeltaLog:
                 commit_info = info["commitInfo"]
                 txns = tuple(_txn(t["txn"]) for t in found)
                 if isinstance(commit_info, dict):
-                    return CommitSummary(table_version, commit_info, txns)
+                    return CommitSummary(table_version, cast(CommitInfo, commit_info), txns)
             except (ValueError, TypeError, KeyError):  # malformed: the line-by-line parse below names the line
                 pass
         commit_info = {}
@@ -794,7 +803,7 @@ class DeltaLog:
         return data_file_fs_path(self.location, raw_path)
 
 
-def advance(snapshot: Snapshot, table_version: int, actions: list[dict[str, Any]]) -> Snapshot:
+def advance(snapshot: Snapshot, table_version: int, actions: Sequence[Action]) -> Snapshot:
     """``snapshot`` with the actions of the Delta commit of ``table_version`` (the next one) applied: the state a
     writer that made that commit on top of ``snapshot`` knows without reading the log again."""
     state = _State.of(snapshot)
@@ -806,9 +815,9 @@ class _State:
     """Mutable replay state; actions are reconciled as PROTOCOL.md "Action Reconciliation" says."""
 
     def __init__(self) -> None:
-        self.metadata: dict[str, Any] = {}
-        self.protocol: dict[str, Any] = {}
-        self.files: dict[str, dict[str, Any]] = {}
+        self.metadata: Metadata | None = None
+        self.protocol: Protocol | None = None
+        self.files: dict[str, AddFile] = {}
         self.txns: dict[str, Txn] = {}
         self.sidecars: list[str] = []
         self.base_removes: list[Any] = []
@@ -816,9 +825,9 @@ class _State:
         self.base: Any = None
         """The :class:`Tombstones` base of a state copied from a snapshot."""
         self.readded: set[str] = set()
-        self.removes: dict[str, dict[str, Any]] = {}
-        self.tombstone_dvs: list[dict[str, Any]] = []
-        self.domains: dict[str, dict[str, Any]] = {}
+        self.removes: dict[str, RemoveFile] = {}
+        self.tombstone_dvs: list[DeletionVectorDescriptor] = []
+        self.domains: dict[str, DomainMetadata] = {}
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> _State:
@@ -837,7 +846,9 @@ class _State:
         return state
 
     def snapshot(self, table_version: int, checkpoint_version: int | None, notes: tuple[str, ...]) -> Snapshot:
-        """The :class:`Snapshot` this state holds at ``table_version``."""
+        """The :class:`Snapshot` this state holds at ``table_version`` (the caller checked it has a protocol and
+        metadata)."""
+        assert self.metadata is not None and self.protocol is not None
         return Snapshot(
             table_version=table_version,
             metadata=self.metadata,
@@ -859,12 +870,13 @@ class _State:
         hidden = frozenset(self.readded) if base is not None else frozenset()
         return Tombstones(base, hidden=hidden, later=self.removes, later_dvs=tuple(self.tombstone_dvs))
 
-    def _remove(self, remove: dict[str, Any]) -> None:
+    def _remove(self, remove: RemoveFile) -> None:
         self.removes[file_key(remove)] = remove
-        if isinstance(remove.get("deletionVector"), dict):
-            self.tombstone_dvs.append(remove["deletionVector"])
+        dv = remove.get("deletionVector")
+        if isinstance(dv, dict):
+            self.tombstone_dvs.append(dv)
 
-    def apply_checkpoint_action(self, action: dict[str, Any]) -> None:
+    def apply_checkpoint_action(self, action: Action) -> None:
         if "add" in action:
             add = action["add"]
             self.files[add["path"]] = add
@@ -881,7 +893,7 @@ class _State:
         elif "domainMetadata" in action:
             self.domains[str(action["domainMetadata"]["domain"])] = action["domainMetadata"]
 
-    def apply(self, actions: list[dict[str, Any]]) -> None:
+    def apply(self, actions: Sequence[Action]) -> None:
         # Removes first: a deletion-vector update is remove(path, old DV) + add(path, new DV) in one commit.
         for action in actions:
             if "remove" in action:
@@ -903,17 +915,17 @@ class _State:
             elif "domainMetadata" in action:
                 self.domains[str(action["domainMetadata"]["domain"])] = action["domainMetadata"]
 
-    def _txn(self, txn: dict[str, Any]) -> None:
+    def _txn(self, txn: SetTransaction) -> None:
         app_id = str(txn["appId"])
         self.txns[app_id] = Txn(app_id, int(txn["version"]), _as_int(txn.get("lastUpdated")))
 
 
 def _entry_from_actions(
-    table_version: int, actions: list[dict[str, Any]], file_mtime_ms: Callable[[], int | None]
+    table_version: int, actions: Sequence[Action], file_mtime_ms: Callable[[], int | None]
 ) -> CommitEntry:
-    commit_info: dict[str, Any] = {}
+    commit_info: CommitInfo = {}
     txns: list[Txn] = []
-    added: list[dict[str, Any]] = []
+    added: list[AddFile] = []
     removed = 0
     for action in actions:
         if "commitInfo" in action and isinstance(action["commitInfo"], dict):
@@ -961,7 +973,7 @@ class CommitFacts(NamedTuple):
     batch_id: int | None
 
 
-def commit_facts(commit_info: dict[str, Any], txns: Sequence[Txn]) -> CommitFacts:
+def commit_facts(commit_info: CommitInfo, txns: Sequence[Txn]) -> CommitFacts:
     """The operation, parameters and metrics of a Delta commit, and its streaming query and batch (see
     :func:`streaming_info`). Tables written before sparkonce wrote Delta's ``commitInfo`` at the top level keep the
     real operation in a nested ``sparkonce`` object, which wins. The dicts returned are the commit's own: do not
@@ -984,7 +996,7 @@ class CommitSummary(NamedTuple):
     """The ``commitInfo`` (``{}`` when there is none) and ``txn`` actions of one Delta commit."""
 
     table_version: int
-    commit_info: dict[str, Any]
+    commit_info: CommitInfo
     txns: tuple[Txn, ...]
 
 
@@ -1002,41 +1014,7 @@ def _lines_starting(raw: bytes, prefix: bytes) -> list[bytes]:
     return found
 
 
-def _action_problem(action: dict[str, Any]) -> str | None:
-    """What makes a log action unusable (a field the readers rely on is missing or of the wrong type), if anything."""
-
-    def not_int(value: Any) -> bool:
-        return isinstance(value, bool) or not isinstance(value, int)
-
-    for key in ("add", "remove"):
-        if key in action:
-            file = action[key]
-            if not isinstance(file, dict) or not isinstance(file.get("path"), str):
-                return f"{key!r} action has no string 'path'"
-            if file.get("size") is not None and not_int(file["size"]):
-                return f"{key!r} action for {file['path']} has a non-integer 'size'"
-            for field, kind in (("partitionValues", dict), ("deletionVector", dict), ("stats", str)):
-                if file.get(field) is not None and not isinstance(file[field], kind):
-                    return f"{key!r} action for {file['path']} has a malformed {field!r}"
-    if "txn" in action:
-        txn = action["txn"]
-        if not isinstance(txn, dict) or not isinstance(txn.get("appId"), str) or not_int(txn.get("version")):
-            return "'txn' action needs a string 'appId' and an integer 'version'"
-    for key in ("metaData", "protocol", "commitInfo"):
-        if key in action and not isinstance(action[key], dict):
-            return f"{key!r} action is not a JSON object"
-    if "domainMetadata" in action and not (
-        isinstance(action["domainMetadata"], dict) and isinstance(action["domainMetadata"].get("domain"), str)
-    ):
-        return "'domainMetadata' action has no string 'domain'"
-    if "sidecar" in action and not (
-        isinstance(action["sidecar"], dict) and isinstance(action["sidecar"].get("path"), str)
-    ):
-        return "'sidecar' action has no string 'path'"
-    return None
-
-
-def _added_rows(added: list[dict[str, Any]], metrics: dict[str, Any]) -> int | None:
+def _added_rows(added: Sequence[AddFile], metrics: dict[str, Any]) -> int | None:
     if not added:
         return 0
     total = 0
@@ -1065,7 +1043,7 @@ def _read_checkpoint_file(delta_log: DeltaLog, fs_path: str, state: _State) -> N
 
     A Parquet file is read column by column: ``add`` rows become dicts built field by field (no walk of each
     value), ``remove`` rows stay an Arrow column (:mod:`sparkonce.delta.log.tombstones`), and the checks of
-    :func:`_action_problem` are made on the columns' types and null counts for both.
+    :func:`~sparkonce.delta.log.actions.action_problem` are made on the columns' types and null counts for both.
     """
     path = delta_log.where(fs_path)
     if fs_path.endswith(".json"):
@@ -1076,12 +1054,11 @@ def _read_checkpoint_file(delta_log: DeltaLog, fs_path: str, state: _State) -> N
         for lineno, line in enumerate(lines, start=1):
             if line.strip():
                 try:
-                    action = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                    raise DeltaLogError(f"{path}: line {lineno} is not valid JSON ({err})") from err
-                problem = "not a JSON object" if not isinstance(action, dict) else _action_problem(action)
-                if problem is not None:
-                    raise DeltaLogError(f"{path}: line {lineno}: {problem}")
+                    action = parse_action(line)
+                except ActionParseError as err:
+                    raise DeltaLogError(
+                        f"{path}: line {lineno} {err}" if err.malformed else f"{path}: line {lineno}: {err}"
+                    ) from err
                 state.apply_checkpoint_action(action)
         return
     import pyarrow.parquet as pq
@@ -1137,15 +1114,15 @@ def _read_checkpoint_column(path: str, name: str, column: Any, state: _State) ->
         return
     for chunk in chunks:
         for value in arrow_rows(chunk):
-            action = {name: value}
-            if (problem := _action_problem(action)) is not None:
+            row = {name: value}
+            if (problem := action_problem(row)) is not None:
                 raise DeltaLogError(f"{path}: a {name!r} row of the Parquet checkpoint: {problem}")
-            state.apply_checkpoint_action(action)
+            state.apply_checkpoint_action(cast(Action, row))
 
 
 def _file_column_problem(name: str, arrow_type: Any, chunks: list[Any]) -> str | None:
-    """What :func:`_action_problem` would find in some row of an ``add`` or ``remove`` column, from its type and its
-    null counts (every row of ``chunks`` is valid)."""
+    """What :func:`~sparkonce.delta.log.actions.action_problem` would find in some row of an ``add`` or ``remove``
+    column, from its type and its null counts (every row of ``chunks`` is valid)."""
     import pyarrow as pa
 
     def text(t: Any) -> bool:

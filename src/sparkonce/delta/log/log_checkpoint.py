@@ -17,12 +17,14 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkonce.delta.log.actions import Action, LastCheckpoint
 from sparkonce.delta.log.delta_log import Snapshot
 from sparkonce.delta.log.tombstones import Tombstones, with_field
 from sparkonce.storage import TableLocation
@@ -136,7 +138,7 @@ def _tombstone_cutoff(snapshot: Snapshot, now_ms: int | None) -> int:
     return clock.earliest_real_ms(now - parse_interval_ms(retention, name=TOMBSTONE_RETENTION_PROPERTY))
 
 
-def checkpoint_actions(snapshot: Snapshot, *, now_ms: int | None = None) -> list[dict[str, Any]]:
+def checkpoint_actions(snapshot: Snapshot, *, now_ms: int | None = None) -> list[Action]:
     """The actions a checkpoint of ``snapshot`` holds, protocol and metadata first. A ``remove`` whose
     ``deletionTimestamp`` is older than ``delta.deletedFileRetentionDuration`` (Delta's default: 1 week) before
     ``now_ms`` (default: now) is left out, as Delta leaves expired tombstones out. (The rows of
@@ -156,9 +158,9 @@ def checkpoint_actions(snapshot: Snapshot, *, now_ms: int | None = None) -> list
     return actions
 
 
-def _head_actions(snapshot: Snapshot) -> list[dict[str, Any]]:
+def _head_actions(snapshot: Snapshot) -> list[Action]:
     """The checkpoint's first rows: protocol, metadata, every ``txn`` and metadata domain."""
-    actions: list[dict[str, Any]] = [{"protocol": snapshot.protocol}, {"metaData": snapshot.metadata}]
+    actions: list[Action] = [{"protocol": snapshot.protocol}, {"metaData": snapshot.metadata}]
     actions += [
         {"txn": {"appId": t.app_id, "version": t.txn_version, "lastUpdated": t.last_updated}}
         for t in snapshot.txns.values()
@@ -202,7 +204,7 @@ def checkpoint_table(snapshot: Snapshot, *, now_ms: int | None = None) -> pa.Tab
     return pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
 
 
-def _struct_rows(values: list[dict[str, Any]], arrow_type: pa.StructType) -> pa.Array:
+def _struct_rows(values: Sequence[Mapping[str, Any]], arrow_type: pa.StructType) -> pa.Array:
     """``add``/``remove`` actions as rows of ``arrow_type``: one conversion by pyarrow (maps from dicts, fields the
     type does not know dropped); the walk of :func:`_row_value` for actions pyarrow does not take as they are
     (e.g. a partition value written as a JSON number)."""
@@ -229,10 +231,10 @@ def _row_value(value: Any, arrow_type: pa.DataType) -> Any:
     return value
 
 
-def _part_table(actions: list[dict[str, Any]]) -> pa.Table:
+def _part_table(actions: Sequence[Action]) -> pa.Table:
     columns = []
     for field in CHECKPOINT_SCHEMA:
-        values = [_row_value(a.get(field.name), field.type) for a in actions]
+        values = [_row_value(cast(Mapping[str, Any], a).get(field.name), field.type) for a in actions]
         columns.append(pa.array(values, type=field.type))
     return pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
 
@@ -274,7 +276,7 @@ def write_checkpoint(location: TableLocation, snapshot: Snapshot, *, part_size: 
             chunk = table.slice(part * per_part, per_part)
             name = f"_delta_log/{version:020d}.checkpoint.{part + 1:010d}.{parts:010d}.parquet"
             location.put(name, _parquet(chunk))
-    last: dict[str, Any] = {"version": version, "size": len(table)}
+    last: LastCheckpoint = {"version": version, "size": len(table)}
     if parts > 1:
         last["parts"] = parts
     location.put("_delta_log/_last_checkpoint", json.dumps(last, separators=(",", ":")).encode())

@@ -23,11 +23,12 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sparkonce._version import __version__
+from sparkonce.delta.log.actions import AddFile, CommitInfo, Metadata, RemoveFile
 from sparkonce.errors import UnsupportedFeatureError
 
 ENGINE_INFO = f"sparkonce/{__version__}"
@@ -176,9 +177,9 @@ def commit_info(
     blind_append: bool,
     metrics: Mapping[str, Any],
     now_ms: int,
-) -> dict[str, Any]:
+) -> CommitInfo:
     """The ``commitInfo`` action: Delta's fields first, in Delta's order, then sparkonce's."""
-    info: dict[str, Any] = {
+    info: dict[str, Any] = {  # CommitInfo, with the caller's other top-level fields
         "timestamp": now_ms,
         "operation": operation.name,
         "operationParameters": {k: parameter_string(v) for k, v in operation.parameters.items()},
@@ -195,7 +196,7 @@ def commit_info(
     for key, value in operation.other.items():
         info.setdefault(key, value)
     info["sparkonce"] = {"engine": ENGINE_INFO, **{k: v for k, v in operation.extras.items() if k != "engine"}}
-    return info
+    return cast(CommitInfo, info)
 
 
 def file_metrics(operation: str, added: Sequence[Mapping[str, Any]], removed: int) -> dict[str, str]:
@@ -244,9 +245,9 @@ def new_table_metadata(
     configuration: Mapping[str, str],
     *,
     description: str | None = None,
-) -> dict[str, Any]:
+) -> Metadata:
     """The ``metaData`` action of a table sparkonce creates (``description``: the table's comment)."""
-    return {
+    metadata = {
         "id": str(uuid.uuid4()),
         **({"description": description} if description is not None else {}),
         "format": {"provider": "parquet", "options": {}},
@@ -255,6 +256,30 @@ def new_table_metadata(
         "configuration": dict(configuration),
         "createdTime": int(time.time() * 1000),
     }
+    return cast(Metadata, metadata)
+
+
+def remove_action(add: AddFile, *, deletion_timestamp: int, data_change: bool) -> RemoveFile:
+    """The ``remove`` action of the file an ``add`` action names, with extended file metadata, as Delta writes it
+    (``AddFile.removeWithTimestamp``): its tags, deletion vector and row tracking fields carried over, since a reader
+    matches a ``remove`` to its ``add`` on path and deletion vector."""
+    remove: RemoveFile = {
+        "path": add["path"],
+        "deletionTimestamp": deletion_timestamp,
+        "dataChange": data_change,
+        "extendedFileMetadata": True,
+        "partitionValues": dict(add.get("partitionValues") or {}),
+        "size": int(add.get("size") or 0),
+    }
+    if add.get("tags") is not None:
+        remove["tags"] = add.get("tags")
+    if add.get("deletionVector") is not None:
+        remove["deletionVector"] = add.get("deletionVector")
+    if add.get("baseRowId") is not None:
+        remove["baseRowId"] = add.get("baseRowId")
+    if add.get("defaultRowCommitVersion") is not None:
+        remove["defaultRowCommitVersion"] = add.get("defaultRowCommitVersion")
+    return remove
 
 
 def writer_features(protocol: Mapping[str, Any]) -> frozenset[str]:
@@ -310,11 +335,6 @@ def _refuse(table: str, operation: str, why: str) -> None:
     raise UnsupportedFeatureError(f"{operation} on {table}: {why}; nothing was written")
 
 
-def encode_entry(actions: Iterable[Mapping[str, Any]]) -> bytes:
-    """A Delta commit file: one JSON object per line."""
-    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode("utf-8")
-
-
 __all__ = [
     "DELTA_TESTING_ENV",
     "TEST_WRITER_FEATURES",
@@ -329,9 +349,9 @@ __all__ = [
     "delta_testing",
     "commit_info",
     "commit_metadata",
-    "encode_entry",
     "file_metrics",
     "new_table_metadata",
     "parameter_string",
+    "remove_action",
     "writer_features",
 ]

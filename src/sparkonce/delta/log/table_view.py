@@ -1,4 +1,9 @@
-"""Driver side: the table as the commit path sees it, from sparkonce's own log reader, kept between batches.
+"""Driver side: a table's state, from sparkonce's own log reader, kept between batches: the one door to it.
+
+:func:`existing_table` (and :func:`current_table`, None when there is no table) is how sparkonce asks for a table's
+state: a :class:`LogTable` over a :class:`~sparkonce.delta.log.delta_log.Snapshot`. :class:`DeltaLog` stays the log
+reader below it (listing, commits, history, checkpoints); delta-rs (``sparkonce.delta.txn.commit.load_table``) is
+kept for what the log code does not do (docs/architecture.md, "Table state").
 
 A stream commits every few seconds for months; its table grows to 10^5..10^6 table versions. Opening the table
 through delta-rs for every batch lists the whole ``_delta_log`` (its cost grows with the log's length). The commit
@@ -148,16 +153,20 @@ def current_table(table: str | TableLocation) -> LogTable | None:
     return LogTable(location, snapshot)
 
 
-def existing_table(table: str | TableLocation) -> LogTable:
-    """:func:`current_table` for a table that must exist. Unlike delta-rs, it opens a table whose protocol names
-    features delta-rs does not know (Delta's test features, newer reader features): the metadata commits and
-    ``DESCRIBE DETAIL`` read it here. Runs on the driver.
+def existing_table(table: str | TableLocation, *, table_version: int | None = None) -> LogTable:
+    """The one door to a table's state: the table at its latest table version (:func:`current_table`, kept between
+    calls) or at ``table_version``, for a table that must exist. Unlike delta-rs, it opens a table whose protocol
+    names features delta-rs does not know (Delta's test features, newer reader features). Runs on the driver.
 
     Raises:
         TableNotFoundError: no Delta table there.
+        VersionNotFoundError: ``table_version`` is beyond the latest or was removed by log cleanup.
         DeltaLogError: the log cannot be read.
         StorageError: the store cannot be reached.
     """
+    if table_version is not None:
+        location = table_location(table)
+        return LogTable(location, DeltaLog(location).snapshot(table_version))
     found = current_table(table)
     if found is None:
         raise TableNotFoundError(f"{table_location(table)} is not a Delta table (no _delta_log commits found)")

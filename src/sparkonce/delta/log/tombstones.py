@@ -18,13 +18,15 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from sparkonce.delta.log.actions import DeletionVectorDescriptor, RemoveFile
+
 if TYPE_CHECKING:  # pyarrow is imported on first use: importing the log reader stays cheap
     import pyarrow as pa
 
 __all__ = ["Tombstones", "arrow_rows", "conform", "file_key"]
 
 
-def file_key(action: dict[str, Any]) -> str:
+def file_key(action: Mapping[str, Any]) -> str:
     """The logical file an ``add`` or ``remove`` action names (PROTOCOL.md "Action Reconciliation": its path and
     its deletion vector's unique id): the raw path, followed by ``#`` and the unique id (``storageType``,
     ``pathOrInlineDv``, ``@offset`` when there is one) when the action has a deletion vector. A deletion vector
@@ -78,12 +80,12 @@ class Tombstones:
         base: pa.StructArray | None = None,
         *,
         hidden: frozenset[str] = frozenset(),
-        later: Mapping[str, dict[str, Any]] | None = None,
-        later_dvs: tuple[dict[str, Any], ...] = (),
+        later: Mapping[str, RemoveFile] | None = None,
+        later_dvs: tuple[DeletionVectorDescriptor, ...] = (),
     ) -> None:
         self.base = base if base is not None and len(base) else None
         self.hidden = hidden
-        self.later: Mapping[str, dict[str, Any]] = later or {}
+        self.later: Mapping[str, RemoveFile] = later or {}
         self.later_dvs = later_dvs
 
     def __len__(self) -> int:
@@ -113,10 +115,10 @@ class Tombstones:
         return self.base.filter(keep)
 
     @cached_property
-    def removes(self) -> dict[str, dict[str, Any]]:
+    def removes(self) -> dict[str, RemoveFile]:
         """The logical file (:func:`file_key`: the raw path, with the deletion vector's id when it has one) -> the
         ``remove`` action (JSON shape: maps as dicts, unset fields left out)."""
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, RemoveFile] = {}
         kept = self._kept_base
         if kept is not None:
             for row in arrow_rows(kept):
@@ -132,9 +134,9 @@ class Tombstones:
         return base.union(str(r["path"]) for r in self.later.values())
 
     @cached_property
-    def dvs(self) -> tuple[dict[str, Any], ...]:
+    def dvs(self) -> tuple[DeletionVectorDescriptor, ...]:
         """The deletion vector descriptors of every ``remove`` the state read (their files stay until VACUUM)."""
-        found: list[dict[str, Any]] = []
+        found: list[DeletionVectorDescriptor] = []
         if self.base is not None and self.base.type.get_field_index("deletionVector") >= 0:
             column = self.base.field("deletionVector")
             found = [dv for dv in arrow_rows(column.filter(column.is_valid())) if dv]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sparkonce._types import TableVersion
+from sparkonce.delta.log.actions import Action, Protocol
 from sparkonce.delta.log.log_entry import (
     Operation,
     check_writable,
@@ -345,8 +346,8 @@ def _commit_metadata(
     max_attempts: int,
     *,
     features: Sequence[str] = (),
-    downgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    more_actions: Callable[[Any], list[dict[str, Any]]] | None = None,
+    downgrade: Callable[[Protocol], Protocol] | None = None,
+    more_actions: Callable[[Any], list[Action]] | None = None,
     partition_columns: Callable[[Any], tuple[str, ...]] | None = None,
 ) -> TableVersion:
     """One Delta commit of a new ``metaData`` (and protocol, when the change needs a newer one), made on the newest
@@ -365,7 +366,7 @@ def _commit_metadata(
         CommitRetriesExceededError: lost ``max_attempts`` races in a row.
     """
     transaction = Transaction(location, what=operation.name, changes_metadata=True, max_attempts=max_attempts)
-    planned: tuple[dict[str, str], dict[str, Any]] | None = None
+    planned: tuple[dict[str, str], Protocol] | None = None
     """The configuration and protocol of the last attempt."""
 
     def plan(attempt: int) -> PlannedCommit:
@@ -403,7 +404,7 @@ def _commit_metadata(
             metrics={},
             now_ms=now,
         )
-        actions: list[dict[str, Any]] = [{"commitInfo": info}]
+        actions: list[Action] = [{"commitInfo": info}]
         if new_protocol != current:
             actions.append({"protocol": new_protocol})
         metadata = snapshot.metadata()
@@ -464,7 +465,7 @@ def alter_clustering(
         configuration = {str(k): str(v) for k, v in current.metadata().configuration.items() if v is not None}
         return configuration, current.schema().to_json(), {}
 
-    def domain(current: Any) -> list[dict[str, Any]]:
+    def domain(current: Any) -> list[Action]:
         return [clustering.domain_action(names, json.loads(current.schema().to_json())["fields"])]
 
     return _commit_metadata(

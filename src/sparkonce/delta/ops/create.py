@@ -65,7 +65,8 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
             Delta's.
         OptionError: an unknown or malformed ``delta.*`` property.
     """
-    from sparkonce.delta.txn.commit import load_table, table_exists
+    from sparkonce.delta.log.table_view import existing_table
+    from sparkonce.delta.txn.commit import table_exists
 
     shown = request.shown or ".".join(request.name or ()) or str(request.location)
     replace = request.mode in ("replace", "createOrReplace")
@@ -129,7 +130,7 @@ def create_table(spark: SparkSession, request: CreateRequest) -> Created:
         if request.name is None:
             raise analysis_error("DELTA_TABLE_ALREADY_EXISTS", f"Table {shown} already exists.")
         if frame is not None:
-            have = spark_schema(load_table(location)).simpleString()
+            have = spark_schema(existing_table(location)).simpleString()
             want = frame.schema.simpleString()
             if have.lower() != want.lower():
                 raise SqlError(

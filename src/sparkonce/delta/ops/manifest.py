@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from sparkonce.delta.log.delta_log import DeltaLog
 from sparkonce.delta.log.paths import data_file_uri, require_fs_path
+from sparkonce.delta.log.table_view import existing_table
 from sparkonce.delta.write.files import partition_directory
 from sparkonce.errors import UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
@@ -42,7 +42,7 @@ def generate_symlink_manifest(table: str | TableLocation) -> ManifestResult:
     import pyarrow.fs as pafs
 
     location = table_location(table)
-    snapshot = DeltaLog(location).snapshot()
+    snapshot = existing_table(location).snapshot
     files = list(snapshot.files.values())
     if any(add.get("deletionVector") for add in files):
         raise UnsupportedFeatureError(

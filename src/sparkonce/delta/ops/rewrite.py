@@ -19,6 +19,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from sparkonce.delta.log.actions import DeletionVectorDescriptor
 from sparkonce.delta.log.log_entry import WrittenFile, commit_metadata
 from sparkonce.delta.log.paths import require_fs_path
 from sparkonce.delta.read.native import file_rows
@@ -81,7 +82,7 @@ class TableFile:
     """Rows in the Parquet file, deleted ones included (the ``add`` action's stats)."""
     min_values: dict[str, Any]
     max_values: dict[str, Any]
-    deletion_vector: dict[str, Any] | None = None
+    deletion_vector: DeletionVectorDescriptor | None = None
     """The ``add`` action's ``deletionVector`` descriptor (rows of the file the table has deleted), if any."""
     deletion_vector_rows: DeletionVector | None = None
     """The same, resolved for executors to load."""
@@ -209,12 +210,14 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
     )
 
 
-def _deletion_vectors(location: TableLocation, table: DeltaTable) -> dict[str, tuple[dict[str, Any], DeletionVector]]:
+def _deletion_vectors(
+    location: TableLocation, table: DeltaTable
+) -> dict[str, tuple[DeletionVectorDescriptor, DeletionVector]]:
     """Decoded data file path -> its ``add`` action's deletion vector descriptor, and resolved (delta-rs does not
     expose the descriptors: they come from sparkonce's own log replay of the loaded table version)."""
     from sparkonce.delta.log.delta_log import DeltaLog
 
-    result: dict[str, tuple[dict[str, Any], DeletionVector]] = {}
+    result: dict[str, tuple[DeletionVectorDescriptor, DeletionVector]] = {}
     for path, add in DeltaLog(location).snapshot(table.version()).files.items():
         descriptor = add.get("deletionVector")
         if isinstance(descriptor, dict):
@@ -226,7 +229,7 @@ def _deletion_vectors(location: TableLocation, table: DeltaTable) -> dict[str, t
 def _active_files(
     table: DeltaTable,
     partition_columns: Sequence[str],
-    deletion_vectors: Mapping[str, tuple[dict[str, Any], DeletionVector]],
+    deletion_vectors: Mapping[str, tuple[DeletionVectorDescriptor, DeletionVector]],
     physical_names: Mapping[str, str],
 ) -> list[TableFile]:
     """The active files, with partition values and top-level min/max stats under logical column names (the log

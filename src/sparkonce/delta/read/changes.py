@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from sparkonce.delta.log.actions import Action
 from sparkonce.delta.log.paths import data_file_uri, require_fs_path
 from sparkonce.delta.read.reader import DataFile, ScanSchema, read_files
 from sparkonce.delta.table.deletion_vectors import DeletionVector
@@ -260,7 +261,7 @@ def plan_changes(
 def commit_changes(
     delta_log: DeltaLog,
     table_version: int,
-    actions: list[dict[str, Any]],
+    actions: Sequence[Action],
     *,
     start: int,
     end: int,
@@ -275,8 +276,7 @@ def commit_changes(
         OptionError: the commit turns the change data feed off (``DELTA_MISSING_CHANGE_DATA``), naming ``option``.
     """
     for action in actions:
-        metadata = action.get("metaData")
-        if isinstance(metadata, dict) and not cdf_enabled(metadata.get("configuration") or {}):
+        if "metaData" in action and not cdf_enabled(action["metaData"].get("configuration") or {}):
             raise _not_recorded(table_version, start, end, table, option)
     timestamp = delta_log.commit_entry(table_version, actions).timestamp_ms or 0
     files = _commit_files(actions, delta_log.location, table_version, timestamp, partition_names or {})

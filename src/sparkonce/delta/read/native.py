@@ -53,7 +53,7 @@ from py4j.protocol import Py4JError
 
 from sparkonce.delta.log.delta_log import DeltaLog, Snapshot
 from sparkonce.delta.log.paths import require_fs_path
-from sparkonce.delta.log.table_view import current_table
+from sparkonce.delta.log.table_view import current_table, existing_table
 from sparkonce.delta.read.reader import check_protocol_readable, version_as_of_timestamp
 from sparkonce.delta.table.deletion_vectors import DeletionVector, deleted_rows
 from sparkonce.delta.table.options import ReadOptions
@@ -132,7 +132,11 @@ def native_frame(spark: SparkSession, options: ReadOptions, *, catalog_table: An
     if not reads_natively(spark, options.location):
         return None
     pinned = _pinned_version(options)
-    snapshot = DeltaLog(options.location).snapshot(pinned) if pinned is not None else latest_snapshot(options.location)
+    snapshot = (
+        existing_table(options.location, table_version=pinned).snapshot
+        if pinned is not None
+        else latest_snapshot(options.location)
+    )
     check_protocol_readable(snapshot.protocol, options.path, fields=_schema_fields(snapshot))
     index = _index_of(spark, options.location, snapshot, pinned=pinned is not None)
     frame = index.frame(catalog_table)
@@ -1069,7 +1073,7 @@ def file_rows(
     if held is not None and held.snapshot.table_version == table_version:
         snapshot = held.snapshot
     else:
-        snapshot = DeltaLog(location).snapshot(table_version)
+        snapshot = existing_table(location, table_version=table_version).snapshot
     missing = [p for p in paths if p not in snapshot.files]
     if missing:
         raise DeltaLogError(

@@ -37,11 +37,12 @@ import uuid
 import weakref
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from py4j.protocol import Py4JError
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxFiles
 
+from sparkonce.delta.log.actions import Metadata, Protocol
 from sparkonce.delta.log.delta_log import Snapshot
 from sparkonce.delta.read.native import FileSetIndex, jvm_of, latest_snapshot, reads_natively
 from sparkonce.delta.read.reader import check_protocol_readable
@@ -101,9 +102,9 @@ def prepare_stream(spark: SparkSession, options: Mapping[str, str]) -> tuple[Str
     snapshot = latest_snapshot(parsed.location)
     entry = tracked_entry(parsed, str(snapshot.metadata.get("id")))
     if entry is not None:  # schema tracking: read with the schema log's entry (Delta's readSnapshotDescriptor)
-        snapshot = replace(
-            snapshot, metadata=entry.metadata_action(snapshot.metadata), protocol=entry.protocol or snapshot.protocol
-        )
+        metadata = cast(Metadata, entry.metadata_action(snapshot.metadata))  # the snapshot's, with the entry's schema
+        protocol = cast(Protocol, entry.protocol) if entry.protocol else snapshot.protocol  # the log's JSON
+        snapshot = replace(snapshot, metadata=metadata, protocol=protocol)
     fields = json.loads(str(snapshot.metadata.get("schemaString") or "{}")).get("fields") or []
     check_protocol_readable(snapshot.protocol, parsed.path, fields=fields)
     return parsed, snapshot

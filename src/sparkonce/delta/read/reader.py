@@ -301,9 +301,9 @@ def _deletion_vectors(table: DeltaTable, location: TableLocation) -> dict[str, D
     descriptors, so they come from sparkonce's own log replay; only on tables that can have them)."""
     if "deletionVectors" not in set(table.protocol().reader_features or []):
         return {}
-    from sparkonce.delta.log.delta_log import DeltaLog
+    from sparkonce.delta.log.table_view import existing_table
 
-    snapshot = DeltaLog(location).snapshot(table.version())
+    snapshot = existing_table(location, table_version=table.version()).snapshot
     result: dict[str, DeletionVector] = {}
     for path, add in snapshot.files.items():
         descriptor = add.get("deletionVector")

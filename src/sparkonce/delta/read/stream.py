@@ -59,6 +59,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from sparkonce.crash import crash_point
+from sparkonce.delta.log.actions import Action, AddFile, Metadata, Protocol
 from sparkonce.delta.log.delta_log import DeltaLog
 from sparkonce.delta.read.reader import (
     SUPPORTED_READER_FEATURES,
@@ -566,7 +567,7 @@ class _TableState:
         """The schema log's newest entry: what the stream reads with (None: no schema tracking, or none yet)."""
         self._changes: dict[int, VersionChanges] = {}
         self._snapshots: dict[int, tuple[DataFile, ...]] = {}
-        self._metadata: dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
+        self._metadata: dict[int, tuple[Metadata | None, Protocol | None]] = {}
 
     @classmethod
     def open(cls, options: StreamReadOptions, schema: StructType) -> _TableState:
@@ -623,7 +624,7 @@ class _TableState:
         metadata, protocol = self.metadata_actions(table_version)
         return differs(self.entry, metadata, protocol)
 
-    def metadata_actions(self, table_version: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def metadata_actions(self, table_version: int) -> tuple[Metadata | None, Protocol | None]:
         """The ``metaData`` and ``protocol`` actions of the commit of ``table_version`` (None where it has none)."""
         cached = self._metadata.get(table_version)
         if cached is None:
@@ -638,10 +639,10 @@ class _TableState:
             cached = self._metadata[table_version]
         return cached
 
-    def note_metadata(self, table_version: int, actions: Sequence[Mapping[str, Any]]) -> None:
+    def note_metadata(self, table_version: int, actions: Sequence[Action]) -> None:
         """Keep the ``metaData`` / ``protocol`` actions of a commit read for planning."""
-        metadata = next((dict(a["metaData"]) for a in actions if "metaData" in a), None)
-        protocol = next((dict(a["protocol"]) for a in actions if "protocol" in a), None)
+        metadata = next((Metadata(**a["metaData"]) for a in actions if "metaData" in a), None)
+        protocol = next((Protocol(**a["protocol"]) for a in actions if "protocol" in a), None)
         self._metadata[table_version] = (metadata, protocol)
 
     def entry_at(self, table_version: int, *, snapshot: bool = False) -> PersistedMetadata:
@@ -700,7 +701,7 @@ class _TableState:
             )
         return cached
 
-    def _check_snapshot_metadata(self, table_version: int, metadata: dict[str, Any], protocol: dict[str, Any]) -> None:
+    def _check_snapshot_metadata(self, table_version: int, metadata: Metadata, protocol: Protocol) -> None:
         """Under schema tracking, the initial snapshot a stream reads is newer than its entry and has other metadata
         (a commit landed between the entry and the stream's first offset): the snapshot's metadata replaces the
         entry and the query stops for a restart (Delta's ``getSnapshotAt``).
@@ -733,7 +734,7 @@ class _TableState:
             self._changes[table_version] = cached
         return cached
 
-    def _classify(self, table_version: int, actions: list[dict[str, Any]]) -> VersionChanges:
+    def _classify(self, table_version: int, actions: Sequence[Action]) -> VersionChanges:
         adds = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
         removes = [a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)]
         for action in actions:
@@ -764,7 +765,7 @@ class _TableState:
             return VersionChanges(table_version, (), problem=problem)
         return VersionChanges(table_version, tuple(self._data_file(a, table_version) for a in adds))
 
-    def _check_metadata(self, table_version: int, metadata: dict[str, Any]) -> None:
+    def _check_metadata(self, table_version: int, metadata: Metadata) -> None:
         new_id = metadata.get("id")
         if new_id is not None and new_id != self.table_id:
             raise SourceOffsetError(
@@ -818,7 +819,7 @@ class _TableState:
                 new_columns,
             )
 
-    def _check_mapped_schema(self, table_version: int, metadata: dict[str, Any]) -> None:
+    def _check_mapped_schema(self, table_version: int, metadata: Metadata) -> None:
         """A column-mapped table's rename or drop between the schema the stream reads and ``metadata``'s stops the
         stream with Delta's error for readers without schema tracking
         (``DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE_USE_SCHEMA_LOG``): a field's physical name under another
@@ -848,7 +849,7 @@ class _TableState:
             f"{table_version})"
         )
 
-    def _data_file(self, add: dict[str, Any], table_version: int) -> DataFile:
+    def _data_file(self, add: AddFile, table_version: int) -> DataFile:
         raw = str(add["path"])
         fs_path = self.delta_log.data_file_fs_path(raw)
         if fs_path is None:
@@ -931,12 +932,12 @@ def tracked_schema(options: Mapping[str, str]) -> StructType | None:
     """The schema of ``readStream.format("delta")`` under schema tracking (the schema log's newest entry), None
     when the stream has no ``schemaTrackingLocation`` or its log is empty (then the table's latest schema is the
     stream's, as in Delta). Runs where Spark asks a data source for its schema."""
-    from sparkonce.delta.txn.commit import load_table
+    from sparkonce.delta.log.table_view import existing_table
 
     parsed = StreamReadOptions.parse(options)
     if parsed.schema_tracking_location is None:
         return None
-    entry = tracked_entry(parsed, str(load_table(parsed.location).metadata().id))
+    entry = tracked_entry(parsed, str(existing_table(parsed.location).metadata().id))
     return None if entry is None else entry_schema(entry)
 
 
@@ -1042,7 +1043,7 @@ def _first_tracked_version(
     return latest
 
 
-def _check_protocol(table_version: int, protocol: dict[str, Any], path: str) -> None:
+def _check_protocol(table_version: int, protocol: Protocol, path: str) -> None:
     features = set(protocol.get("readerFeatures") or [])
     unsupported = sorted(features - SUPPORTED_READER_FEATURES)
     if unsupported or int(protocol.get("minReaderVersion", 1)) > 3:

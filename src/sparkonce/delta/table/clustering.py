@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sparkonce.delta.log.actions import DomainMetadataAction, Protocol
 from sparkonce.delta.table.skipping import top_level_stats_columns
 from sparkonce.errors import OptionError, SqlError
 
@@ -133,7 +134,7 @@ def _logical(physical: str, fields: Iterable[Mapping[str, Any]]) -> str:
     return physical
 
 
-def domain_action(columns: Sequence[str], fields: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def domain_action(columns: Sequence[str], fields: Sequence[Mapping[str, Any]]) -> DomainMetadataAction:
     """The ``domainMetadata`` action that makes ``columns`` (logical names, checked) the clustering columns; no
     columns: clustering by nothing (``CLUSTER BY NONE``, still a clustered table, as Delta writes it)."""
     configuration = {"clusteringColumns": [[_physical(c, fields)] for c in columns]}
@@ -146,13 +147,13 @@ def domain_action(columns: Sequence[str], fields: Sequence[Mapping[str, Any]]) -
     }
 
 
-def with_features(protocol: Mapping[str, Any]) -> dict[str, Any]:
+def with_features(protocol: Mapping[str, Any]) -> Protocol:
     """``protocol`` raised to writer version 7 with the clustering features (the legacy features its writer
     version implied named too, as Delta upgrades a protocol to table features)."""
     from sparkonce.delta.log.log_entry import writer_features
 
     features = set(writer_features(protocol)) | set(FEATURES)
-    out: dict[str, Any] = {"minReaderVersion": int(protocol.get("minReaderVersion") or 1), "minWriterVersion": 7}
+    out: Protocol = {"minReaderVersion": int(protocol.get("minReaderVersion") or 1), "minWriterVersion": 7}
     if "readerFeatures" in protocol:
         out["readerFeatures"] = list(protocol["readerFeatures"])
     out["writerFeatures"] = sorted(features)
@@ -187,9 +188,9 @@ def clustering_columns(
 def table_clustering(location: Any, table_version: int | None = None) -> tuple[str, ...] | None:
     """The clustering columns of the table at ``location`` (a path or :class:`TableLocation`); None when it is not
     clustered (:func:`clustering_columns`)."""
-    from sparkonce.delta.log.delta_log import DeltaLog
+    from sparkonce.delta.log.table_view import existing_table
 
-    snapshot = DeltaLog(location).snapshot(table_version)
+    snapshot = existing_table(location, table_version=table_version).snapshot
     if not snapshot.domains:
         return None
     fields = json.loads(snapshot.metadata.get("schemaString") or '{"fields": []}')["fields"]

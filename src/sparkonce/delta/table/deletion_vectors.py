@@ -25,6 +25,7 @@ import os
 import struct
 import uuid
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlparse
@@ -61,7 +62,7 @@ class DeletionVector:
 
     @classmethod
     def from_action(
-        cls, descriptor: dict[str, Any], table_root: str | TableLocation, *, data_file: str
+        cls, descriptor: Mapping[str, Any], table_root: str | TableLocation, *, data_file: str
     ) -> DeletionVector:
         """Resolve an ``add`` action's ``deletionVector`` against the table root.
 
@@ -213,7 +214,7 @@ def keep_mask(dv: DeletionVector, num_rows: int, *, data_file: str) -> np.ndarra
     return mask
 
 
-def dv_relative_path(deletion_vector: dict[str, Any]) -> str | None:
+def dv_relative_path(deletion_vector: Mapping[str, Any]) -> str | None:
     """Return the table-relative path of a deletion vector file (storage type ``u``), else ``None``.
 
     ``pathOrInlineDv`` is ``<random prefix><20 Z85 chars of a UUID>``; the file is

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sparkonce.delta.log.actions import Protocol
 from sparkonce.errors import OptionError, UnsupportedFeatureError
 
 SESSION_DEFAULTS_PREFIX = "spark.databricks.delta.properties.defaults."
@@ -167,7 +168,7 @@ def enabled(configuration: Mapping[str, str], name: str) -> bool:
     return (property_value(configuration, name) or "").strip().lower() == "true"
 
 
-def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> dict[str, Any]:
+def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> Protocol:
     """The protocol of a table sparkonce creates with ``configuration``: the lowest that its columns and
     properties need, (1, 2) when nothing more.
 
@@ -223,7 +224,7 @@ def new_table_protocol(schema_string: str, configuration: Mapping[str, str]) -> 
     if mapped:
         reader_features.add("columnMapping")
         writer_features.add("columnMapping")
-    protocol: dict[str, Any] = {"minReaderVersion": 3 if reader_features else max(reader, 1), "minWriterVersion": 7}
+    protocol: Protocol = {"minReaderVersion": 3 if reader_features else max(reader, 1), "minWriterVersion": 7}
     if reader_features:
         protocol["readerFeatures"] = sorted(reader_features)
     protocol["writerFeatures"] = sorted(writer_features)

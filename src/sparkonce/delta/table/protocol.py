@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sparkonce.delta.log.actions import Protocol
 from sparkonce.delta.log.log_entry import delta_testing
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def supported_features(protocol: Mapping[str, Any]) -> set[str]:
     return named | {f.name for f in _FEATURES if f.legacy and f.min_reader <= reader and f.min_writer <= writer}
 
 
-def weakest_protocol(features: Iterable[str]) -> dict[str, Any]:
+def weakest_protocol(features: Iterable[str]) -> Protocol:
     """The weakest protocol that supports exactly ``features`` (Delta's ``normalized``): the legacy versions when
     those imply exactly these features, else table features at writer 7 (reader 3 when a reader-writer feature
     that is not legacy is among them)."""
@@ -135,17 +136,17 @@ def weakest_protocol(features: Iterable[str]) -> dict[str, Any]:
         reader = max(reader, f.min_reader if f is not None else TABLE_FEATURES_READER_VERSION)
         writer = max(writer, f.min_writer if f is not None else TABLE_FEATURES_WRITER_VERSION)
     if writer < TABLE_FEATURES_WRITER_VERSION:
-        legacy = {"minReaderVersion": reader, "minWriterVersion": writer}
+        legacy: Protocol = {"minReaderVersion": reader, "minWriterVersion": writer}
         if supported_features(legacy) == wanted:
             return legacy
-    out: dict[str, Any] = {"minReaderVersion": reader, "minWriterVersion": TABLE_FEATURES_WRITER_VERSION}
+    out: Protocol = {"minReaderVersion": reader, "minWriterVersion": TABLE_FEATURES_WRITER_VERSION}
     if reader >= TABLE_FEATURES_READER_VERSION:
         out["readerFeatures"] = sorted(n for n in wanted if (known.get(n.lower()) or _unknown(n)).reader_writer)
     out["writerFeatures"] = sorted(wanted)
     return out
 
 
-def merged(*protocols: Mapping[str, Any]) -> dict[str, Any]:
+def merged(*protocols: Mapping[str, Any]) -> Protocol:
     """Delta's ``Protocol.merge``: the weakest protocol supporting every feature of ``protocols``."""
     features: set[str] = set()
     for protocol in protocols:
@@ -153,25 +154,25 @@ def merged(*protocols: Mapping[str, Any]) -> dict[str, Any]:
     return weakest_protocol(features)
 
 
-def without(protocol: Mapping[str, Any], name: str) -> dict[str, Any]:
+def without(protocol: Mapping[str, Any], name: str) -> Protocol:
     """``protocol`` without the feature ``name``, in its weakest form (Delta's ``removeFeature``)."""
     return weakest_protocol(supported_features(protocol) - {name})
 
 
 def upgraded(
-    current: dict[str, Any],
-    needed: dict[str, Any],
+    current: Protocol,
+    needed: Protocol,
     requested: Mapping[str, int],
     *,
     table: str,
     features: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> Protocol:
     """The protocol after an upgrade, as Delta makes it (:func:`merged`): ``current`` merged with what the metadata
     ``needs``, the versions ``requested`` (``delta.minReaderVersion`` / ``delta.minWriterVersion``,
     ``upgradeTableProtocol``) and the table ``features`` asked for. Versions below the table's ask for nothing new:
     a no-op, never a downgrade (Delta's ``delta.protocol.downgradeIgnored``). ``table``: named in the log line of
     an upgrade."""
-    asked: dict[str, Any] = {
+    asked: Protocol = {
         "minReaderVersion": requested.get("minReaderVersion", int(current["minReaderVersion"])),
         "minWriterVersion": requested.get("minWriterVersion", int(current["minWriterVersion"])),
     }

@@ -39,6 +39,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from sparkonce.delta.log.actions import Metadata, Protocol
 from sparkonce.delta.log.delta_log import DeltaLog
 from sparkonce.delta.table.column_mapping import PHYSICAL_NAME_KEY
 from sparkonce.delta.table.type_widening import sql_name, widens_to
@@ -649,8 +650,8 @@ def merged_consecutive(entry: PersistedMetadata, delta_log: DeltaLog) -> Persist
     that cannot be read ends the look-ahead."""
     version = entry.delta_commit_version
     latest = delta_log.latest_version()
-    metadata: dict[str, Any] | None = None
-    protocol: dict[str, Any] | None = None
+    metadata: Metadata | None = None
+    protocol: Protocol | None = None
     last = None
     while version <= latest:
         try:

@@ -39,12 +39,26 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
 
 from sparkonce._types import TableVersion
+from sparkonce.delta.log.actions import (
+    Action,
+    AddAction,
+    AddFile,
+    CdcAction,
+    CommitInfo,
+    DeletionVectorDescriptor,
+    Metadata,
+    PartitionValues,
+    Protocol,
+    RemoveAction,
+    RemoveFile,
+    encode_actions,
+)
 from sparkonce.delta.log.delta_log import DeltaLog, Snapshot, advance
 from sparkonce.delta.log.log_checkpoint import write_checkpoint
 from sparkonce.delta.log.log_entry import (
@@ -53,12 +67,11 @@ from sparkonce.delta.log.log_entry import (
     WrittenFile,
     check_writable,
     commit_info,
-    encode_entry,
     file_metrics,
     new_table_metadata,
     overwrite_metrics,
 )
-from sparkonce.delta.log.table_view import AnyTable, LogTable, current_table, remember_table
+from sparkonce.delta.log.table_view import AnyTable, LogTable, current_table, existing_table, remember_table
 from sparkonce.delta.table import type_widening
 from sparkonce.delta.table.column_mapping import mapping_mode, new_table_columns, replaced_columns, with_new_columns
 from sparkonce.delta.table.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
@@ -121,8 +134,8 @@ class RemovedFile:
     path: str
     """As the table's ``add`` action names it, relative to the table root."""
     size: int
-    partition_values: dict[str, str | None]
-    deletion_vector: dict[str, Any] | None = None
+    partition_values: PartitionValues
+    deletion_vector: DeletionVectorDescriptor | None = None
     """The ``deletionVector`` descriptor of the file's ``add`` action: the ``remove`` must carry it, since a Delta
     reader matches an ``add`` and its ``remove`` on (path, deletion vector)."""
 
@@ -284,6 +297,7 @@ def commit_files(
     change_files: Iterable[WrittenFile] = (),
     read: ReadSet | None = None,
     checkpoint_part_size: int | None = None,
+    create_only: bool = False,
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -312,7 +326,8 @@ def commit_files(
     ``read_version`` is checked against it by Delta's rules (:mod:`sparkonce.delta.txn.conflicts`) before this commit
     is made on top. None: a blind append, which read the table version this call loads first.
     ``checkpoint_part_size``: Delta's ``spark.databricks.delta.checkpoint.partSize``, the most actions per file
-    of a checkpoint this commit writes (None: one file).
+    of a checkpoint this commit writes (None: one file). ``create_only``: commit only when this commit creates the
+    table; a table found there (another writer created it first) is left as it is and the call is skipped.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -347,7 +362,7 @@ def commit_files(
     )
     skipped_at: int | None = None
     """The attempt that found the batch in the table already."""
-    made: tuple[AnyTable, dict[str, Any], list[dict[str, Any]], dict[str, Any]] | None = None
+    made: tuple[AnyTable, CommitInfo, list[Action], Protocol] | None = None
     """What the last attempt planned on: its snapshot, commitInfo, other actions and protocol (the table's)."""
 
     def plan(attempt: int) -> PlannedCommit | None:
@@ -373,6 +388,9 @@ def commit_files(
                 )
                 made = None
                 return PlannedCommit(-1, entry)
+        if create_only:
+            skipped_at = attempt
+            return None
         read_version = int(snapshot.version())
         if written_after is None:
             written_after = read_version
@@ -439,7 +457,7 @@ def commit_files(
         new_schema, new_configuration = _schema_change(
             snapshot, table_uri, data_schema, mode, merge_schema, overwrite_schema
         )
-        replacement: list[dict[str, Any]] = []
+        replacement: list[Action] = []
         configuration = dict(metadata.configuration)
         if replacing and replace_configuration is not None:
             configuration = dict(replace_configuration)
@@ -465,7 +483,7 @@ def commit_files(
         ):
             new_schema = new_schema or schema_string
         removals = _removals(location, snapshot, mode, removes, data_change, now)
-        actions: list[dict[str, Any]] = [a for a in replacement if "protocol" in a]
+        actions: list[Action] = [a for a in replacement if "protocol" in a]
         if new_schema is not None:
             partitions = partition_by if replacing else None
             comment = table_description if replacing else None
@@ -480,7 +498,7 @@ def commit_files(
         actions += [a for a in replacement if "protocol" not in a]
         if txn is not None:
             actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
-        actions += removals + adds + cdcs
+        actions += [*removals, *adds, *cdcs]
         reads_anything = transaction.read is not None and transaction.read.reads_anything
         blind = operation.name in BLIND_APPENDS and mode == "append" and not removes and not reads_anything
         metrics = (
@@ -554,7 +572,7 @@ class PlannedCommit:
     is no table yet; the commit creates it as table version 0)."""
 
     read_version: int
-    actions: list[dict[str, Any]]
+    actions: list[Action]
 
 
 @dataclass(frozen=True)
@@ -653,7 +671,7 @@ class Transaction:
                 self._first_read = planned.read_version
             target = planned.read_version + 1
             try:
-                made = self.location.put_if_absent(f"_delta_log/{target:020d}.json", encode_entry(planned.actions))
+                made = self.location.put_if_absent(f"_delta_log/{target:020d}.json", encode_actions(planned.actions))
             except Exception:
                 if (done := self._landed(attempt)) is not None:  # the store may have applied the PUT it failed on
                     return done
@@ -729,10 +747,10 @@ def check_rewrite_supported(location: TableLocation, table: DeltaTable, table_ur
     )
 
 
-def protocol_action(table: AnyTable) -> dict[str, Any]:
+def protocol_action(table: AnyTable) -> Protocol:
     """The table's ``protocol`` action as the log holds it (feature lists only with reader 3 / writer 7)."""
     protocol = table.protocol()
-    out: dict[str, Any] = {
+    out: Protocol = {
         "minReaderVersion": protocol.min_reader_version,
         "minWriterVersion": protocol.min_writer_version,
     }
@@ -743,10 +761,10 @@ def protocol_action(table: AnyTable) -> dict[str, Any]:
     return out
 
 
-def _add_action(f: WrittenFile, data_change: bool) -> dict[str, Any]:
+def _add_action(f: WrittenFile, data_change: bool) -> AddAction:
     """The ``add`` action of a written file; its path URL-encoded as the protocol's URIs are (``%`` of Hive-escaped
     partition values included), readable back with ``unquote``."""
-    add: dict[str, Any] = {
+    add: AddFile = {
         "path": quote(f.path, safe=_PATH_SAFE),
         "partitionValues": f.partition_values,
         "size": f.size,
@@ -759,7 +777,7 @@ def _add_action(f: WrittenFile, data_change: bool) -> dict[str, Any]:
     return {"add": add}
 
 
-def _cdc_action(f: WrittenFile) -> dict[str, Any]:
+def _cdc_action(f: WrittenFile) -> CdcAction:
     """The ``cdc`` action of a change data file (protocol: "Add CDC File"); never a data change itself."""
     return {
         "cdc": {
@@ -783,16 +801,16 @@ def _removals(
     removes: list[RemovedFile],
     data_change: bool,
     now: int,
-) -> list[dict[str, Any]]:
+) -> list[RemoveAction]:
     """The ``remove`` actions: every active file for an overwrite, else ``removes`` (each checked still active with
     the deletion vector it was read with)."""
     if mode != "overwrite" and not removes:
         return []
-    from sparkonce.delta.log.delta_log import DeltaLog
-
     read_version = snapshot.version()
     active = (
-        snapshot.snapshot.files if isinstance(snapshot, LogTable) else DeltaLog(location).snapshot(read_version).files
+        snapshot.snapshot.files
+        if isinstance(snapshot, LogTable)
+        else existing_table(location, table_version=read_version).snapshot.files
     )
     if mode == "overwrite":
         removes = [
@@ -810,9 +828,9 @@ def _removals(
                 f"table_version {read_version} (a concurrent writer rewrote them or deleted rows of them), "
                 f"e.g. {changed[0]}; read the table again and retry the operation"
             )
-    actions = []
+    actions: list[RemoveAction] = []
     for r in removes:
-        remove: dict[str, Any] = {
+        remove: RemoveFile = {
             "path": r.path,
             "deletionTimestamp": now,
             "dataChange": data_change,
@@ -828,7 +846,7 @@ def _removals(
 
 def _first_commit(
     location: TableLocation,
-    adds: list[dict[str, Any]],
+    adds: list[AddAction],
     data_schema: pa.Schema,
     partition_by: tuple[str, ...],
     operation: Operation,
@@ -838,7 +856,7 @@ def _first_commit(
     properties: Mapping[str, str],
     description: str | None = None,
     clustering: tuple[str, ...] = (),
-) -> list[dict[str, Any]]:
+) -> list[Action]:
     """The actions of table version 0: the caller's operation, with the protocol and metadata of the new table.
 
     Raises:
@@ -867,18 +885,21 @@ def _first_commit(
         metrics=metrics,
         now_ms=now,
     )
-    actions: list[dict[str, Any]] = [
-        {"commitInfo": info},
-        {"protocol": new_table_protocol(schema_string, properties)},
-        {"metaData": new_table_metadata(schema_string, partition_by, properties, description=description)},
-    ]
+    protocol = new_table_protocol(schema_string, properties)
+    domains: list[Action] = []
     if clustering:  # a clustered table (sparkonce.delta.table.clustering): the features and the domain's columns
         from sparkonce.delta.table.clustering import check_columns, domain_action, with_features
 
         fields = json.loads(schema_string)["fields"]
         columns = check_columns(clustering, fields, partition_by, table=str(location), configuration=properties)
-        actions[1] = {"protocol": with_features(actions[1]["protocol"])}
-        actions.append(domain_action(columns, fields))
+        protocol = with_features(protocol)
+        domains.append(domain_action(columns, fields))
+    actions: list[Action] = [
+        {"commitInfo": info},
+        {"protocol": protocol},
+        {"metaData": new_table_metadata(schema_string, partition_by, properties, description=description)},
+        *domains,
+    ]
     if txn is not None:
         actions.append({"txn": {"appId": txn.app_id, "version": txn.txn_version, "lastUpdated": now}})
     return actions + adds
@@ -887,13 +908,13 @@ def _first_commit(
 def _replacement(
     location: TableLocation,
     read_version: int,
-    protocol: dict[str, Any],
+    protocol: Protocol,
     configuration: dict[str, str],
     new_schema: str,
     partition_by: tuple[str, ...],
     clustering: tuple[str, ...],
     files: Sequence[WrittenFile],
-) -> tuple[str, list[dict[str, Any]]]:
+) -> tuple[str, list[Action]]:
     """The schema and the extra actions of a commit that replaces the table (``CREATE OR REPLACE``, ``REPLACE``,
     ``overwriteSchema``), as Delta writes them: identity columns of the new schema start afresh (their high-water
     marks from the rows this commit writes, none without rows); the protocol goes up to what the new schema and
@@ -917,7 +938,7 @@ def _replacement(
         marked = IdentityPlan.tracking(fresh).updated_fields(fields, files, table=str(location))
         fields = marked if marked is not None else fields
     schema_string = json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
-    extra: list[dict[str, Any]] = []
+    extra: list[Action] = []
     old = liquid.table_clustering(location, read_version)
     if old is not None and partition_by:
         raise SqlError(
@@ -950,22 +971,21 @@ def metadata_action(
     *,
     partition_columns: tuple[str, ...] | None = None,
     description: str | None = None,
-) -> dict[str, Any]:
+) -> Metadata:
     """The table's ``metaData`` action with a new schema and, when given, a new ``configuration``, partition
     columns and comment (``description``; everything else as it was)."""
-    action: dict[str, Any] = {"id": metadata.id}
-    if metadata.name is not None:
-        action["name"] = metadata.name
-    if (description if description is not None else metadata.description) is not None:
-        action["description"] = description if description is not None else metadata.description
-    action.update(
-        format={"provider": "parquet", "options": {}},
-        schemaString=schema_string,
-        partitionColumns=list(metadata.partition_columns if partition_columns is None else partition_columns),
-        configuration=dict(metadata.configuration if configuration is None else configuration),
-        createdTime=metadata.created_time,
-    )
-    return action
+    comment = description if description is not None else metadata.description
+    action = {  # Delta's order of keys: id, name, description, format, ...
+        "id": metadata.id,
+        **({"name": metadata.name} if metadata.name is not None else {}),
+        **({"description": comment} if comment is not None else {}),
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": schema_string,
+        "partitionColumns": list(metadata.partition_columns if partition_columns is None else partition_columns),
+        "configuration": dict(metadata.configuration if configuration is None else configuration),
+        "createdTime": metadata.created_time,
+    }
+    return cast(Metadata, action)
 
 
 def _chosen_configuration(
@@ -1044,7 +1064,7 @@ def checkpoint_if_due(
     location: TableLocation,
     table_version: int,
     configuration: dict[str, str],
-    protocol: dict[str, Any],
+    protocol: Protocol,
     *,
     snapshot: Snapshot | None = None,
     part_size: int | None = None,
@@ -1069,9 +1089,7 @@ def checkpoint_if_due(
             if current is not None and current.version() == table_version:
                 snapshot = current.snapshot
             else:  # the log moved on already: rebuild that table version
-                from sparkonce.delta.log.delta_log import DeltaLog
-
-                snapshot = DeltaLog(location).snapshot(table_version)
+                snapshot = existing_table(location, table_version=table_version).snapshot
         written = write_checkpoint(location, snapshot, part_size=part_size)
         remember_table(location, written.snapshot)  # a running stream's next batch starts from this checkpoint
     except Exception as err:  # the commit stands; readers replay more JSON until the next checkpoint

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 from urllib.parse import unquote
 
+from sparkonce.delta.log.actions import Action, CommitInfo
 from sparkonce.errors import (
     ConcurrentAppendError,
     ConcurrentDeleteDeleteError,
@@ -160,8 +161,8 @@ class WinningCommit:
     app_ids: frozenset[str]
 
     @classmethod
-    def from_actions(cls, table_version: int, actions: list[dict[str, Any]]) -> WinningCommit:
-        info: dict[str, Any] = {}
+    def from_actions(cls, table_version: int, actions: Sequence[Action]) -> WinningCommit:
+        info: CommitInfo = {}
         adds: list[Mapping[str, str | None]] = []
         removed: set[str] = set()
         app_ids: set[str] = set()

@@ -8,7 +8,7 @@ Runs on the driver (or in the CLI process).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -78,7 +78,7 @@ class FileCheck:
     shorter than their deletion vectors need, sorted by path."""
 
 
-def referenced_files(log: DeltaLog, action: dict[str, Any]) -> list[ReferencedFile]:
+def referenced_files(log: DeltaLog, action: Mapping[str, Any]) -> list[ReferencedFile]:
     """The files of one ``add`` or ``remove`` action: its data file and its deletion vector file (storage type ``u``
     or ``p``; inline vectors have none). Files on another store than the table's are left out."""
     found: list[ReferencedFile] = []
@@ -104,7 +104,7 @@ def _key(log: DeltaLog, fs_path: str | None) -> tuple[str, bool] | None:
     return None if key.startswith("..") or os.path.isabs(key) else (key, True)
 
 
-def _dv_file(log: DeltaLog, dv: dict[str, Any]) -> ReferencedFile | None:
+def _dv_file(log: DeltaLog, dv: Mapping[str, Any]) -> ReferencedFile | None:
     storage = dv.get("storageType")
     if storage == "u":
         name = dv_relative_path(dv)
@@ -236,7 +236,7 @@ def _orphans(
     (``rel_of``) that neither the active files (``active``), the tombstones nor older JSON commits name."""
     candidates = {key for key in rel_of if key not in active}
 
-    def drop(actions: Iterable[dict[str, Any]], dvs: Iterable[Any] = ()) -> None:
+    def drop(actions: Iterable[Mapping[str, Any]], dvs: Iterable[Any] = ()) -> None:
         candidates.difference_update(ref.key for action in actions for ref in referenced_files(log, action))
         candidates.difference_update(
             ref.key for dv in dvs if isinstance(dv, dict) and (ref := _dv_file(log, dv)) is not None
@@ -286,9 +286,10 @@ def trace_origins(log: DeltaLog, newest: int, keys: Iterable[str]) -> FileOrigin
         added: set[str] = set()
         removed: set[str] = set()
         for action in actions:
-            for kind, into in (("add", added), ("remove", removed)):
-                if isinstance(action.get(kind), dict):
-                    into.update(ref.key for ref in referenced_files(log, action[kind]))
+            if "add" in action:
+                added.update(ref.key for ref in referenced_files(log, action["add"]))
+            elif "remove" in action:
+                removed.update(ref.key for ref in referenced_files(log, action["remove"]))
         for key in (added - removed) & wanted:
             introduced[key] = table_version
         wanted -= added - removed

@@ -129,14 +129,14 @@ class Kind(ABC, Generic[S]):
             DeltaLogError: a Delta log cannot be read.
             StorageError: an object store is unreachable.
         """
-        from sparkonce.delta.log.delta_log import DeltaLog
+        from sparkonce.delta.log.table_view import existing_table
         from sparkonce.errors import TableNotFoundError
         from sparkonce.storage import table_location
 
         facts: list[OutputFacts] = []
         for table, record_id in self.txn_records(stage, query_id):
             try:
-                snapshot = DeltaLog(table_location(table, storage_options=dict(storage_options))).snapshot()
+                snapshot = existing_table(table_location(table, storage_options=dict(storage_options))).snapshot
             except TableNotFoundError:
                 facts.append(OutputFacts(table, record_id))
                 continue

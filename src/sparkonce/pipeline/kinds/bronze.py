@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkonce.checkpoint.query import read_query_id
+from sparkonce.delta.log.table_view import existing_table
 from sparkonce.delta.table.schema import spark_schema, table_arrow_schema
-from sparkonce.delta.txn.commit import load_table, table_exists
+from sparkonce.delta.txn.commit import table_exists
 from sparkonce.errors import SchemaMismatchError
 from sparkonce.pipeline.ddl import ddl_schema
 from sparkonce.pipeline.kinds.base import Kind
@@ -224,7 +225,7 @@ def payload_fields(spark: SparkSession, stage: BronzeStage) -> list[StructField]
     declared = ddl_schema(spark, stage.schema)
     if not table_exists(stage.table):
         return list(declared.fields)
-    table_schema = spark_schema(table_arrow_schema(load_table(stage.table)))
+    table_schema = spark_schema(table_arrow_schema(existing_table(stage.table)))
     names = set(declared.names) | set(LINEAGE_COLUMNS)
     return [*declared.fields, *(f for f in table_schema.fields if f.name not in names)]
 

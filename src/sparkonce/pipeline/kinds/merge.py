@@ -162,11 +162,11 @@ def write_changes_batch(
 def enable_change_feed(table: str, stage: MergeStage) -> None:
     """Turn the change data feed on for the input ``table`` of a ``changes`` stage when it is off (one Delta
     commit; the stream's first batch reads the table's snapshot from then on)."""
+    from sparkonce.delta.log.table_view import existing_table
     from sparkonce.delta.ops.alter import alter_properties
-    from sparkonce.delta.txn.commit import load_table
     from sparkonce.delta.write.cdf import cdf_enabled
 
-    if cdf_enabled(load_table(table).metadata().configuration):
+    if cdf_enabled(existing_table(table).metadata().configuration):
         return
     table_version = alter_properties(table, set={CDF_PROPERTY: "true"})
     log.info("stage %s: turned the change data feed on for its input %s at %s", stage.name, table, table_version)
