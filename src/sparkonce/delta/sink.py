@@ -51,6 +51,7 @@ from sparkonce.delta.writer import (
     check_partition_columns,
     check_target,
     collect_files,
+    files_schema,
     new_table_mapping,
     target_mapping,
     write_task,
@@ -149,7 +150,11 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
                 self.file_options.stats_columns = new_table_stats
                 return
-            self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
+            self.file_options.partition_by = check_target(table, self.options, self.arrow_schema, stream=True)
+            files = files_schema(table, self.options, self.arrow_schema, stream=True)
+            if files != self.arrow_schema:  # the table's types where Delta's sink casts the data to them
+                self.file_options.cast_schema = files
+                self.arrow_schema = files
             self.file_options.column_mapping = target_mapping(table, self.options, self.arrow_schema)
             self.identity = plan_identity(table_fields(table), self.arrow_schema, table=self.options.path)
             self.file_options.identity = self.identity.fills if self.identity is not None else ()

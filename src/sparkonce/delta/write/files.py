@@ -31,6 +31,7 @@ from sparkonce.delta.table.constraints import CheckConstraints
 from sparkonce.delta.table.generated import GeneratedColumns
 from sparkonce.delta.table.identity import IdentityFill
 from sparkonce.delta.txn.cleanup import remove_unreported_files
+from sparkonce.errors import SchemaMismatchError
 from sparkonce.storage import TableLocation
 
 NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
@@ -70,6 +71,35 @@ class FileWriterOptions:
     """The table version the driver read before any file was written (-1: no table yet). A Delta commit naming
     the files can only be a later one: cleaning up after a failure reads the commits after it
     (:func:`sparkonce.delta.txn.cleanup.remove_unreferenced_files`)."""
+    cast_schema: pa.Schema | None = None
+    """The Arrow schema each batch is cast to before it is written: the table's types where the write keeps them
+    over the data's (:func:`sparkonce.delta.writer.files_schema`); None: batches are written as they come."""
+
+    def cast(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with its columns cast to :attr:`cast_schema` (executor side). A value the table's type cannot
+        hold (an overflow, a fraction into an integer column) fails the task, naming the column, as Delta's ANSI
+        store assignment fails the write.
+
+        Raises:
+            SchemaMismatchError: a value does not fit the table's type.
+        """
+        if self.cast_schema is None:
+            return batch
+        columns, fields = [], []
+        for column, data_field in zip(batch.columns, batch.schema, strict=True):
+            index = self.cast_schema.get_field_index(data_field.name)
+            target = self.cast_schema.field(index).type if index >= 0 else data_field.type
+            if column.type != target:
+                try:
+                    column = column.cast(target, safe=True)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                    raise SchemaMismatchError(
+                        f"[CAST_OVERFLOW_IN_TABLE_INSERT] Fail to assign a value of {column.type} type to the "
+                        f"{target} type column `{data_field.name}` of the Delta table at {self.location}: {err}"
+                    ) from err
+            columns.append(column)
+            fields.append(data_field.with_type(target))
+        return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields, metadata=batch.schema.metadata))
 
 
 def escape_partition_value(value: str) -> str:
