@@ -565,3 +565,61 @@ def test_narrower_data_into_a_widened_column_as_delta_writes_it(
             {"id": 2, "v": 20, "f": 2.5, "n": 200},
             {"id": 3, "v": 20, "f": 2.5, "n": 200},
         ], native
+
+
+@pytest.mark.parametrize("mapping", ["none", "name"])
+def test_merge_schema_widens_nested_fields_with_their_field_path(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path, mapping: str
+) -> None:
+    """A ``mergeSchema`` write whose struct field, map key and value and array element have wider types of the same
+    family widens each in the write's commit, with ``delta.typeChanges`` on the nearest struct field (``fieldPath``
+    below it), as Delta's schema merge records it; without ``mergeSchema`` the write is refused, nothing written."""
+    from pyspark.errors import AnalysisException
+
+    table = tmp_path / "t"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, s STRUCT<a: SMALLINT, b: STRING>, m MAP<INT, FLOAT>, "
+        "l ARRAY<INT>) USING delta TBLPROPERTIES ('delta.enableTypeWidening' = 'true', "
+        f"'delta.columnMapping.mode' = '{mapping}')"
+    )
+    sql(f"INSERT INTO delta.`{table}` VALUES (1, named_struct('a', 7S, 'b', 'x'), map(1, 1.5F), array(2))")
+    wide = spark.sql(
+        "SELECT 2L AS id, named_struct('a', 70000, 'b', 'y') AS s, map(8000000000L, 0.1D) AS m, array(9000000000L) AS l"
+    )
+    commits = len(_entries(table))
+    with pytest.raises(AnalysisException, match=r"(?s)A schema mismatch detected.*column 's'"):
+        wide.write.format("delta").mode("append").save(str(table))
+    assert len(_entries(table)) == commits
+    wide.write.format("delta").mode("append").option("mergeSchema", "true").save(str(table))
+    commit = _entries(table)[-1]
+    assert commit[0]["commitInfo"]["operation"] == "WRITE"
+    fields = {
+        f["name"]: f
+        for f in json.loads(next(a["metaData"] for a in commit if "metaData" in a)["schemaString"])["fields"]
+    }
+    a, b = fields["s"]["type"]["fields"]
+    assert (a["type"], a["metadata"]["delta.typeChanges"]) == ("integer", [{"fromType": "short", "toType": "integer"}])
+    assert "delta.typeChanges" not in b["metadata"] and "delta.typeChanges" not in fields["s"]["metadata"]
+    assert (fields["m"]["type"]["keyType"], fields["m"]["type"]["valueType"]) == ("long", "double")
+    assert fields["m"]["metadata"]["delta.typeChanges"] == [
+        {"fromType": "integer", "toType": "long", "fieldPath": "key"},
+        {"fromType": "float", "toType": "double", "fieldPath": "value"},
+    ]
+    assert fields["l"]["type"]["elementType"] == "long"
+    assert fields["l"]["metadata"]["delta.typeChanges"] == [
+        {"fromType": "integer", "toType": "long", "fieldPath": "element"}
+    ]
+    if mapping == "name":
+        assert {"delta.columnMapping.id", "delta.columnMapping.physicalName"} <= set(a["metadata"])
+    for native in (True, False):
+        frame = _read(spark, table, native=native)
+        assert _types(frame) == {
+            "id": "bigint",
+            "s": "struct<a:int,b:string>",
+            "m": "map<bigint,double>",
+            "l": "array<bigint>",
+        }, native
+        assert _rows(frame) == [
+            {"id": 1, "s": {"a": 7, "b": "x"}, "m": {1: 1.5}, "l": [2]},
+            {"id": 2, "s": {"a": 70000, "b": "y"}, "m": {8_000_000_000: 0.1}, "l": [9_000_000_000]},
+        ], native
