@@ -225,6 +225,48 @@ def recorded_changes(fields: Sequence[Mapping[str, Any]]) -> Iterator[tuple[tupl
     yield from walk(fields, ())
 
 
+def without_type_changes(
+    fields: Sequence[Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The schema's fields without any ``delta.typeChanges`` (at any depth), and the fields that had them as
+    Delta's ``TypeWideningMetadata.removeTypeWideningMetadata`` lists them for the ``DROP FEATURE`` commit's
+    ``columns`` parameter: each with its dotted path as name and its metadata before the removal."""
+    removed: list[dict[str, Any]] = []
+
+    def clean_fields(items: Sequence[Mapping[str, Any]], parent: tuple[str, ...]) -> list[dict[str, Any]]:
+        cleaned = []
+        for field in items:
+            path = (*parent, str(field["name"]))
+            metadata = dict(field.get("metadata") or {})
+            if TYPE_CHANGES_KEY in metadata:
+                removed.append(
+                    {
+                        "name": ".".join(path),
+                        "type": field["type"],
+                        "nullable": field.get("nullable", True),
+                        "metadata": dict(metadata),
+                    }
+                )
+                del metadata[TYPE_CHANGES_KEY]
+            cleaned.append({**field, "type": clean_type(field["type"], path), "metadata": metadata})
+        return cleaned
+
+    def clean_type(delta_type: Any, path: tuple[str, ...]) -> Any:
+        if not isinstance(delta_type, dict):
+            return delta_type
+        kind = delta_type.get("type")
+        if kind == "struct":
+            return {**delta_type, "fields": clean_fields(delta_type.get("fields") or [], path)}
+        if kind == "array":
+            return {**delta_type, "elementType": clean_type(delta_type["elementType"], (*path, "element"))}
+        if kind == "map":
+            key = clean_type(delta_type["keyType"], (*path, "key"))
+            return {**delta_type, "keyType": key, "valueType": clean_type(delta_type["valueType"], (*path, "value"))}
+        return delta_type
+
+    return clean_fields(fields, ()), removed
+
+
 def check_readable(fields: Sequence[Mapping[str, Any]], table: str) -> None:
     """The reader's check of the type changes a schema records (PROTOCOL.md: readers fail on a change they do not
     support): every one must be a change Delta allows; string to string changes (char/varchar) are not widening and
@@ -266,4 +308,5 @@ __all__ = [
     "type_changes",
     "widens_to",
     "with_type_change",
+    "without_type_changes",
 ]
