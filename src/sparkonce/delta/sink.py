@@ -53,6 +53,7 @@ from sparkonce.delta.writer import (
     collect_files,
     files_schema,
     new_table_mapping,
+    refuse_nested_geo,
     target_mapping,
     write_task,
     written_after,
@@ -135,6 +136,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         brought up to date by reading only the commits since (:func:`sparkonce.delta.log.table_view.current_table`).
         """
         check_partition_columns(self.options, self.arrow_schema)
+        refuse_nested_geo(delta_fields(self.arrow_schema), self.options.path)
         self.options.location.check_commit_safety()
         new_table_stats = top_level_stats_columns(
             delta_fields(self.arrow_schema), self.options.partition_by, self.table_configuration

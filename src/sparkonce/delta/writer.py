@@ -40,7 +40,6 @@ from sparkonce.delta.table.schema import (
     cast_schema,
     delta_fields,
     delta_schema_string,
-    geo_type,
     has_geo_columns,
     reconcile,
     table_fields,
@@ -94,7 +93,6 @@ def write_task(file_options: FileWriterOptions, batches: Iterator[pa.RecordBatch
     with TableFileWriter(file_options, task_id=task_id) as writer:
         for index, batch in enumerate(batches):
             if batch.num_rows:
-                _refuse_geo_rows(batch.schema, file_options)
                 writer.write(file_options.cast(batch))
             if index == 0:
                 crash_point("mid_write", batch_id)
@@ -102,22 +100,20 @@ def write_task(file_options: FileWriterOptions, batches: Iterator[pa.RecordBatch
     return DeltaFilesMessage(files=files, task_id=task_id, written_after=file_options.written_after)
 
 
-def _refuse_geo_rows(schema: pa.Schema, file_options: FileWriterOptions) -> None:
-    """Refuse rows for geometry or geography columns (executor side, before the task writes a file) of a table
-    the write creates (:meth:`DeltaBatchWriter._plan` refuses writes into an existing one)."""
-    geo = [f.name for f in schema if geo_type(f.type) is not None]
-    if geo:
-        raise geo_rows_error(geo, str(file_options.location))
+def refuse_nested_geo(fields: list[dict[str, Any]], table: str) -> None:
+    """Refuse a write of geometry or geography values inside a struct, array or map (driver side, before any file):
+    sparkonce's writers turn top-level geometry and geography columns into Parquet's GEOMETRY / GEOGRAPHY columns
+    (:func:`sparkonce.delta.write.files.geo_as_wkb`), not nested ones.
 
-
-def geo_rows_error(columns: list[str], table: str) -> UnsupportedFeatureError:
-    """Why sparkonce writes no rows into geometry or geography columns: Delta stores them as Parquet's GEOMETRY /
-    GEOGRAPHY (WKB) columns, which its writers do not write."""
-    return UnsupportedFeatureError(
-        f"writing rows of geometry/geography column(s) {columns} into {table}: Delta stores them as Parquet "
-        "GEOMETRY/GEOGRAPHY (WKB) columns, which sparkonce does not write; nothing was written (a table with these "
-        "columns can be created and read)"
-    )
+    Raises:
+        UnsupportedFeatureError: naming the columns and the table; nothing is written.
+    """
+    nested = [str(f["name"]) for f in fields if not isinstance(f["type"], str) and has_geo_columns(json.dumps(f))]
+    if nested:
+        raise UnsupportedFeatureError(
+            f"writing geometry/geography values nested in column(s) {nested} into {table}: sparkonce writes "
+            "top-level geometry and geography columns only (Parquet GEOMETRY/GEOGRAPHY); nothing was written"
+        )
 
 
 def _batch_id_for_diagnostics() -> int | None:
@@ -193,9 +189,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.options.location.check_commit_safety()
         self.options.location.check_reachable(for_write=True)
         table = current_table(self.options.location)
-        if table is not None and has_geo_columns(str(table.snapshot.metadata.get("schemaString") or "")):
-            geo = [str(f["name"]) for f in table.schema_fields() if has_geo_columns(json.dumps(f))]
-            raise geo_rows_error(geo, self.options.path)
+        refuse_nested_geo(delta_fields(self.arrow_schema), self.options.path)
         if table is None:
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
             self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
@@ -514,6 +508,7 @@ __all__ = [
     "abort_write",
     "check_new_table",
     "files_schema",
+    "refuse_nested_geo",
     "refuse_selective_overwrite",
     "new_table_mapping",
     "target_mapping",

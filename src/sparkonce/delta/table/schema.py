@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sparkonce.delta.log.table_view import LogTable
 from sparkonce.delta.table.type_widening import decimal_type, is_schema_evolution_change, with_type_change
 from sparkonce.errors import SchemaMismatchError, UnsupportedFeatureError
 
@@ -104,7 +105,19 @@ def _spark_metadata(field: dict[str, Any]) -> None:
 
 
 def table_fields(table: AnyTable) -> list[dict[str, Any]]:
+    """The table schema's fields (Delta JSON); from the ``schemaString`` itself when sparkonce's log reader read
+    the table, whose types delta-rs may not know (geometry, geography)."""
+    if isinstance(table, LogTable):
+        return table.schema_fields()
     return list(json.loads(table.schema().to_json())["fields"])
+
+
+def table_schema_string(table: AnyTable) -> str:
+    """The table's ``schemaString``: as the log holds it when sparkonce's log reader read the table (delta-rs does
+    not know every type: geometry, geography), else delta-rs's."""
+    if isinstance(table, LogTable):
+        return str(table.snapshot.metadata.get("schemaString") or '{"type":"struct","fields":[]}')
+    return str(table.schema().to_json())
 
 
 def table_arrow_schema(table: AnyTable) -> pa.Schema:
@@ -425,6 +438,7 @@ __all__ = [
     "reconcile",
     "spark_schema",
     "table_arrow_schema",
+    "table_schema_string",
     "table_fields",
     "tree_string",
 ]

@@ -64,7 +64,14 @@ from sparkonce.delta.table.column_mapping import mapping_mode, new_table_columns
 from sparkonce.delta.table.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.table.properties import new_table_protocol
 from sparkonce.delta.table.protocol import upgraded
-from sparkonce.delta.table.schema import delta_fields, delta_schema_string, merge_fields, reconcile, table_fields
+from sparkonce.delta.table.schema import (
+    delta_fields,
+    delta_schema_string,
+    merge_fields,
+    reconcile,
+    table_fields,
+    table_schema_string,
+)
 from sparkonce.delta.txn.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.txn.conflicts import ReadSet, check_winners
 from sparkonce.delta.txn.log_cleanup import cleanup_expired_logs
@@ -425,7 +432,7 @@ def commit_files(
                 f"partition columns {list(partition_by)} do not match the table's {list(table_partitions)} "
                 f"at {table_uri}"
             )
-        schema_string = snapshot.schema().to_json()
+        schema_string = table_schema_string(snapshot)
         protocol = protocol_action(snapshot)
         check_writable(
             protocol,
