@@ -31,7 +31,8 @@ def test_delta_spark_reads_widened_and_feature_dropped_tables_sparkonce_wrote(
     ).write.format("delta").mode("append").option("mergeSchema", "true").save(str(nested))
 
     sql(
-        f"CREATE TABLE delta.`{narrow}` (id BIGINT, v INT) USING delta TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+        f"CREATE TABLE delta.`{narrow}` (id BIGINT, v INT) USING delta "
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
     )
     sql(f"INSERT INTO delta.`{narrow}` VALUES (1, 10)")
     sql(f"ALTER TABLE delta.`{narrow}` ALTER COLUMN v TYPE BIGINT")
@@ -49,7 +50,8 @@ def test_delta_spark_reads_widened_and_feature_dropped_tables_sparkonce_wrote(
     assert query.exception() is None
 
     sql(
-        f"CREATE TABLE delta.`{dropped}` (id BIGINT, v INT) USING delta TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+        f"CREATE TABLE delta.`{dropped}` (id BIGINT, v INT) USING delta "
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
     )
     sql(f"INSERT INTO delta.`{dropped}` VALUES (1, 10)")
     sql(f"ALTER TABLE delta.`{dropped}` ALTER COLUMN v TYPE BIGINT")

@@ -87,7 +87,7 @@ def test_nested_fields_widen_with_their_field_path_on_the_nearest_struct_field()
         {"fromType": "byte", "toType": "long", "fieldPath": "element.element"}
     ]
     # Without type widening: a struct's short takes the data's int (Parquet INT32), a map's int key refuses a long.
-    with pytest.raises(ValueError, match="DELTA_FAILED_TO_MERGE_FIELDS.*'m' and 'm'.*IntegerType and LongType"):
+    with pytest.raises(ValueError, match=r"DELTA_FAILED_TO_MERGE_FIELDS.*'m' and 'm'.*IntegerType and LongType"):
         merge_fields(table, data, widening=False, implicit=False)
 
 
@@ -108,3 +108,54 @@ def test_the_files_schema_casts_only_what_the_table_keeps() -> None:
     assert files == pa.schema(
         [("id", pa.int64()), ("v", pa.int64()), ("s", pa.struct([("a", pa.float64()), ("b", pa.date32())]))]
     )
+
+
+def test_geo_columns_become_geoarrow_wkb_columns_parquet_writes_as_geometry(tmp_path: Any) -> None:
+    """PySpark's ``struct<srid, wkb>`` of a geometry / geography column becomes a ``geoarrow.wkb`` column of its
+    CRS, which pyarrow writes as Parquet's GEOMETRY / GEOGRAPHY logical types (a null row stays null)."""
+    import pyarrow.parquet as pq
+
+    from sparkonce.delta.write.files import geo_as_wkb
+
+    def geo(kind: bytes, srid: bytes) -> pa.DataType:
+        wkb = pa.field("wkb", pa.binary(), metadata={kind: b"true", b"srid": srid})
+        return pa.struct([pa.field("srid", pa.int32()), wkb])
+
+    point = bytes.fromhex("0101000000000000000000F03F0000000000000040")
+    rows = [{"srid": 4326, "wkb": point}, None]
+    table = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "g": pa.array(rows, geo(b"geometry", b"4326")),
+            "h": pa.array(rows, geo(b"geography", b"4326")),
+            "z": pa.array([{"srid": 0, "wkb": point}, None], geo(b"geometry", b"0")),
+        }
+    )
+    converted = geo_as_wkb(table)
+    assert converted.column("g").type.extension_name == "geoarrow.wkb"
+    assert converted.column("g").chunk(0).storage.to_pylist() == [point, None]
+    pq.write_table(converted, tmp_path / "geo.parquet")
+    schema = pq.ParquetFile(tmp_path / "geo.parquet").metadata.schema
+    assert [str(schema.column(i).logical_type) for i in (1, 2, 3)] == [
+        "Geometry(crs=)",
+        "Geography(crs=, algorithm=spherical)",
+        "Geometry(crs=SRID:0)",
+    ]
+
+
+def test_a_value_the_tables_type_cannot_hold_fails_the_cast_naming_the_column(tmp_path: Any) -> None:
+    from sparkonce.delta.write.files import FileWriterOptions
+    from sparkonce.storage import table_location
+
+    options = FileWriterOptions(location=table_location(str(tmp_path)))
+    options.cast_schema = pa.schema([("id", pa.int64()), ("v", pa.int32())])
+    fits = pa.RecordBatch.from_pydict({"id": [1], "v": [7]}, schema=pa.schema([("id", pa.int64()), ("v", pa.int64())]))
+    assert options.cast(fits).schema == options.cast_schema
+    assert options.cast(fits).column(1).to_pylist() == [7]
+    wide = pa.RecordBatch.from_pydict(
+        {"id": [1], "v": [5_000_000_000]}, schema=pa.schema([("id", pa.int64()), ("v", pa.int64())])
+    )
+    with pytest.raises(
+        SchemaMismatchError, match=r"CAST_OVERFLOW_IN_TABLE_INSERT.*int64 type to the int32 type column `v`"
+    ):
+        options.cast(wide)
