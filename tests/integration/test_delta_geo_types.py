@@ -152,3 +152,34 @@ def test_geo_columns_need_deltas_preview_switch(spark: SparkSession, tmp_path: P
     finally:
         spark.conf.unset("spark.sql.geospatial.enabled")
     assert not (tmp_path / "t" / "_delta_log").exists()
+
+
+def test_the_streaming_sink_writes_geo_rows(geo_session: SparkSession, tmp_path: Path) -> None:
+    """The sink's files hold the geometry column as Parquet GEOMETRY too; the rows read back natively."""
+    spark, table, source = geo_session, tmp_path / "t", tmp_path / "source"
+    DeltaTable.create(spark).location(str(table)).addColumn("id", "BIGINT").addColumn(
+        "geom", dataType="geometry(4326)"
+    ).execute()
+    spark.range(3).write.format("delta").save(str(source))
+    query = (
+        spark.readStream.format("delta")
+        .load(str(source))
+        .selectExpr("id", f"CASE WHEN id = 2 THEN NULL ELSE ST_GeomFromWKB({POINT}, 4326) END AS geom")
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    adds = [
+        json.loads(line)["add"]
+        for path in sorted((table / "_delta_log").glob("*.json"))
+        for line in path.read_text().splitlines()
+        if '"add"' in line
+    ]
+    assert adds
+    for add in adds:
+        assert str(pq.ParquetFile(table / add["path"]).metadata.schema.column(1).logical_type) == "Geometry(crs=)"
+    read = spark.read.format("delta").load(str(table)).selectExpr("id", "hex(ST_AsBinary(geom)) AS g", "ST_Srid(geom)")
+    assert sorted(tuple(r) for r in read.collect()) == [(0, POINT[2:-1], 4326), (1, POINT[2:-1], 4326), (2, None, None)]
