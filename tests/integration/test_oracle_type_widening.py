@@ -1,7 +1,8 @@
 """delta-spark (the oracle) reads the type-widened tables sparkonce writes (issue 41): a column widened by a
 ``mergeSchema`` write at nested levels (struct field, map key and value, array element), narrower data the
 streaming sink cast into a widened column, and a table whose ``typeWidening`` feature sparkonce dropped (files
-rewritten, ``checkpointProtection`` in the protocol), which delta-spark then writes to as well. One test, one
+rewritten, ``checkpointProtection`` in the protocol) with the commits delta-spark makes on a twin table, which
+delta-spark then writes to as well. One test, one
 oracle JVM (the ``oracle`` xdist group)."""
 
 from __future__ import annotations
@@ -49,24 +50,48 @@ def test_delta_spark_reads_widened_and_feature_dropped_tables_sparkonce_wrote(
     query.awaitTermination()
     assert query.exception() is None
 
-    sql(
-        f"CREATE TABLE delta.`{dropped}` (id BIGINT, v INT) USING delta "
-        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+    twin = tmp_path / "twin"  # the same statements on delta-spark: the same commits, protocol and properties
+    for target, run in ((dropped, sql), (twin, delta_oracle.sql)):
+        for statement in (
+            "CREATE TABLE {t} (id BIGINT, v INT) USING delta TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
+            "INSERT INTO {t} VALUES (1, 10)",
+            "ALTER TABLE {t} ALTER COLUMN v TYPE BIGINT",
+            "ALTER TABLE {t} DROP FEATURE typeWidening",
+        ):
+            run(statement.format(t=table_ref(target)))
+    # From the ALTER on (sparkonce records its CREATE TABLE of a path table as a WRITE, as before).
+    operations = [[entry["operation"] for entry in delta_oracle.history(t)][2:] for t in (dropped, twin)]
+    assert (
+        operations[0]
+        == operations[1]
+        == [
+            "CHANGE COLUMN",
+            "UNSET TBLPROPERTIES",
+            "REORG",
+            "DROP FEATURE",
+            "Empty Commit",
+            "Empty Commit",
+            "Empty Commit",
+            "DROP FEATURE",
+        ]
     )
-    sql(f"INSERT INTO delta.`{dropped}` VALUES (1, 10)")
-    sql(f"ALTER TABLE delta.`{dropped}` ALTER COLUMN v TYPE BIGINT")
-    sql(f"ALTER TABLE delta.`{dropped}` DROP FEATURE typeWidening")
+    details = [delta_oracle.detail(t) for t in (dropped, twin)]
+    assert [(d["minReaderVersion"], d["minWriterVersion"], d["tableFeatures"], d["properties"]) for d in details] == [
+        (
+            1,
+            7,
+            ["appendOnly", "checkpointProtection", "invariants"],
+            {"delta.requireCheckpointProtectionBeforeVersion": "9"},
+        )
+    ] * 2
 
-    for table in (nested, narrow, dropped):
+    for table in (nested, narrow, dropped, twin):
         ours = spark_rows(spark.read.format("delta").load(str(table)))
         assert delta_oracle.rows(table) == ours, table.name
     assert delta_oracle.rows(nested) == [
         {"id": 1, "s": {"a": 7}, "m": {"1": 1.5}, "l": [2]},
         {"id": 2, "s": {"a": 70000}, "m": {"8000000000": 0.1}, "l": [9000000000]},
     ]
-    detail = delta_oracle.detail(dropped)
-    assert (detail["minReaderVersion"], detail["minWriterVersion"]) == (1, 7)
-    assert detail["tableFeatures"] == ["appendOnly", "checkpointProtection", "invariants"]
     delta_oracle.sql(f"INSERT INTO {table_ref(dropped)} VALUES (3, 5000000000)")
     assert spark_rows(spark.read.format("delta").load(str(dropped))) == [
         {"id": 1, "v": 10},
