@@ -518,8 +518,8 @@ def test_narrower_data_into_a_widened_column_as_delta_writes_it(
     """After ``INT`` -> ``BIGINT`` (and ``FLOAT`` -> ``DOUBLE``): the streaming sink casts ``INT`` / ``FLOAT`` data to
     the table's types (Delta's sink casts implicitly; the files hold BIGINT / DOUBLE), a batch ``df.write`` of
     them is refused with Delta's ``DELTA_FAILED_TO_MERGE_FIELDS`` (delta-spark's V1 writes do not cast), while a
-    ``SMALLINT`` column goes into an ``INT`` one (Parquet INT32, Delta's merge keeps the table's type). Nothing is
-    written by a refused write."""
+    ``SMALLINT`` column goes into an ``INT`` one (Parquet INT32, Delta's merge keeps the table's type); MERGE and
+    UPDATE cast the values they assign. Nothing is written by a refused write."""
     from pyspark.errors import AnalysisException
 
     table, source, checkpoint = tmp_path / "t", tmp_path / "source", tmp_path / "checkpoint"
@@ -557,13 +557,21 @@ def test_narrower_data_into_a_widened_column_as_delta_writes_it(
     assert not any("metaData" in a for a in last)  # the table's types stay
     written = pq.read_schema(table / _adds(table)[-1]["path"])
     assert (written.field("v").type, written.field("f").type) == (pa.int64(), pa.float64())
+    # MERGE and UPDATE assign INT / FLOAT values to the widened columns (Spark's store assignment casts them).
+    sql(
+        f"MERGE INTO delta.`{table}` t USING (SELECT * FROM VALUES (3L, 30, CAST(3.5 AS FLOAT), 300), "
+        "(4L, 40, CAST(4.5 AS FLOAT), 400) AS s(id, v, f, n)) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET v = s.v, f = s.f WHEN NOT MATCHED THEN INSERT *"
+    )
+    sql(f"UPDATE delta.`{table}` SET v = CAST(11 AS INT) WHERE id = 1")
     for native in (True, False):
         frame = _read(spark, table, native=native)
         assert _types(frame) == {"id": "bigint", "v": "bigint", "f": "double", "n": "int"}, native
         assert _rows(frame) == [
-            {"id": 1, "v": 10, "f": 1.5, "n": 100},
+            {"id": 1, "v": 11, "f": 1.5, "n": 100},
             {"id": 2, "v": 20, "f": 2.5, "n": 200},
-            {"id": 3, "v": 20, "f": 2.5, "n": 200},
+            {"id": 3, "v": 30, "f": 3.5, "n": 200},
+            {"id": 4, "v": 40, "f": 4.5, "n": 400},
         ], native
 
 
