@@ -215,7 +215,9 @@ def test_schema_enforcement_lists_both_schemas(spark: SparkSession, tmp_path: Pa
         spark.createDataFrame([(2, "b")], "value long, new_column string").write.format("delta").mode("append").save(
             str(path)
         )
-    with pytest.raises(AnalysisException, match=r"(?s)SchemaMismatchError: .*column 'value'"):
+    with pytest.raises(
+        AnalysisException, match=r"(?s)SchemaMismatchError: \[DELTA_FAILED_TO_MERGE_FIELDS\].*'value' and 'value'"
+    ):
         spark.createDataFrame([("x",)], "value string").write.format("delta").mode("append").save(str(path))
     assert rows(spark, path) == [(1, "a")]
 

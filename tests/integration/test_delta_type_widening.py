@@ -377,11 +377,11 @@ def test_merge_schema_widens_a_column_to_the_datas_type_where_delta_does(
 
     for path, options, error in (
         (table, {}, r"(?s)SchemaMismatchError: A schema mismatch detected.*column 'v': table has \"integer\""),
-        (plain, {"mergeSchema": "true"}, r"column 'v': table has \"integer\", data has \"long\""),
-        (table, {"mergeSchema": "true"}, r"column 'w': table has \"integer\", data has \"double\""),
+        (plain, {"mergeSchema": "true"}, r"DELTA_FAILED_TO_MERGE_FIELDS.*'v' and 'v'.*IntegerType and LongType"),
+        (table, {"mergeSchema": "true"}, r"DELTA_FAILED_TO_MERGE_FIELDS.*'w' and 'w'.*IntegerType and DoubleType"),
     ):
         commits = len(_entries(path))
-        frame = wide if path == table and "w" not in error else wide.withColumn("w", wide["w"].cast("double"))
+        frame = wide if path == table and "'w'" not in error else wide.withColumn("w", wide["w"].cast("double"))
         with pytest.raises(AnalysisException, match=error):
             frame.write.format("delta").mode("append").options(**options).save(str(path))
         assert len(_entries(path)) == commits
@@ -510,3 +510,124 @@ def test_a_delta_stream_defined_before_a_widening_stops_at_it(
     ):
         run()
     assert _rows(_read(spark, out, native=True)) == [{"id": 1, "v": 10}]
+
+
+def test_narrower_data_into_a_widened_column_as_delta_writes_it(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path
+) -> None:
+    """After ``INT`` -> ``BIGINT`` (and ``FLOAT`` -> ``DOUBLE``): the streaming sink casts ``INT`` / ``FLOAT`` data to
+    the table's types (Delta's sink casts implicitly; the files hold BIGINT / DOUBLE), a batch ``df.write`` of
+    them is refused with Delta's ``DELTA_FAILED_TO_MERGE_FIELDS`` (delta-spark's V1 writes do not cast), while a
+    ``SMALLINT`` column goes into an ``INT`` one (Parquet INT32, Delta's merge keeps the table's type); MERGE and
+    UPDATE cast the values they assign. Nothing is written by a refused write."""
+    from pyspark.errors import AnalysisException
+
+    table, source, checkpoint = tmp_path / "t", tmp_path / "source", tmp_path / "checkpoint"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, v INT, f FLOAT, n INT) USING delta "
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')"
+    )
+    sql(f"INSERT INTO delta.`{table}` VALUES (1, 10, 1.5, 100)")
+    sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN v TYPE BIGINT")
+    sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN f TYPE DOUBLE")
+    narrow = spark.createDataFrame([(2, 20, 2.5, 200)], "id long, v int, f float, n int")
+    commits = len(_entries(table))
+    for options in ({}, {"mergeSchema": "true"}):
+        with pytest.raises(AnalysisException, match=r"DELTA_FAILED_TO_MERGE_FIELDS.*'v' and 'v'.*LongType and Integ"):
+            narrow.write.format("delta").mode("append").options(**options).save(str(table))
+    assert len(_entries(table)) == commits
+    narrow.withColumn("v", narrow["v"].cast("long")).withColumn("f", narrow["f"].cast("double")).withColumn(
+        "n", narrow["n"].cast("short")
+    ).write.format("delta").mode("append").save(str(table))
+    assert pq.read_schema(table / _adds(table)[-1]["path"]).field("n").type == pa.int32()
+
+    narrow.withColumn("id", narrow["id"] + 1).write.format("delta").save(str(source))
+    query = (
+        spark.readStream.format("delta")
+        .load(str(source))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    last = _entries(table)[-1]
+    assert last[0]["commitInfo"]["operation"] == "STREAMING UPDATE"
+    assert not any("metaData" in a for a in last)  # the table's types stay
+    written = pq.read_schema(table / _adds(table)[-1]["path"])
+    assert (written.field("v").type, written.field("f").type) == (pa.int64(), pa.float64())
+    # MERGE and UPDATE assign INT / FLOAT values to the widened columns (Spark's store assignment casts them).
+    sql(
+        f"MERGE INTO delta.`{table}` t USING (SELECT * FROM VALUES (3L, 30, CAST(3.5 AS FLOAT), 300), "
+        "(4L, 40, CAST(4.5 AS FLOAT), 400) AS s(id, v, f, n)) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET v = s.v, f = s.f WHEN NOT MATCHED THEN INSERT *"
+    )
+    sql(f"UPDATE delta.`{table}` SET v = CAST(11 AS INT) WHERE id = 1")
+    for native in (True, False):
+        frame = _read(spark, table, native=native)
+        assert _types(frame) == {"id": "bigint", "v": "bigint", "f": "double", "n": "int"}, native
+        assert _rows(frame) == [
+            {"id": 1, "v": 11, "f": 1.5, "n": 100},
+            {"id": 2, "v": 20, "f": 2.5, "n": 200},
+            {"id": 3, "v": 30, "f": 3.5, "n": 200},
+            {"id": 4, "v": 40, "f": 4.5, "n": 400},
+        ], native
+
+
+@pytest.mark.parametrize("mapping", ["none", "name"])
+def test_merge_schema_widens_nested_fields_with_their_field_path(
+    spark: SparkSession, sql: DeltaSql, tmp_path: Path, mapping: str
+) -> None:
+    """A ``mergeSchema`` write whose struct field, map key and value and array element have wider types of the same
+    family widens each in the write's commit, with ``delta.typeChanges`` on the nearest struct field (``fieldPath``
+    below it), as Delta's schema merge records it; without ``mergeSchema`` the write is refused, nothing written."""
+    from pyspark.errors import AnalysisException
+
+    table = tmp_path / "t"
+    sql(
+        f"CREATE TABLE delta.`{table}` (id BIGINT, s STRUCT<a: SMALLINT, b: STRING>, m MAP<INT, FLOAT>, "
+        "l ARRAY<INT>) USING delta TBLPROPERTIES ('delta.enableTypeWidening' = 'true', "
+        f"'delta.columnMapping.mode' = '{mapping}')"
+    )
+    sql(f"INSERT INTO delta.`{table}` VALUES (1, named_struct('a', 7S, 'b', 'x'), map(1, 1.5F), array(2))")
+    wide = spark.sql(
+        "SELECT 2L AS id, named_struct('a', 70000, 'b', 'y') AS s, map(8000000000L, 0.1D) AS m, array(9000000000L) AS l"
+    )
+    commits = len(_entries(table))
+    with pytest.raises(AnalysisException, match=r"(?s)A schema mismatch detected.*column 's'"):
+        wide.write.format("delta").mode("append").save(str(table))
+    assert len(_entries(table)) == commits
+    wide.write.format("delta").mode("append").option("mergeSchema", "true").save(str(table))
+    commit = _entries(table)[-1]
+    assert commit[0]["commitInfo"]["operation"] == "WRITE"
+    fields = {
+        f["name"]: f
+        for f in json.loads(next(a["metaData"] for a in commit if "metaData" in a)["schemaString"])["fields"]
+    }
+    a, b = fields["s"]["type"]["fields"]
+    assert (a["type"], a["metadata"]["delta.typeChanges"]) == ("integer", [{"fromType": "short", "toType": "integer"}])
+    assert "delta.typeChanges" not in b["metadata"] and "delta.typeChanges" not in fields["s"]["metadata"]
+    assert (fields["m"]["type"]["keyType"], fields["m"]["type"]["valueType"]) == ("long", "double")
+    assert fields["m"]["metadata"]["delta.typeChanges"] == [
+        {"fromType": "integer", "toType": "long", "fieldPath": "key"},
+        {"fromType": "float", "toType": "double", "fieldPath": "value"},
+    ]
+    assert fields["l"]["type"]["elementType"] == "long"
+    assert fields["l"]["metadata"]["delta.typeChanges"] == [
+        {"fromType": "integer", "toType": "long", "fieldPath": "element"}
+    ]
+    if mapping == "name":
+        assert {"delta.columnMapping.id", "delta.columnMapping.physicalName"} <= set(a["metadata"])
+    for native in (True, False):
+        frame = _read(spark, table, native=native)
+        assert _types(frame) == {
+            "id": "bigint",
+            "s": "struct<a:int,b:string>",
+            "m": "map<bigint,double>",
+            "l": "array<bigint>",
+        }, native
+        assert _rows(frame) == [
+            {"id": 1, "s": {"a": 7, "b": "x"}, "m": {1: 1.5}, "l": [2]},
+            {"id": 2, "s": {"a": 70000, "b": "y"}, "m": {8_000_000_000: 0.1}, "l": [9_000_000_000]},
+        ], native

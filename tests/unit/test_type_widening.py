@@ -141,3 +141,26 @@ def test_an_older_narrower_type_widens_to_the_read_type_through_nested_types() -
     assert not widens_to(new, old)
     assert not widens_to({"type": "array", "elementType": "long"}, {"type": "array", "elementType": "integer"})
     assert not widens_to("integer", {"type": "array", "elementType": "integer"})
+
+
+def test_dropping_type_widening_removes_every_type_change_and_lists_the_fields() -> None:
+    from sparkonce.delta.table.type_widening import without_type_changes
+
+    change = {"delta.typeChanges": [{"fromType": "short", "toType": "integer"}], "comment": "kept"}
+    fields = [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {
+            "name": "s",
+            "type": {
+                "type": "struct",
+                "fields": [{"name": "x", "type": "integer", "nullable": True, "metadata": change}],
+            },
+            "nullable": True,
+            "metadata": {},
+        },
+    ]
+    cleaned, removed = without_type_changes(fields)
+    assert cleaned[1]["type"]["fields"][0]["metadata"] == {"comment": "kept"}
+    assert cleaned[0] == fields[0]
+    assert removed == [{"name": "s.x", "type": "integer", "nullable": True, "metadata": change}]
+    assert list(recorded_changes(cleaned)) == []

@@ -51,7 +51,9 @@ from sparkonce.delta.writer import (
     check_partition_columns,
     check_target,
     collect_files,
+    files_schema,
     new_table_mapping,
+    refuse_nested_geo,
     target_mapping,
     write_task,
     written_after,
@@ -134,6 +136,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         brought up to date by reading only the commits since (:func:`sparkonce.delta.log.table_view.current_table`).
         """
         check_partition_columns(self.options, self.arrow_schema)
+        refuse_nested_geo(delta_fields(self.arrow_schema), self.options.path)
         self.options.location.check_commit_safety()
         new_table_stats = top_level_stats_columns(
             delta_fields(self.arrow_schema), self.options.partition_by, self.table_configuration
@@ -149,7 +152,11 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
                 self.file_options.stats_columns = new_table_stats
                 return
-            self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
+            self.file_options.partition_by = check_target(table, self.options, self.arrow_schema, stream=True)
+            files = files_schema(table, self.options, self.arrow_schema, stream=True)
+            if files != self.arrow_schema:  # the table's types where Delta's sink casts the data to them
+                self.file_options.cast_schema = files
+                self.arrow_schema = files
             self.file_options.column_mapping = target_mapping(table, self.options, self.arrow_schema)
             self.identity = plan_identity(table_fields(table), self.arrow_schema, table=self.options.path)
             self.file_options.identity = self.identity.fills if self.identity is not None else ()

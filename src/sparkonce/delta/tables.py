@@ -354,21 +354,23 @@ class DeltaTable:
 
     def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:
         """Drop a feature Delta can drop from the table's protocol, which becomes the weakest protocol holding the
-        remaining features (one ``DROP FEATURE`` commit; :func:`sparkonce.delta.ops.alter.drop_feature`).
+        remaining features (one ``DROP FEATURE`` commit; ``typeWidening`` after its traces are removed, as Delta
+        does: :func:`sparkonce.delta.ops.alter.drop_feature`).
 
         Raises:
             ValueError: ``featureName`` is not a string, ``truncateHistory`` not a bool (delta-spark's messages).
             OptionError: an unknown feature, or one the table does not have.
             UnsupportedFeatureError: a feature Delta cannot drop, ``truncateHistory`` for one that needs no
                 truncation, a reader-writer feature whose traces sparkonce cannot remove, or constraints still on
-                the table; nothing is written.
+                the table (nothing is written); Delta's ``DELTA_FEATURE_DROP_WAIT_FOR_RETENTION_PERIOD`` /
+                ``DELTA_FEATURE_DROP_HISTORICAL_VERSIONS_EXIST`` for ``typeWidening`` with ``truncateHistory``.
         """
         from sparkonce.delta.ops.alter import drop_feature
 
         _check_str(featureName, "featureName")
         if truncateHistory is not None and not isinstance(truncateHistory, bool):
             raise ValueError(f"truncateHistory needs to be a boolean but got '{type(truncateHistory)}'.")
-        drop_feature(self._path, featureName, truncate_history=bool(truncateHistory))
+        drop_feature(self._path, featureName, truncate_history=bool(truncateHistory), spark=self._spark)
 
     def optimize(self) -> DeltaOptimizeBuilder:
         """A builder for ``OPTIMIZE``: ``.where(partition predicate)`` then ``.executeCompaction()``."""

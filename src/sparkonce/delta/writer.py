@@ -37,9 +37,9 @@ from sparkonce.delta.table.options import WriteOptions
 from sparkonce.delta.table.properties import check_existing, new_table_protocol
 from sparkonce.delta.table.schema import (
     arrow_schema_for_spark,
+    cast_schema,
     delta_fields,
     delta_schema_string,
-    geo_type,
     has_geo_columns,
     reconcile,
     table_fields,
@@ -93,30 +93,27 @@ def write_task(file_options: FileWriterOptions, batches: Iterator[pa.RecordBatch
     with TableFileWriter(file_options, task_id=task_id) as writer:
         for index, batch in enumerate(batches):
             if batch.num_rows:
-                _refuse_geo_rows(batch.schema, file_options)
-                writer.write(batch)
+                writer.write(file_options.cast(batch))
             if index == 0:
                 crash_point("mid_write", batch_id)
         files = writer.close()
     return DeltaFilesMessage(files=files, task_id=task_id, written_after=file_options.written_after)
 
 
-def _refuse_geo_rows(schema: pa.Schema, file_options: FileWriterOptions) -> None:
-    """Refuse rows for geometry or geography columns (executor side, before the task writes a file) of a table
-    the write creates (:meth:`DeltaBatchWriter._plan` refuses writes into an existing one)."""
-    geo = [f.name for f in schema if geo_type(f.type) is not None]
-    if geo:
-        raise geo_rows_error(geo, str(file_options.location))
+def refuse_nested_geo(fields: list[dict[str, Any]], table: str) -> None:
+    """Refuse a write of geometry or geography values inside a struct, array or map (driver side, before any file):
+    sparkonce's writers turn top-level geometry and geography columns into Parquet's GEOMETRY / GEOGRAPHY columns
+    (:func:`sparkonce.delta.write.files.geo_as_wkb`), not nested ones.
 
-
-def geo_rows_error(columns: list[str], table: str) -> UnsupportedFeatureError:
-    """Why sparkonce writes no rows into geometry or geography columns: Delta stores them as Parquet's GEOMETRY /
-    GEOGRAPHY (WKB) columns, which its writers do not write."""
-    return UnsupportedFeatureError(
-        f"writing rows of geometry/geography column(s) {columns} into {table}: Delta stores them as Parquet "
-        "GEOMETRY/GEOGRAPHY (WKB) columns, which sparkonce does not write; nothing was written (a table with these "
-        "columns can be created and read)"
-    )
+    Raises:
+        UnsupportedFeatureError: naming the columns and the table; nothing is written.
+    """
+    nested = [str(f["name"]) for f in fields if not isinstance(f["type"], str) and has_geo_columns(json.dumps(f))]
+    if nested:
+        raise UnsupportedFeatureError(
+            f"writing geometry/geography values nested in column(s) {nested} into {table}: sparkonce writes "
+            "top-level geometry and geography columns only (Parquet GEOMETRY/GEOGRAPHY); nothing was written"
+        )
 
 
 def _batch_id_for_diagnostics() -> int | None:
@@ -192,9 +189,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.options.location.check_commit_safety()
         self.options.location.check_reachable(for_write=True)
         table = current_table(self.options.location)
-        if table is not None and has_geo_columns(str(table.snapshot.metadata.get("schemaString") or "")):
-            geo = [str(f["name"]) for f in table.schema_fields() if has_geo_columns(json.dumps(f))]
-            raise geo_rows_error(geo, self.options.path)
+        refuse_nested_geo(delta_fields(self.arrow_schema), self.options.path)
         if table is None:
             self.file_options.generated = check_new_table(self.options, self.arrow_schema)
             self.file_options.column_mapping = new_table_mapping(self.options, self.arrow_schema)
@@ -239,6 +234,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             )
             return None
         self.file_options.partition_by = check_target(table, self.options, self.arrow_schema)
+        self._cast_to(files_schema(table, self.options, self.arrow_schema))
         self.file_options.column_mapping = target_mapping(table, self.options, self.arrow_schema)
         self.file_options.stats_columns = top_level_stats_columns(
             table_fields(table), self.file_options.partition_by, self.table_configuration
@@ -250,6 +246,12 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.file_options.generated = GeneratedColumns.of(table, shown=self.options.path)
         self.file_options.constraints = CheckConstraints.of(table, shown=self.options.path)
         return None
+
+    def _cast_to(self, schema: pa.Schema) -> None:
+        """Write files of ``schema`` (:func:`files_schema`) and commit them as such, when it differs from the data's."""
+        if schema != self.arrow_schema:
+            self.file_options.cast_schema = schema
+            self.arrow_schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaFilesMessage:  # executor
         if self.skip_reason is not None:
@@ -424,6 +426,24 @@ def target_mapping(table: AnyTable, options: WriteOptions, arrow_schema: pa.Sche
     return ColumnMapping.from_schema(mode, json.dumps({"type": "struct", "fields": fields}))
 
 
+def _merge_rules(table: AnyTable, options: WriteOptions, *, stream: bool) -> dict[str, bool]:
+    """How a write's types merge with the table's (:func:`check_target`)."""
+    enabled = type_widening.enabled(table.metadata().configuration)
+    if stream:
+        return {"type_widening": enabled and options.merge_schema, "implicit_casts": True}
+    return {"type_widening": enabled, "implicit_casts": False}
+
+
+def files_schema(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema, *, stream: bool = False) -> pa.Schema:
+    """The Arrow schema of the files a write into ``table`` makes, after :func:`check_target`: the data's, with the
+    types the table keeps (a narrower type into a wider or widened column; the sink's implicit casts) replaced by
+    the table's, to which the executors cast each batch (:func:`write_task`). Runs on the driver."""
+    rules = _merge_rules(table, options, stream=stream)
+    return cast_schema(
+        table_fields(table), arrow_schema, widening=rules["type_widening"], implicit=rules["implicit_casts"]
+    )
+
+
 def check_clustering_unchanged(options: WriteOptions) -> None:
     """A write to an existing table: clustering columns given must be the table's, unless the write replaces the
     table (``overwriteSchema``: the given clustering columns, or none, become the table's, as Delta's REPLACE
@@ -450,10 +470,15 @@ def check_clustering_unchanged(options: WriteOptions) -> None:
         )
 
 
-def check_target(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema) -> tuple[str, ...]:
+def check_target(
+    table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema, *, stream: bool = False
+) -> tuple[str, ...]:
     """Check data against an existing table, before any file is written; return the partition columns.
 
-    Runs on the driver.
+    The types merge as Delta's writes merge them (:func:`sparkonce.delta.table.schema.reconcile`): a batch write
+    with type widening on the table (a ``mergeSchema`` write then widens); the streaming sink (``stream``) with
+    Delta's implicit casts to the table's types, and type widening only with ``mergeSchema``, as Delta's
+    ``DeltaSink.getWriteSchema``. Runs on the driver.
 
     Raises:
         SchemaMismatchError: the schema does not fit (unless ``mergeSchema`` allows it) or ``partitionBy``
@@ -465,7 +490,7 @@ def check_target(table: AnyTable, options: WriteOptions, arrow_schema: pa.Schema
         merge_schema=options.merge_schema,
         table_id=str(table.metadata().id),
         table_path=options.path,
-        type_widening=type_widening.enabled(table.metadata().configuration),
+        **_merge_rules(table, options, stream=stream),
     )
     check_existing(dict(table.metadata().configuration), dict(options.table_properties), table=options.path)
     partitions = tuple(table.metadata().partition_columns)
@@ -482,6 +507,8 @@ __all__ = [
     "DeltaFilesMessage",
     "abort_write",
     "check_new_table",
+    "files_schema",
+    "refuse_nested_geo",
     "refuse_selective_overwrite",
     "new_table_mapping",
     "target_mapping",

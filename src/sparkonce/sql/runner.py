@@ -246,7 +246,7 @@ class DeltaSql:
         if isinstance(stmt, DropFeature):
             from sparkonce.delta.ops.alter import drop_feature
 
-            drop_feature(target.location, stmt.feature, truncate_history=stmt.truncate_history)
+            drop_feature(target.location, stmt.feature, truncate_history=stmt.truncate_history, spark=self.spark)
             return self._empty()
         if isinstance(stmt, AlterClusterBy):
             from sparkonce.delta.ops.alter import alter_clustering

@@ -55,11 +55,13 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "geospatial",
         "domainMetadata",
         "clustering",
+        "checkpointProtection",
     }
 )
 """Writer features sparkonce may commit to; some only while the table does not use them (:func:`check_writable`;
 ``geospatial``: a table with geometry or geography columns is made, but its columns take no rows from sparkonce's
-writers, :func:`sparkonce.delta.writer.write_task`)."""
+writers, :func:`sparkonce.delta.writer.write_task`; ``checkpointProtection``: sparkonce's log cleanup keeps every log
+file of such a table, :mod:`sparkonce.delta.txn.log_cleanup`)."""
 
 DELTA_TESTING_ENV = "DELTA_TESTING"
 """Set (to anything): Delta's test-only table features exist, as in Delta (``DeltaUtils.isTesting``)."""

@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from sparkonce._types import TableVersion
 from sparkonce.delta.log.actions import Action, Protocol
+from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.log.interval import parse_interval_ms
+from sparkonce.delta.log.log_checkpoint import write_checkpoint
 from sparkonce.delta.log.log_entry import (
     Operation,
     check_writable,
     commit_info,
 )
-from sparkonce.delta.log.table_view import existing_table
-from sparkonce.delta.table import constraints, protocol
+from sparkonce.delta.log.table_view import existing_table, remember_table
+from sparkonce.delta.table import constraints, protocol, type_widening
 from sparkonce.delta.table.column_mapping import (
     MAX_ID_PROPERTY,
     MODE_PROPERTY,
@@ -41,6 +44,7 @@ from sparkonce.delta.txn.commit import (
     metadata_action,
     protocol_action,
 )
+from sparkonce.delta.txn.log_cleanup import RETENTION_PROPERTY, cleanup_expired_logs
 from sparkonce.errors import (
     ConcurrentWriteError,
     OptionError,
@@ -205,15 +209,22 @@ _DROPPABLE_WITH_HISTORY = frozenset(
 """Reader-writer features Delta can drop: their traces must first leave the history readers may still read."""
 
 
-def drop_feature(table: str | TableLocation, feature: str, *, truncate_history: bool = False) -> TableVersion:
+def drop_feature(
+    table: str | TableLocation,
+    feature: str,
+    *,
+    truncate_history: bool = False,
+    spark: SparkSession | None = None,
+) -> TableVersion:
     """``ALTER TABLE t DROP FEATURE f [TRUNCATE HISTORY]``: remove a feature Delta can drop from the protocol in
     one ``DROP FEATURE`` commit, which leaves the weakest protocol holding the remaining features, with Delta's
     checks in Delta's order (``AlterTableDropFeatureDeltaCommand``): a feature the protocol lacks, one Delta
     cannot drop, one Delta does not know; ``TRUNCATE HISTORY`` only for a feature whose traces must leave the
     history. Writer features: ``checkConstraints`` once the table has no constraint, ``inCommitTimestamp`` with
     its properties, Delta's test features (``DELTA_TESTING``). A reader-writer feature is dropped only when it
-    leaves no trace in the table's files or history (Delta's test feature); the others need their traces
-    rewritten and the history truncated, which sparkonce does not do.
+    leaves no trace in the table's files or history (Delta's test feature); ``typeWidening`` as Delta drops it
+    (:func:`_drop_type_widening`, the files rewritten by ``spark``'s executors: the active session when None); the
+    others need their traces rewritten and the history truncated, which sparkonce does not do.
 
     Raises:
         OptionError: the feature is not in the table's protocol (``DELTA_FEATURE_DROP_FEATURE_NOT_PRESENT``), or
@@ -252,6 +263,8 @@ def drop_feature(table: str | TableLocation, feature: str, *, truncate_history: 
             f"truncation. ({known.name} on {location}; nothing was written)"
         )
     name = known.name
+    if name in type_widening.FEATURES:
+        return _drop_type_widening(location, name, truncate_history=truncate_history, spark=spark)
     if name in _DROPPABLE_WITH_HISTORY:
         raise UnsupportedFeatureError(
             f"DROP FEATURE {name} on {location}: dropping a reader-writer feature removes its traces from the files "
@@ -290,6 +303,198 @@ def drop_feature(table: str | TableLocation, feature: str, *, truncate_history: 
         return configuration, snapshot.schema().to_json(), {}
 
     return _commit_metadata(location, operation, change, 100, downgrade=lambda p: protocol.without(p, name))
+
+
+CHECKPOINT_PROTECTION = "checkpointProtection"
+CHECKPOINT_PROTECTION_PROPERTY = "delta.requireCheckpointProtectionBeforeVersion"
+"""Delta's ``checkpointProtection`` writer feature and the table version before which its checkpoints are kept."""
+BARRIER_CHECKPOINTS = 3
+"""Delta's ``DropTableFeatureUtils.NUMBER_OF_BARRIER_CHECKPOINTS``: checkpoints made before a fast drop."""
+TRUNCATE_HISTORY_RETENTION_PROPERTY = "delta.dropFeatureTruncateHistory.retentionDuration"
+DEFAULT_TRUNCATE_HISTORY_RETENTION_MS = 24 * 3600 * 1000
+"""Delta's default ``delta.dropFeatureTruncateHistory.retentionDuration`` (24 hours)."""
+
+
+def _drop_type_widening(
+    location: TableLocation, name: str, *, truncate_history: bool, spark: SparkSession | None
+) -> TableVersion:
+    """``DROP FEATURE typeWidening [TRUNCATE HISTORY]`` as Delta 4 runs it (``AlterTableDropFeatureDeltaCommand``,
+    ``TypeWideningPreDowngradeCommand``).
+
+    First the feature's traces leave the table (:func:`_remove_type_widening_traces`): an ``UNSET TBLPROPERTIES``
+    commit of ``delta.enableTypeWidening``, a ``REORG`` commit rewriting the files written before a type change,
+    and a ``DROP FEATURE`` commit of the schema without ``delta.typeChanges``. Then, without ``TRUNCATE HISTORY``
+    (Delta's fast drop), three ``Empty Commit`` commits, each checkpointed, and the ``DROP FEATURE`` commit of the
+    protocol without the feature and with ``checkpointProtection`` (``delta.requireCheckpointProtectionBeforeVersion``
+    = its table version), checkpointed too: readers never replay the commits before those checkpoints. With
+    ``TRUNCATE HISTORY``, one checkpointed ``Empty Commit``; when traces were just removed the command stops with
+    Delta's ``DELTA_FEATURE_DROP_WAIT_FOR_RETENTION_PERIOD``; run again once the log older than
+    ``delta.dropFeatureTruncateHistory.retentionDuration`` (24 hours) is gone (sparkonce's log cleanup removes the
+    commits older than that first, as Delta's does), it drops the feature when no commit left in the log records
+    a type change, else fails with ``DELTA_FEATURE_DROP_HISTORICAL_VERSIONS_EXIST``.
+
+    Raises:
+        UnsupportedFeatureError: Delta's two refusals above, after the commits made.
+    """
+    from pyspark.sql import SparkSession
+
+    session = spark or SparkSession.getActiveSession()
+    if session is None:
+        raise UnsupportedFeatureError(
+            f"DROP FEATURE {name} on {location}: rewriting the files of old types needs a Spark session"
+        )
+    changed = _remove_type_widening_traces(session, location)
+    if not truncate_history:
+        for _ in range(BARRIER_CHECKPOINTS):
+            _checkpoint(location, _empty_commit(location))
+
+        def protected(current: Protocol) -> Protocol:
+            features = protocol.supported_features(protocol.without(current, name)) | {CHECKPOINT_PROTECTION}
+            return protocol.weakest_protocol(features)
+
+        def barrier(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+            _check_no_type_widening(snapshot, name, location)
+            configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+            configuration[CHECKPOINT_PROTECTION_PROPERTY] = str(int(snapshot.version()) + 1)
+            return configuration, snapshot.schema().to_json(), {}
+
+        operation = Operation("DROP FEATURE", {"featureName": name, "truncateHistory": "false"})
+        done = _commit_metadata(location, operation, barrier, 100, downgrade=protected)
+        _checkpoint(location, done)
+        return done
+    _checkpoint(location, _empty_commit(location))
+    if changed:
+        raise UnsupportedFeatureError(
+            f"[DELTA_FEATURE_DROP_WAIT_FOR_RETENTION_PERIOD] Dropping {name} was partially successful. The feature is "
+            "now no longer used in the current version of the table. However, the feature is still present in "
+            "historical versions of the table. The table feature cannot be dropped from the table protocol until "
+            "these historical versions have expired. To drop the table feature from the protocol, please wait for "
+            f"the historical versions to expire, and then repeat this command. The retention period for historical "
+            f"versions is currently configured as delta.logRetentionDuration={_log_retention(location)}. "
+            "Alternatively, please wait for the TRUNCATE HISTORY retention period to expire (24 hours) and then run: "
+            f"ALTER TABLE table_name DROP FEATURE feature_name TRUNCATE HISTORY ({location})"
+        )
+    _truncate_history(location)
+    if _history_records_type_changes(location):
+        raise UnsupportedFeatureError(
+            f"[DELTA_FEATURE_DROP_HISTORICAL_VERSIONS_EXIST] Cannot drop {name} because the Delta log contains "
+            "historical versions that use the feature. Please wait until the history retention period "
+            f"(delta.logRetentionDuration={_log_retention(location)}) has passed since the feature was last active. "
+            "Alternatively, please wait for the TRUNCATE HISTORY retention period to expire (24 hours) and then run: "
+            f"ALTER TABLE table_name DROP FEATURE feature_name TRUNCATE HISTORY ({location})"
+        )
+
+    def downgraded(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        _check_no_type_widening(snapshot, name, location)
+        configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+        return configuration, snapshot.schema().to_json(), {}
+
+    operation = Operation("DROP FEATURE", {"featureName": name, "truncateHistory": "true"})
+    return _commit_metadata(location, operation, downgraded, 100, downgrade=lambda p: protocol.without(p, name))
+
+
+def _remove_type_widening_traces(spark: SparkSession, location: TableLocation) -> bool:
+    """Delta's ``TypeWideningPreDowngradeCommand.removeFeatureTracesIfNeeded``: nothing when type widening is off
+    and the schema records no type change; else ``delta.enableTypeWidening`` unset (its own commit), the files of
+    old types rewritten (:func:`sparkonce.delta.ops.optimize.rewrite_type_widened_files`, a ``REORG`` commit) and
+    the schema's ``delta.typeChanges`` removed (a ``DROP FEATURE`` commit naming the fields in ``columns``). True
+    when files were rewritten or type changes removed (traces the history still holds)."""
+    from sparkonce.delta.ops.optimize import rewrite_type_widened_files
+
+    snapshot = existing_table(location)
+    configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+    fields = json.loads(snapshot.schema().to_json())["fields"]
+    recorded = any(True for _ in type_widening.recorded_changes(fields))
+    if not type_widening.enabled(configuration) and not recorded:
+        return False
+    if any(k.lower() == type_widening.ENABLE_PROPERTY.lower() for k in configuration):
+        alter_properties(location, unset=[type_widening.ENABLE_PROPERTY], if_exists=True)
+    if not recorded:
+        return False
+    rewritten = rewrite_type_widened_files(spark, location).files_removed
+    _, removed = type_widening.without_type_changes(fields)
+
+    def cleaned(current: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        kept = {str(k): str(v) for k, v in current.metadata().configuration.items() if v is not None}
+        schema, _ = type_widening.without_type_changes(json.loads(current.schema().to_json())["fields"])
+        return kept, json.dumps({"type": "struct", "fields": schema}, separators=(",", ":")), {}
+
+    columns = json.dumps(removed, separators=(",", ":"))
+    _commit_metadata(location, Operation("DROP FEATURE", {"columns": columns}), cleaned, 100)
+    log.info("DROP FEATURE: %s file(s) of %s rewritten, type changes removed from %s", rewritten, location, columns)
+    return True
+
+
+def _check_no_type_widening(snapshot: Any, name: str, location: TableLocation) -> None:
+    """Delta's ``validateDropInvariants`` on the snapshot the protocol downgrade commits on.
+
+    Raises:
+        UnsupportedFeatureError: a concurrent commit enabled type widening again or recorded a type change
+            (``DELTA_FEATURE_DROP_CONFLICT_REVALIDATION_FAIL``).
+    """
+    configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+    fields = json.loads(snapshot.schema().to_json())["fields"]
+    if type_widening.enabled(configuration) or any(True for _ in type_widening.recorded_changes(fields)):
+        raise UnsupportedFeatureError(
+            "[DELTA_FEATURE_DROP_CONFLICT_REVALIDATION_FAIL] Cannot drop feature because a concurrent transaction "
+            f"modified the table. Please try the operation again. ({name} on {location}; the protocol is unchanged)"
+        )
+
+
+def _empty_commit(location: TableLocation) -> TableVersion:
+    """Delta's ``Empty Commit``: a commit of its ``commitInfo`` alone (a table version to checkpoint)."""
+
+    def unchanged(snapshot: Any) -> tuple[dict[str, str], str, Mapping[str, int]]:
+        configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+        return configuration, snapshot.schema().to_json(), {}
+
+    return _commit_metadata(location, Operation("Empty Commit", {}), unchanged, 100)
+
+
+def _checkpoint(location: TableLocation, table_version: TableVersion) -> None:
+    """A classic checkpoint of ``table_version`` (the newest), whatever ``delta.checkpointInterval`` says."""
+    snapshot = existing_table(location).snapshot
+    if snapshot.table_version != int(table_version):  # a writer committed meanwhile: checkpoint the one made
+        snapshot = DeltaLog(location).snapshot(int(table_version))
+    written = write_checkpoint(location, snapshot)
+    remember_table(location, written.snapshot)
+
+
+def _log_retention(location: TableLocation) -> str:
+    configuration = existing_table(location).metadata().configuration
+    found = next((v for k, v in configuration.items() if k.lower() == "delta.logretentionduration"), None)
+    return str(found or "interval 30 days")
+
+
+def _truncate_history(location: TableLocation) -> None:
+    """Delta's ``cleanUpExpiredLogs`` with the ``TRUNCATE HISTORY`` retention: the log files older than
+    ``delta.dropFeatureTruncateHistory.retentionDuration`` (24 hours) before the newest checkpoint go."""
+    snapshot = existing_table(location)
+    configuration = {str(k): str(v) for k, v in snapshot.metadata().configuration.items() if v is not None}
+    key = TRUNCATE_HISTORY_RETENTION_PROPERTY.lower()
+    raw = next((v for k, v in configuration.items() if k.lower() == key), None)
+    retention_ms = (
+        DEFAULT_TRUNCATE_HISTORY_RETENTION_MS
+        if raw is None
+        else parse_interval_ms(raw, name=TRUNCATE_HISTORY_RETENTION_PROPERTY)
+    )
+    configuration = {k: v for k, v in configuration.items() if k.lower() != RETENTION_PROPERTY.lower()}
+    configuration[RETENTION_PROPERTY] = f"interval {retention_ms} milliseconds"
+    cleanup_expired_logs(location, configuration, protocol_action(snapshot), granularity_ms=60_000)
+
+
+def _history_records_type_changes(location: TableLocation) -> bool:
+    """Delta's ``historyContainsFeature`` for type widening: a ``metaData`` recording a type change in a commit
+    the log still holds, from its oldest checkpoint on."""
+    delta_log = DeltaLog(location)
+    for table_version in delta_log.commit_versions():
+        for action in delta_log.read_actions(table_version):
+            if "metaData" not in action:
+                continue
+            fields = json.loads(action["metaData"].get("schemaString") or "{}").get("fields") or []
+            if any(True for _ in type_widening.recorded_changes(fields)):
+                return True
+    return False
 
 
 def _feature(key: str, value: str) -> str:

@@ -39,7 +39,7 @@ from sparkonce.delta.ops.rewrite import (
     open_snapshot,
     sql_text,
 )
-from sparkonce.delta.read.reader import DataFile, ScanSchema, read_files
+from sparkonce.delta.read.reader import DataFile, ScanSchema, has_other_types, read_files
 from sparkonce.delta.table.clustering import PROVIDER, table_clustering
 from sparkonce.delta.table.column_mapping import ColumnMapping
 from sparkonce.delta.table.schema import arrow_schema_for_spark
@@ -289,10 +289,13 @@ def commit_compaction(
     params: dict[str, Any],
     *,
     started: float,
+    operation: str = "OPTIMIZE",
+    metric_names: Sequence[str] | None = None,
 ) -> OptimizeResult:
     """The OPTIMIZE commit of a compaction planned on ``snapshot``: ``removed`` replaced by ``written``, every
     action ``dataChange=false``, Delta's ``operationMetrics``; conflicts checked by Delta's rules (only a concurrent
-    removal of a compacted file conflicts). Runs on the driver.
+    removal of a compacted file conflicts). ``operation``, ``metric_names``: another operation's name and metrics
+    (``REORG``). Runs on the driver.
 
     Raises:
         CommitConflictError: a concurrent writer removed or changed one of the compacted files.
@@ -319,18 +322,20 @@ def commit_compaction(
         "executionTimeMs": 0,
     }
     metrics["executionTimeMs"] = int((time.monotonic() - started) * 1000)
+    if metric_names is not None:
+        metrics = {name: metrics[name] for name in metric_names}
     result = commit_rewrite(
         snapshot.location,
         written,
         removed,
         data_schema=arrow_schema_for_spark(snapshot.spark_schema()),
-        operation="OPTIMIZE",
+        operation=operation,
         parameters=params,
         metrics=metrics,
         data_change=False,
         read=snapshot.read_set(removed, whole_table=False, data_change=False),
     )
-    log.info("optimize %s: table_version %s, %s", table_uri, result.table_version, metrics)
+    log.info("%s %s: table_version %s, %s", operation.lower(), table_uri, result.table_version, metrics)
     return OptimizeResult(
         table_path=table_uri,
         table_version=result.table_version,
@@ -345,6 +350,78 @@ def commit_compaction(
         added_paths=tuple(f.path for f in written),
         metrics=metrics,
     )
+
+
+REORG_METRICS = (
+    "numRemovedFiles",
+    "numRemovedBytes",
+    "p25FileSize",
+    "numDeletionVectorsRemoved",
+    "minFileSize",
+    "p75FileSize",
+    "p50FileSize",
+    "numAddedBytes",
+    "numAddedFiles",
+    "maxFileSize",
+)
+"""The ``operationMetrics`` of Delta's ``REORG`` commit."""
+
+
+def rewrite_type_widened_files(spark: SparkSession, table: str | TableLocation) -> OptimizeResult:
+    """Delta's ``REORG`` of type widening (``DeltaRewriteTypeWideningOperation``, run by ``DROP FEATURE
+    typeWidening``): every file holding a column or field of another Parquet type than the table's (written before
+    a type change; footers read on the executors) is read with the table's types and written again, the files of a
+    partition packed into files of up to :data:`DEFAULT_TARGET_FILE_SIZE`, in one ``REORG`` commit
+    (``dataChange=false``, Delta's parameters and metrics). No commit when no file needs it.
+
+    Raises:
+        TableNotFoundError: not a Delta table.
+        CommitConflictError: a concurrent writer removed one of the rewritten files.
+    """
+    started = time.monotonic()
+    snapshot = open_snapshot(table, operation="REORG")
+    files = list(snapshot.files)
+    stale = _files_with_other_types(spark, snapshot, files)
+    if not stale:
+        log.info("reorg %s at table_version %s: no file of another type", snapshot.table_uri, snapshot.table_version)
+        return OptimizeResult(snapshot.table_uri, None, 0, 0, 0, 0, 0, len(files), 0, snapshot.table_version)
+    bins = bin_pack(stale, snapshot.partition_columns, DEFAULT_TARGET_FILE_SIZE, min_file_size=2**62)
+    packed = {f.path for b in bins for f in b}
+    bins += [[f] for f in stale if f.path not in packed]  # a partition's only file is rewritten too
+    written = _rewrite_bins(
+        spark,
+        snapshot.location,
+        snapshot.scan,
+        snapshot.partition_columns,
+        bins,
+        snapshot.column_mapping,
+        (),
+        snapshot.stats_columns(),
+    )
+    params = {"predicate": "[]", "applyPurge": True}
+    return commit_compaction(
+        snapshot, files, stale, written, params, started=started, operation="REORG", metric_names=REORG_METRICS
+    )
+
+
+def _files_with_other_types(
+    spark: SparkSession, snapshot: TableSnapshot, files: Sequence[TableFile]
+) -> list[TableFile]:
+    """The files whose footers hold another type than the table's (:func:`sparkonce.delta.read.reader.has_other_types`),
+    read by Spark tasks."""
+    if not files:
+        return []
+    plan = [f.data_file(snapshot.location) for f in files]
+    scan, location = snapshot.scan, snapshot.location
+
+    def check(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for listing in batches:
+            stale = [i for i in listing.column(0).to_pylist() if has_other_types(plan[i], scan, location)]
+            yield pa.RecordBatch.from_arrays([pa.array(stale, pa.int64())], names=["index"])
+
+    tasks = max(1, min(len(files), spark.sparkContext.defaultParallelism))
+    rows = spark.range(0, len(files), 1, tasks).mapInArrow(check, "index long").collect()
+    return [files[int(row["index"])] for row in rows]
 
 
 def optimize_table(
@@ -449,10 +526,12 @@ def _bin_task(
 
 __all__ = [
     "DEFAULT_TARGET_FILE_SIZE",
+    "REORG_METRICS",
     "OptimizeResult",
     "bin_pack",
     "compact",
     "optimize_table",
+    "rewrite_type_widened_files",
     "zorder",
     "zorder_bins",
     "zorder_file_rows",

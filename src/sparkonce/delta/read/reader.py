@@ -446,6 +446,47 @@ def read_files(
                 yield _to_output(batch, data_file, scan, present, row_index)
 
 
+def has_other_types(data_file: DataFile, scan: ScanSchema, location: TableLocation) -> bool:
+    """True when a data file holds a column or nested field whose Parquet type is not the table's (a file written
+    before a type change: Delta's ``ReorgTableHelper.fileHasDifferentTypes``); only its footer is read. Runs on
+    executors."""
+    import pyarrow.parquet as pq
+
+    with _open_data_file(location.filesystem(), data_file, location) as source:
+        found = pq.ParquetFile(source).schema_arrow
+    for out_field in scan.output:
+        physical = scan.physical_names.get(out_field.name, out_field.name)
+        if out_field.name in data_file.partition_values or found.get_field_index(physical) < 0:
+            continue
+        column = pa.array([], type=found.field(physical).type)
+        renames = scan.nested_renames.get(out_field.name)
+        if renames:
+            column = rename_nested(column, renames)
+        if _other_type(column.type, out_field.type):
+            return True
+    return False
+
+
+def _other_type(found: pa.DataType, wanted: pa.DataType) -> bool:
+    """Two Arrow types differ in a primitive of a field both have (nullability, metadata and timestamp units
+    aside; a nested field only one has is no difference)."""
+    if pa.types.is_struct(found) and pa.types.is_struct(wanted):
+        wanted_children = {wanted.field(i).name: wanted.field(i).type for i in range(wanted.num_fields)}
+        return any(
+            _other_type(found.field(i).type, wanted_children[found.field(i).name])
+            for i in range(found.num_fields)
+            if found.field(i).name in wanted_children
+        )
+    if pa.types.is_map(found) and pa.types.is_map(wanted):
+        return _other_type(found.key_type, wanted.key_type) or _other_type(found.item_type, wanted.item_type)
+    lists = (pa.types.is_list, pa.types.is_large_list)
+    if any(t(found) for t in lists) and any(t(wanted) for t in lists):
+        return _other_type(found.value_type, wanted.value_type)
+    if pa.types.is_timestamp(found) and pa.types.is_timestamp(wanted):
+        return (found.tz is None) != (wanted.tz is None)
+    return bool(found != wanted)
+
+
 def _to_output(
     batch: pa.RecordBatch,
     data_file: DataFile,
@@ -545,6 +586,7 @@ __all__ = [
     "DataFile",
     "DeltaBatchReader",
     "FilesPartition",
+    "has_other_types",
     "ScanSchema",
     "check_protocol_readable",
     "check_reader_features",

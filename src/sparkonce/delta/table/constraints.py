@@ -63,6 +63,8 @@ class CheckConstraints:
         from sparkonce.delta.table.schema import table_arrow_schema
 
         configuration = {str(k): str(v) for k, v in table.metadata().configuration.items() if v is not None}
+        if not any(key.lower().startswith(PREFIX) for key in configuration):
+            return None  # no schema needed (delta-rs does not know every type: geometry, geography)
         return cls.from_configuration(configuration, table_arrow_schema(table), shown=shown or table.table_uri)
 
     @classmethod

@@ -78,6 +78,7 @@ _FEATURES = (
     _writer("icebergCompatV1"),
     _writer("icebergCompatV2"),
     _writer("allowColumnDefaults", removable=True),
+    _writer("checkpointProtection"),  # Delta drops it with TRUNCATE HISTORY only; sparkonce does not
     _reader_writer("deletionVectors", removable=True, history_protection=True),
     _reader_writer("timestampNtz"),
     _reader_writer("v2Checkpoint", removable=True, history_protection=True),

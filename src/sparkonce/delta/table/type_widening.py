@@ -59,6 +59,11 @@ def _decimal(delta_type: Any) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+def decimal_type(delta_type: Any) -> tuple[int, int] | None:
+    """(precision, scale) of a Delta ``decimal(p,s)`` type, else None."""
+    return _decimal(delta_type)
+
+
 def _decimal_of_integral(delta_type: str) -> tuple[int, int] | None:
     """The decimal that holds every value of an integral type (Spark's ``DecimalType.forType``)."""
     return {"byte": (3, 0), "short": (5, 0), "integer": (10, 0), "long": (20, 0)}.get(delta_type)
@@ -195,26 +200,6 @@ def with_type_change(
     return {**field, "metadata": metadata}
 
 
-def evolved_fields(
-    table_fields: Sequence[Mapping[str, Any]], data_fields: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]] | None:
-    """The table's fields after a write with schema evolution on a table with type widening enabled: each top-level
-    column whose data type is a wider type Delta takes by schema evolution (:func:`is_schema_evolution_change`)
-    gets that type and the change in its ``delta.typeChanges``, as Delta's ``TypeWideningMetadata`` records it;
-    None when no column widens."""
-    data_types = {str(f["name"]).lower(): f["type"] for f in data_fields}
-    changed = False
-    fields = []
-    for field in table_fields:
-        old, new = field["type"], data_types.get(str(field["name"]).lower())
-        if isinstance(old, str) and isinstance(new, str) and new != old and is_schema_evolution_change(old, new):
-            fields.append({**with_type_change(field, old, new), "type": new})
-            changed = True
-        else:
-            fields.append(dict(field))
-    return fields if changed else None
-
-
 def recorded_changes(fields: Sequence[Mapping[str, Any]]) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
     """Every type change recorded in a schema's fields, nested ones included: (the field's path, the change)."""
 
@@ -238,6 +223,48 @@ def recorded_changes(fields: Sequence[Mapping[str, Any]]) -> Iterator[tuple[tupl
             yield from nested(delta_type.get("valueType"), (*path, "value"))
 
     yield from walk(fields, ())
+
+
+def without_type_changes(
+    fields: Sequence[Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The schema's fields without any ``delta.typeChanges`` (at any depth), and the fields that had them as
+    Delta's ``TypeWideningMetadata.removeTypeWideningMetadata`` lists them for the ``DROP FEATURE`` commit's
+    ``columns`` parameter: each with its dotted path as name and its metadata before the removal."""
+    removed: list[dict[str, Any]] = []
+
+    def clean_fields(items: Sequence[Mapping[str, Any]], parent: tuple[str, ...]) -> list[dict[str, Any]]:
+        cleaned = []
+        for field in items:
+            path = (*parent, str(field["name"]))
+            metadata = dict(field.get("metadata") or {})
+            if TYPE_CHANGES_KEY in metadata:
+                removed.append(
+                    {
+                        "name": ".".join(path),
+                        "type": field["type"],
+                        "nullable": field.get("nullable", True),
+                        "metadata": dict(metadata),
+                    }
+                )
+                del metadata[TYPE_CHANGES_KEY]
+            cleaned.append({**field, "type": clean_type(field["type"], path), "metadata": metadata})
+        return cleaned
+
+    def clean_type(delta_type: Any, path: tuple[str, ...]) -> Any:
+        if not isinstance(delta_type, dict):
+            return delta_type
+        kind = delta_type.get("type")
+        if kind == "struct":
+            return {**delta_type, "fields": clean_fields(delta_type.get("fields") or [], path)}
+        if kind == "array":
+            return {**delta_type, "elementType": clean_type(delta_type["elementType"], (*path, "element"))}
+        if kind == "map":
+            key = clean_type(delta_type["keyType"], (*path, "key"))
+            return {**delta_type, "keyType": key, "valueType": clean_type(delta_type["valueType"], (*path, "value"))}
+        return delta_type
+
+    return clean_fields(fields, ()), removed
 
 
 def check_readable(fields: Sequence[Mapping[str, Any]], table: str) -> None:
@@ -271,8 +298,8 @@ __all__ = [
     "TYPE_CHANGES_KEY",
     "can_up_cast",
     "check_readable",
+    "decimal_type",
     "enabled",
-    "evolved_fields",
     "is_atomic",
     "is_schema_evolution_change",
     "is_supported_change",
@@ -281,4 +308,5 @@ __all__ = [
     "type_changes",
     "widens_to",
     "with_type_change",
+    "without_type_changes",
 ]

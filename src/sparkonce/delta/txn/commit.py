@@ -77,7 +77,14 @@ from sparkonce.delta.table.column_mapping import mapping_mode, new_table_columns
 from sparkonce.delta.table.identity import IDENTITY_WRITING_REWRITES, REWRITES_KEEPING_VALUES, IdentityPlan
 from sparkonce.delta.table.properties import new_table_protocol
 from sparkonce.delta.table.protocol import upgraded
-from sparkonce.delta.table.schema import delta_fields, delta_schema_string, reconcile, table_fields
+from sparkonce.delta.table.schema import (
+    delta_fields,
+    delta_schema_string,
+    merge_fields,
+    reconcile,
+    table_fields,
+    table_schema_string,
+)
 from sparkonce.delta.txn.cleanup import find_commit, remove_unreferenced_files
 from sparkonce.delta.txn.conflicts import ReadSet, check_winners
 from sparkonce.delta.txn.log_cleanup import cleanup_expired_logs
@@ -443,7 +450,7 @@ def commit_files(
                 f"partition columns {list(partition_by)} do not match the table's {list(table_partitions)} "
                 f"at {table_uri}"
             )
-        schema_string = snapshot.schema().to_json()
+        schema_string = table_schema_string(snapshot)
         protocol = protocol_action(snapshot)
         check_writable(
             protocol,
@@ -1029,7 +1036,7 @@ def _schema_change(
         return delta_schema_string(data_schema), None
     current = table_fields(table)
     data_fields = delta_fields(data_schema)
-    widening = merge_schema and type_widening.enabled(table.metadata().configuration)
+    widening = type_widening.enabled(table.metadata().configuration)
     new_fields = reconcile(
         current,
         data_fields,
@@ -1038,7 +1045,8 @@ def _schema_change(
         table_path=table_uri,
         type_widening=widening,
     )
-    widened = type_widening.evolved_fields(current, data_fields) if widening else None
+    merged = merge_fields(current, data_fields, widening=widening, implicit=False)
+    widened = merged if merged != current else None  # reconcile let a changed type through: mergeSchema
     if widened is not None:
         log.info("widening column(s) of %s to the data's types (mergeSchema, type widening)", table_uri)
         current = widened

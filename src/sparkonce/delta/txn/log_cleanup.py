@@ -176,6 +176,7 @@ def cleanup_expired_logs(
     *,
     now_ms: int | None = None,
     force: bool = False,
+    granularity_ms: int | None = None,
 ) -> LogCleanupResult:
     """Delete the table's expired log files (see the module's rules); called after a checkpoint is written.
 
@@ -187,6 +188,8 @@ def cleanup_expired_logs(
         protocol: Its protocol at that table version.
         now_ms: The current time (ms since the epoch); the clock by default.
         force: Ignore the registered readers (for operators: what Delta itself does).
+        granularity_ms: The cutoff rounded down to this (Delta's day; a minute for ``DROP FEATURE ... TRUNCATE
+            HISTORY``).
 
     Raises:
         DeltaLogError: ``delta.logRetentionDuration`` or ``sparkonce.readerRetentionDuration`` is not an interval,
@@ -201,7 +204,8 @@ def cleanup_expired_logs(
         kept = "v2Checkpoint" if "v2Checkpoint" in features else "checkpointProtection"
         return LogCleanupResult(table, None, (), skipped=f"the table has the {kept} feature")
     now = clock.now_ms() if now_ms is None else now_ms
-    cutoff = (now - log_retention_ms(configuration)) // _DAY_MS * _DAY_MS
+    granularity = _DAY_MS if granularity_ms is None else granularity_ms
+    cutoff = (now - log_retention_ms(configuration)) // granularity * granularity
     delta_log = DeltaLog(location, check=False)
     last = delta_log.read_last_checkpoint()
     if last is None:

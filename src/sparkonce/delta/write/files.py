@@ -30,7 +30,9 @@ from sparkonce.delta.table.column_mapping import RANDOM_PREFIX_LENGTH, ColumnMap
 from sparkonce.delta.table.constraints import CheckConstraints
 from sparkonce.delta.table.generated import GeneratedColumns
 from sparkonce.delta.table.identity import IdentityFill
+from sparkonce.delta.table.schema import geo_type
 from sparkonce.delta.txn.cleanup import remove_unreported_files
+from sparkonce.errors import SchemaMismatchError
 from sparkonce.storage import TableLocation
 
 NULL_PARTITION_DIR = "__HIVE_DEFAULT_PARTITION__"
@@ -70,6 +72,77 @@ class FileWriterOptions:
     """The table version the driver read before any file was written (-1: no table yet). A Delta commit naming
     the files can only be a later one: cleaning up after a failure reads the commits after it
     (:func:`sparkonce.delta.txn.cleanup.remove_unreferenced_files`)."""
+    cast_schema: pa.Schema | None = None
+    """The Arrow schema each batch is cast to before it is written: the table's types where the write keeps them
+    over the data's (:func:`sparkonce.delta.writer.files_schema`); None: batches are written as they come."""
+
+    def cast(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with its columns cast to :attr:`cast_schema` (executor side). A value the table's type cannot
+        hold (an overflow, a fraction into an integer column) fails the task, naming the column, as Delta's ANSI
+        store assignment fails the write.
+
+        Raises:
+            SchemaMismatchError: a value does not fit the table's type.
+        """
+        if self.cast_schema is None:
+            return batch
+        columns, fields = [], []
+        for column, data_field in zip(batch.columns, batch.schema, strict=True):
+            index = self.cast_schema.get_field_index(data_field.name)
+            target = self.cast_schema.field(index).type if index >= 0 else data_field.type
+            if column.type != target:
+                try:
+                    column = column.cast(target, safe=True)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                    raise SchemaMismatchError(
+                        f"[CAST_OVERFLOW_IN_TABLE_INSERT] Fail to assign a value of {column.type} type to the "
+                        f"{target} type column `{data_field.name}` of the Delta table at {self.location}: {err}"
+                    ) from err
+            columns.append(column)
+            fields.append(data_field.with_type(target))
+        return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields, metadata=batch.schema.metadata))
+
+
+class GeoArrowWkb(pa.ExtensionType):  # type: ignore[misc]
+    """GeoArrow's ``geoarrow.wkb`` Arrow type: WKB values with their CRS (and ``spherical`` edges for a
+    geography), which pyarrow's Parquet writer writes as Parquet's ``GEOMETRY`` / ``GEOGRAPHY`` logical types,
+    as Spark's Parquet writer does for its geometry and geography columns."""
+
+    def __init__(self, metadata: bytes = b"{}") -> None:
+        self._metadata = metadata
+        super().__init__(pa.binary(), "geoarrow.wkb")
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        return self._metadata
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> GeoArrowWkb:
+        return cls(serialized)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return GeoArrowWkb, (self._metadata,)
+
+
+def geo_as_wkb(table: pa.Table) -> pa.Table:
+    """``table`` with each top-level geometry or geography column, as PySpark hands it to Arrow (a ``struct<srid,
+    wkb>``: :func:`sparkonce.delta.table.schema.geo_type`), turned into a :class:`GeoArrowWkb` column of its CRS
+    (``OGC:CRS84`` is Parquet's default, written as such; ``SRID:0`` as Spark writes it). Executor side."""
+    for index, column_field in enumerate(table.schema):
+        spark_type = geo_type(column_field.type)
+        if spark_type is None:
+            continue
+        kind, _, rest = spark_type.partition("(")
+        crs, _, edges = rest.rstrip(")").partition(",")
+        metadata: dict[str, str] = {"crs": crs.strip()}
+        if kind == "geography":
+            metadata["edges"] = (edges.strip() or "spherical").lower()
+        wkb_type = GeoArrowWkb(json.dumps(metadata).encode())
+        chunks = [
+            pa.ExtensionArray.from_storage(wkb_type, chunk.flatten()[chunk.type.get_field_index("wkb")])
+            for chunk in table.column(index).chunks
+        ]
+        table = table.set_column(index, column_field.with_type(wkb_type), pa.chunked_array(chunks, type=wkb_type))
+    return table
 
 
 def escape_partition_value(value: str) -> str:
@@ -233,7 +306,7 @@ class TableFileWriter:
                 self.write(batch)
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        table = geo_as_wkb(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
         if self.options.generated is not None:
             table = self.options.generated.apply(table)
         if self.options.constraints is not None:
@@ -421,8 +494,10 @@ __all__ = [
     "NULL_PARTITION_DIR",
     "WRITTEN_FILES_DDL",
     "FileWriterOptions",
+    "GeoArrowWkb",
     "TableFileWriter",
     "WrittenFile",
+    "geo_as_wkb",
     "delta_stats",
     "escape_partition_value",
     "partition_directory",
