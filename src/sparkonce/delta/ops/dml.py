@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sparkonce._types import TableVersion
 from sparkonce.delta.ops.rewrite import (
     FILE_COLUMN,
+    MarkedRows,
     TableFile,
     TableSnapshot,
     as_column,
@@ -39,6 +40,7 @@ from sparkonce.delta.ops.rewrite import (
     sql_text,
     write_rows,
 )
+from sparkonce.delta.ops.row_deletion import mark_deleted, writes_deletion_vectors
 from sparkonce.delta.table.generated import regenerate
 from sparkonce.delta.table.identity import check_not_updated
 from sparkonce.delta.table.schema import arrow_schema_for_spark
@@ -49,7 +51,7 @@ from sparkonce.delta.write.files import WrittenFile
 from sparkonce.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +124,20 @@ def _rewrite(
         if unknown:
             raise SchemaMismatchError(f"UPDATE on {table_uri}: column(s) {unknown} are not in the table {columns}")
 
-    rewrite = rewrite_rows(spark, snapshot, condition, assignments, target_file_rows=target_file_rows)
+    rewrite = rewrite_rows(
+        spark,
+        snapshot,
+        condition,
+        assignments,
+        target_file_rows=target_file_rows,
+        deletion_vectors=writes_deletion_vectors(spark, snapshot, operation),
+    )
     touched, written, change_files = rewrite.removed, rewrite.written, rewrite.change_files
     changed, copied, scan_ms = rewrite.changed, rewrite.copied, rewrite.scan_ms
+    marked = rewrite.marked
+    # Delta's numbers: a file kept with a new deletion vector is neither removed nor added, nor are its bytes
     metrics = {
-        "numRemovedFiles": len(touched),
+        "numRemovedFiles": len(touched) + marked.files_removed,
         "numAddedFiles": len(written),
         "numCopiedRows": copied,
         "numRemovedBytes": sum(f.size for f in touched),
@@ -135,6 +146,7 @@ def _rewrite(
         "executionTimeMs": int((time.monotonic() - started) * 1000),
         "scanTimeMs": scan_ms,
         "rewriteTimeMs": int((time.monotonic() - started) * 1000) - scan_ms,
+        **marked.metrics(),
     }
     metrics["numDeletedRows" if operation == "DELETE" else "numUpdatedRows"] = changed
     params: dict[str, Any] = {"predicate": json.dumps([] if condition is None else [sql_text(condition)])}
@@ -151,11 +163,13 @@ def _rewrite(
         txn=txn,
         change_files=change_files,
         read=rewrite.read,
+        marked=marked,
     )
     log.info("%s on %s (txn %s): table_version %s, %s", operation, table_uri, txn, result.table_version, metrics)
     if result.skipped:
         return DmlResult(None, True, 0, 0, 0, 0)
-    return DmlResult(result.table_version, False, len(touched), len(written), changed, copied, metrics)
+    removed = len(touched) + marked.files_removed
+    return DmlResult(result.table_version, False, removed, len(written), changed, copied, metrics)
 
 
 @dataclass(frozen=True)
@@ -176,6 +190,9 @@ class RowRewrite:
     scan_ms: int
     read: ReadSet
     """What the rewrite read, for the conflict check of its commit."""
+    marked: MarkedRows = field(default_factory=MarkedRows)
+    """The files whose matched rows deletion vectors mark deleted instead (``deletion_vectors``); not in
+    ``removed``."""
 
 
 def rewrite_rows(
@@ -185,10 +202,15 @@ def rewrite_rows(
     assignments: Mapping[str, str | Column] | None,
     *,
     target_file_rows: int = 1_000_000,
+    deletion_vectors: bool = False,
 ) -> RowRewrite:
     """Delete (``assignments`` None) or update the rows of ``snapshot`` matching ``condition`` (all when None):
     write the new files on executors and return them with the files they replace, for ONE Delta commit (a DELETE,
     an UPDATE, or the delete half of a ``replaceWhere`` overwrite). Runs on the driver; rows stay on executors.
+
+    ``deletion_vectors``: the matched rows are marked deleted by deletion vectors
+    (:func:`sparkonce.delta.ops.row_deletion.mark_deleted`) instead of their files being rewritten; an UPDATE
+    writes only the updated rows. A condition on partition columns only still removes a DELETE's files whole.
     """
     import pyspark.sql.functions as F
 
@@ -215,7 +237,13 @@ def rewrite_rows(
     touched: list[TableFile] = []
     changed = 0
     copied = 0
-    if candidates:
+    marked = MarkedRows()
+    if candidates and deletion_vectors:
+        marked, written, change_files = _mark_rows(
+            spark, snapshot, candidates, condition, assignments, target_file_rows
+        )
+        changed = marked.rows
+    elif candidates:
         rows = read_rows(spark, snapshot, candidates).persist()
         try:
             matches = F.lit(True) if condition is None else F.coalesce(as_column(condition), F.lit(False))
@@ -235,20 +263,7 @@ def rewrite_rows(
                     output = kept.where(~matches).select(*columns)
                     changes = with_change_type(kept.where(matches), columns, "delete")
                 else:
-                    types = {f.name: f.dataType for f in snapshot.spark_schema().fields}
-                    output = kept.select(
-                        *[
-                            F.when(matches, as_column(assignments[c]).cast(types[c])).otherwise(F.col(c)).alias(c)
-                            if c in assignments
-                            else F.col(c)
-                            for c in columns
-                        ],
-                        matches.alias(_MATCHED),
-                    )
-                    assigned = {c.lower() for c in assignments}
-                    for column in snapshot.generated.columns if snapshot.generated is not None else ():
-                        if column.name.lower() not in assigned and column.sources & assigned:
-                            output = regenerate(output, column, F.col(_MATCHED))
+                    output = _updated(snapshot, kept, matches, assignments)
                     changes = with_change_type(kept.where(matches), columns, "update_preimage").unionByName(
                         with_change_type(output.where(F.col(_MATCHED)).select(*columns), columns, "update_postimage")
                     )
@@ -286,7 +301,81 @@ def rewrite_rows(
         copied=copied,
         scan_ms=scan_ms,
         read=snapshot.read_set([*whole_files, *candidates], whole_table=partitions is None, partitions=partitions),
+        marked=marked,
     )
+
+
+def _updated(
+    snapshot: TableSnapshot, rows: DataFrame, matches: Column, assignments: Mapping[str, str | Column]
+) -> DataFrame:
+    """``rows`` in the table's columns with ``assignments`` applied where ``matches`` holds (generated columns whose
+    sources change recomputed), and :data:`_MATCHED`. Runs on the driver (plans only)."""
+    import pyspark.sql.functions as F
+
+    columns = [f.name for f in snapshot.spark_schema().fields]
+    types = {f.name: f.dataType for f in snapshot.spark_schema().fields}
+    output = rows.select(
+        *[
+            F.when(matches, as_column(assignments[c]).cast(types[c])).otherwise(F.col(c)).alias(c)
+            if c in assignments
+            else F.col(c)
+            for c in columns
+        ],
+        matches.alias(_MATCHED),
+    )
+    assigned = {c.lower() for c in assignments}
+    for column in snapshot.generated.columns if snapshot.generated is not None else ():
+        if column.name.lower() not in assigned and column.sources & assigned:
+            output = regenerate(output, column, F.col(_MATCHED))
+    return output
+
+
+def _mark_rows(
+    spark: SparkSession,
+    snapshot: TableSnapshot,
+    candidates: list[TableFile],
+    condition: str | Column | None,
+    assignments: Mapping[str, str | Column] | None,
+    target_file_rows: int,
+) -> tuple[MarkedRows, list[WrittenFile], list[WrittenFile]]:
+    """A DELETE or UPDATE by deletion vectors: executors mark the matched rows of ``candidates`` deleted and, for an
+    UPDATE, write the updated rows (only those) into new files; with the change data feed on, the deleted rows or
+    the updated rows' pre- and post-images into change data files. Returns (marked files, new data files, change
+    data files). Runs on the driver; rows stay on executors."""
+    import pyspark.sql.functions as F
+
+    columns = [f.name for f in snapshot.spark_schema().fields]
+    matches = F.lit(True) if condition is None else F.coalesce(as_column(condition), F.lit(False))
+    matched = read_rows(spark, snapshot, candidates).where(matches).persist()
+    try:
+        marked = mark_deleted(spark, snapshot, matched, candidates)
+        if not marked.removed:
+            return marked, [], []
+        written: list[WrittenFile] = []
+        if assignments is None:
+            changes = with_change_type(matched, columns, "delete")
+        else:
+            output = _updated(snapshot, matched, F.lit(True), assignments).drop(_MATCHED)
+            changes = with_change_type(matched, columns, "update_preimage").unionByName(
+                with_change_type(output, columns, "update_postimage")
+            )
+            written = write_rows(
+                output.repartition(max(1, math.ceil(marked.rows / target_file_rows))),
+                snapshot.location,
+                snapshot.partition_columns,
+                column_mapping=snapshot.column_mapping,
+                generated=snapshot.generated,
+                constraints=snapshot.constraints,
+                stats_columns=snapshot.stats_columns(),
+            )
+        change_files: list[WrittenFile] = []
+        if cdf_enabled(snapshot.configuration):
+            change_files = write_change_data(
+                changes, snapshot.location, snapshot.partition_columns, column_mapping=snapshot.column_mapping
+            )
+        return marked, written, change_files
+    finally:
+        matched.unpersist()
 
 
 __all__ = ["DmlResult", "RowRewrite", "delete_rows", "rewrite_rows", "update_rows"]
