@@ -13,6 +13,11 @@ Runs on the driver; reading and writing data runs on executors. For one operatio
    :mod:`sparkonce.delta.write.cdf`) (+ ``txn``) with Delta's
    ``DELETE``/``UPDATE`` parameters and metrics. An operation that matches nothing still commits (no file
    action), so it shows in the history and its ``txn`` makes a replay a no-op.
+
+On a table with deletion vectors enabled (:func:`sparkonce.delta.ops.row_deletion.writes_deletion_vectors`), steps 3
+and 4 mark the matched rows deleted instead (:func:`sparkonce.delta.ops.row_deletion.mark_deleted`): each touched file
+is removed with its old deletion vector and added again with the new one, an UPDATE writes only the updated rows,
+nothing is copied.
 """
 
 from __future__ import annotations

@@ -143,6 +143,12 @@ class MarkedRows:
     """Files removed whole (every row deleted) that had a deletion vector."""
 
     @property
+    def removed_whole(self) -> list[TableFile]:
+        """The files removed whole: every row is gone."""
+        kept = {add["path"] for add in self.readded}
+        return [f for f in self.removed if f.path not in kept]
+
+    @property
     def files_removed(self) -> int:
         """Files removed whole: every row is gone."""
         return len(self.removed) - len(self.readded)
