@@ -1,10 +1,13 @@
 """sparkonce's own DELETE, UPDATE and MERGE write deletion vectors on a table with ``delta.enableDeletionVectors``
 (issue 37): the matched rows of a touched file are marked deleted by a new deletion vector (the union with the old
 one) in a ``deletion_vector_<uuid>.bin`` file, the file is removed with its old deletion vector and added again
-with the new one, and no untouched row is copied. Each table is read back through sparkonce's native path, its
-Python path (``spark.sparkonce.nativeReads=false``) and delta-rs; delta-spark reads the same kind of table at every
-table version in ``test_oracle_delta_tables.py`` (scenario ``dml_with_deletion_vectors_and_change_feed``: rows,
-history metric names, the change feed, and no row copied by either engine).
+with the new one, and no untouched row is copied. Each DML runs with native reads on (its scan is Spark's Parquet
+scan, row indexes from ``_metadata.row_index``) or off (``spark.sparkonce.nativeReads=false``: Python workers count
+the rows); each table is read back by sparkonce with native reads on and off (a batch read of a table with deletion
+vectors goes through the Python source either way, its change feed through Spark's scan when on) and by delta-rs;
+delta-spark reads the same kind of table at every table version in ``test_oracle_delta_tables.py`` (scenario
+``dml_with_deletion_vectors_and_change_feed``: rows, history metric names, the change feed, and no row copied by
+either engine).
 """
 
 from __future__ import annotations
@@ -33,11 +36,20 @@ ROWS: list[Row] = [(i, f"v{i}", i % 2) for i in range(40)]
 DV_METRICS = {"numDeletionVectorsAdded", "numDeletionVectorsRemoved", "numDeletionVectorsUpdated"}
 
 
-def make_table(spark: SparkSession, path: Path, *, deletion_vectors: bool = True, change_feed: bool = False) -> None:
+def make_table(
+    spark: SparkSession,
+    path: Path,
+    *,
+    deletion_vectors: bool = True,
+    change_feed: bool = False,
+    checkpoint_interval: int | None = None,
+) -> None:
     """A table of :data:`ROWS` in two files (ids 0-19, 20-39), written by sparkonce."""
     properties = [f"'delta.enableDeletionVectors' = '{str(deletion_vectors).lower()}'"]
     if change_feed:
         properties.append("'delta.enableChangeDataFeed' = 'true'")
+    if checkpoint_interval is not None:
+        properties.append(f"'delta.checkpointInterval' = '{checkpoint_interval}'")
     spark.sql(
         f"CREATE TABLE delta.`{path}` (id BIGINT, v STRING, p INT) USING delta TBLPROPERTIES ({', '.join(properties)})"
     )
@@ -47,7 +59,7 @@ def make_table(spark: SparkSession, path: Path, *, deletion_vectors: bool = True
 
 
 def read_all(spark: SparkSession, path: Path) -> dict[str, list[Row]]:
-    """The table's rows through each reader: sparkonce native, sparkonce Python, delta-rs."""
+    """The table's rows through each reader: sparkonce with native reads on and off, delta-rs."""
     from deltalake import DeltaTable as RsTable
     from deltalake import QueryBuilder
 
@@ -146,10 +158,11 @@ def test_a_second_delete_unions_the_deletion_vectors_and_a_file_losing_every_row
 ) -> None:
     """A second DELETE on a file with a deletion vector writes a new one holding the old and the new deletes
     (``numDeletionVectorsUpdated``); a file all of whose rows are then deleted is only removed, with its deletion
-    vector, and no deletion vector is written for it. VACUUM then deletes the replaced deletion vector files and
-    keeps the live ones and every data file still in the table."""
+    vector, and no deletion vector is written for it. A checkpoint after each second commit holds the deletion
+    vectors (active and tombstoned) every reader then starts from. VACUUM then deletes the replaced deletion vector
+    files and keeps the live ones and every data file still in the table."""
     path = tmp_path / "t"
-    make_table(spark, path)
+    make_table(spark, path, checkpoint_interval=2)
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 7 = 0")
     first = active(path)
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 5 = 0 OR id >= 20")
@@ -164,6 +177,9 @@ def test_a_second_delete_unions_the_deletion_vectors_and_a_file_losing_every_row
     (kept,) = adds.values()
     ids = ids_of_file(path, kept)
     assert dv_rows(path, kept) == [i for i, x in enumerate(ids) if x % 7 == 0 or x % 5 == 0]
+    assert (
+        path / "_delta_log" / f"{DeltaLog(table_location(str(path))).latest_version():020d}.checkpoint.parquet"
+    ).exists()
     metrics = operation_metrics(info_of(actions))
     assert (metrics["numDeletionVectorsAdded"], metrics["numDeletionVectorsRemoved"]) == (1, 2)
     assert (metrics["numDeletionVectorsUpdated"], metrics["numRemovedFiles"]) == (1, 1)

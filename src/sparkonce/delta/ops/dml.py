@@ -283,15 +283,7 @@ def rewrite_rows(
                 out_rows = copied + (changed if assignments is not None else 0)
                 n_files = max(1, math.ceil(max(out_rows, 1) / target_file_rows))
                 if out_rows > 0 or assignments is not None:
-                    written = write_rows(
-                        output.repartition(n_files),
-                        snapshot.location,
-                        snapshot.partition_columns,
-                        column_mapping=snapshot.column_mapping,
-                        generated=snapshot.generated,
-                        constraints=snapshot.constraints,
-                        stats_columns=snapshot.stats_columns(),
-                    )
+                    written = _write_table_rows(snapshot, output.repartition(n_files))
         finally:
             rows.unpersist()
     scan_ms = int((time.monotonic() - scan_started) * 1000)
@@ -307,6 +299,20 @@ def rewrite_rows(
         scan_ms=scan_ms,
         read=snapshot.read_set([*whole_files, *candidates], whole_table=partitions is None, partitions=partitions),
         marked=marked,
+    )
+
+
+def _write_table_rows(snapshot: TableSnapshot, output: DataFrame) -> list[WrittenFile]:
+    """Write ``output`` (the table's columns) into new data files of ``snapshot``'s table, laid out, generated and
+    checked as the table says; on executors."""
+    return write_rows(
+        output,
+        snapshot.location,
+        snapshot.partition_columns,
+        column_mapping=snapshot.column_mapping,
+        generated=snapshot.generated,
+        constraints=snapshot.constraints,
+        stats_columns=snapshot.stats_columns(),
     )
 
 
@@ -364,15 +370,7 @@ def _mark_rows(
             changes = with_change_type(matched, columns, "update_preimage").unionByName(
                 with_change_type(output, columns, "update_postimage")
             )
-            written = write_rows(
-                output.repartition(max(1, math.ceil(marked.rows / target_file_rows))),
-                snapshot.location,
-                snapshot.partition_columns,
-                column_mapping=snapshot.column_mapping,
-                generated=snapshot.generated,
-                constraints=snapshot.constraints,
-                stats_columns=snapshot.stats_columns(),
-            )
+            written = _write_table_rows(snapshot, output.repartition(max(1, math.ceil(marked.rows / target_file_rows))))
         change_files: list[WrittenFile] = []
         if cdf_enabled(snapshot.configuration):
             change_files = write_change_data(
