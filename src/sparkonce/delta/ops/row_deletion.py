@@ -120,27 +120,29 @@ def _write_task(
     """Executor side: the new deletion vectors of this task's files (every row of a file comes to one task), in one
     new deletion vector file; one result row per file."""
     import pyarrow.compute as pc
+    from pyroaring import BitMap64
 
-    found: dict[str, list[np.ndarray[Any, Any]]] = {}
+    found: dict[str, BitMap64] = {}
     for batch in batches:
         paths, indexes = batch.column(0), batch.column(1)
         for path in pc.unique(paths).to_pylist():
-            chosen = indexes.filter(pc.equal(paths, path))
-            found.setdefault(path, []).append(chosen.to_numpy(zero_copy_only=False).astype(np.int64))
+            chosen = indexes.filter(pc.equal(paths, path)).to_numpy(zero_copy_only=False)
+            found.setdefault(path, BitMap64()).update(chosen.astype(np.uint64))
     if not found:
         return
     dv_file = DeletionVectorFile(prefix_length=prefix_length)
     out: list[tuple[str, str | None, int, int]] = []
-    for path, parts in found.items():
+    for path, union in found.items():
         old, num_records = plan[path]
-        new = np.unique(np.concatenate(parts))
-        before = deleted_rows(old).astype(np.int64) if old is not None else np.zeros(0, np.int64)
-        union = np.union1d(before, new)
+        fresh = len(union)  # the scan applied the old deletion vector: none of these rows is in it
+        if old is not None:
+            previous = BitMap64(deleted_rows(old))
+            union |= previous
+            fresh = len(union) - len(previous)
         if num_records is None:
             num_records = _footer_rows(location, path)
-        if len(union) and int(union[-1]) >= num_records:
-            raise DeltaLogError(f"row {int(union[-1])} of {path} marked deleted, but it has {num_records} rows")
-        fresh = len(union) - len(before)
+        if len(union) and union.max() >= num_records:
+            raise DeltaLogError(f"row {union.max()} of {path} marked deleted, but it has {num_records} rows")
         if fresh == 0:
             continue
         descriptor = None if len(union) == num_records else json.dumps(dv_file.add(union))

@@ -35,7 +35,7 @@ import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
 
 import numpy as np
@@ -43,6 +43,9 @@ import numpy as np
 from sparkonce.delta.table.properties import enabled, property_value
 from sparkonce.errors import DeltaLogError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
+
+if TYPE_CHECKING:
+    from pyroaring import BitMap64
 
 StorageType = Literal["u", "p", "i"]
 
@@ -240,12 +243,13 @@ def keep_mask(dv: DeletionVector, num_rows: int, *, data_file: str) -> np.ndarra
     return mask
 
 
-def serialize_bitmap_array(rows: np.ndarray[Any, Any]) -> bytes:
-    """The ``RoaringBitmapArray`` of the row indexes ``rows`` in the portable format (magic 1681511377), run-length
-    optimized as Delta's ``BitmapAggregator`` leaves it. Runs on executors."""
+def serialize_bitmap_array(rows: np.ndarray[Any, Any] | BitMap64) -> bytes:
+    """The ``RoaringBitmapArray`` of the row indexes ``rows`` (an array, or a bitmap, which this run-optimizes) in the
+    portable format (magic 1681511377), run-length optimized as Delta's ``BitmapAggregator`` leaves it. Runs on
+    executors."""
     from pyroaring import BitMap64
 
-    bitmap = BitMap64(np.asarray(rows, dtype=np.uint64))
+    bitmap = rows if isinstance(rows, BitMap64) else BitMap64(np.asarray(rows, dtype=np.uint64))
     bitmap.run_optimize()
     return struct.pack("<i", PORTABLE_MAGIC) + bitmap.serialize()
 
@@ -279,9 +283,9 @@ class DeletionVectorFile:
         """The file's path relative to the table root (what :func:`dv_relative_path` gives of its descriptors)."""
         self._data = bytearray([FILE_FORMAT_VERSION])
 
-    def add(self, rows: np.ndarray[Any, Any]) -> dict[str, Any]:
-        """Append the bitmap of the (sorted, distinct) row indexes ``rows``; return its ``deletionVector``
-        descriptor (storage type ``u``) as Delta writes it."""
+    def add(self, rows: np.ndarray[Any, Any] | BitMap64) -> dict[str, Any]:
+        """Append the bitmap of the (distinct) row indexes ``rows``; return its ``deletionVector`` descriptor
+        (storage type ``u``) as Delta writes it."""
         bitmap = serialize_bitmap_array(rows)
         offset = len(self._data)
         self._data += struct.pack(">i", len(bitmap)) + bitmap + struct.pack(">I", zlib.crc32(bitmap))
