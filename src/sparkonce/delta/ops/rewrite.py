@@ -10,7 +10,6 @@ append into what was read, is a conflict).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 
 from sparkonce.delta.log.log_entry import WrittenFile, commit_metadata
@@ -33,7 +33,7 @@ from sparkonce.delta.read.reader import (
 )
 from sparkonce.delta.table.column_mapping import ColumnMapping
 from sparkonce.delta.table.constraints import CheckConstraints
-from sparkonce.delta.table.deletion_vectors import DeletionVector, deletion_vectors_writable
+from sparkonce.delta.table.deletion_vectors import DeletionVector, deleted_rows, deletion_vectors_writable
 from sparkonce.delta.table.generated import GeneratedColumns
 from sparkonce.delta.table.identity import IdentityColumn, IdentityPlan, identity_columns
 from sparkonce.delta.table.schema import delta_fields
@@ -367,20 +367,25 @@ def _read_task(
 ) -> Iterator[pa.RecordBatch]:
     """Executor side: the rows of this task's files, each tagged with its file and its row index in the file
     (deleted rows counted, as Spark's ``_metadata.row_index``: a deletion vector names rows by it)."""
-    rows_field = pa.field(METADATA_COLUMN, pa.struct([pa.field("row_index", pa.int64(), False)]), False)
-    with_rows = dataclasses.replace(scan, output=scan.output.append(rows_field), metadata_column=True)
     for listing in batches:
         for index in listing.column(0).to_pylist():
             relative, data_file = data_files[index]
-            for batch in read_files([data_file], with_rows, location):
+            # the k-th row read is row k + (deleted rows before it): the i-th deleted row d_i comes before it
+            # when the d_i - i rows kept before d_i are at most k
+            vector = data_file.deletion_vector
+            deleted = deleted_rows(vector).astype(np.int64) if vector is not None else np.zeros(0, np.int64)
+            kept_before = deleted - np.arange(len(deleted), dtype=np.int64)
+            position = 0
+            for batch in read_files([data_file], scan, location):
                 n = batch.num_rows
+                read = np.arange(position, position + n, dtype=np.int64)
                 arrays = [
-                    *batch.columns[:-1],
+                    *batch.columns,
                     pa.array([relative] * n, pa.string()),
-                    batch.column(batch.num_columns - 1).field(0),
+                    pa.array(read + np.searchsorted(kept_before, read, side="right"), pa.int64()),
                 ]
-                names = [*batch.schema.names[:-1], FILE_COLUMN, ROW_COLUMN]
-                yield pa.RecordBatch.from_arrays(arrays, names=names)
+                position += n
+                yield pa.RecordBatch.from_arrays(arrays, names=[*batch.schema.names, FILE_COLUMN, ROW_COLUMN])
 
 
 # -- executors: write --------------------------------------------------------------------------------------------
