@@ -21,6 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.ops.row_deletion import PERSISTENT_CONF
 from sparkonce.delta.ops.vacuum import vacuum
 from sparkonce.delta.read.native import NATIVE_READS_CONF
 from sparkonce.delta.table.deletion_vectors import DeletionVector, deleted_rows, dv_relative_path
@@ -201,16 +202,26 @@ def test_a_second_delete_unions_the_deletion_vectors_and_a_file_losing_every_row
     check_rows(spark, path, expected)
 
 
-def test_delete_without_deletion_vectors_enabled_rewrites_files(spark: SparkSession, tmp_path: Path) -> None:
-    """``delta.enableDeletionVectors`` false: the DELETE rewrites the touched file as before (copying its rows)."""
+@pytest.mark.parametrize("turned_off", ["table property", "session setting"])
+def test_delete_without_deletion_vectors_enabled_rewrites_files(
+    spark: SparkSession, tmp_path: Path, turned_off: str
+) -> None:
+    """``delta.enableDeletionVectors`` false, or Delta's ``spark.databricks.delta.delete.deletionVectors.persistent``
+    false: the DELETE rewrites the touched file as before (copying its rows)."""
     path = tmp_path / "t"
-    make_table(spark, path, deletion_vectors=False)
-    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
+    make_table(spark, path, deletion_vectors=turned_off == "session setting")
+    setting = PERSISTENT_CONF.format(operation="delete")
+    spark.conf.set(setting, str(turned_off == "table property").lower())
+    try:
+        spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
+    finally:
+        spark.conf.unset(setting)
     check_rows(spark, path, [r for r in ROWS if r[0] != 3])
     actions = commit(path)
     assert not any((a.get("add") or {}).get("deletionVector") for a in actions)
     metrics = operation_metrics(info_of(actions))
     assert (metrics["numRemovedFiles"], metrics["numAddedFiles"], metrics["numCopiedRows"]) == (1, 1, 19)
+    assert (metrics["numDeletionVectorsAdded"], metrics["numDeletionVectorsRemoved"]) == (0, 0)
 
 
 def changes(spark: SparkSession, path: Path, table_version: int) -> dict[str, list[tuple[int, str, str]]]:
