@@ -1,113 +1,52 @@
-"""Reading a Delta table with deletion vectors vs reading the same rows from a table without them, same run.
+"""Deletion vectors, same run: reading a table with them vs the same rows without, and a DELETE that writes them vs
+one that rewrites whole files.
 
 Run: ``.venv/bin/python benchmarks/bench_deletion_vectors.py [--files 8] [--rows-per-file 500000] [--repeat 3]
-[--delete-every 10]``.
+[--delete-every 10] [--delete-one-in 100]``.
 
-1. Writes table ``plain`` with the Delta sink (``files`` files), then builds ``with_dv``: a copy whose extra commit
-   upgrades the protocol to the ``deletionVectors`` reader feature and re-adds every file with a deletion vector
-   (portable RoaringBitmapArray, Delta's file framing and CRC) deleting every ``--delete-every``-th row, as
-   Delta's DELETE does without rewriting files.
+1. Writes table ``plain`` with the Delta sink (``files`` files), then builds ``with_dv``: a copy with
+   ``delta.enableDeletionVectors`` whose DELETE (sparkonce's own, writing deletion vectors) deletes every
+   ``--delete-every``-th row of every file.
 2. Writes ``survivors``: the rows ``with_dv`` keeps, rewritten without deletion vectors (same number of files).
 3. Reads ``with_dv`` (on the native path, which drops deleted rows by a vectorized filter on
    ``_metadata.row_index``, and through the Python data source) and ``survivors`` (native) into the ``noop`` sink,
    every column and one column, alternated, best of ``--repeat``, and prints rows/s of each, the ratio with_dv /
    survivors (target >= 0.8) and native / Python source on the DV table.
+4. DELETE of one row in ``--delete-one-in`` (1% by default, spread over every file) on fresh copies of ``plain``:
+   with deletion vectors enabled (each file keeps its rows, a deletion vector marks the deleted ones) and without
+   (each file rewritten with its other 99% copied), alternated, best of ``--repeat``; prints seconds of each and the
+   ratio.
 
-Asserts only that both reads return the same number of rows.
+Asserts only that the tables hold the same number of rows.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import struct
 import tempfile
 import time
-import uuid
-import zlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.parquet as pq
-from pyroaring import BitMap64
 from rich.console import Console
 from rich.table import Table
 
-from sparkonce.delta.table.deletion_vectors import PORTABLE_MAGIC
 from sparkonce.spark import local_session
 
-_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 
-
-def z85_encode(data: bytes) -> str:
-    out = []
-    for i in range(0, len(data), 4):
-        number = int.from_bytes(data[i : i + 4], "big")
-        digits = []
-        for _ in range(5):
-            number, digit = divmod(number, 85)
-            digits.append(_Z85[digit])
-        out.append("".join(reversed(digits)))
-    return "".join(out)
-
-
-def write_dv_file(table: Path, rows: list[int]) -> dict[str, Any]:
-    """One DV file holding ``rows``; returns the ``deletionVector`` descriptor (storage type ``u``)."""
-    bitmap = BitMap64(rows)
-    data = struct.pack("<i", PORTABLE_MAGIC) + bitmap.serialize()
-    file_id = uuid.uuid4()
-    with open(table / f"deletion_vector_{file_id}.bin", "wb") as handle:
-        handle.write(b"\x01")
-        handle.write(struct.pack(">i", len(data)))
-        handle.write(data)
-        handle.write(struct.pack(">I", zlib.crc32(data)))
-    return {
-        "storageType": "u",
-        "pathOrInlineDv": z85_encode(file_id.bytes),
-        "offset": 1,
-        "sizeInBytes": len(data),
-        "cardinality": len(rows),
-    }
-
-
-def add_deletion_vectors(source: Path, target: Path, delete_every: int) -> int:
-    """Copy ``source`` to ``target`` and commit DVs deleting rows with ``id % delete_every == 3``; return how
-    many rows survive."""
+def copy_table(spark: Any, source: Path, target: Path, *, deletion_vectors: bool) -> None:
+    """A copy of ``source`` at ``target``; with ``deletion_vectors``, with ``delta.enableDeletionVectors`` set."""
+    shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target)
-    log = target / "_delta_log"
-    latest = max(int(p.name[:20]) for p in log.glob("*.json"))
-    adds: dict[str, dict[str, Any]] = {}
-    for version in range(latest + 1):
-        for line in (log / f"{version:020d}.json").read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                adds[action["add"]["path"]] = action["add"]
-            if "remove" in action:
-                adds.pop(action["remove"]["path"], None)
-    now = int(time.time() * 1000)
-    actions: list[dict[str, Any]] = [
-        {"commitInfo": {"timestamp": now, "operation": "DELETE", "operationParameters": {}}},
-        {
-            "protocol": {
-                "minReaderVersion": 3,
-                "minWriterVersion": 7,
-                "readerFeatures": ["deletionVectors"],
-                "writerFeatures": ["deletionVectors"],
-            }
-        },
-    ]
-    survivors = 0
-    for path, add in adds.items():
-        ids = pq.read_table(target / path, columns=["id"]).column("id").to_numpy()
-        positions = np.flatnonzero(ids % delete_every == 3).tolist()
-        survivors += len(ids) - len(positions)
-        descriptor = write_dv_file(target, positions)
-        actions.append({"remove": {"path": path, "deletionTimestamp": now, "dataChange": True}})
-        actions.append({"add": {**add, "dataChange": True, "deletionVector": descriptor}})
-    (log / f"{latest + 1:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
-    return survivors
+    if deletion_vectors:
+        spark.sql(f"ALTER TABLE delta.`{target}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+
+
+def timed_delete(spark: Any, table: Path, condition: str) -> float:
+    start = time.perf_counter()
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE {condition}")
+    return time.perf_counter() - start
 
 
 def read_noop(spark: Any, path: Path, *, native: bool = True, column: str | None = None) -> float:
@@ -131,6 +70,7 @@ def main() -> None:
     parser.add_argument("--rows-per-file", type=int, default=500_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--delete-every", type=int, default=10)
+    parser.add_argument("--delete-one-in", type=int, default=100)
     args = parser.parse_args()
 
     spark = local_session(app_name="bench-deletion-vectors")
@@ -144,7 +84,9 @@ def main() -> None:
             "repeat(substr(sha2(cast(id as string), 256), 1, 16), 4) as payload",
         )
         df.write.format("delta").mode("append").save(str(work / "plain"))
-        survivors = add_deletion_vectors(work / "plain", work / "with_dv", args.delete_every)
+        copy_table(spark, work / "plain", work / "with_dv", deletion_vectors=True)
+        spark.sql(f"DELETE FROM delta.`{work / 'with_dv'}` WHERE id % {args.delete_every} = 3")
+        survivors = rows - len(range(3, rows, args.delete_every))
         (
             spark.read.format("delta")
             .load(str(work / "plain"))
@@ -186,6 +128,25 @@ def main() -> None:
                 f"[bold]{plain / dv:.2f}x[/bold] (target >= 0.8); native / Python source on the DV table, time: "
                 f"[bold]{dv / python:.2f}x[/bold]"
             )
+
+        condition = f"id % {args.delete_one_in} = 7"
+        deleted = len(range(7, rows, args.delete_one_in))
+        seconds = {"deletion vectors": float("inf"), "whole-file rewrite": float("inf")}
+        for _ in range(args.repeat):
+            for name in seconds:
+                table_path = work / "delete"
+                copy_table(spark, work / "plain", table_path, deletion_vectors=name == "deletion vectors")
+                seconds[name] = min(seconds[name], timed_delete(spark, table_path, condition))
+                kept = spark.read.format("delta").load(str(table_path)).count()
+                assert kept == rows - deleted, (name, kept)
+        table = Table(title=f"DELETE of {deleted:,} rows of {rows:,} ({args.files} files), best of {args.repeat}")
+        table.add_column("DELETE")
+        table.add_column("seconds", justify="right")
+        for name, value in seconds.items():
+            table.add_row(name, f"{value:.2f}")
+        Console().print(table)
+        speedup = seconds["whole-file rewrite"] / seconds["deletion vectors"]
+        Console().print(f"whole-file rewrite / deletion vectors, seconds: [bold]{speedup:.2f}x[/bold]")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -17,7 +17,7 @@ import pytest
 from pyspark.errors import PythonException
 from pyspark.sql import SparkSession
 
-from sparkonce.delta.table.deletion_vectors import DeletionVector, serialized_bitmap
+from sparkonce.delta.table.deletion_vectors import DeletionVector, serialized_bitmap, z85_encode
 
 pytestmark = pytest.mark.spark
 
@@ -79,20 +79,6 @@ def test_the_streaming_source_reads_the_snapshot_without_deleted_rows(
     assert rows == golden_rows(15)
 
 
-def _z85_encode(data: bytes) -> str:
-    chars = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-    padded = data + b"\0" * (-len(data) % 4)
-    out = []
-    for i in range(0, len(padded), 4):
-        number = int.from_bytes(padded[i : i + 4], "big")
-        block = []
-        for _ in range(5):
-            number, digit = divmod(number, 85)
-            block.append(chars[digit])
-        out.append("".join(reversed(block)))
-    return "".join(out)
-
-
 def _rewrite_dv(commit: Path, table: Path, storage: str) -> None:
     """Rewrite the deletion vector of the add in ``commit`` as an inline (``i``) or absolute-path (``p``) one."""
     lines = commit.read_text().splitlines()
@@ -106,7 +92,7 @@ def _rewrite_dv(commit: Path, table: Path, storage: str) -> None:
                 data = serialized_bitmap(resolved)
                 action["add"]["deletionVector"] = {
                     "storageType": "i",
-                    "pathOrInlineDv": _z85_encode(data),
+                    "pathOrInlineDv": z85_encode(data),
                     "sizeInBytes": len(data),
                     "cardinality": dv["cardinality"],
                 }

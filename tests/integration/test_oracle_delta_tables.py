@@ -48,6 +48,8 @@ class Scenario:
     change_feed: bool = False
     # (minWriterVersion, tableFeatures) of each engine's table where they choose other protocols, else None.
     protocols: tuple[tuple[int, list[str]], tuple[int, list[str]]] | None = None
+    # The table writes deletion vectors: both engines' DML mark rows deleted and copy none (numCopiedRows 0).
+    nothing_copied: bool = False
 
 
 SCENARIOS = {
@@ -77,6 +79,7 @@ SCENARIOS = {
             "WHEN MATCHED THEN DELETE",
         ],
         change_feed=True,
+        nothing_copied=True,
     ),
     "checkpoints_classic_and_multi_part": Scenario(
         ["CREATE TABLE {t} (id BIGINT) USING delta TBLPROPERTIES ('delta.checkpointInterval' = '2')"]
@@ -181,9 +184,9 @@ SCENARIOS = {
     ),
 }
 
-# Metrics that count files, bytes, deletion vectors or time follow each engine's file layout (sparkonce rewrites files
-# where delta-spark writes deletion vectors, and each splits its output into files its own way): compared as names
-# only. The others count rows, the outcome of the operation, and are compared as values.
+# Metrics that count files, bytes, deletion vectors or time follow each engine's file layout (each splits its output
+# into files its own way): compared as names only. The others count rows, the outcome of the operation, and are
+# compared as values.
 LAYOUT_METRIC_WORDS = ("File", "Bytes", "TimeMs", "DeletionVector", "Copied", "Size", "sizeOf", "numPartitions")
 # DML's numOutputRows counts the rows written, copied ones included: layout too.
 DML = {"DELETE", "UPDATE", "MERGE"}
@@ -236,10 +239,9 @@ def parameters(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def metrics(entry: dict[str, Any]) -> tuple[set[str], dict[str, Any]]:
-    """(every metric's name but those of deletion vectors, which sparkonce does not write; the outcome metrics'
-    values)."""
+    """(every metric's name; the outcome metrics' values)."""
     found = dict(entry["operationMetrics"] or {})
-    names = {k for k in found if "DeletionVector" not in k}
+    names = set(found)
     layout = {k for k in found if any(word in k for word in LAYOUT_METRIC_WORDS)}
     layout |= KNOWN_METRIC_VALUES.get(entry["operation"], set())
     if entry["operation"] in DML:
@@ -337,6 +339,11 @@ def test_both_engines_read_and_write_the_same_table(
         ours_only, theirs_only = KNOWN_METRIC_NAMES.get(mine["operation"], (set(), set()))
         check(without(my_names, ours_only), without(names, theirs_only), f"{where}: operationMetrics names")
         check(my_values, values, f"{where}: operationMetrics counting rows")
+        if scenario.nothing_copied and mine["operation"] in DML:
+            for which, entry in (("sparkonce", mine), ("delta-spark", delta)):
+                found = entry["operationMetrics"] or {}
+                copied = {k: found[k] for k in ("numCopiedRows", "numTargetRowsCopied") if k in found}
+                check(set(map(int, copied.values())), {0}, f"{where}: {which} copied no row {copied}")
 
     detail = delta_oracle.detail(ours)
     check(detail, sparkonce_detail(spark, ours), "DESCRIBE DETAIL of sparkonce's table, delta-spark vs sparkonce")

@@ -13,6 +13,11 @@ Runs on the driver; reading and writing data runs on executors. For one operatio
    :mod:`sparkonce.delta.write.cdf`) (+ ``txn``) with Delta's
    ``DELETE``/``UPDATE`` parameters and metrics. An operation that matches nothing still commits (no file
    action), so it shows in the history and its ``txn`` makes a replay a no-op.
+
+On a table with deletion vectors enabled (:func:`sparkonce.delta.ops.row_deletion.writes_deletion_vectors`), steps 3
+and 4 mark the matched rows deleted instead (:func:`sparkonce.delta.ops.row_deletion.mark_deleted`): each touched file
+is removed with its old deletion vector and added again with the new one, an UPDATE writes only the updated rows,
+nothing is copied.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sparkonce._types import TableVersion
 from sparkonce.delta.ops.rewrite import (
     FILE_COLUMN,
+    MarkedRows,
     TableFile,
     TableSnapshot,
     as_column,
@@ -39,6 +45,7 @@ from sparkonce.delta.ops.rewrite import (
     sql_text,
     write_rows,
 )
+from sparkonce.delta.ops.row_deletion import mark_deleted, writes_deletion_vectors
 from sparkonce.delta.table.generated import regenerate
 from sparkonce.delta.table.identity import check_not_updated
 from sparkonce.delta.table.schema import arrow_schema_for_spark
@@ -49,7 +56,7 @@ from sparkonce.delta.write.files import WrittenFile
 from sparkonce.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +129,20 @@ def _rewrite(
         if unknown:
             raise SchemaMismatchError(f"UPDATE on {table_uri}: column(s) {unknown} are not in the table {columns}")
 
-    rewrite = rewrite_rows(spark, snapshot, condition, assignments, target_file_rows=target_file_rows)
+    rewrite = rewrite_rows(
+        spark,
+        snapshot,
+        condition,
+        assignments,
+        target_file_rows=target_file_rows,
+        deletion_vectors=writes_deletion_vectors(spark, snapshot, operation),
+    )
     touched, written, change_files = rewrite.removed, rewrite.written, rewrite.change_files
     changed, copied, scan_ms = rewrite.changed, rewrite.copied, rewrite.scan_ms
+    marked = rewrite.marked
+    # Delta's numbers: a file kept with a new deletion vector is neither removed nor added, nor are its bytes
     metrics = {
-        "numRemovedFiles": len(touched),
+        "numRemovedFiles": len(touched) + marked.files_removed,
         "numAddedFiles": len(written),
         "numCopiedRows": copied,
         "numRemovedBytes": sum(f.size for f in touched),
@@ -135,6 +151,7 @@ def _rewrite(
         "executionTimeMs": int((time.monotonic() - started) * 1000),
         "scanTimeMs": scan_ms,
         "rewriteTimeMs": int((time.monotonic() - started) * 1000) - scan_ms,
+        **marked.metrics(),
     }
     metrics["numDeletedRows" if operation == "DELETE" else "numUpdatedRows"] = changed
     params: dict[str, Any] = {"predicate": json.dumps([] if condition is None else [sql_text(condition)])}
@@ -151,11 +168,13 @@ def _rewrite(
         txn=txn,
         change_files=change_files,
         read=rewrite.read,
+        marked=marked,
     )
     log.info("%s on %s (txn %s): table_version %s, %s", operation, table_uri, txn, result.table_version, metrics)
     if result.skipped:
         return DmlResult(None, True, 0, 0, 0, 0)
-    return DmlResult(result.table_version, False, len(touched), len(written), changed, copied, metrics)
+    removed = len(touched) + marked.files_removed
+    return DmlResult(result.table_version, False, removed, len(written), changed, copied, metrics)
 
 
 @dataclass(frozen=True)
@@ -176,6 +195,9 @@ class RowRewrite:
     scan_ms: int
     read: ReadSet
     """What the rewrite read, for the conflict check of its commit."""
+    marked: MarkedRows = field(default_factory=MarkedRows)
+    """The files whose matched rows deletion vectors mark deleted instead (``deletion_vectors``); not in
+    ``removed``."""
 
 
 def rewrite_rows(
@@ -185,10 +207,15 @@ def rewrite_rows(
     assignments: Mapping[str, str | Column] | None,
     *,
     target_file_rows: int = 1_000_000,
+    deletion_vectors: bool = False,
 ) -> RowRewrite:
     """Delete (``assignments`` None) or update the rows of ``snapshot`` matching ``condition`` (all when None):
     write the new files on executors and return them with the files they replace, for ONE Delta commit (a DELETE,
     an UPDATE, or the delete half of a ``replaceWhere`` overwrite). Runs on the driver; rows stay on executors.
+
+    ``deletion_vectors``: the matched rows are marked deleted by deletion vectors
+    (:func:`sparkonce.delta.ops.row_deletion.mark_deleted`) instead of their files being rewritten; an UPDATE
+    writes only the updated rows. A condition on partition columns only still removes a DELETE's files whole.
     """
     import pyspark.sql.functions as F
 
@@ -215,7 +242,13 @@ def rewrite_rows(
     touched: list[TableFile] = []
     changed = 0
     copied = 0
-    if candidates:
+    marked = MarkedRows()
+    if candidates and deletion_vectors:
+        marked, written, change_files = _mark_rows(
+            spark, snapshot, candidates, condition, assignments, target_file_rows
+        )
+        changed = marked.rows
+    elif candidates:
         rows = read_rows(spark, snapshot, candidates).persist()
         try:
             matches = F.lit(True) if condition is None else F.coalesce(as_column(condition), F.lit(False))
@@ -235,20 +268,7 @@ def rewrite_rows(
                     output = kept.where(~matches).select(*columns)
                     changes = with_change_type(kept.where(matches), columns, "delete")
                 else:
-                    types = {f.name: f.dataType for f in snapshot.spark_schema().fields}
-                    output = kept.select(
-                        *[
-                            F.when(matches, as_column(assignments[c]).cast(types[c])).otherwise(F.col(c)).alias(c)
-                            if c in assignments
-                            else F.col(c)
-                            for c in columns
-                        ],
-                        matches.alias(_MATCHED),
-                    )
-                    assigned = {c.lower() for c in assignments}
-                    for column in snapshot.generated.columns if snapshot.generated is not None else ():
-                        if column.name.lower() not in assigned and column.sources & assigned:
-                            output = regenerate(output, column, F.col(_MATCHED))
+                    output = _updated(snapshot, kept, matches, assignments)
                     changes = with_change_type(kept.where(matches), columns, "update_preimage").unionByName(
                         with_change_type(output.where(F.col(_MATCHED)).select(*columns), columns, "update_postimage")
                     )
@@ -263,15 +283,7 @@ def rewrite_rows(
                 out_rows = copied + (changed if assignments is not None else 0)
                 n_files = max(1, math.ceil(max(out_rows, 1) / target_file_rows))
                 if out_rows > 0 or assignments is not None:
-                    written = write_rows(
-                        output.repartition(n_files),
-                        snapshot.location,
-                        snapshot.partition_columns,
-                        column_mapping=snapshot.column_mapping,
-                        generated=snapshot.generated,
-                        constraints=snapshot.constraints,
-                        stats_columns=snapshot.stats_columns(),
-                    )
+                    written = _write_table_rows(snapshot, output.repartition(n_files))
         finally:
             rows.unpersist()
     scan_ms = int((time.monotonic() - scan_started) * 1000)
@@ -286,7 +298,87 @@ def rewrite_rows(
         copied=copied,
         scan_ms=scan_ms,
         read=snapshot.read_set([*whole_files, *candidates], whole_table=partitions is None, partitions=partitions),
+        marked=marked,
     )
+
+
+def _write_table_rows(snapshot: TableSnapshot, output: DataFrame) -> list[WrittenFile]:
+    """Write ``output`` (the table's columns) into new data files of ``snapshot``'s table, laid out, generated and
+    checked as the table says; on executors."""
+    return write_rows(
+        output,
+        snapshot.location,
+        snapshot.partition_columns,
+        column_mapping=snapshot.column_mapping,
+        generated=snapshot.generated,
+        constraints=snapshot.constraints,
+        stats_columns=snapshot.stats_columns(),
+    )
+
+
+def _updated(
+    snapshot: TableSnapshot, rows: DataFrame, matches: Column, assignments: Mapping[str, str | Column]
+) -> DataFrame:
+    """``rows`` in the table's columns with ``assignments`` applied where ``matches`` holds (generated columns whose
+    sources change recomputed), and :data:`_MATCHED`. Runs on the driver (plans only)."""
+    import pyspark.sql.functions as F
+
+    columns = [f.name for f in snapshot.spark_schema().fields]
+    types = {f.name: f.dataType for f in snapshot.spark_schema().fields}
+    output = rows.select(
+        *[
+            F.when(matches, as_column(assignments[c]).cast(types[c])).otherwise(F.col(c)).alias(c)
+            if c in assignments
+            else F.col(c)
+            for c in columns
+        ],
+        matches.alias(_MATCHED),
+    )
+    assigned = {c.lower() for c in assignments}
+    for column in snapshot.generated.columns if snapshot.generated is not None else ():
+        if column.name.lower() not in assigned and column.sources & assigned:
+            output = regenerate(output, column, F.col(_MATCHED))
+    return output
+
+
+def _mark_rows(
+    spark: SparkSession,
+    snapshot: TableSnapshot,
+    candidates: list[TableFile],
+    condition: str | Column | None,
+    assignments: Mapping[str, str | Column] | None,
+    target_file_rows: int,
+) -> tuple[MarkedRows, list[WrittenFile], list[WrittenFile]]:
+    """A DELETE or UPDATE by deletion vectors: executors mark the matched rows of ``candidates`` deleted and, for an
+    UPDATE, write the updated rows (only those) into new files; with the change data feed on, the deleted rows or
+    the updated rows' pre- and post-images into change data files. Returns (marked files, new data files, change
+    data files). Runs on the driver; rows stay on executors."""
+    import pyspark.sql.functions as F
+
+    columns = [f.name for f in snapshot.spark_schema().fields]
+    matches = F.lit(True) if condition is None else F.coalesce(as_column(condition), F.lit(False))
+    matched = read_rows(spark, snapshot, candidates).where(matches).persist()
+    try:
+        marked = mark_deleted(spark, snapshot, matched, candidates)
+        if not marked.removed:
+            return marked, [], []
+        written: list[WrittenFile] = []
+        if assignments is None:
+            changes = with_change_type(matched, columns, "delete")
+        else:
+            output = _updated(snapshot, matched, F.lit(True), assignments).drop(_MATCHED)
+            changes = with_change_type(matched, columns, "update_preimage").unionByName(
+                with_change_type(output, columns, "update_postimage")
+            )
+            written = _write_table_rows(snapshot, output.repartition(max(1, math.ceil(marked.rows / target_file_rows))))
+        change_files: list[WrittenFile] = []
+        if cdf_enabled(snapshot.configuration):
+            change_files = write_change_data(
+                changes, snapshot.location, snapshot.partition_columns, column_mapping=snapshot.column_mapping
+            )
+        return marked, written, change_files
+    finally:
+        matched.unpersist()
 
 
 __all__ = ["DmlResult", "RowRewrite", "delete_rows", "rewrite_rows", "update_rows"]

@@ -16,7 +16,9 @@ and ``DeltaTable.merge(...)``'s builder. For one merge (optionally with ``txn(ap
    source on the condition; the first clause whose condition holds decides each pair: update, delete, insert;
 4. only the files holding a target row that a clause updates or deletes are *touched*: their other rows are
    copied, and the touched files are replaced by new files (range-partitioned by the keys, so file key ranges
-   stay narrow and step 2 stays selective) holding the copies, the updated rows and the inserted rows;
+   stay narrow and step 2 stays selective) holding the copies, the updated rows and the inserted rows. On a table
+   with deletion vectors enabled, the updated and deleted target rows are marked deleted in their files instead
+   (:func:`sparkonce.delta.ops.row_deletion.mark_deleted`) and the new files hold only the updated and inserted rows;
 5. driver: ONE Delta commit of ``remove`` (touched files) + ``add`` (new files) (+ ``cdc`` files of every changed
    row when the table has the change data feed on, :mod:`sparkonce.delta.write.cdf`) + ``txn`` through
    :func:`sparkonce.delta.ops.rewrite.commit_rewrite`, with Delta's ``MERGE`` parameters and metrics. A merge that
@@ -49,6 +51,7 @@ from sparkonce._types import TableVersion
 from sparkonce.delta.ops.rewrite import (
     FILE_COLUMN,
     ROW_COLUMN,
+    MarkedRows,
     TableFile,
     TableSnapshot,
     as_column,
@@ -58,6 +61,7 @@ from sparkonce.delta.ops.rewrite import (
     sql_text,
     write_rows,
 )
+from sparkonce.delta.ops.row_deletion import mark_deleted, writes_deletion_vectors
 from sparkonce.delta.table.column_mapping import ColumnMapping, with_new_columns
 from sparkonce.delta.table.generated import GeneratedColumns, regenerate
 from sparkonce.delta.table.identity import (
@@ -256,9 +260,15 @@ def merge_into(
             rewrite_started = time.monotonic()
             written: list[Any] = []
             change_files: list[Any] = []
+            deleted = MarkedRows()
             columns = [*target_columns, *[c.name for c in new_columns]]
             copied = sum(f.live_records for f in touched) - counts.target_rows_changed
-            if touched or counts.inserted:
+            if touched and snapshot is not None and writes_deletion_vectors(spark, snapshot, "MERGE"):
+                # the updated and deleted target rows are marked deleted where they are; nothing is copied
+                modified = actions.where(F.col(FILE_COLUMN).isNotNull())
+                deleted = mark_deleted(spark, snapshot, modified, touched)
+                touched, copied = [], 0
+            if touched or deleted.removed or counts.inserted:
                 changed = actions.where(F.col(_CLAUSE).isin(counts.writing_clauses)).select(*columns)
                 output = changed
                 if touched:
@@ -299,6 +309,7 @@ def merge_into(
         if not cached_by_caller:
             source.unpersist()
 
+    removed_whole = deleted.removed_whole
     metrics = {
         "numSourceRows": source_rows,
         "numTargetRowsInserted": counts.inserted,
@@ -311,15 +322,16 @@ def merge_into(
         "numTargetRowsCopied": copied,
         "numOutputRows": copied + counts.updated + counts.inserted,
         "numTargetFilesAdded": len(written),
-        "numTargetFilesRemoved": len(touched),
+        "numTargetFilesRemoved": len(touched) + len(removed_whole),
         "numTargetBytesAdded": sum(f.size for f in written),
-        "numTargetBytesRemoved": sum(f.size for f in touched),
+        "numTargetBytesRemoved": sum(f.size for f in [*touched, *removed_whole]),
         "numTargetChangeFilesAdded": len(change_files),
         "numTargetFilesBefore": len(files),
         "numCandidateFiles": len(candidates),
         "executionTimeMs": int((time.monotonic() - started) * 1000),
         "scanTimeMs": scan_ms,
         "rewriteTimeMs": rewrite_ms,
+        **deleted.metrics("Target"),
     }
     params: dict[str, Any] = {
         "predicate": json.dumps([sql_text(condition)]),
@@ -346,6 +358,7 @@ def merge_into(
         change_files=change_files,
         read=snapshot.read_set(candidates, whole_table=True) if snapshot is not None else None,
         identity=IdentityPlan.tracking(generating) if identity else None,
+        marked=deleted,
     )
     log.info("merge into %s (txn %s): table_version %s, %s", table_uri, txn, result.table_version, json.dumps(metrics))
     if result.skipped:
@@ -356,7 +369,7 @@ def merge_into(
         source_rows=source_rows,
         table_files=len(files),
         candidate_files=len(candidates),
-        files_removed=len(touched),
+        files_removed=len(touched) + len(removed_whole),
         files_added=len(written),
         rows_updated=counts.updated,
         rows_inserted=counts.inserted,

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 
-from sparkonce.delta.log.actions import DeletionVectorDescriptor
+from sparkonce.delta.log.actions import AddFile, DeletionVectorDescriptor
 from sparkonce.delta.log.log_entry import WrittenFile, commit_metadata
 from sparkonce.delta.log.paths import require_fs_path
 from sparkonce.delta.read.native import file_rows
@@ -33,7 +34,7 @@ from sparkonce.delta.read.reader import (
 )
 from sparkonce.delta.table.column_mapping import ColumnMapping
 from sparkonce.delta.table.constraints import CheckConstraints
-from sparkonce.delta.table.deletion_vectors import DeletionVector
+from sparkonce.delta.table.deletion_vectors import DeletionVector, deleted_rows, deletion_vectors_writable
 from sparkonce.delta.table.generated import GeneratedColumns
 from sparkonce.delta.table.identity import IdentityColumn, IdentityPlan, identity_columns
 from sparkonce.delta.table.schema import delta_fields
@@ -45,6 +46,7 @@ from sparkonce.delta.txn.commit import (
     check_rewrite_supported,
     commit_files,
     load_table,
+    protocol_action,
 )
 from sparkonce.delta.txn.conflicts import ReadSet
 from sparkonce.delta.write.files import (
@@ -66,7 +68,8 @@ log = logging.getLogger(__name__)
 FILE_COLUMN = "_sparkonce_file"
 """The table-relative path of the file a target row was read from (null for a row that is not in the table)."""
 ROW_COLUMN = "_sparkonce_row"
-"""The position of a target row in its file."""
+"""The row index of a target row in its file (Spark's ``_metadata.row_index``: deleted rows counted), by which a
+deletion vector names it."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,48 @@ class TableFile:
 
 
 @dataclass(frozen=True)
+class MarkedRows:
+    """Rows of a table's files marked deleted with new deletion vectors, not yet committed
+    (:func:`sparkonce.delta.ops.row_deletion.mark_deleted`). Made on the driver from what executors wrote."""
+
+    removed: tuple[TableFile, ...] = ()
+    """Every file with newly deleted rows: the commit removes it with the deletion vector it was read with."""
+    readded: tuple[AddFile, ...] = ()
+    """The ``add`` actions of those that keep rows: same path, the new deletion vector (old and new deletes),
+    statistics kept with ``tightBounds`` false, as Delta's ``AddFile.removeRows``."""
+    deletion_vector_files: tuple[str, ...] = ()
+    """The new deletion vector files, relative to the table root."""
+    rows: int = 0
+    """Rows newly marked deleted."""
+    added: int = 0
+    """Files that had no deletion vector and get one."""
+    updated: int = 0
+    """Files whose deletion vector is replaced by a new one."""
+    dropped: int = 0
+    """Files removed whole (every row deleted) that had a deletion vector."""
+
+    @property
+    def removed_whole(self) -> list[TableFile]:
+        """The files removed whole: every row is gone."""
+        kept = {add["path"] for add in self.readded}
+        return [f for f in self.removed if f.path not in kept]
+
+    @property
+    def files_removed(self) -> int:
+        """Files removed whole: every row is gone."""
+        return len(self.removed) - len(self.readded)
+
+    def metrics(self, prefix: str = "") -> dict[str, int]:
+        """Delta's deletion vector metrics of the commit (``numDeletionVectorsAdded``, ...; ``prefix`` ``Target``
+        for a MERGE's): added and removed count the updated ones too, as Delta's history shows them."""
+        return {
+            f"num{prefix}DeletionVectorsAdded": self.added + self.updated,
+            f"num{prefix}DeletionVectorsRemoved": self.dropped + self.updated,
+            f"num{prefix}DeletionVectorsUpdated": self.updated,
+        }
+
+
+@dataclass(frozen=True)
 class TableSnapshot:
     """A table version loaded for a rewrite. Runs on the driver."""
 
@@ -131,13 +176,16 @@ class TableSnapshot:
     files: tuple[TableFile, ...]
     configuration: dict[str, str | None]
     column_mapping: ColumnMapping | None = None
+    """The table's column mapping, for the files a rewrite writes (None: not column-mapped)."""
     generated: GeneratedColumns | None = None
     """The table's generated columns (:mod:`sparkonce.delta.table.generated`), computed and checked by the writers."""
     constraints: CheckConstraints | None = None
     """The table's CHECK constraints (:mod:`sparkonce.delta.table.constraints`), checked by the writers."""
     identity: tuple[IdentityColumn, ...] = ()
     """The table's identity columns (:mod:`sparkonce.delta.table.identity`), with the high-water marks read."""
-    """The table's column mapping, for the files a rewrite writes (None: not column-mapped)."""
+    deletion_vectors_writable: bool = False
+    """DELETE, UPDATE and MERGE mark rows deleted with deletion vectors instead of rewriting files
+    (:func:`sparkonce.delta.table.deletion_vectors.deletion_vectors_writable`)."""
 
     def read_set(
         self,
@@ -207,6 +255,7 @@ def open_snapshot(table: str | TableLocation, *, operation: str) -> TableSnapsho
         generated=GeneratedColumns.of(delta_table, shown=table_uri),
         constraints=CheckConstraints.of(delta_table, shown=table_uri),
         identity=tuple(identity_columns(json.loads(delta_table.schema().to_json())["fields"])),
+        deletion_vectors_writable=deletion_vectors_writable(protocol_action(delta_table), configuration),
     )
 
 
@@ -278,8 +327,8 @@ def _active_files(
 
 def read_rows(spark: SparkSession, snapshot: TableSnapshot, files: Sequence[TableFile]) -> DataFrame:
     """The rows of ``files`` (read on executors, deletion vectors applied) in the table schema, plus
-    :data:`FILE_COLUMN` and :data:`ROW_COLUMN` (the row's position among the file's rows in the table, which
-    identifies it within one plan). Without files: an empty frame of the same schema.
+    :data:`FILE_COLUMN` and :data:`ROW_COLUMN` (the row's index in its file, deleted rows counted, which identifies it
+    and is what a deletion vector names). Without files: an empty frame of the same schema.
 
     Spark's Parquet scan reads them where the native path can (:func:`sparkonce.delta.read.native.file_rows`: a classic
     session, a store Spark reads; deletion vectors applied by an anti-join); else Python workers do."""
@@ -319,17 +368,24 @@ def _read_task(
     scan: ScanSchema,
     location: TableLocation,
 ) -> Iterator[pa.RecordBatch]:
-    """Executor side: the rows of this task's files, each tagged with its file and position."""
+    """Executor side: the rows of this task's files, each tagged with its file and its row index in the file
+    (deleted rows counted, as Spark's ``_metadata.row_index``: a deletion vector names rows by it)."""
     for listing in batches:
         for index in listing.column(0).to_pylist():
             relative, data_file = data_files[index]
+            # the k-th row read is row k + (deleted rows before it): the i-th deleted row d_i comes before it
+            # when the d_i - i rows kept before d_i are at most k
+            vector = data_file.deletion_vector
+            deleted = deleted_rows(vector).astype(np.int64) if vector is not None else np.zeros(0, np.int64)
+            kept_before = deleted - np.arange(len(deleted), dtype=np.int64)
             position = 0
             for batch in read_files([data_file], scan, location):
                 n = batch.num_rows
+                read = np.arange(position, position + n, dtype=np.int64)
                 arrays = [
                     *batch.columns,
                     pa.array([relative] * n, pa.string()),
-                    pa.array(range(position, position + n), pa.int64()),
+                    pa.array(read + np.searchsorted(kept_before, read, side="right"), pa.int64()),
                 ]
                 position += n
                 yield pa.RecordBatch.from_arrays(arrays, names=[*batch.schema.names, FILE_COLUMN, ROW_COLUMN])
@@ -404,12 +460,15 @@ def commit_rewrite(
     change_files: Sequence[WrittenFile] = (),
     read: ReadSet | None = None,
     identity: IdentityPlan | None = None,
+    marked: MarkedRows | None = None,
 ) -> CommitResult:
     """One Delta commit of ``removed`` + ``written`` (+ ``change_files`` as ``cdc`` actions) (+ ``txn``),
     recording Delta's operation name, parameters and metrics in commitInfo's ``sparkonce`` object (delta-rs
     cannot write them as Delta's own fields). ``read``: what the rewrite read (:meth:`TableSnapshot.read_set`),
     for Delta's conflict check against the commits made since. ``identity``: the identity columns whose values
-    the rewrite generated (a MERGE's inserts), whose high-water marks the commit moves."""
+    the rewrite generated (a MERGE's inserts), whose high-water marks the commit moves. ``marked``: the files whose
+    rows the operation marked deleted with deletion vectors (:func:`sparkonce.delta.ops.row_deletion.mark_deleted`):
+    each is removed with its old deletion vector and, unless every row is gone, added again with the new one."""
     extra: dict[str, Any] = {"operationMetrics": dict(metrics)}
     if txn is not None:
         extra["batchId"] = txn.txn_version
@@ -423,16 +482,19 @@ def commit_rewrite(
         txn=txn,
         merge_schema=merge_schema,
         custom_metadata=metadata,
-        removes=[f.removed() for f in removed],
+        removes=[f.removed() for f in [*removed, *(marked.removed if marked is not None else ())]],
         data_change=data_change,
         change_files=change_files,
         read=read,
         identity=identity,
+        readded=marked.readded if marked is not None else (),
+        deletion_vector_files=marked.deletion_vector_files if marked is not None else (),
     )
 
 
 __all__ = [
     "FILE_COLUMN",
+    "MarkedRows",
     "as_column",
     "sql_text",
     "ROW_COLUMN",

@@ -18,12 +18,19 @@ each kept. While readers are registered the candidates are deleted here, without
 delta-rs's vacuum would delete the held files too, and the post-commit hook of its ``VACUUM START`` commit (which
 takes no settings) cleans the log by the retention alone. ``force`` deletes the held files too (still here, so the
 log stays as the guard keeps it).
+
+Deletion vector files (``deletion_vector_<uuid>.bin``) go as Delta's VACUUM lets them go: those that the active files
+or the tombstones within the retention name stay (:func:`needed_deletion_vectors`), the others are deleted once older
+than the retention. delta-rs does not know them (its full mode lists every one as an orphan by age, live ones
+included), so when it lists one that is still needed the candidates are deleted here too, without ``VACUUM
+START``/``END`` commits.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -120,6 +127,10 @@ def vacuum(
     hours = int(-(-retention_hours // 1))
     listed = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=True)
     candidates = _table_relative(location, listed)
+    # delta-rs does not know deletion vector files: it lists them all as orphans by age, live ones included
+    needed = needed_deletion_vectors(location, table.version(), retention_ms=hours * 3_600_000)
+    deletion_vectors_kept = bool(candidates.keys() & needed)
+    candidates = {path: size for path, size in candidates.items() if path not in needed}
     held: tuple[HeldBack, ...] = ()
     expired_readers: tuple[RegisteredReader, ...] = ()
     kept: frozenset[str] = frozenset()
@@ -134,9 +145,10 @@ def vacuum(
             kept, held = held_data_files(hold, candidates, removed_at)
     files = {path: size for path, size in candidates.items() if path not in kept}
     if not dry_run and files:
-        if readers:
-            # delta-rs's vacuum would delete the held files too, and its VACUUM START commit cleans the log by the
-            # retention alone (that commit takes no post-commit settings): with readers registered, delete here
+        if readers or deletion_vectors_kept:
+            # delta-rs's vacuum would delete the held files (or the deletion vector files still needed) too, and
+            # its VACUUM START commit cleans the log by the retention alone (that commit takes no post-commit
+            # settings): with readers registered, or deletion vectors to keep, delete here
             fs = location.filesystem()
             for path in sorted(files):
                 try:
@@ -175,6 +187,23 @@ def vacuum(
         result.bytes,
     )
     return result
+
+
+def needed_deletion_vectors(location: TableLocation, table_version: int, *, retention_ms: int) -> frozenset[str]:
+    """The deletion vector files (relative to the table root) that ``table_version`` still needs: those of its
+    active files and of its tombstones removed less than ``retention_ms`` ago, which a read of an older table
+    version within the retention uses (Delta's VACUUM keeps them as it keeps the tombstoned data files). Runs on
+    the driver."""
+    snapshot = DeltaLog(location).snapshot(table_version)
+    cutoff = int(time.time() * 1000) - retention_ms
+    descriptors = [add.get("deletionVector") for add in snapshot.files.values()]
+    descriptors += [
+        remove.get("deletionVector")
+        for remove in snapshot.removes.values()
+        if int(remove.get("deletionTimestamp") or 0) > cutoff
+    ]
+    found = (dv_relative_path(d) for d in descriptors if isinstance(d, dict))
+    return frozenset(unquote(path) for path in found if path is not None)
 
 
 def _removed_since(location: TableLocation, first: int, latest: int) -> dict[str, int]:
@@ -242,4 +271,11 @@ def _size(location: TableLocation, relative: str) -> int | None:
     return None
 
 
-__all__ = ["DEFAULT_RETENTION_HOURS", "RETENTION_PROPERTY", "VacuumResult", "retention_from_properties", "vacuum"]
+__all__ = [
+    "DEFAULT_RETENTION_HOURS",
+    "RETENTION_PROPERTY",
+    "VacuumResult",
+    "needed_deletion_vectors",
+    "retention_from_properties",
+    "vacuum",
+]

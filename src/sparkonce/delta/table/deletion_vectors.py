@@ -1,4 +1,4 @@
-"""Deletion vectors, read side: which rows of a data file a Delta table has deleted without rewriting the file.
+"""Deletion vectors: which rows of a data file a Delta table has deleted without rewriting the file.
 
 An ``add`` action may carry a ``deletionVector`` descriptor (PROTOCOL.md, "Deletion Vectors"):
 
@@ -17,28 +17,43 @@ of the deleted rows.
 
 Descriptors are resolved on the driver (:meth:`DeletionVector.from_action`); bitmaps are loaded on executors
 (:func:`deleted_rows`), next to the data file they apply to.
+
+Write side (DELETE, UPDATE and MERGE on a table whose protocol has ``deletionVectors`` and whose
+``delta.enableDeletionVectors`` is true, :func:`deletion_vectors_writable`): executors serialize each file's set of
+deleted rows in the portable format (:func:`serialize_bitmap_array`) and pack the bitmaps of one task into one new
+``deletion_vector_<uuid>.bin`` file (:class:`DeletionVectorFile`), as Delta's ``DeletionVectorWriter`` does; the
+driver commits the descriptors they return.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import string
 import struct
 import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
 
 import numpy as np
 
+from sparkonce.delta.table.properties import enabled, property_value
 from sparkonce.errors import DeltaLogError, UnsupportedFeatureError
 from sparkonce.storage import TableLocation, table_location
+
+if TYPE_CHECKING:
+    from pyroaring import BitMap64
 
 StorageType = Literal["u", "p", "i"]
 
 PORTABLE_MAGIC = 1681511377
 NATIVE_MAGIC = 1681511376
+FILE_FORMAT_VERSION = 1
+"""The first byte of a deletion vector file (Delta's ``DV_FILE_FORMAT_VERSION_ID_V1``)."""
+ENABLE_PROPERTY = "delta.enableDeletionVectors"
 _Z85_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_INDEX = {c: i for i, c in enumerate(_Z85_CHARS)}
 
@@ -116,6 +131,20 @@ def z85_decode(text: str, length: int) -> bytes:
             number = number * 85 + _Z85_INDEX[char]
         out += number.to_bytes(4, "big")
     return bytes(out[:length])
+
+
+def z85_encode(data: bytes) -> str:
+    """Z85 text of ``data`` (Delta's Base85 codec), zero-padded to a multiple of 4 bytes first."""
+    padded = data + b"\0" * (-len(data) % 4)
+    out = []
+    for i in range(0, len(padded), 4):
+        number = int.from_bytes(padded[i : i + 4], "big")
+        chunk = []
+        for _ in range(5):
+            number, digit = divmod(number, 85)
+            chunk.append(_Z85_CHARS[digit])
+        out.append("".join(reversed(chunk)))
+    return "".join(out)
 
 
 def serialized_bitmap(dv: DeletionVector) -> bytes:
@@ -214,6 +243,69 @@ def keep_mask(dv: DeletionVector, num_rows: int, *, data_file: str) -> np.ndarra
     return mask
 
 
+def serialize_bitmap_array(rows: np.ndarray[Any, Any] | BitMap64) -> bytes:
+    """The ``RoaringBitmapArray`` of the row indexes ``rows`` (an array, or a bitmap, which this run-optimizes) in the
+    portable format (magic 1681511377), run-length optimized as Delta's ``BitmapAggregator`` leaves it. Runs on
+    executors."""
+    from pyroaring import BitMap64
+
+    bitmap = rows if isinstance(rows, BitMap64) else BitMap64(np.asarray(rows, dtype=np.uint64))
+    bitmap.run_optimize()
+    return struct.pack("<i", PORTABLE_MAGIC) + bitmap.serialize()
+
+
+def deletion_vectors_writable(protocol: Mapping[str, Any], configuration: Mapping[str, Any]) -> bool:
+    """True when a DELETE, UPDATE or MERGE marks rows deleted with deletion vectors instead of rewriting files: the
+    protocol has the ``deletionVectors`` writer feature and ``delta.enableDeletionVectors`` is true (Delta's
+    ``DeletionVectorUtils.deletionVectorsWritable``)."""
+    features = set(protocol.get("writerFeatures") or [])
+    return "deletionVectors" in features and enabled(configuration, ENABLE_PROPERTY)
+
+
+def random_prefix_length(configuration: Mapping[str, Any]) -> int:
+    """The length of the random folder a new deletion vector file goes into: ``delta.randomPrefixLength`` (default
+    2) when ``delta.randomizeFilePrefixes`` is true, else 0 (the table root), as Delta's ``getRandomPrefixLength``."""
+    if not enabled(configuration, "delta.randomizeFilePrefixes"):
+        return 0
+    return int(property_value(configuration, "delta.randomPrefixLength") or 2)
+
+
+class DeletionVectorFile:
+    """One new deletion vector file holding the bitmaps of one executor task, at successive offsets (Delta's
+    ``DeletionVectorStore.Writer``): the format version byte, then per bitmap its big-endian int32 size, the
+    bitmap and its big-endian CRC32. Built in memory, stored whole by :meth:`store`. Runs on executors."""
+
+    def __init__(self, *, prefix_length: int = 0) -> None:
+        self.uuid = uuid.uuid4()
+        self.prefix = "".join(random.choices(string.ascii_letters + string.digits, k=prefix_length))
+        name = f"deletion_vector_{self.uuid}.bin"
+        self.relative_path = f"{self.prefix}/{name}" if self.prefix else name
+        """The file's path relative to the table root (what :func:`dv_relative_path` gives of its descriptors)."""
+        self._data = bytearray([FILE_FORMAT_VERSION])
+
+    def add(self, rows: np.ndarray[Any, Any] | BitMap64) -> dict[str, Any]:
+        """Append the bitmap of the (distinct) row indexes ``rows``; return its ``deletionVector`` descriptor
+        (storage type ``u``) as Delta writes it."""
+        bitmap = serialize_bitmap_array(rows)
+        offset = len(self._data)
+        self._data += struct.pack(">i", len(bitmap)) + bitmap + struct.pack(">I", zlib.crc32(bitmap))
+        return {
+            "storageType": "u",
+            "pathOrInlineDv": self.prefix + z85_encode(self.uuid.bytes),
+            "offset": offset,
+            "sizeInBytes": len(bitmap),
+            "cardinality": len(rows),
+        }
+
+    def store(self, location: TableLocation) -> None:
+        """Write the file under the table root (nothing references it before a Delta commit names it).
+
+        Raises:
+            StorageError: the store failed or refused the write.
+        """
+        location.put(self.relative_path, bytes(self._data))
+
+
 def dv_relative_path(deletion_vector: Mapping[str, Any]) -> str | None:
     """Return the table-relative path of a deletion vector file (storage type ``u``), else ``None``.
 
@@ -235,13 +327,20 @@ def dv_relative_path(deletion_vector: Mapping[str, Any]) -> str | None:
 
 
 __all__ = [
+    "ENABLE_PROPERTY",
+    "FILE_FORMAT_VERSION",
     "NATIVE_MAGIC",
     "PORTABLE_MAGIC",
     "DeletionVector",
+    "DeletionVectorFile",
     "deleted_rows",
+    "deletion_vectors_writable",
     "dv_relative_path",
     "keep_mask",
     "parse_bitmap_array",
+    "random_prefix_length",
+    "serialize_bitmap_array",
     "serialized_bitmap",
     "z85_decode",
+    "z85_encode",
 ]

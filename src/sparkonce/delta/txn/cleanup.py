@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from sparkonce.delta.log.delta_log import DeltaLog
+from sparkonce.delta.table.deletion_vectors import dv_relative_path
 from sparkonce.errors import DeltaLogError, StorageError, TableNotFoundError
 from sparkonce.storage import TableLocation
 
@@ -102,7 +103,8 @@ def remove_unreported_files(location: TableLocation, paths: Iterable[str]) -> in
 
 
 def referencing_commits(location: TableLocation, paths: Collection[str], *, written_after: int) -> dict[str, int]:
-    """The files among ``paths`` that a Delta commit after ``written_after`` adds, each with that table version.
+    """The files among ``paths`` that a Delta commit after ``written_after`` adds (data and change data files, and
+    the deletion vector files its ``add`` actions name), each with that table version.
 
     Raises:
         DeltaLogError: a commit in that range cannot be read (e.g. removed by log clean-up), or is not valid.
@@ -121,6 +123,11 @@ def referencing_commits(location: TableLocation, paths: Collection[str], *, writ
                 if isinstance(entry, dict) and isinstance(entry.get("path"), str):
                     for fs_path in _readings(delta_log, entry["path"]) & wanted.keys():
                         found.setdefault(wanted[fs_path], table_version)
+                    dv_file = dv_relative_path(entry.get("deletionVector") or {})
+                    if dv_file is not None:  # the deletion vector file the add names
+                        fs_path = os.path.normpath(location.fs_path(dv_file))
+                        if fs_path in wanted:
+                            found.setdefault(wanted[fs_path], table_version)
     return found
 
 

@@ -305,6 +305,8 @@ def commit_files(
     read: ReadSet | None = None,
     checkpoint_part_size: int | None = None,
     create_only: bool = False,
+    readded: Iterable[AddFile] = (),
+    deletion_vector_files: Iterable[str] = (),
 ) -> CommitResult:
     """Commit ``files`` (already written under the table root) in one Delta commit, exactly once per ``txn``.
 
@@ -335,6 +337,9 @@ def commit_files(
     ``checkpoint_part_size``: Delta's ``spark.databricks.delta.checkpoint.partSize``, the most actions per file
     of a checkpoint this commit writes (None: one file). ``create_only``: commit only when this commit creates the
     table; a table found there (another writer created it first) is left as it is and the call is skipped.
+    ``readded``: ``add`` actions of files of the table that ``removes`` also names, committed again with a new
+    deletion vector (a DELETE, UPDATE or MERGE that marks rows deleted); ``deletion_vector_files``: the new deletion
+    vector files they name (relative to the table root), deleted with ``files`` when this call commits nothing.
 
     Raises:
         SchemaMismatchError: the data does not fit the table and no schema option allows the change.
@@ -352,10 +357,12 @@ def commit_files(
     table_uri = str(location)
     partition_by = tuple(partition_by)
     operation = Operation.from_metadata(custom_metadata)
-    adds = [_add_action(f, data_change) for f in files]
+    adds = [_add_action(f, data_change) for f in files] + [AddAction(add=a) for a in readded]
     change_files = list(change_files)
     cdcs = [_cdc_action(f) for f in change_files]
     rows = sum(f.num_records for f in files)
+    attempt_files = [f.path for f in [*files, *change_files]] + list(deletion_vector_files)
+    """What this call wrote before committing, deleted when it commits nothing."""
     if written_after is None and read is not None:
         written_after = read.read_version
     transaction = Transaction(
@@ -409,14 +416,14 @@ def commit_files(
                 except SinkError:
                     remove_unreferenced_files(
                         location,
-                        (f.path for f in [*files, *change_files]),
+                        attempt_files,
                         written_after=written_after,
                         purpose=f"refused batch (txn {txn.app_id} {txn.txn_version})",
                     )
                     raise
                 cleanup = remove_unreferenced_files(
                     location,
-                    (f.path for f in [*files, *change_files]),
+                    attempt_files,
                     written_after=written_after,
                     purpose=f"skipped batch (txn {txn.app_id} {txn.txn_version})",
                 )
@@ -437,7 +444,7 @@ def commit_files(
         except CommitConflictError as conflict:  # this call commits nothing: its files are garbage
             remove_unreferenced_files(
                 location,
-                (f.path for f in [*files, *change_files]),
+                attempt_files,
                 written_after=written_after,
                 purpose=f"conflicting {operation.name} ({type(conflict).__name__})",
             )
