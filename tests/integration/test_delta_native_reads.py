@@ -366,3 +366,29 @@ def test_rewrites_of_a_table_with_deletion_vectors_read_its_files_natively_witho
     native_rows, python_rows = results
     assert native_rows == python_rows
     assert native_rows and all(c1 <= 40 and (c2 == "even") is (c1 % 2 == 0) for _, c1, c2 in native_rows)
+
+
+def test_a_dataframe_made_before_the_table_could_hold_deletion_vectors_refuses_a_file_with_one(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A DataFrame over a table without the ``deletionVectors`` feature has no filter for them: once the table
+    takes the feature and a DELETE marks rows by deletion vector, the DataFrame fails naming the file (never
+    returning a deleted row), and a new read applies the vector."""
+    import json
+
+    from sparkonce.delta.tables import DeltaTable
+
+    path = str(tmp_path / "t")
+    spark.range(0, 20, numPartitions=1).write.format("delta").save(path)
+    frame = spark.read.format("delta").load(path)
+    assert frame.count() == 20
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    assert frame.count() == 20  # the feature alone: no file has a vector yet
+    DeltaTable.forPath(spark, path).delete("id < 5")
+    last = sorted((tmp_path / "t" / "_delta_log").glob("*.json"))[-1]
+    actions = [json.loads(line) for line in last.read_text(encoding="utf-8").splitlines()]
+    assert any("deletionVector" in (a.get("add") or {}) for a in actions)  # deleted by vector, not rewritten
+    with pytest.raises(Exception, match=r"has deletion vectors \(file .*\.parquet\).*read the table again"):
+        frame.count()
+    fresh = spark.read.format("delta").load(path)
+    assert sorted(r.id for r in fresh.collect()) == list(range(5, 20))
