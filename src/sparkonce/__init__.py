@@ -107,7 +107,7 @@ def register(spark: SparkSession) -> list[str]:
     ``delta`` is registered only when the Delta JVM connector is not on the classpath, so code written for Delta
     keeps using the connector where it exists; ``sparkonce.delta`` and ``sparkonce.kafka`` always point here.
     With classic PySpark it lets ``partitionBy(...)`` and the ``error``/``ignore`` save modes reach the Delta sink
-    (Spark refuses them for Python data sources otherwise; see :mod:`sparkonce.delta._compat`).
+    (Spark refuses them for Python data sources otherwise; see :mod:`sparkonce.delta.patches`).
     It reads the session storage options, the Spark conf entries ``spark.sparkonce.storage.<NAME>``, now (set
     them before calling it; call it again after changing them): the Delta sources get them for every read and
     write under the explicit ``storage.<NAME>`` options, and so do the table locations this process parses
@@ -141,15 +141,15 @@ def register(spark: SparkSession) -> list[str]:
 
     _register_source(spark, DeltaHistoryDataSource)  # DESCRIBE HISTORY, read by executors
     if getattr(spark, "_jvm", None) is not None:
-        from sparkonce.delta import _compat
+        from sparkonce.delta import patches
 
-        _compat.install(n for n in names if n in ("delta", "sparkonce.delta"))
+        patches.install(n for n in names if n in ("delta", "sparkonce.delta"))
         _REGISTERED[spark] = (*names, DeltaHistoryDataSource.name())
         _register_new_sessions()
     else:  # Spark Connect: the session's dynamic partition overwrite mode reaches the writes as an option
-        from sparkonce.delta import _compat
+        from sparkonce.delta import patches
 
-        _compat.install_connect(n for n in names if n in ("delta", "sparkonce.delta"))
+        patches.install_connect(n for n in names if n in ("delta", "sparkonce.delta"))
     if DeltaDataSource in deltas:  # with Delta's JVM connector, its SQL extension answers Delta's statements
         from sparkonce.sql import install
 

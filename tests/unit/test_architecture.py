@@ -76,7 +76,7 @@ DELTA_LAYERS: list[str] = ["log", "table", "txn", "write", "read", "ops", "face"
 # The face: what Spark and users see. A new flat module of sparkonce.delta must be listed here (and in the doc);
 # anything else goes into the sub-package of its layer.
 DELTA_FACE = frozenset(
-    {"source", "writer", "overwrite", "sink", "reader_listener", "_compat", "tables", "spark_catalog", "exceptions"}
+    {"source", "writer", "overwrite", "sink", "reader_listener", "patches", "tables", "spark_catalog", "exceptions"}
 )
 DELTA = "sparkonce.delta"
 
@@ -503,3 +503,21 @@ def test_delta_commits_go_through_the_commit_engine() -> None:
     }
     assert sorted(set(found) - set(DELTA_RS_COMMITS_KEPT)) == []
     assert sorted(set(DELTA_RS_COMMITS_KEPT) - set(found)) == []  # a kept one that went away leaves the list
+
+
+def test_no_module_imports_a_private_name_of_another_module() -> None:
+    """A name that starts with ``_`` (a private function, class or module) is its module's own: no other module
+    imports it, at any level (``from sparkonce.x import _y``)."""
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if node.module.split(".")[0] not in (CORE, LOCAL):
+                continue
+            found += [
+                f"{name}:{node.lineno} imports {node.module}.{alias.name}"
+                for alias in node.names
+                if alias.name.startswith("_") and not alias.name.startswith("__")
+            ]
+    assert found == []

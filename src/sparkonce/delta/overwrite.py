@@ -23,7 +23,7 @@ those rows went to (null partition values equal), nothing else; on a table that 
 overwrite, as in Delta. ``replaceWhere`` with ``partitionOverwriteMode=dynamic`` both as options is refused
 (``DELTA_REPLACE_WHERE_WITH_DYNAMIC_PARTITION_OVERWRITE``); the session's mode yields to a ``replaceWhere``.
 
-Runs on the driver (the one that holds the SparkSession: the writer shim of :mod:`sparkonce.delta._compat`,
+Runs on the driver (the one that holds the SparkSession: the writer shim of :mod:`sparkonce.delta.patches`,
 ``DataFrameWriterV2`` and sparkonce's SQL call it); executors read and write every data file.
 """
 

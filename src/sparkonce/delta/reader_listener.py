@@ -2,7 +2,7 @@
 
 A query's Delta sources cannot register themselves: the Python source plans in a worker process that knows neither
 the query id nor the checkpoint. The driver knows both, so when ``writeStream...start()`` starts a query in a
-session where sparkonce is registered (the shim of :mod:`sparkonce.delta._compat`), :func:`follow_query` registers
+session where sparkonce is registered (the shim of :mod:`sparkonce.delta.patches`), :func:`follow_query` registers
 the query on each Delta table it reads, and a streaming query listener of the session moves the registration on.
 
 The table version registered is where the query's restart may read from: the **start** of its last planned batch

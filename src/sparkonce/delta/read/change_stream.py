@@ -49,7 +49,13 @@ from sparkonce.delta.read.changes import (
     require_feed_on,
 )
 from sparkonce.delta.read.reader import ScanSchema
-from sparkonce.delta.read.stream import BASE_INDEX, DeltaSourceOffset, DeltaStreamReader, _check_protocol, _Position
+from sparkonce.delta.read.stream import (
+    BASE_INDEX,
+    DeltaSourceOffset,
+    DeltaStreamReader,
+    Position,
+    check_source_protocol,
+)
 from sparkonce.delta.table.options import StreamReadOptions
 from sparkonce.delta.table.schema_log import METADATA_CHANGE_INDEX
 from sparkonce.delta.write.cdf import CHANGE_TYPE_COLUMN, COMMIT_TIMESTAMP_COLUMN, COMMIT_VERSION_COLUMN
@@ -94,7 +100,7 @@ class ChangeFeedStreamReader(DeltaStreamReader):
         for table_version in [v for v in self._commits if v < done]:
             del self._commits[table_version]
 
-    def _positions(self, start: DeltaSourceOffset, last_version: int) -> Iterator[_Position]:
+    def _positions(self, start: DeltaSourceOffset, last_version: int) -> Iterator[Position]:
         """Yield the positions strictly after ``start`` through ``last_version``: snapshot files one by one, then
         each commit's change files as one position."""
         state = self._table()
@@ -106,14 +112,14 @@ class ChangeFeedStreamReader(DeltaStreamReader):
             timestamp = self._timestamp(version)
             for i in range(start.index + 1, len(snapshot)):
                 change = ChangeFile(snapshot[i], "insert", version, timestamp)
-                yield _Position((version, i), True, (change,), snapshot[i].size, i == len(snapshot) - 1)
+                yield Position((version, i), True, (change,), snapshot[i].size, i == len(snapshot) - 1)
             version += 1
             first_index = BASE_INDEX
         else:
             first_index = BASE_INDEX if start.is_barrier else start.index
         while version <= last_version:
             if state.barrier_at(version) and (version, METADATA_CHANGE_INDEX) > start.key:
-                yield _Position((version, METADATA_CHANGE_INDEX), False, (), 0, False, barrier=True)
+                yield Position((version, METADATA_CHANGE_INDEX), False, (), 0, False, barrier=True)
             files = self._commit_files(version)
             if files and _admitted_whole(files):
                 if BASE_INDEX < first_index < len(files) - 1:
@@ -125,13 +131,13 @@ class ChangeFeedStreamReader(DeltaStreamReader):
                     )
                 if first_index == BASE_INDEX:
                     size = sum(f.data_file.size for f in files)
-                    yield _Position((version, len(files) - 1), False, files, size, True, whole=True)
+                    yield Position((version, len(files) - 1), False, files, size, True, whole=True)
             else:
                 # Deletes first: a key an overwrite rewrites, split across batches, is deleted then upserted, so a
                 # consumer applying each batch by key (a changes-fed merge stage) ends with the commit's state.
                 files = tuple(sorted(files, key=lambda f: f.kind != "delete"))
                 for i in range(first_index + 1, len(files)):
-                    yield _Position((version, i), False, (files[i],), files[i].data_file.size, i == len(files) - 1)
+                    yield Position((version, i), False, (files[i],), files[i].data_file.size, i == len(files) - 1)
             version += 1
             first_index = BASE_INDEX
 
@@ -180,9 +186,9 @@ class ChangeFeedStreamReader(DeltaStreamReader):
         state.note_metadata(table_version, actions)
         for action in actions:
             if "metaData" in action:
-                state._check_metadata(table_version, action["metaData"])
+                state.check_metadata(table_version, action["metaData"])
             elif "protocol" in action:
-                _check_protocol(table_version, action["protocol"], self.options.path)
+                check_source_protocol(table_version, action["protocol"], self.options.path)
         scan = state.scan
         names = {scan.physical_names.get(c, c): c for c in scan.partition_columns}
         commit = commit_changes(

@@ -223,7 +223,7 @@ class StreamPartition(FilesPartition):
 
 
 @dataclass(frozen=True)
-class _Position:
+class Position:
     """What one offset position covers: one data file (or, for the change data feed, one file of the initial
     snapshot or all change files of one commit, which are admitted whole)."""
 
@@ -334,7 +334,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             empty_end = begin
         budget = self._budget(limit)
-        last: _Position | None = None
+        last: Position | None = None
         self._initialize_schema_log(begin)
         for position in self._positions(begin, last_version):
             if (
@@ -472,7 +472,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return _Budget(max_files, limit.max_bytes)
         return _Budget(max_files or DEFAULT_MAX_FILES_PER_TRIGGER, max_bytes)
 
-    def _positions(self, start: DeltaSourceOffset, last_version: int) -> Iterator[_Position]:
+    def _positions(self, start: DeltaSourceOffset, last_version: int) -> Iterator[Position]:
         """Yield the file positions strictly after ``start``, through table version ``last_version`` (under schema
         tracking, a metadata change's barrier before its commit's files)."""
         state = self._table()
@@ -480,7 +480,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start.is_starting_version:
             snapshot = state.snapshot_files(version)
             for i in range(start.index + 1, len(snapshot)):
-                yield _Position((version, i), True, (snapshot[i],), snapshot[i].size, i == len(snapshot) - 1)
+                yield Position((version, i), True, (snapshot[i],), snapshot[i].size, i == len(snapshot) - 1)
             version += 1
             first_index = 0
         else:
@@ -488,12 +488,12 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         while version <= last_version:
             changes = state.changes(version)
             if changes.barrier and (version, METADATA_CHANGE_INDEX) > start.key:
-                yield _Position((version, METADATA_CHANGE_INDEX), False, (), 0, False, barrier=True)
+                yield Position((version, METADATA_CHANGE_INDEX), False, (), 0, False, barrier=True)
             if changes.problem is not None:
                 raise SourceOffsetError(changes.problem)
             files = changes.files
             for i in range(first_index, len(files)):
-                yield _Position((version, i), False, (files[i],), files[i].size, i == len(files) - 1)
+                yield Position((version, i), False, (files[i],), files[i].size, i == len(files) - 1)
             version += 1
             first_index = 0
 
@@ -533,7 +533,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state.use_entry(entry)
 
     @staticmethod
-    def _offset_after(table_id: str, position: _Position) -> DeltaSourceOffset:
+    def _offset_after(table_id: str, position: Position) -> DeltaSourceOffset:
         version, index = position.key
         if position.barrier:
             return DeltaSourceOffset(table_id, version, METADATA_CHANGE_INDEX, False)
@@ -739,9 +739,9 @@ class _TableState:
         removes = [a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)]
         for action in actions:
             if "metaData" in action:
-                self._check_metadata(table_version, action["metaData"])
+                self.check_metadata(table_version, action["metaData"])
             elif "protocol" in action:
-                _check_protocol(table_version, action["protocol"], self.options.path)
+                check_source_protocol(table_version, action["protocol"], self.options.path)
         if removes:
             if self.options.skip_change_commits:
                 log.info(
@@ -765,7 +765,7 @@ class _TableState:
             return VersionChanges(table_version, (), problem=problem)
         return VersionChanges(table_version, tuple(self._data_file(a, table_version) for a in adds))
 
-    def _check_metadata(self, table_version: int, metadata: Metadata) -> None:
+    def check_metadata(self, table_version: int, metadata: Metadata) -> None:
         new_id = metadata.get("id")
         if new_id is not None and new_id != self.table_id:
             raise SourceOffsetError(
@@ -830,7 +830,7 @@ class _TableState:
         try:
             fields = json.loads(metadata.get("schemaString") or "{}").get("fields", [])
         except json.JSONDecodeError:
-            return  # reported by _check_metadata
+            return  # reported by check_metadata
         read = logical_by_physical(list(self.read_fields.values()))
         data = logical_by_physical(fields)
         renamed = [p for p in read.keys() & data.keys() if read[p] != data[p]]
@@ -1043,7 +1043,9 @@ def _first_tracked_version(
     return latest
 
 
-def _check_protocol(table_version: int, protocol: Protocol, path: str) -> None:
+def check_source_protocol(table_version: int, protocol: Protocol, path: str) -> None:
+    """Stop a Delta stream at a commit whose protocol needs a reader feature sparkonce cannot honour. Runs on the
+    driver."""
     features = set(protocol.get("readerFeatures") or [])
     unsupported = sorted(features - SUPPORTED_READER_FEATURES)
     if unsupported or int(protocol.get("minReaderVersion", 1)) > 3:
@@ -1114,8 +1116,10 @@ __all__ = [
     "BASE_INDEX",
     "DeltaSourceOffset",
     "DeltaStreamReader",
+    "Position",
     "StreamPartition",
     "VersionChanges",
+    "check_source_protocol",
     "entry_schema",
     "same_columns",
     "start_schema_tracking",

@@ -21,15 +21,15 @@ REPLACE_WHERE_OPTION = "replaceWhere"
 PARTITION_OVERWRITE_MODE_OPTION = "partitionOverwriteMode"
 SAVE_MODE_OPTION = "sparkonce.saveMode"
 TABLE_DEFAULTS_OPTION = "__sparkonce_table_defaults"
-"""Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.properties.defaults.*`` as JSON."""
+"""Set by the writer shims (``patches``): the session's ``spark.databricks.delta.properties.defaults.*`` as JSON."""
 SESSION_CONF_OPTION = "__sparkonce_session_conf"
-"""Set by the writer shims (``_compat``): the session's auto compaction / optimized write confs
+"""Set by the writer shims (``patches``): the session's auto compaction / optimized write confs
 (:data:`sparkonce.delta.ops.auto_compact.SESSION_CONFS`) as JSON."""
 PARTITION_BY_OPTION = "partitionBy"
 METADATA_COLUMN_OPTION = "metadataColumn"
 COMPAT_PARTITION_OPTION = "__sparkonce_partition_by"
 CHECKPOINT_QUERY_ID_OPTION = "__sparkonce_checkpoint_query_id"
-"""Set by the ``start()`` shim (``_compat``) for a non-local checkpoint: its query id, read (or written) by the
+"""Set by the ``start()`` shim (``patches``) for a non-local checkpoint: its query id, read (or written) by the
 driver through Hadoop's file system, since the sink's commit runs in a Python worker that has no JVM."""
 TABLE_PROPERTIES_OPTION = "__sparkonce_table_properties"
 """Set by :func:`sparkonce.delta.ops.create.create_table` (``CREATE``/``REPLACE TABLE``, delta-spark's builders): the
@@ -37,7 +37,7 @@ whole ``metaData.configuration`` of the table the write creates or replaces, as 
 ``delta.*`` properties and the user's own keys (which a plain write option could not carry)."""
 CHECKPOINT_PART_SIZE_CONF = "spark.databricks.delta.checkpoint.partSize"
 CHECKPOINT_PART_SIZE_OPTION = "__sparkonce_checkpoint_part_size"
-"""Set by the writer shims (``_compat``): the session's ``spark.databricks.delta.checkpoint.partSize``."""
+"""Set by the writer shims (``patches``): the session's ``spark.databricks.delta.checkpoint.partSize``."""
 
 
 def table_path(options: Mapping[str, str]) -> str:

@@ -25,7 +25,7 @@ answer, followed here, is a *schema log* per source (``DeltaSourceMetadataTracki
   or, suffixed ``.ckpt_<hash>``, for one checkpoint) that do.
 
 This module holds the log (driver or the Python source's planning worker; no Spark) and the rules; the planning is
-:mod:`sparkonce.delta.read.stream`, the checks at the query's start :mod:`sparkonce.delta._compat`.
+:mod:`sparkonce.delta.read.stream`, the checks at the query's start :mod:`sparkonce.delta.patches`.
 """
 
 from __future__ import annotations
