@@ -41,7 +41,6 @@ from sparkonce.delta.ops.rewrite import (
 )
 from sparkonce.delta.read.reader import DataFile, ScanSchema, has_other_types, read_files
 from sparkonce.delta.table.clustering import PROVIDER, table_clustering
-from sparkonce.delta.table.column_mapping import ColumnMapping
 from sparkonce.delta.table.schema import arrow_schema_for_spark
 from sparkonce.delta.write.files import (
     WRITTEN_FILES_DDL,
@@ -233,17 +232,7 @@ def compact(
     if not bins:
         log.info("optimize %s at table_version %s: nothing to compact", table_uri, snapshot.table_version)
         return OptimizeResult(table_uri, None, 0, 0, 0, 0, 0, len(files), 0, snapshot.table_version)
-    written = _rewrite_bins(
-        spark,
-        snapshot.location,
-        snapshot.scan,
-        snapshot.partition_columns,
-        bins,
-        snapshot.column_mapping,
-        zorder_by,
-        snapshot.stats_columns(),
-        target_file_size,
-    )
+    written = _rewrite_bins(spark, snapshot, bins, zorder_by=zorder_by, target_file_size=target_file_size)
     if clustered_by:
         written = [dataclasses.replace(f, clustering_provider=PROVIDER) for f in written]
     params = {
@@ -388,16 +377,7 @@ def rewrite_type_widened_files(spark: SparkSession, table: str | TableLocation) 
     bins = bin_pack(stale, snapshot.partition_columns, DEFAULT_TARGET_FILE_SIZE, min_file_size=2**62)
     packed = {f.path for b in bins for f in b}
     bins += [[f] for f in stale if f.path not in packed]  # a partition's only file is rewritten too
-    written = _rewrite_bins(
-        spark,
-        snapshot.location,
-        snapshot.scan,
-        snapshot.partition_columns,
-        bins,
-        snapshot.column_mapping,
-        (),
-        snapshot.stats_columns(),
-    )
+    written = _rewrite_bins(spark, snapshot, bins)
     params = {"predicate": "[]", "applyPurge": True}
     return commit_compaction(
         snapshot, files, stale, written, params, started=started, operation="REORG", metric_names=REORG_METRICS
@@ -450,26 +430,24 @@ def _percentile(sorted_sizes: list[int], q: float) -> int:
 
 def _rewrite_bins(
     spark: SparkSession,
-    location: TableLocation,
-    scan: ScanSchema,
-    partition_columns: Sequence[str],
+    snapshot: TableSnapshot,
     bins: list[list[TableFile]],
-    column_mapping: ColumnMapping | None = None,
+    *,
     zorder_by: Sequence[str] = (),
-    stats_columns: frozenset[str] | None = None,
     target_file_size: int | None = None,
 ) -> list[WrittenFile]:
-    """Executors: each bin (one task each) read and written into one new file (statistics of ``stats_columns``,
-    None for every column); with ``zorder_by``, its rows Z-ordered and written into files of about
-    ``target_file_size`` bytes along the curve (:func:`zorder_file_rows`), so that each file holds a small range
-    of the Z-order columns and data skipping drops the others."""
+    """Executors: each bin (one task each) of ``snapshot``'s files read and written into one new file (with the
+    table's partitioning, column mapping and statistics columns); with ``zorder_by``, its rows Z-ordered and written
+    into files of about ``target_file_size`` bytes along the curve (:func:`zorder_file_rows`), so that each file
+    holds a small range of the Z-order columns and data skipping drops the others."""
+    location, scan = snapshot.location, snapshot.scan
     plan = [[f.data_file(location) for f in b] for b in bins]
     options = FileWriterOptions(
         location=location,
-        partition_by=tuple(partition_columns),
+        partition_by=tuple(snapshot.partition_columns),
         file_prefix="part-optimized",
-        column_mapping=column_mapping,
-        stats_columns=stats_columns,
+        column_mapping=snapshot.column_mapping,
+        stats_columns=snapshot.stats_columns(),
     )
 
     def rewrite(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -523,19 +523,20 @@ def files_by_partition_predicate(
 
     if not snapshot.partition_columns:
         return None
-    fields = {f.name: f for f in snapshot.spark_schema().fields}
+    table_schema = snapshot.spark_schema()
+    predicate = as_column(condition)
+    try:
+        referenced = _referenced_columns(spark.createDataFrame([], table_schema).where(predicate))
+    except AnalysisException:  # not a condition on the table's columns: the rewrite's own read says so
+        return None
+    if referenced is not None and not referenced <= {c.lower() for c in snapshot.partition_columns}:
+        return None  # asked of the analyzer, not by a failing analysis (PySpark logs each such error at ERROR)
+    fields = {f.name: f for f in table_schema.fields}
     schema = StructType(
         [StructField("_sparkonce_index", IntegerType()), *(fields[c] for c in snapshot.partition_columns)]
     )
     rows = [(i, *(f.partition_values.get(c) for c in snapshot.partition_columns)) for i, f in enumerate(snapshot.files)]
     frame = spark.createDataFrame(rows, schema)
-    predicate = as_column(condition)
-    try:
-        referenced = _referenced_columns(spark.createDataFrame([], snapshot.spark_schema()).where(predicate))
-    except AnalysisException:  # not a condition on the table's columns: the rewrite's own read says so
-        return None
-    if referenced is not None and not referenced <= {c.lower() for c in snapshot.partition_columns}:
-        return None  # asked of the analyzer, not by a failing analysis (PySpark logs each such error at ERROR)
     try:
         chosen = frame.where(F.coalesce(predicate, F.lit(False))).select("_sparkonce_index").collect()
     except AnalysisException:

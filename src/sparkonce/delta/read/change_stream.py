@@ -176,13 +176,7 @@ class ChangeFeedStreamReader(DeltaStreamReader):
         if cached is not None:
             return cached
         state = self._table()
-        try:
-            actions = state.delta_log.read_actions(table_version)
-        except DeltaLogError as err:
-            raise SourceOffsetError(
-                f"the change data feed stream from {self.options.path} needs table version {table_version}, but "
-                f"its Delta commit cannot be read (removed by log clean-up, or corrupt): {err}"
-            ) from err
+        actions = state.read_commit(table_version, stream="the change data feed stream")
         state.note_metadata(table_version, actions)
         for action in actions:
             if "metaData" in action:

@@ -876,11 +876,7 @@ def _keep_rows(location: TableLocation) -> Any:
         rows = row_index.to_numpy(zero_copy_only=False)
         for code, value in enumerate(encoded.dictionary.to_pylist()):
             where = codes == code
-            deleted = _deleted(location, value)
-            found = np.searchsorted(deleted, rows[where])
-            hit = found < len(deleted)
-            hit[hit] = deleted[found[hit]] == rows[where][hit]
-            result[where] = ~hit
+            result[where] = ~np.isin(rows[where], _deleted(location, value), assume_unique=True)
         return pa.array(result)
 
     import pyarrow as pa

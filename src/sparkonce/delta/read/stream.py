@@ -628,16 +628,27 @@ class _TableState:
         """The ``metaData`` and ``protocol`` actions of the commit of ``table_version`` (None where it has none)."""
         cached = self._metadata.get(table_version)
         if cached is None:
-            try:
-                actions = self.delta_log.read_actions(table_version, only=(b"metaData", b"protocol"))
-            except DeltaLogError as err:
-                raise SourceOffsetError(
-                    f"the stream from {self.options.path} needs table version {table_version}, but its Delta "
-                    f"commit cannot be read (removed by log clean-up, or corrupt): {err}"
-                ) from err
+            actions = self.read_commit(table_version, only=(b"metaData", b"protocol"))
             self.note_metadata(table_version, actions)
             cached = self._metadata[table_version]
         return cached
+
+    def read_commit(
+        self, table_version: int, *, only: tuple[bytes, ...] = (), stream: str = "the stream"
+    ) -> list[Action]:
+        """The actions of the Delta commit of ``table_version`` (with ``only``, just those;
+        :meth:`sparkonce.delta.log.delta_log.DeltaLog.read_actions`).
+
+        Raises:
+            SourceOffsetError: the commit cannot be read (removed by log clean-up, or corrupt), naming ``stream``.
+        """
+        try:
+            return self.delta_log.read_actions(table_version, only=only)
+        except DeltaLogError as err:
+            raise SourceOffsetError(
+                f"{stream} from {self.options.path} needs table version {table_version}, but its Delta "
+                f"commit cannot be read (removed by log clean-up, or corrupt): {err}"
+            ) from err
 
     def note_metadata(self, table_version: int, actions: Sequence[Action]) -> None:
         """Keep the ``metaData`` / ``protocol`` actions of a commit read for planning."""
@@ -722,13 +733,7 @@ class _TableState:
         """What the Delta commit of ``table_version`` adds to the stream (parsed once, then cached)."""
         cached = self._changes.get(table_version)
         if cached is None:
-            try:
-                actions = self.delta_log.read_actions(table_version)
-            except DeltaLogError as err:
-                raise SourceOffsetError(
-                    f"the stream from {self.options.path} needs table version {table_version}, but its Delta "
-                    f"commit cannot be read (removed by log clean-up, or corrupt): {err}"
-                ) from err
+            actions = self.read_commit(table_version)
             self.note_metadata(table_version, actions)
             cached = replace(self._classify(table_version, actions), barrier=self.barrier_at(table_version))
             self._changes[table_version] = cached
