@@ -23,6 +23,31 @@ def delta_txns(table: str | Path) -> list[tuple[str, int]]:
     return found
 
 
+def commit_times(table: str | Path) -> dict[int, int]:
+    """Each table version's commit timestamp in ms, as sparkonce's ``DESCRIBE HISTORY`` shows it and time travel
+    resolves it (Delta's rule: ``inCommitTimestamp``, else the commit file's modification time, made increasing)."""
+    from sparkonce.delta.log.delta_log import DeltaLog
+
+    return dict(DeltaLog(str(table)).commit_timestamps())
+
+
+def delta_rs_changes(table: str | Path, start: int, end: int | None = None) -> list[dict[str, Any]]:
+    """delta-rs's change data feed (``load_cdf``) from table version ``start`` (to ``end``), each row's
+    ``_commit_timestamp`` its commit's time as Delta dates it (:func:`commit_times`; a naive UTC datetime, as
+    delta-rs gives it). delta-rs stamps a commit without in-commit timestamps with its ``commitInfo.timestamp``, the
+    writer's clock before the file was written; sparkonce and delta-spark use the file's modification time."""
+    import pyarrow as pa
+    from deltalake import DeltaTable as RsTable
+
+    feed = RsTable(str(table)).load_cdf(starting_version=start, ending_version=end).read_all()
+    times = commit_times(table)
+    rows = pa.table(feed).to_pylist()
+    for row in rows:
+        at = times[row["_commit_version"]]
+        row["_commit_timestamp"] = dt.datetime.fromtimestamp(at / 1000, dt.UTC).replace(tzinfo=None)
+    return rows
+
+
 def delta_rows(table: str | Path, columns: list[str] | None = None) -> list[dict[str, Any]]:
     """The rows of a Delta table as dicts, read by delta-rs (``columns``: only those)."""
     from deltalake import DeltaTable

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.utils import AnalysisException
 
 from sparkonce.errors import OptionError, TableNotFoundError
+from tests.delta_helpers import commit_times
 
 pytestmark = pytest.mark.spark
 
@@ -43,15 +44,19 @@ def test_append_overwrite_and_time_travel(spark: SparkSession, tmp_path: Path) -
     # timestampAsOf resolves to the newest table version committed at or before the timestamp
     import datetime as dt
 
-    committed_at = {h["version"]: h["timestamp"] for h in DeltaTable(str(path)).history()}
-    assert committed_at[0] < committed_at[1] < committed_at[2]  # distinct commit times, or the check proves nothing
-    # A commit file lands after its commitInfo is stamped (a slow upload, a busy disk): its modification time
-    # must not move the answer away from the timestamps history shows. Make that gap large, not racy.
+    # A commit's timestamp is its file's modification time (Delta's rule without in-commit timestamps; the
+    # commitInfo's own time is the writer's clock before the file was written). Spread the files' times apart by
+    # seconds so the check cannot race a clock: history shows them, and time travel resolves against them.
     import os
 
-    for table_version, millis in committed_at.items():
-        late = millis / 1000 + 30
-        os.utime(path / "_delta_log" / f"{table_version:020d}.json", (late, late))
+    first_ms = int(DeltaTable(str(path)).history()[-1]["timestamp"])
+    for table_version in range(3):
+        at_ns = (first_ms + 10_000 * table_version) * 1_000_000
+        os.utime(path / "_delta_log" / f"{table_version:020d}.json", ns=(at_ns, at_ns))
+    committed_at = commit_times(path)
+    assert committed_at == {v: first_ms + 10_000 * v for v in range(3)}
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
+    assert {r.version: round(r.timestamp.timestamp() * 1000) for r in history} == committed_at
 
     def as_of(millis: float) -> list[tuple]:
         when = dt.datetime.fromtimestamp(millis / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")

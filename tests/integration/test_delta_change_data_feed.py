@@ -20,6 +20,7 @@ from sparkonce.delta.table.catalog import WAREHOUSE_CONF
 from sparkonce.delta.tables import DeltaTable
 from sparkonce.delta.txn.commit import BatchTxn
 from sparkonce.errors import SqlError
+from tests.delta_helpers import delta_rs_changes
 
 pytestmark = pytest.mark.spark
 
@@ -37,10 +38,9 @@ def _changes(spark: SparkSession, table: Path, start: int, end: int | None = Non
 
 
 def _load_cdf(table: Path, start: int, end: int) -> list[Row]:
-    rows = pa.table(RsTable(str(table)).load_cdf(starting_version=start, ending_version=end).read_all())
     # delta-rs: _commit_version is a uint64 and _commit_timestamp a naive timestamp[ms]; sparkonce gives Spark's
     # long and timestamp (session time zone UTC in the tests).
-    return sorted(tuple(r.values()) for r in rows.to_pylist())
+    return sorted(tuple(r.values()) for r in delta_rs_changes(table, start, end))
 
 
 def _cdc_actions(table: Path, table_version: int) -> list[dict[str, Any]]:

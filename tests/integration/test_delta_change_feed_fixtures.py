@@ -15,11 +15,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from deltalake import DeltaTable as RsTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, TimestampType
+
+from tests.delta_helpers import delta_rs_changes
 
 pytestmark = pytest.mark.spark
 
@@ -28,8 +28,7 @@ Row = tuple[tuple[str, Any], ...]
 
 
 def _load_cdf(table: Path) -> list[Row]:
-    rows = pa.table(RsTable(str(table)).load_cdf(starting_version=0).read_all()).to_pylist()
-    return sorted(tuple(sorted(r.items())) for r in rows)
+    return sorted(tuple(sorted(r.items())) for r in delta_rs_changes(table, 0))
 
 
 def _rows(frame: Any) -> list[Row]:

@@ -24,7 +24,7 @@ from sparkonce.delta.read.stream import DeltaStreamReader, StreamPartition
 from sparkonce.delta.table.options import StreamReadOptions
 from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
-from tests.delta_helpers import delta_txns
+from tests.delta_helpers import commit_times, delta_txns
 from tests.integration.conftest import delta_ids
 
 if TYPE_CHECKING:
@@ -57,8 +57,7 @@ def _move_on(table: Path) -> list[int]:
 
 
 def _timestamp_of(table: Path, table_version: int) -> str:
-    stamps = {h["version"]: h["timestamp"] for h in DeltaTable(str(table)).history()}
-    return dt.datetime.fromtimestamp(stamps[table_version] / 1000, dt.UTC).isoformat()
+    return dt.datetime.fromtimestamp(commit_times(table)[table_version] / 1000, dt.UTC).isoformat()
 
 
 def _options(table: Path, mode: str) -> dict[str, str]:

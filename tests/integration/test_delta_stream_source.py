@@ -20,6 +20,7 @@ from sparkonce.delta.table.options import StreamReadOptions
 from sparkonce.errors import OptionError, SourceOffsetError
 from sparkonce_local.chaos import run_driver
 from tests.conftest import REPO
+from tests.delta_helpers import commit_times
 from tests.integration.conftest import delta_ids
 
 if TYPE_CHECKING:
@@ -207,7 +208,7 @@ def test_added_column_is_read_past_and_a_type_change_fails_the_stream(spark: Spa
 def test_starting_timestamp_starts_at_the_first_commit_at_or_after_it(spark: SparkSession, tmp_path: Path) -> None:
     table = tmp_path / "src"
     _table_with_versions(table, 3)
-    stamps = {h["version"]: h["timestamp"] for h in DeltaTable(str(table)).history()}
+    stamps = commit_times(table)
     schema = spark.read.format("delta").load(str(table)).schema
     for version, expected in ((1, 1), (2, 2)):
         when = dt.datetime.fromtimestamp(stamps[version] / 1000, dt.UTC).isoformat()

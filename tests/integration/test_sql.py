@@ -19,6 +19,7 @@ from pyspark.errors import AnalysisException
 from sparkonce.delta.table.catalog import CATALOG_DIR
 from sparkonce.errors import OptionError, SqlError, UnsupportedFeatureError
 from sparkonce.sql import DeltaSql
+from tests.delta_helpers import commit_times
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,7 +132,7 @@ def test_select_by_path_and_name_with_time_travel(spark: SparkSession, sql: Delt
     write_deltalake(str(path), pa.table({"id": [1, 2], "v": ["a", "b"]}))
     write_deltalake(str(path), pa.table({"id": [3], "v": ["c"]}), mode="append")
     write_deltalake(str(tmp_path / "other"), pa.table({"id": [2, 3], "w": ["x", "y"]}))
-    timestamp = DeltaTable(str(path)).history()[-1]["timestamp"]  # version 0, milliseconds since the epoch
+    timestamp = commit_times(path)[0]  # version 0's commit time, milliseconds since the epoch
     sql(f"CREATE TABLE t USING delta LOCATION '{path}'")
 
     def ids(query: str) -> list[int]:

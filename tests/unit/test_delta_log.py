@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -102,10 +103,34 @@ def test_history_reads_delta_jvm_streaming_commit(fixtures_dir: Path) -> None:
         "epochId": "0",
     }
     assert (newest.query_id, newest.batch_id) == ("e4a20b59-dd0e-4c50-b074-e8ae4786df30", 0)
-    assert newest.timestamp_ms == 1564524299648
+    assert newest.commit_info["timestamp"] == 1564524299648  # the writer's clock; Delta dates a commit by its file
+    assert newest.timestamp_ms == dict(DeltaLog(fixtures_dir / "delta-tables" / "delta-0.2.0").commit_timestamps())[3]
     assert newest.read_version == 2 and newest.is_blind_append is True
     assert (newest.num_added_files, newest.num_removed_files, newest.added_bytes) == (1, 0, 404)
     assert history[2].operation == "WRITE" and history[2].query_id is None
+
+
+def test_a_commit_is_dated_by_its_file_made_increasing_or_by_its_in_commit_timestamp(
+    fixtures_dir: Path, tmp_path: Path
+) -> None:
+    """Delta's rule: the commit file's modification time, each one at least 1 ms after the previous (copied logs
+    share one time); ``inCommitTimestamp`` as written when the commit has one; never ``commitInfo.timestamp``."""
+    table = tmp_path / "t"
+    shutil.copytree(fixtures_dir / "delta-tables" / "delta-0.2.0", table)
+    at_ns = 1_700_000_000_000 * 1_000_000
+    for version in range(4):  # 0 and 1 share a time, 2 went back before them, 3 is later
+        when = {0: at_ns, 1: at_ns, 2: at_ns - 5_000_000, 3: at_ns + 9_000_000}[version]
+        os.utime(table / "_delta_log" / f"{version:020d}.json", ns=(when, when))
+    want = {0: 1_700_000_000_000, 1: 1_700_000_000_001, 2: 1_700_000_000_002, 3: 1_700_000_000_009}
+    log = DeltaLog(table)
+    assert dict(log.commit_timestamps()) == want
+    assert {v: log.commit_entry(v).timestamp_ms for v in range(4)} == want
+    assert {v: DeltaLog(table).commit_file_time(v) for v in range(4)} == want  # each looked up alone
+    ict = DeltaLog(fixtures_dir / "delta-rs-tables" / "cdc_ict_table")
+    infos = {v: [a["commitInfo"] for a in ict.read_actions(v) if "commitInfo" in a] for v in range(4)}
+    written = {v: int(info["inCommitTimestamp"]) for v, (info,) in infos.items()}
+    assert written[1] < written[0]  # the fixture's second commit is stamped before its first: kept as written
+    assert dict(ict.commit_timestamps()) == written == {v: ict.commit_entry(v).timestamp_ms for v in range(4)}
 
 
 def test_history_without_commit_info_uses_txn_and_file_time(fixtures_dir: Path) -> None:

@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -53,6 +53,10 @@ from sparkonce.storage import TableLocation, table_location
 
 logger = logging.getLogger(__name__)
 
+_MONOTONIZE_WINDOW = 100
+"""How many commits before a table version :meth:`DeltaLog.commit_file_time` monotonizes over (Delta's
+``DeltaHistoryManager.POTENTIALLY_UNMONOTONIZED_TIMESTAMPS``)."""
+
 __all__ = [
     "CheckpointRef",
     "CommitEntry",
@@ -63,6 +67,8 @@ __all__ = [
     "Txn",
     "advance",
     "commit_facts",
+    "in_commit_timestamp",
+    "monotonized",
     "streaming_info",
 ]
 
@@ -99,6 +105,8 @@ class CommitEntry:
 
     table_version: int
     timestamp_ms: int | None
+    """The commit's time as Delta dates it: ``inCommitTimestamp``, else its file's modification time
+    (:meth:`DeltaLog.commit_file_time`); ``commit_info["timestamp"]`` is the writer's clock before the write."""
     operation: str | None
     operation_parameters: dict[str, Any]
     operation_metrics: dict[str, Any]
@@ -263,6 +271,8 @@ class DeltaLog:
         """The table root on the local file system (meaningful for local tables only)."""
         self.fs = self.location.filesystem()
         self.log_dir = self.location.fs_path("_delta_log")
+        self._mtimes: dict[int, int | None] = {}
+        """Commit files' modification times (ms) looked up so far: a commit file is written once."""
         if not check:  # the caller found the table a moment ago (a task of a read the driver planned)
             return
         if self._exists(self._join("_last_checkpoint")) or self._exists(self.commit_path(0)):
@@ -322,8 +332,8 @@ class DeltaLog:
             raise
 
     def commit_mtime_ms(self, table_version: int) -> int | None:
-        """The modification time of the JSON commit of ``table_version`` (what a commit without a timestamp in its
-        ``commitInfo`` is dated by), or None when it cannot be read."""
+        """The modification time of the JSON commit of ``table_version`` (what a commit without
+        ``inCommitTimestamp`` is dated by, as in Delta), or None when it cannot be read."""
         return self._mtime_ms(self.commit_path(table_version))
 
     def commit_stamp(self, table_version: int) -> tuple[int, int] | None:
@@ -346,11 +356,16 @@ class DeltaLog:
         return int(info.size or 0), int(info.mtime_ns or 0)
 
     def _mtime_ms(self, path: str) -> int | None:
+        if self.location.is_local:
+            try:
+                return os.stat(path).st_mtime_ns // 1_000_000
+            except OSError:
+                return None
         try:
-            mtime = self.fs.get_file_info(path).mtime
+            mtime_ns = self.fs.get_file_info(path).mtime_ns
         except OSError:
             return None
-        return int(mtime.timestamp() * 1000) if mtime is not None else None
+        return int(mtime_ns) // 1_000_000 if mtime_ns is not None else None
 
     def where(self, path: str) -> str:
         """A file's name for messages: its local path, or its URI on an object store."""
@@ -456,21 +471,70 @@ class DeltaLog:
         return sorted(self._list().commits)
 
     def commit_timestamps(self) -> Iterator[tuple[int, int]]:
-        """Yield ``(table_version, timestamp_ms)`` for every JSON commit present, ascending, reading each commit
-        only when asked for (a caller that found its answer stops reading).
+        """Yield ``(table_version, timestamp_ms)`` for every JSON commit present, ascending, reading each commit's
+        ``commitInfo`` only when asked for (a caller that found its answer stops reading).
 
-        The timestamp is the one :meth:`history` shows (``inCommitTimestamp``, else ``commitInfo.timestamp``,
-        else the commit file's modification time), made strictly increasing like Delta's
-        ``DeltaHistoryManager`` does, so that a clock that stepped back cannot make two table versions answer
-        one instant. Both ``timestampAsOf`` (batch) and ``startingTimestamp`` (stream) resolve against these.
+        The timestamp is the one :meth:`history` shows and Delta's ``DeltaHistoryManager`` uses: the commit's
+        ``inCommitTimestamp``, else the commit file's modification time (one listing of ``_delta_log``) made later
+        than the previous commit's when it is not (:func:`monotonized`), so that a clock that stepped back cannot
+        make two table versions answer one instant. Both ``timestampAsOf`` (batch) and ``startingTimestamp``
+        (stream) resolve against these.
         """
+        mtimes = self.commit_mtimes()
         previous: int | None = None
-        for table_version in self.commit_versions():
-            ts = self.commit_entry(table_version).timestamp_ms or 0
-            if previous is not None and ts <= previous:
-                ts = previous + 1
+        for table_version in sorted(mtimes):
+            raw = self._read_commit(table_version)
+            ts = None
+            if b"inCommitTimestamp" in raw:
+                ts = in_commit_timestamp(self._summary(table_version, raw).commit_info)
+            if ts is None:
+                ts = mtimes[table_version]
+                if previous is not None and ts <= previous:
+                    ts = previous + 1
             yield table_version, ts
             previous = ts
+
+    def commit_file_time(self, table_version: int) -> int | None:
+        """The time of the commit of ``table_version`` by its file, as Delta reads it for the change data feed:
+        the file's modification time, monotonized (:func:`monotonized`) over the up to 100 commits before it
+        (Delta's ``POTENTIALLY_UNMONOTONIZED_TIMESTAMPS``). None when the file cannot be read."""
+        stamps: dict[int, int] = {}
+        for version in range(max(0, table_version - _MONOTONIZE_WINDOW), table_version + 1):
+            if version not in self._mtimes:
+                self._mtimes[version] = self.commit_mtime_ms(version)
+            mtime = self._mtimes[version]
+            if mtime is not None:
+                stamps[version] = mtime
+        return monotonized(stamps).get(table_version)
+
+    def commit_mtimes(self) -> dict[int, int]:
+        """The modification time in ms of every JSON commit present, by table version, from one listing of
+        ``_delta_log`` (Delta's commit timestamp for a commit without ``inCommitTimestamp``)."""
+        if self.location.is_local:
+            found: dict[int, int] = {}
+            try:
+                entries = list(os.scandir(self.log_dir))
+            except FileNotFoundError:
+                return found
+            for entry in entries:
+                name = entry.name
+                if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():
+                    try:
+                        found[int(name[:20])] = entry.stat().st_mtime_ns // 1_000_000
+                    except FileNotFoundError:  # removed by log cleanup meanwhile
+                        continue
+            return found
+        import pyarrow.fs as pafs
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.log_dir, allow_not_found=True))
+        except OSError as err:
+            raise self.location.store_error(err) from err
+        return {
+            int(info.base_name[:20]): int(info.mtime_ns or 0) // 1_000_000
+            for info in infos
+            if len(info.base_name) == 25 and info.base_name.endswith(".json") and info.base_name[:20].isdigit()
+        }
 
     def checkpoints(self) -> list[CheckpointRef]:
         """Return the complete Delta checkpoints present, oldest first."""
@@ -561,7 +625,7 @@ class DeltaLog:
         """
         if actions is None:
             actions = self.read_actions(table_version)
-        return _entry_from_actions(table_version, actions, lambda: self.commit_mtime_ms(table_version))
+        return _entry_from_actions(table_version, actions, lambda: self.commit_file_time(table_version))
 
     def history(self, *, start: int | None = None, end: int | None = None) -> list[CommitEntry]:
         """Return one :class:`CommitEntry` per JSON commit with ``start <= table_version <= end``, newest
@@ -937,7 +1001,7 @@ def _entry_from_actions(
         elif "txn" in action:
             txns.append(_txn(action["txn"]))
     facts = commit_facts(commit_info, txns)
-    timestamp = facts.timestamp_ms if facts.timestamp_ms is not None else file_mtime_ms()
+    timestamp = facts.in_commit_timestamp_ms if facts.in_commit_timestamp_ms is not None else file_mtime_ms()
     query_id, batch_id = facts.query_id, facts.batch_id
     return CommitEntry(
         table_version=table_version,
@@ -967,8 +1031,9 @@ class CommitFacts(NamedTuple):
     operation: str | None
     parameters: dict[str, Any]
     metrics: dict[str, Any]
-    timestamp_ms: int | None
-    """``inCommitTimestamp`` or ``timestamp``; None when the commit has neither (then the file's time counts)."""
+    in_commit_timestamp_ms: int | None
+    """``inCommitTimestamp``; None when the commit has none (then the commit file's modification time is the
+    commit's timestamp, as in Delta: ``commitInfo.timestamp`` is the writer's clock before the file was written)."""
     query_id: str | None
     batch_id: int | None
 
@@ -987,9 +1052,27 @@ def commit_facts(commit_info: CommitInfo, txns: Sequence[Txn]) -> CommitFacts:
         params = _object(ours.get("operationParameters")) or params
         if isinstance(ours.get("operationMetrics"), dict):
             metrics = ours["operationMetrics"]  # Delta's metric names for MERGE, DELETE, UPDATE, OPTIMIZE, ...
-    timestamp = _as_int(commit_info.get("inCommitTimestamp", commit_info.get("timestamp")))
     query_id, batch_id = streaming_info(commit_info, txns)
-    return CommitFacts(operation, params, metrics, timestamp, query_id, batch_id)
+    return CommitFacts(operation, params, metrics, in_commit_timestamp(commit_info), query_id, batch_id)
+
+
+def monotonized(stamps: Mapping[int, int]) -> dict[int, int]:
+    """``stamps`` (ms by table version) made strictly increasing in table version order, as Delta's
+    ``DeltaHistoryManager`` does with commit files' modification times: a time not after the previous one becomes
+    the previous one + 1 ms."""
+    done: dict[int, int] = {}
+    previous: int | None = None
+    for table_version in sorted(stamps):
+        ts = stamps[table_version]
+        if previous is not None and ts <= previous:
+            ts = previous + 1
+        done[table_version] = previous = ts
+    return done
+
+
+def in_commit_timestamp(commit_info: CommitInfo) -> int | None:
+    """The commit's ``inCommitTimestamp`` (Delta's ``inCommitTimestamp`` feature), None when it has none."""
+    return _as_int(commit_info.get("inCommitTimestamp"))
 
 
 class CommitSummary(NamedTuple):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from sparkonce.delta.log.delta_log import DeltaLog, commit_facts
+from sparkonce.delta.log.delta_log import DeltaLog, commit_facts, monotonized
 from sparkonce.storage import TableLocation, table_location
 
 if TYPE_CHECKING:
@@ -56,12 +56,13 @@ def history_rows(path: str | os.PathLike[str] | TableLocation, *, limit: int | N
     """
     _check_limit(limit)
     delta_log = DeltaLog(table_location(path))
-    versions = sorted(delta_log.commit_versions(), reverse=True)
+    stamps = monotonized(delta_log.commit_mtimes())
+    versions = sorted(stamps, reverse=True)
     if limit is not None:
         versions = versions[:limit]
     from pyspark.sql.types import MapType, StructType, TimestampType
 
-    columns = _history_columns(delta_log, versions)
+    columns = _history_columns(delta_log, versions, stamps)
     for at, field in enumerate(history_schema().fields):  # as Python rows hold them: datetimes, dicts, tuples
         kind, values = field.dataType, columns[at]
         if isinstance(kind, TimestampType):
@@ -107,8 +108,6 @@ def history(
     for name, value in location.storage_options:
         reader = reader.option(f"storage.{name}", value)
     reader = reader.option("upTo", str(versions[-1] if versions else -1))
-    if versions and versions[-1] - versions[0] + 1 == len(versions):  # no gap: the planner need not list again
-        reader = reader.option("fromVersion", str(versions[0]))
     if limit is not None:
         reader = reader.option("limit", str(limit))
     return reader.load()
@@ -166,13 +165,16 @@ class DeltaHistoryDataSource(DataSource):
 
 @dataclass
 class _Versions(InputPartition):
-    """Table versions, newest first, read by one task."""
+    """Table versions, newest first, read by one task, with the commit file times the driver listed."""
 
     versions: list[int]
+    stamps: dict[int, int]
+    """:func:`~sparkonce.delta.log.delta_log.monotonized` modification times (ms) of ``versions``' commits."""
 
-    def __init__(self, versions: list[int]) -> None:
+    def __init__(self, versions: list[int], stamps: dict[int, int]) -> None:
         super().__init__(None)
         self.versions = versions
+        self.stamps = stamps
 
 
 class _HistoryReader(DataSourceReader):
@@ -183,26 +185,27 @@ class _HistoryReader(DataSourceReader):
         self.location = table_location(options.get("path") or "", storage_options=storage_options_from(options))
         up_to = get_int(options, "upTo", None)
         limit = get_int(options, "limit", None, minimum=1)
-        first = get_int(options, "fromVersion", None)
-        if first is not None and up_to is not None:  # the driver listed table versions first..up_to, no gap
-            versions = list(range(up_to, first - 1, -1))
-        else:
-            listed = DeltaLog(self.location, check=False).commit_versions()
-            versions = sorted((v for v in listed if up_to is None or v <= up_to), reverse=True)
+        listed = DeltaLog(self.location, check=False).commit_mtimes()  # one listing: the versions and their times
+        self.stamps = monotonized({v: ms for v, ms in listed.items() if up_to is None or v <= up_to})
+        versions = sorted(self.stamps, reverse=True)
         self.versions = versions[:limit] if limit is not None else versions
 
     def partitions(self) -> list[InputPartition]:  # planner
         chunk = max(2000, -(-len(self.versions) // 8))
-        parts = [_Versions(self.versions[i : i + chunk]) for i in range(0, len(self.versions), chunk)]
-        return list(parts) or [_Versions([])]
+        parts = []
+        for i in range(0, len(self.versions), chunk):
+            versions = self.versions[i : i + chunk]
+            parts.append(_Versions(versions, {v: self.stamps[v] for v in versions}))
+        return list(parts) or [_Versions([], {})]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # executor
         assert isinstance(partition, _Versions)
         if partition.versions:
-            yield _arrow_batch(_history_columns(DeltaLog(self.location, check=False), partition.versions))
+            log = DeltaLog(self.location, check=False)
+            yield _arrow_batch(_history_columns(log, partition.versions, partition.stamps))
 
 
-def _history_columns(log: DeltaLog, table_versions: list[int]) -> list[list[Any]]:
+def _history_columns(log: DeltaLog, table_versions: list[int], stamps: dict[int, int]) -> list[list[Any]]:
     """The columns of :data:`HISTORY_SCHEMA` for ``table_versions``, in that order, as Python lists shaped for
     ``pyarrow.array`` (maps as lists of pairs, structs as dicts, timestamps in microseconds).
 
@@ -212,13 +215,13 @@ def _history_columns(log: DeltaLog, table_versions: list[int]) -> list[list[Any]
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _columns(log, table_versions)
+        return _columns(log, table_versions, stamps)
     finally:
         if collecting:
             gc.enable()
 
 
-def _columns(log: DeltaLog, table_versions: list[int]) -> list[list[Any]]:
+def _columns(log: DeltaLog, table_versions: list[int], stamps: dict[int, int]) -> list[list[Any]]:
     columns: list[list[Any]] = [[] for _ in range(17)]
     (
         version,
@@ -253,9 +256,9 @@ def _columns(log: DeltaLog, table_versions: list[int]) -> list[list[Any]]:
             ):
                 if name not in names:
                     params.append((name, value))
-        ms = facts.timestamp_ms
+        ms = facts.in_commit_timestamp_ms
         if ms is None:
-            ms = log.commit_mtime_ms(summary.table_version)
+            ms = stamps.get(summary.table_version)
         job_info, notebook_info = info.get("job"), info.get("notebook")
         version(summary.table_version)
         timestamp(ms * 1000 if ms is not None else None)
