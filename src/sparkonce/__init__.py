@@ -123,6 +123,7 @@ def register(spark: SparkSession) -> list[str]:
 
     from sparkonce.delta.source import DeltaDataSource, SparkonceDeltaDataSource, with_session_storage
     from sparkonce.kafka.source import KafkaDataSource
+    from sparkonce.pipeline.raw_ingest import RawFilesDataSource
     from sparkonce.storage import set_session_storage_options, storage_options_from_conf
 
     _enable_filter_pushdown(spark)
@@ -133,6 +134,7 @@ def register(spark: SparkSession) -> list[str]:
         deltas.insert(0, DeltaDataSource)
     sources: list[type[DataSource]] = [with_session_storage(d, storage_options) for d in deltas]
     sources.append(KafkaDataSource)
+    sources.append(RawFilesDataSource)
     names = []
     for source in sources:
         _register_source(spark, source)

@@ -302,13 +302,13 @@ class _Monitor:
                 marker = (str(data.get("timestamp") or ""), int(data.get("batchId") or 0))
                 if seen_run is not None and marker <= seen_run:
                     continue
-                if data.get("numInputRows", 0) or name not in self.last:
+                if _batch_rows(data) or name not in self.last:
                     self.last[name] = data
-                if data.get("numInputRows", 0):
+                if _batch_rows(data):
                     took = (data.get("durationMs") or {}).get("triggerExecution")
                     if took is not None:
                         self.durations.setdefault(name, collections.deque(maxlen=_DURATIONS_KEPT)).append(float(took))
-                rows += int(data.get("numInputRows") or 0)
+                rows += _batch_rows(data)
                 batches += 1
                 seen_run = marker
             self.totals[name] = (rows, batches, seen_run)
@@ -353,7 +353,7 @@ class _Monitor:
                     query_name=f"{self.config.name}.{stage.name}",
                     active=bool(query is not None and query.isActive),
                     batch_id=data.get("batchId"),
-                    batch_rows=int(data.get("numInputRows") or 0),
+                    batch_rows=_batch_rows(data),
                     rows_per_second=float(data.get("processedRowsPerSecond") or 0.0),
                     total_rows=rows,
                     batches=batches,
@@ -404,6 +404,15 @@ def _end_offset(progress: dict[str, Any]) -> Any:
         except json.JSONDecodeError:
             return None
     return end
+
+
+def _batch_rows(progress: dict[str, Any]) -> int:
+    """The records a batch read: the raw ingest's observed count (its query's rows are files), else
+    ``numInputRows``."""
+    observed = (progress.get("observedMetrics") or {}).get("raw") or {}
+    if "rows" in observed:
+        return int(observed["rows"] or 0)
+    return int(progress.get("numInputRows") or 0)
 
 
 __all__ = [

@@ -218,7 +218,10 @@ def delta_stats(
                 or pa.types.is_binary(top_level[name].type)
             ):
                 continue
-            lo, hi = _json_stat(stats.min), _json_stat(stats.max)
+            try:
+                lo, hi = _json_stat(stats.min), _json_stat(stats.max)
+            except UnicodeDecodeError:  # a string column holding bytes that are not UTF-8 (a Kafka record's)
+                lo = hi = None
             if isinstance(lo, str) and (len(lo) > _STRING_STATS_LIMIT or len(str(hi)) > _STRING_STATS_LIMIT):
                 lo = hi = None
             if lo is None or hi is None or (name in mins and mins[name] is None):
