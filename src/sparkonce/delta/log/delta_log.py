@@ -498,6 +498,8 @@ class DeltaLog:
         """The time of the commit of ``table_version`` by its file, as Delta reads it for the change data feed:
         the file's modification time, monotonized (:func:`monotonized`) over the up to 100 commits before it
         (Delta's ``POTENTIALLY_UNMONOTONIZED_TIMESTAMPS``). None when the file cannot be read."""
+        if not self.location.is_local and table_version not in self._mtimes:
+            self._mtimes.update(self.commit_mtimes())  # one listing, not a request per commit
         stamps: dict[int, int] = {}
         for version in range(max(0, table_version - _MONOTONIZE_WINDOW), table_version + 1):
             if version not in self._mtimes:
