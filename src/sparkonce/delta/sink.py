@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -186,16 +186,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         if local:  # a Hadoop-file-system checkpoint is recorded by the driver's start() (the shim)
             record_tables(location, [RecordedTable("sink", "delta", str(self.options.location))])
         files = collect_files(messages)
-        # offsets/N of a Hadoop-file-system checkpoint is out of this worker's reach: not recorded (a rebuild from
-        # the table then says so); everything else about the commit is the same.
-        offsets_log = read_offsets_text(location, batch_id) if local else None
-        metadata = commit_metadata(
-            "STREAMING UPDATE",
-            {"outputMode": self.output_mode, "queryId": query_id, "epochId": str(batch_id)},
-            self.options.user_metadata,
-            batchId=batch_id,
-            checkpointLocation=checkpoint_path(location) if local else location,
-            offsetsLog=offsets_log,
+        metadata = streaming_update_metadata(
+            location, query_id, batch_id, output_mode=self.output_mode, user_metadata=self.options.user_metadata
         )
         result = commit_files(
             self.options.location,
@@ -273,4 +265,22 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         abort_write(self.file_options, messages, purpose=f"aborted batch {batchId} to {self.options.path}")
 
 
-__all__ = ["DeltaStreamWriter"]
+def streaming_update_metadata(
+    checkpoint_dir: str, query_id: str, batch_id: BatchId, *, output_mode: str, user_metadata: str | None
+) -> dict[str, Any]:
+    """The ``commitInfo`` of a streaming batch's Delta commit: Delta's ``STREAMING UPDATE`` with the query and
+    epoch, and sparkonce's batch id, checkpoint and ``offsets/N`` (what a checkpoint rebuild reads). Runs on the
+    driver. ``offsets/N`` of a Hadoop-file-system checkpoint is out of a Python process's reach: not recorded (a
+    rebuild from the table then says so); everything else about the commit is the same."""
+    local = is_local_checkpoint(checkpoint_dir)
+    return commit_metadata(
+        "STREAMING UPDATE",
+        {"outputMode": output_mode, "queryId": query_id, "epochId": str(batch_id)},
+        user_metadata,
+        batchId=batch_id,
+        checkpointLocation=checkpoint_path(checkpoint_dir) if local else checkpoint_dir,
+        offsetsLog=read_offsets_text(checkpoint_dir, batch_id) if local else None,
+    )
+
+
+__all__ = ["DeltaStreamWriter", "streaming_update_metadata"]

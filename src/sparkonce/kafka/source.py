@@ -84,7 +84,7 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return "sparkonce.kafka"
 
-    def schema(self) -> StructType:
+    def schema(self) -> StructType | str:
         return kafka_schema(include_headers=self.kafka_options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -18,16 +18,15 @@ the driver commits only the files the batch's result rows name. The records neve
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
+from sparkonce.delta.write.files import WRITTEN_FILES_DDL, FileWriterOptions, write_task, written_files
 from sparkonce.errors import OptionError
 from sparkonce.kafka.reader import current_batch_id, kafka_schema
 from sparkonce.kafka.source import KafkaDataSource, KafkaInputPartition, KafkaStreamReader
@@ -36,9 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-    from sparkonce.delta.log.log_entry import WrittenFile
     from sparkonce.delta.txn.commit import CommitResult
-    from sparkonce.delta.write.files import FileWriterOptions
     from sparkonce.kafka.options import KafkaOptions
     from sparkonce.pipeline.model import RawStage
 
@@ -47,8 +44,6 @@ log = logging.getLogger(__name__)
 RAW_FILES_SOURCE = "sparkonce.pipeline.raw_files"
 TABLE_OPTION = "rawTable"
 """The option naming the raw table (a path or URI) the tasks write into."""
-FILES_DDL = "file STRING, records BIGINT"
-"""One row per file a task wrote: its :class:`~sparkonce.delta.log.log_entry.WrittenFile` as JSON, its records."""
 
 
 class RawFilesPartition(KafkaInputPartition):
@@ -62,7 +57,8 @@ class RawFilesPartition(KafkaInputPartition):
 
 class RawFilesDataSource(KafkaDataSource):
     """``sparkonce.pipeline.raw_files``: the ``sparkonce.kafka`` options plus ``rawTable``; streaming only. Created
-    on the driver at ``load()``; the schema is :data:`FILES_DDL`."""
+    on the driver at ``load()``; its rows are the files its tasks wrote
+    (:data:`sparkonce.delta.write.files.WRITTEN_FILES_DDL`)."""
 
     def __init__(self, options: dict[str, str]) -> None:
         given = {k: v for k, v in options.items() if k.lower() != TABLE_OPTION.lower()}
@@ -70,17 +66,14 @@ class RawFilesDataSource(KafkaDataSource):
         if not table:
             raise OptionError(TABLE_OPTION, table, "is required: the raw Delta table the tasks write into")
         super().__init__(given)
-        self.options = dict(options)
         self.table = table
 
     @classmethod
     def name(cls) -> str:
         return RAW_FILES_SOURCE
 
-    def schema(self) -> StructType:
-        from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-        return StructType([StructField("file", StringType()), StructField("records", LongType())])
+    def schema(self) -> str:
+        return WRITTEN_FILES_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         raise OptionError("format", RAW_FILES_SOURCE, "is a streaming source (the pipeline's raw stage)")
@@ -109,29 +102,21 @@ class RawFilesStreamReader(KafkaStreamReader):
         return [RawFilesPartition(p, file_options, arrival_us) for p in planned if isinstance(p, KafkaInputPartition)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Read one range and write its records into the raw table's files; one row per file. Runs on executors."""
-        from pyspark import TaskContext
-
+        """Read one range and write its records into the raw table's files; one row per file
+        (:func:`sparkonce.delta.write.files.write_task`). Runs on executors."""
         from sparkonce.crash import crash_point
-        from sparkonce.delta.write.files import TableFileWriter
 
         assert isinstance(partition, RawFilesPartition)
-        context = TaskContext.get()
-        task_id = context.partitionId() if context is not None else 0
-        with TableFileWriter(partition.file_options, task_id=task_id) as writer:
-            for index, batch in enumerate(super().read(partition)):
+        kafka_batches = super().read(partition)
+
+        def records() -> Iterator[pa.RecordBatch]:
+            for index, batch in enumerate(kafka_batches):
                 if batch.num_rows:
-                    writer.write(raw_records(batch, partition.arrival_us))
+                    yield raw_records(batch, partition.arrival_us)
                 if index == 0:
                     crash_point("mid_write", current_batch_id())
-            files = writer.close()
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array([json.dumps(asdict(f), separators=(",", ":")) for f in files], pa.string()),
-                pa.array([f.num_records for f in files], pa.int64()),
-            ],
-            names=["file", "records"],
-        )
+
+        return write_task(records(), partition.file_options)
 
 
 def raw_records(batch: pa.RecordBatch, arrival_us: int) -> pa.RecordBatch:
@@ -159,7 +144,6 @@ def raw_file_options(table: str) -> FileWriterOptions:
     from sparkonce.delta.log.table_view import existing_table
     from sparkonce.delta.table.schema import table_fields
     from sparkonce.delta.table.skipping import top_level_stats_columns
-    from sparkonce.delta.write.files import FileWriterOptions
     from sparkonce.storage import table_location
 
     location = table_location(table)
@@ -185,28 +169,19 @@ def commit_raw_batch(
     deleted (:func:`sparkonce.delta.txn.commit.commit_files`).
     """
     from sparkonce._types import BatchId
-    from sparkonce.checkpoint.fs import is_local_checkpoint
-    from sparkonce.checkpoint.query import read_offsets_text
     from sparkonce.crash import crash_point
-    from sparkonce.delta.log.log_entry import commit_metadata
     from sparkonce.delta.log.table_view import existing_table
+    from sparkonce.delta.sink import streaming_update_metadata
     from sparkonce.delta.table.schema import arrow_schema_for_spark
     from sparkonce.delta.txn.commit import BatchTxn, commit_files
-    from sparkonce.sinks.routing import written_file
-    from sparkonce.storage import checkpoint_path, table_location
+    from sparkonce.storage import table_location
 
     location = table_location(stage.table)
     snapshot = existing_table(location)
     written_after = int(snapshot.version())  # read before the tasks run: a commit naming their files is later
-    files: list[WrittenFile] = [written_file(row["file"]) for row in batch.collect()]
-    local = is_local_checkpoint(stage.checkpoint)
-    metadata = commit_metadata(
-        "STREAMING UPDATE",
-        {"outputMode": "Append", "queryId": app_id, "epochId": str(batch_id)},
-        None,
-        batchId=batch_id,
-        checkpointLocation=checkpoint_path(stage.checkpoint) if local else stage.checkpoint,
-        offsetsLog=read_offsets_text(stage.checkpoint, BatchId(batch_id)) if local else None,
+    files = written_files(batch.collect())
+    metadata = streaming_update_metadata(
+        stage.checkpoint, app_id, BatchId(batch_id), output_mode="Append", user_metadata=None
     )
     result = commit_files(  # a batch already in the table commits nothing; its new files are deleted
         location,
@@ -225,7 +200,6 @@ def commit_raw_batch(
 
 
 __all__ = [
-    "FILES_DDL",
     "RAW_FILES_SOURCE",
     "TABLE_OPTION",
     "RawFilesDataSource",

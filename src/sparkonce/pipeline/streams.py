@@ -42,14 +42,20 @@ def query_name(config: PipelineConfig, stage: Stage) -> str:
     return f"{config.name}.{stage.name}"
 
 
-def raw_frame(spark: SparkSession, config: PipelineConfig, stage_name: str | None = None) -> DataFrame:
-    """The Kafka stream in the raw table's shape; a stage's batches commit their end offsets to its consumer group
+def source_options(config: PipelineConfig, stage_name: str | None = None) -> dict[str, str]:
+    """The Kafka source's options; a stage's batches commit their end offsets to its consumer group
     (:meth:`PipelineConfig.consumer_group`, for lag tools)."""
-    import pyspark.sql.functions as F
-
     options = config.source.spark_options()
     if stage_name is not None:
         options["kafka.group.id"] = config.consumer_group(stage_name)
+    return options
+
+
+def raw_frame(spark: SparkSession, config: PipelineConfig, stage_name: str | None = None) -> DataFrame:
+    """The Kafka stream in the raw table's shape (options: :func:`source_options`)."""
+    import pyspark.sql.functions as F
+
+    options = source_options(config, stage_name)
     stream = spark.readStream.format("sparkonce.kafka").options(**options).load()
     return stream.select(
         F.col("key").cast("string").alias("key"),
@@ -149,6 +155,7 @@ __all__ = [
     "input_schema",
     "query_name",
     "raw_frame",
+    "source_options",
     "stage_source",
     "start_foreach_batch",
     "table_rows",

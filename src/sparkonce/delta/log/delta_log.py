@@ -67,6 +67,7 @@ __all__ = [
     "Txn",
     "advance",
     "commit_facts",
+    "commit_version_of",
     "in_commit_timestamp",
     "monotonized",
     "streaming_info",
@@ -380,7 +381,7 @@ class DeltaLog:
         names = self._names() or []
         for name in names:
             # Fast path for the common case (names are plain strings; no Path objects per entry).
-            if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():
+            if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():  # commit_version_of, inline
                 commits.add(int(name[:20]))
             elif name == "_last_checkpoint":
                 last = self._join(name)
@@ -519,10 +520,10 @@ class DeltaLog:
             except FileNotFoundError:
                 return found
             for entry in entries:
-                name = entry.name
-                if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():
+                version = commit_version_of(entry.name)
+                if version is not None:
                     try:
-                        found[int(name[:20])] = entry.stat().st_mtime_ns // 1_000_000
+                        found[version] = entry.stat().st_mtime_ns // 1_000_000
                     except FileNotFoundError:  # removed by log cleanup meanwhile
                         continue
             return found
@@ -532,11 +533,8 @@ class DeltaLog:
             infos = self.fs.get_file_info(pafs.FileSelector(self.log_dir, allow_not_found=True))
         except OSError as err:
             raise self.location.store_error(err) from err
-        return {
-            int(info.base_name[:20]): int(info.mtime_ns or 0) // 1_000_000
-            for info in infos
-            if len(info.base_name) == 25 and info.base_name.endswith(".json") and info.base_name[:20].isdigit()
-        }
+        versions = ((commit_version_of(info.base_name), info) for info in infos)
+        return {v: int(info.mtime_ns or 0) // 1_000_000 for v, info in versions if v is not None}
 
     def checkpoints(self) -> list[CheckpointRef]:
         """Return the complete Delta checkpoints present, oldest first."""
@@ -1056,6 +1054,14 @@ def commit_facts(commit_info: CommitInfo, txns: Sequence[Txn]) -> CommitFacts:
             metrics = ours["operationMetrics"]  # Delta's metric names for MERGE, DELETE, UPDATE, OPTIMIZE, ...
     query_id, batch_id = streaming_info(commit_info, txns)
     return CommitFacts(operation, params, metrics, in_commit_timestamp(commit_info), query_id, batch_id)
+
+
+def commit_version_of(name: str) -> int | None:
+    """The table version a ``_delta_log`` file name is the JSON commit of (``00000000000000000012.json``), else
+    None."""
+    if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():
+        return int(name[:20])
+    return None
 
 
 def monotonized(stamps: Mapping[int, int]) -> dict[int, int]:

@@ -102,12 +102,12 @@ def history(
     """
     _check_limit(limit)
     location = table_location(path)
-    # One listing; a second, checked one only to raise TableNotFoundError when there is no commit at all.
-    versions = DeltaLog(location, check=False).commit_versions() or DeltaLog(location).commit_versions()
+    # The newest table version pins what every action on the DataFrame shows; the planner lists the log once.
+    latest = DeltaLog(location).latest_version()
     reader = spark.read.format(DeltaHistoryDataSource.name()).option("path", location.uri)
     for name, value in location.storage_options:
         reader = reader.option(f"storage.{name}", value)
-    reader = reader.option("upTo", str(versions[-1] if versions else -1))
+    reader = reader.option("upTo", str(latest))
     if limit is not None:
         reader = reader.option("limit", str(limit))
     return reader.load()

@@ -17,7 +17,7 @@ from sparkonce.pipeline.kinds.base import Kind
 from sparkonce.pipeline.model import SOURCE, PipelineConfig, RawStage, Stage
 from sparkonce.pipeline.raw_ingest import RAW_FILES_SOURCE, TABLE_OPTION, commit_raw_batch
 from sparkonce.pipeline.reader import TomlReader
-from sparkonce.pipeline.streams import RAW_DDL, query_name, raw_frame, start_foreach_batch
+from sparkonce.pipeline.streams import RAW_DDL, query_name, raw_frame, source_options, start_foreach_batch
 from sparkonce.storage import table_location
 
 if TYPE_CHECKING:
@@ -70,12 +70,11 @@ class RawKind(Kind[RawStage]):
 
         from sparkonce.checkpoint.query import read_query_id
 
-        options = config.source.spark_options()
-        options["kafka.group.id"] = config.consumer_group(stage.name)
+        options = source_options(config, stage.name)
         options[TABLE_OPTION] = stage.table
         files = spark.readStream.format(RAW_FILES_SOURCE).options(**options).load()
         # The records each batch wrote, in the query's progress (``observedMetrics.raw.rows``): its rows are files.
-        files = files.observe("raw", F.coalesce(F.sum("records"), F.lit(0)).alias("rows"))
+        files = files.observe("raw", F.coalesce(F.sum("num_records"), F.lit(0)).alias("rows"))
         schema = ddl_schema(spark, RAW_DDL)
         app_ids: list[str] = []
 
