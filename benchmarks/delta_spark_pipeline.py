@@ -100,8 +100,11 @@ def classify(raw: Any, schema: str, required: list[str]) -> Any:
     typed = StructType([*fields, StructField(CORRUPT, StringType())])
     text = StructType([*(StructField(f.name, StringType()) for f in fields), StructField(CORRUPT, StringType())])
     corrupt = F.col(f"_p.{CORRUPT}").isNotNull()
-    frame = raw.withColumn("_p", F.from_json("value", typed, options)).withColumn(
-        "_s", F.when(corrupt, F.from_json("value", text, options))
+    # each parse its own column, computed once per row (as sparkonce's bronze stage does)
+    frame = (
+        raw.withColumn("_p", F.from_json("value", typed, options))
+        .withColumn("_keys", F.json_object_keys("value"))
+        .withColumn("_s", F.when(corrupt, F.from_json("value", text, options)))
     )
     wrong = [
         F.when(
@@ -115,7 +118,7 @@ def classify(raw: Any, schema: str, required: list[str]) -> Any:
         for f in fields
     ]
     missing = [F.when(F.col(f"_p.{name}").isNull(), F.lit(name)) for name in required]
-    keys = F.json_object_keys("value")
+    keys = F.col("_keys")
     reason = (
         F.when(F.col("value").isNull(), F.lit("null value"))
         .when(keys.isNull(), F.lit("malformed JSON: not a JSON object"))
@@ -133,9 +136,7 @@ def classify(raw: Any, schema: str, required: list[str]) -> Any:
             F.concat(F.lit("missing required field(s): "), F.concat_ws(", ", *missing)),
         )
     extra = F.array_except(keys, F.array(*[F.lit(f.name) for f in fields]))
-    return frame.withColumn("_reason", reason).withColumn(
-        "_extra", F.when(F.col("value").isNotNull() & keys.isNotNull(), extra)
-    )
+    return frame.withColumn("_reason", reason).withColumn("_extra", extra)
 
 
 def write_bronze_batch(

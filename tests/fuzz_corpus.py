@@ -699,7 +699,7 @@ def run_records(spark: SparkSession, seed: int, count: int, work: Path) -> tuple
         "offset",
         F.col("timestamp").alias("kafka_timestamp"),
     )
-    frame = routed_frame(raw, stage, payload_fields(spark, stage), batch_id=0)
+    frame = routed_frame(raw, stage, payload_fields(spark, stage))
     extra = frame.columns[-1]
     got = {
         r["offset"]: r

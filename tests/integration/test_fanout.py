@@ -101,3 +101,40 @@ def test_crash_between_tables_then_restart_gives_exact_tables(tmp_path: Path) ->
     assert delta_ids(tmp_path / "even") == [i for i in expected if i % 2 == 0]  # and written to "even"
     assert delta_txns(tmp_path / "all") == [(f"{query_id}:all", b) for b in range(3)]
     assert delta_txns(tmp_path / "even") == [(f"{query_id}:even", b) for b in range(3)]
+
+
+@pytest.mark.spark
+def test_a_one_pass_write_fills_batch_values_and_refuses_a_value_not_of_its_type(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from deltalake import DeltaTable
+    from pyspark.sql.types import LongType, TimestampType
+
+    from sparkonce.sinks.fanout import BatchValue
+
+    at = datetime(2026, 11, 28, 7, 30, 15, 123456, tzinfo=UTC)
+    batch = spark.createDataFrame([(i, "odd" if i % 2 else "even") for i in range(6)], "id long, _route string")
+    writer = FanOutWriter(
+        [
+            FanOutTarget(
+                str(tmp_path / "odd"),
+                columns={"id": "id", "batch_id": BatchValue(7, LongType()), "at": BatchValue(at, TimestampType())},
+            ),
+            FanOutTarget(str(tmp_path / "even"), columns={"id": "id"}),
+        ],
+        app_id="app-v",
+    )
+    writer.write_routed(batch, 7, route="_route")
+    odd = sorted(DeltaTable(str(tmp_path / "odd")).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+    assert odd == [{"id": i, "batch_id": 7, "at": at} for i in (1, 3, 5)]
+    assert delta_ids(tmp_path / "even") == [0, 2, 4]
+
+    wrong = FanOutWriter(
+        [FanOutTarget(str(tmp_path / "wrong"), name="odd", columns={"id": "id", "n": BatchValue("x", LongType())})],
+        app_id="app-w",
+    )
+    with pytest.raises(OptionError, match=r"^option 'targets\[odd\]\.columns\.n' = 'x': is not a bigint"):
+        wrong.write_routed(batch, 0, route="_route")
+    assert not (tmp_path / "wrong").exists()  # refused before any file is written

@@ -16,7 +16,7 @@ from sparkonce.delta.ops.merge import merge_latest
 from sparkonce.delta.txn.commit import BatchTxn
 from sparkonce.errors import SchemaMismatchError
 from sparkonce.pipeline.ddl import ddl_schema
-from sparkonce.pipeline.kinds.bronze import LINEAGE_DDL, QUARANTINE_DDL, parse_raw
+from sparkonce.pipeline.kinds.bronze import LINEAGE_DDL, QUARANTINE_DDL, parse_raw, write_bronze_batch
 from sparkonce.pipeline.loader import parse_pipeline
 from sparkonce.pipeline.streams import RAW_DDL
 from sparkonce_local.demo_pipeline import quickstart_pipeline
@@ -73,6 +73,33 @@ def test_bronze_quarantines_every_failure_with_its_reason(spark, tmp_path: Path)
     row = bad.where("offset = 4").collect()[0]
     assert (row["topic"], row["partition"], row["batch_id"]) == ("t", 0, 7)
     assert row["value"] == values[4]  # the raw record, untouched
+
+
+def test_bronze_batches_compile_their_code_once_and_stamp_the_quarantine(spark, tmp_path: Path) -> None:
+    """A batch's id and time are values of the files' rows, not of the plan: the second and third batches compile no
+    new code (a literal in the projection would be compiled into it, batch after batch)."""
+    from deltalake import DeltaTable
+
+    stage = _config(tmp_path).bronze
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    compiled: list[int] = []
+    columns = None
+    times: list[tuple[datetime, datetime]] = []
+    for batch_id in range(3):
+        raw = _raw(spark, [GOOD, "not json", GOOD])
+        before = datetime.now(UTC)
+        result = write_bronze_batch(raw, batch_id, stage, app_id="app-b", columns=columns)
+        times.append((before, datetime.now(UTC)))
+        columns = result.columns
+        assert (result.bronze_rows, result.quarantined_rows) == (2, 1)
+        compiled.append(int(metrics.METRIC_COMPILATION_TIME().getCount()))
+    assert compiled[0] == compiled[1] == compiled[2]
+    rows = sorted(DeltaTable(stage.quarantine).to_pyarrow_table().to_pylist(), key=lambda r: r["batch_id"])
+    assert [(r["batch_id"], r["value"], r["reason"]) for r in rows] == [
+        (b, "not json", "malformed JSON: not a JSON object") for b in range(3)
+    ]
+    for row, (before, after) in zip(rows, times, strict=True):
+        assert before - timedelta(milliseconds=1) <= row["quarantined_at"] <= after
 
 
 def test_drift_fail_stops_and_drift_add_adds_the_column(spark, tmp_path: Path) -> None:

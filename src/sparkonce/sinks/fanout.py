@@ -43,7 +43,9 @@ from typing import TYPE_CHECKING, Literal
 from sparkonce.errors import OptionError, SinkError, SparkonceError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType
 
     from sparkonce.crash import CrashPoint
     from sparkonce.delta.log.log_entry import WrittenFile
@@ -56,6 +58,21 @@ log = logging.getLogger(__name__)
 CRASH_POINT: CrashPoint = "between_fanout_tables"
 
 _RESERVED_OPTIONS = {"txnappid", "txnversion", "path"}
+
+
+@dataclass(frozen=True)
+class BatchValue:
+    """A column of a one-pass write whose every row holds one value for the whole batch (the batch id, the time it
+    was written), set by the tasks as they write the files (configuration; lives on the driver).
+
+    A literal in the batch's projection would do the same, but Spark compiles a number or timestamp literal into
+    the projection's generated code: a new value each batch means new code to compile and to warm up each batch.
+    """
+
+    value: object
+    """The value, a Python value of :attr:`data_type` (``int`` for ``LongType``, an aware ``datetime`` for
+    ``TimestampType``, ...), or None."""
+    data_type: DataType
 
 
 @dataclass(frozen=True)
@@ -73,9 +90,9 @@ class FanOutTarget:
     options: Mapping[str, str] = field(default_factory=dict)
     """Extra Delta write options (``mergeSchema``, ``userMetadata``, ...); txnAppId/txnVersion are set here.
     One-pass writes honour ``mergeSchema`` and ``userMetadata``."""
-    columns: Mapping[str, str] | None = None
-    """One-pass writes only: this table's columns, table column -> batch column, in table order; every batch
-    column but the route and observed ones when None."""
+    columns: Mapping[str, str | BatchValue] | None = None
+    """One-pass writes only: this table's columns, table column -> batch column (or a :class:`BatchValue`), in
+    table order; every batch column but the route and observed ones when None."""
 
     @property
     def table_name(self) -> str:
@@ -280,18 +297,29 @@ class FanOutWriter:
                 if target.columns is not None
                 else {n: n for n in names if n != route and n not in observe}
             )
-            missing = sorted(c for c in columns.values() if c not in by_name)
+            missing = sorted(c for c in columns.values() if isinstance(c, str) and c not in by_name)
             if missing:
                 raise OptionError(f"targets[{target.table_name}].columns", missing, f"are not columns of {names}")
             from pyspark.sql.types import StructField, StructType
 
-            fields = [StructField(t, by_name[s].dataType, by_name[s].nullable) for t, s in columns.items()]
+            fields = [
+                StructField(t, s.data_type, True)
+                if isinstance(s, BatchValue)
+                else StructField(t, by_name[s].dataType, by_name[s].nullable)
+                for t, s in columns.items()
+            ]
+            arrow_schema = arrow_schema_for_spark(StructType(fields))
             tables.append(
                 RoutedTable(
                     name=target.table_name,
                     file_options=self._file_options(target),
-                    columns=tuple(columns.items()),
-                    arrow_schema=arrow_schema_for_spark(StructType(fields)),
+                    columns=tuple(
+                        (t, batch_value(s, arrow_schema.field(t).type, f"targets[{target.table_name}].columns.{t}"))
+                        if isinstance(s, BatchValue)
+                        else (t, s)
+                        for t, s in columns.items()
+                    ),
+                    arrow_schema=arrow_schema,
                 )
             )
         if not tables:
@@ -512,4 +540,18 @@ def _table_version(location: TableLocation) -> int | None:
     return None if table is None else table.version()
 
 
-__all__ = ["CRASH_POINT", "FanOutResult", "FanOutTarget", "FanOutWriter", "StagedBatch", "TargetOutcome"]
+def batch_value(value: BatchValue, arrow_type: pa.DataType, option: str) -> pa.Scalar:
+    """A :class:`BatchValue` as the Arrow scalar the tasks fill its column with. Runs on the driver.
+
+    Raises:
+        OptionError: the value is not of its type.
+    """
+    import pyarrow as pa
+
+    try:
+        return pa.scalar(value.value, arrow_type)
+    except (pa.ArrowException, TypeError, ValueError) as err:
+        raise OptionError(option, value.value, f"is not a {value.data_type.simpleString()}: {err}") from err
+
+
+__all__ = ["CRASH_POINT", "BatchValue", "FanOutResult", "FanOutTarget", "FanOutWriter", "StagedBatch", "TargetOutcome"]

@@ -29,8 +29,9 @@ class RoutedTable:
     name: str
     """The value of the route column that sends a row to this table."""
     file_options: FileWriterOptions
-    columns: tuple[tuple[str, str], ...]
-    """(table column, batch column) pairs, in the table's column order."""
+    columns: tuple[tuple[str, str | pa.Scalar], ...]
+    """(table column, batch column) pairs, in the table's column order; a scalar in place of the batch column
+    fills every row with it (a :class:`~sparkonce.sinks.fanout.BatchValue`)."""
     arrow_schema: pa.Schema
     """The schema of the files (table columns, partition columns included)."""
 
@@ -68,7 +69,10 @@ class RoutedFileWriter:
                     rows = batch.filter(pc.equal(route, pa.scalar(table.name, route.type)))
                     if rows.num_rows:
                         projected = pa.Table.from_arrays(
-                            [rows.column(source) for _, source in table.columns],
+                            [
+                                rows.column(source) if isinstance(source, str) else pa.repeat(source, rows.num_rows)
+                                for _, source in table.columns
+                            ],
                             names=[target for target, _ in table.columns],
                         )
                         writers[table.name].write(projected.cast(table.arrow_schema))

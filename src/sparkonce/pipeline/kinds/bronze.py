@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sparkonce.checkpoint.query import read_query_id
@@ -23,10 +24,10 @@ from sparkonce.pipeline.kinds.base import Kind
 from sparkonce.pipeline.model import DEFAULT_INPUT, LINEAGE_COLUMNS, BronzeStage, PipelineConfig, Stage
 from sparkonce.pipeline.reader import TomlReader
 from sparkonce.pipeline.streams import start_foreach_batch
-from sparkonce.sinks.fanout import FanOutTarget, FanOutWriter
+from sparkonce.sinks.fanout import BatchValue, FanOutTarget, FanOutWriter
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructField, StructType
 
@@ -38,6 +39,7 @@ QUARANTINE_DDL = (
     "reason STRING, batch_id BIGINT, quarantined_at TIMESTAMP"
 )
 _CORRUPT = "_sparkonce_corrupt"
+_KEYS = "_sparkonce_keys"
 _EXTRA = "_sparkonce_extra"
 ROUTE_COLUMN = "_sparkonce_route"
 BRONZE = "bronze"
@@ -54,6 +56,8 @@ class BronzeBatchResult:
     bronze_rows: int
     quarantined_rows: int
     added_columns: tuple[str, ...]
+    columns: RoutedColumns
+    """The expressions the batch was parsed with: give them to the next batch (:func:`write_bronze_batch`)."""
 
 
 def bronze_schema(spark: SparkSession, stage: BronzeStage) -> StructType:
@@ -62,7 +66,12 @@ def bronze_schema(spark: SparkSession, stage: BronzeStage) -> StructType:
 
 
 def write_bronze_batch(
-    batch: DataFrame, batch_id: int, stage: BronzeStage, *, app_id: str | None = None
+    batch: DataFrame,
+    batch_id: int,
+    stage: BronzeStage,
+    *,
+    app_id: str | None = None,
+    columns: RoutedColumns | None = None,
 ) -> BronzeBatchResult:
     """Parse one raw batch and write bronze and quarantine, each exactly once for ``batch_id``, in one pass.
 
@@ -71,6 +80,7 @@ def write_bronze_batch(
     the same pass; then the driver makes one Delta commit per table, txn app id ``f"{app_id}:bronze"`` and
     ``f"{app_id}:quarantine"`` (app id: the bronze query id), txn version ``batch_id``. Only when undeclared fields
     appear under ``drift = "add"`` are the files discarded and the batch written again with the inferred fields.
+    ``columns``: the previous batch's :attr:`BronzeBatchResult.columns`, reused while the payload fields are the same.
 
     Raises:
         SchemaMismatchError: undeclared fields under ``drift = "fail"`` (nothing of the batch is committed).
@@ -78,10 +88,10 @@ def write_bronze_batch(
     app_id = app_id or read_query_id(stage.checkpoint)
     spark = batch.sparkSession
     fields = payload_fields(spark, stage)
-    writer = bronze_writer(stage, fields, app_id)
-    staged = writer.stage_routed(
-        routed_frame(batch, stage, fields, batch_id=batch_id), batch_id, route=ROUTE_COLUMN, observe=(_EXTRA,)
-    )
+    if columns is None or columns.fields != tuple(fields):
+        columns = RoutedColumns.build(stage, fields)
+    writer = bronze_writer(stage, fields, app_id, batch_id=batch_id)
+    staged = writer.stage_routed(columns.apply(batch), batch_id, route=ROUTE_COLUMN, observe=(_EXTRA,))
     added: tuple[str, ...] = ()
     found = sorted(staged.observed.get(_EXTRA, ()))
     if found:
@@ -91,10 +101,9 @@ def write_bronze_batch(
         new_fields = _infer_fields(spark, batch, found)
         added = tuple(f.name for f in new_fields)
         fields = [*fields, *new_fields]
-        writer = bronze_writer(stage, fields, app_id)
-        staged = writer.stage_routed(
-            routed_frame(batch, stage, fields, batch_id=batch_id), batch_id, route=ROUTE_COLUMN
-        )
+        columns = RoutedColumns.build(stage, fields)
+        writer = bronze_writer(stage, fields, app_id, batch_id=batch_id)
+        staged = writer.stage_routed(columns.apply(batch), batch_id, route=ROUTE_COLUMN)
     result = writer.commit_staged(staged)
     bronze_rows, quarantined_rows = result.rows(BRONZE), result.rows(QUARANTINE)
     log.info(
@@ -108,11 +117,21 @@ def write_bronze_batch(
         f", added column(s) {list(added)}" if added else "",
         f", already written to {list(result.skipped)}" if result.skipped else "",
     )
-    return BronzeBatchResult(batch_id, bronze_rows, quarantined_rows, added)
+    return BronzeBatchResult(batch_id, bronze_rows, quarantined_rows, added, columns)
 
 
-def bronze_writer(stage: BronzeStage, fields: Sequence[StructField], app_id: str) -> FanOutWriter:
-    """The one-pass fan-out of a bronze batch: rows routed ``bronze`` and ``quarantine`` (see :func:`routed_frame`)."""
+def bronze_writer(stage: BronzeStage, fields: Sequence[StructField], app_id: str, *, batch_id: int) -> FanOutWriter:
+    """The one-pass fan-out of batch ``batch_id``: rows routed ``bronze`` and ``quarantine`` (see
+    :func:`routed_frame`). The quarantine rows' ``batch_id`` and ``quarantined_at`` (now) are set by the tasks that
+    write the files, so the batch's plan is the same for every batch (:class:`~sparkonce.sinks.fanout.BatchValue`).
+    """
+    from pyspark.sql.types import LongType, TimestampType
+
+    quarantine_columns: dict[str, str | BatchValue] = {
+        **_QUARANTINE_COLUMNS,
+        "batch_id": BatchValue(batch_id, LongType()),
+        "quarantined_at": BatchValue(datetime.now(UTC), TimestampType()),
+    }
     return FanOutWriter(
         [
             FanOutTarget(
@@ -121,39 +140,55 @@ def bronze_writer(stage: BronzeStage, fields: Sequence[StructField], app_id: str
                 columns=_bronze_columns(fields),
                 options={"mergeSchema": "true"} if stage.drift == "add" else {},
             ),
-            FanOutTarget(stage.quarantine, name=QUARANTINE, columns=_QUARANTINE_COLUMNS),
+            FanOutTarget(stage.quarantine, name=QUARANTINE, columns=quarantine_columns),
         ],
         app_id=app_id,
     )
 
 
-def routed_frame(
-    raw: DataFrame, stage: BronzeStage, fields: Sequence[StructField], *, batch_id: int | None
-) -> DataFrame:
+def routed_frame(raw: DataFrame, stage: BronzeStage, fields: Sequence[StructField]) -> DataFrame:
     """Raw rows parsed and classified in one projection: the route (``bronze`` / ``quarantine``), the typed payload
-    fields (``_b_<name>``), the quarantine columns, and the JSON keys no field declares (for drift detection).
-    """
-    import pyspark.sql.functions as F
+    fields (``_b_<name>``), the quarantine columns, and the JSON keys no field declares (for drift detection; null
+    unless the value is a JSON object).
 
-    known = [f.name for f in fields]
-    keys = F.json_object_keys(F.col("value"))
-    well_formed = F.col("value").isNotNull() & keys.isNotNull()
-    extra = F.array_except(keys, F.array(*[F.lit(n) for n in known]))
-    parsed = _classify(raw, stage, list(fields))
-    return parsed.select(
-        F.when(F.col("_reason").isNull(), F.lit(BRONZE)).otherwise(F.lit(QUARANTINE)).alias(ROUTE_COLUMN),
-        *[F.col(f"_p.{f.name}").alias(f"_b_{f.name}") for f in fields],
-        "key",
-        "value",
-        "topic",
-        "partition",
-        "offset",
-        "kafka_timestamp",
-        F.col("_reason").alias("_q_reason"),
-        F.lit(batch_id).cast("bigint").alias("_q_batch_id"),
-        F.current_timestamp().alias("_q_quarantined_at"),
-        F.when(well_formed, extra).alias(_EXTRA),
-    )
+    The plan holds no value that changes from batch to batch, so its generated code is compiled once per query.
+    """
+    return RoutedColumns.build(stage, fields).apply(raw)
+
+
+@dataclass(frozen=True)
+class RoutedColumns:
+    """The expressions of :func:`routed_frame` for one payload schema. Built on the driver.
+
+    A streaming query builds them once and applies them to every batch: a batch's DataFrame is new each time, its
+    expressions need not be, and building them costs about a thousand calls into the JVM (~0.1 s a batch).
+    """
+
+    fields: tuple[StructField, ...]
+    layers: tuple[Mapping[str, Column], ...]
+    """Columns added to the raw rows, layer after layer (a layer's expressions read the layers before it)."""
+    output: tuple[Column, ...]
+
+    @classmethod
+    def build(cls, stage: BronzeStage, fields: Sequence[StructField]) -> RoutedColumns:
+        import pyspark.sql.functions as F
+
+        extra = F.array_except(F.col(_KEYS), F.array(*[F.lit(f.name) for f in fields]))
+        output = (
+            F.when(F.col("_reason").isNull(), F.lit(BRONZE)).otherwise(F.lit(QUARANTINE)).alias(ROUTE_COLUMN),
+            *[F.col(f"_p.{f.name}").alias(f"_b_{f.name}") for f in fields],
+            *[F.col(name) for name in ("key", "value", "topic", "partition", "offset", "kafka_timestamp")],
+            F.col("_reason").alias("_q_reason"),
+            extra.alias(_EXTRA),
+        )
+        return cls(tuple(fields), _classify(stage, list(fields)), output)
+
+    def apply(self, raw: DataFrame) -> DataFrame:
+        """The routed frame of ``raw`` (the raw table's rows)."""
+        frame = raw
+        for layer in self.layers:
+            frame = frame.withColumns(dict(layer))
+        return frame.select(*self.output)
 
 
 def parse_raw(
@@ -174,7 +209,7 @@ def parse_raw(
 
     spark = raw.sparkSession
     fields = payload_fields(spark, stage)
-    frame = routed_frame(raw, stage, fields, batch_id=batch_id)
+    frame = routed_frame(raw, stage, fields)
     found = frame.select(F.array_distinct(F.flatten(F.collect_list(_EXTRA))).alias("new")).collect()[0]["new"]
     new_fields: list[StructField] = []
     if found:
@@ -182,14 +217,17 @@ def parse_raw(
             raise _drift_error(sorted(found), batch_id)
         new_fields = _infer_fields(spark, raw, sorted(found))
         fields = [*fields, *new_fields]
-        frame = routed_frame(raw, stage, fields, batch_id=batch_id)
+        frame = routed_frame(raw, stage, fields)
+    frame = frame.withColumns(
+        {"_q_batch_id": F.lit(batch_id).cast("bigint"), "_q_quarantined_at": F.current_timestamp()}
+    )
 
     def side(route: str, columns: Mapping[str, str]) -> DataFrame:
         rows = frame.where(F.col(ROUTE_COLUMN) == route)
         return rows.select(*[F.col(source).alias(target) for target, source in columns.items()])
 
     good = side(BRONZE, _bronze_columns(fields))
-    bad = side(QUARANTINE, _QUARANTINE_COLUMNS)
+    bad = side(QUARANTINE, {**_QUARANTINE_COLUMNS, "batch_id": "_q_batch_id", "quarantined_at": "_q_quarantined_at"})
     return good, bad, tuple(f.name for f in new_fields)
 
 
@@ -208,9 +246,8 @@ _QUARANTINE_COLUMNS = {
     "offset": "offset",
     "kafka_timestamp": "kafka_timestamp",
     "reason": "_q_reason",
-    "batch_id": "_q_batch_id",
-    "quarantined_at": "_q_quarantined_at",
 }
+"""The quarantine table's columns from the routed frame, but ``batch_id`` and ``quarantined_at`` (set per batch)."""
 
 
 def _drift_error(names: Sequence[str], batch_id: int | None) -> SchemaMismatchError:
@@ -240,8 +277,14 @@ def _infer_fields(spark: SparkSession, raw: DataFrame, names: list[str]) -> list
     return [by_name[n] for n in names if n in by_name]
 
 
-def _classify(raw: DataFrame, stage: BronzeStage, fields: list[StructField]) -> DataFrame:
-    """Add ``_p`` (the typed parse) and ``_reason`` (null when the row is good) to the raw rows."""
+def _classify(stage: BronzeStage, fields: list[StructField]) -> tuple[dict[str, Column], ...]:
+    """The layers that add ``_p`` (the typed parse), the value's top-level JSON keys (null unless it is a JSON
+    object) and ``_reason`` (null when the row is good) to the raw rows.
+
+    Each parse of the value is its own column, computed once per row: the typed parse, the keys, the all-strings
+    parse (corrupt rows only) and the text-after-the-object check (a projection's expressions are evaluated where
+    they are used, so a parse used twice would run twice).
+    """
     import pyspark.sql.functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -249,10 +292,9 @@ def _classify(raw: DataFrame, stage: BronzeStage, fields: list[StructField]) -> 
     typed = StructType([*fields, StructField(_CORRUPT, StringType())])
     text = StructType([*(StructField(f.name, StringType()) for f in fields), StructField(_CORRUPT, StringType())])
     corrupt = F.col(f"_p.{_CORRUPT}").isNotNull()
+    parses = {"_p": F.from_json("value", typed, options), _KEYS: F.json_object_keys("value")}
     # The all-strings parse only explains a wrong type: evaluated for corrupt rows alone.
-    frame = raw.withColumn("_p", F.from_json("value", typed, options)).withColumn(
-        "_s", F.when(corrupt, F.from_json("value", text, options))
-    )
+    explained = {"_s": F.when(corrupt, F.from_json("value", text, options))}
     wrong = [
         F.when(
             F.col(f"_s.{f.name}").isNotNull() & F.col(f"_p.{f.name}").isNull(),
@@ -267,7 +309,7 @@ def _classify(raw: DataFrame, stage: BronzeStage, fields: list[StructField]) -> 
     missing = [F.when(F.col(f"_p.{name}").isNull(), F.lit(name)) for name in stage.required]
     reason = (
         F.when(F.col("value").isNull(), F.lit("null value"))
-        .when(F.json_object_keys("value").isNull(), F.lit("malformed JSON: not a JSON object"))
+        .when(F.col(_KEYS).isNull(), F.lit("malformed JSON: not a JSON object"))
         # from_json and json_object_keys read the first JSON value and ignore what follows ('{...}}', '{...}x'):
         # as the first element of an array closed by ",0]" it must leave exactly two elements.
         .when(
@@ -281,7 +323,7 @@ def _classify(raw: DataFrame, stage: BronzeStage, fields: list[StructField]) -> 
             F.concat_ws(", ", *missing) != "",
             F.concat(F.lit("missing required field(s): "), F.concat_ws(", ", *missing)),
         )
-    return frame.withColumn("_reason", reason)
+    return parses, explained, {"_reason": reason}
 
 
 class BronzeKind(Kind[BronzeStage]):
@@ -361,11 +403,13 @@ class BronzeKind(Kind[BronzeStage]):
             options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
         source = spark.readStream.format("delta").options(**options).load(config.input_table(stage))
         app_ids: list[str] = []
+        columns: list[RoutedColumns] = []  # the last batch's expressions, reused by the next
 
         def process(batch: DataFrame, batch_id: int) -> None:
             if not app_ids:  # the query id, read from the checkpoint once
                 app_ids.append(read_query_id(stage.checkpoint))
-            write_bronze_batch(batch, batch_id, stage, app_id=app_ids[0])
+            result = write_bronze_batch(batch, batch_id, stage, app_id=app_ids[0], columns=next(iter(columns), None))
+            columns[:] = [result.columns]
 
         return start_foreach_batch(source, process, config, stage)
 
