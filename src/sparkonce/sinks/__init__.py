@@ -6,11 +6,12 @@ Both are callables Spark invokes on the driver as ``foreachBatch(batch_df, batch
 
 from __future__ import annotations
 
-from sparkonce.sinks.fanout import FanOutResult, FanOutTarget, FanOutWriter, TargetOutcome
+from sparkonce.sinks.fanout import BatchValue, FanOutResult, FanOutTarget, FanOutWriter, TargetOutcome
 from sparkonce.sinks.postgres import BatchOutcome, PostgresSink, PostgresSinkOptions
 
 __all__ = [
     "BatchOutcome",
+    "BatchValue",
     "FanOutResult",
     "FanOutTarget",
     "FanOutWriter",

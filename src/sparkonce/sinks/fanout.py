@@ -314,7 +314,7 @@ class FanOutWriter:
                     name=target.table_name,
                     file_options=self._file_options(target),
                     columns=tuple(
-                        (t, batch_value(s, arrow_schema.field(t).type, f"targets[{target.table_name}].columns.{t}"))
+                        (t, _batch_value(s, arrow_schema.field(t).type, f"targets[{target.table_name}].columns.{t}"))
                         if isinstance(s, BatchValue)
                         else (t, s)
                         for t, s in columns.items()
@@ -540,7 +540,7 @@ def _table_version(location: TableLocation) -> int | None:
     return None if table is None else table.version()
 
 
-def batch_value(value: BatchValue, arrow_type: pa.DataType, option: str) -> pa.Scalar:
+def _batch_value(value: BatchValue, arrow_type: pa.DataType, option: str) -> pa.Scalar:
     """A :class:`BatchValue` as the Arrow scalar the tasks fill its column with. Runs on the driver.
 
     Raises:
