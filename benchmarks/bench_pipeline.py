@@ -1,7 +1,8 @@
 """The medallion pipeline: end-to-end throughput vs each stage's own ceiling, and gold merge cost vs table size.
 
 Run: ``.venv/bin/python benchmarks/bench_pipeline.py [--records 200000] [--batch 50000] [--partitions 2]
-[--gold-files 10,100,400] [--rows-per-file 1000] [--touched-keys 4] [--repeat 3] [--part all|throughput|gold]``.
+[--gold-files 10,100,400] [--rows-per-file 1000] [--touched-keys 4] [--repeat 3] [--trigger-interval "0 seconds"]
+[--bronze-trigger-interval INTERVAL] [--part all|throughput|gold]``.
 
 An embedded Kafka broker is started (and stopped) in a temporary directory; ``--records`` sensor readings (1 %
 malformed) are produced once. One SparkSession (``local[2]``) serves every measurement; a small pipeline run
@@ -104,19 +105,36 @@ class MergeCost:
 
 
 def pipeline_file(
-    directory: Path, bootstrap: str, topic: str, *, batch: int, trigger: str, raw_table: Path | None = None
+    directory: Path,
+    bootstrap: str,
+    topic: str,
+    *,
+    batch: int,
+    trigger: str,
+    raw_table: Path | None = None,
+    bronze_trigger: str | None = None,
 ) -> PipelineConfig:
     """Write a raw + bronze pipeline under ``directory`` (``raw_table``: read an existing raw table instead)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "pipeline.toml"
-    path.write_text(
-        pipeline_text(bootstrap, topic, batch=batch, trigger=trigger, raw_table=raw_table), encoding="utf-8"
+    text = pipeline_text(
+        bootstrap, topic, batch=batch, trigger=trigger, raw_table=raw_table, bronze_trigger=bronze_trigger
     )
+    path.write_text(text, encoding="utf-8")
     return load_pipeline(path)
 
 
-def pipeline_text(bootstrap: str, topic: str, *, batch: int, trigger: str, raw_table: Path | None = None) -> str:
-    """The TOML of the raw + bronze pipeline (paths relative to the file); other benchmarks append stages."""
+def pipeline_text(
+    bootstrap: str,
+    topic: str,
+    *,
+    batch: int,
+    trigger: str,
+    raw_table: Path | None = None,
+    bronze_trigger: str | None = None,
+) -> str:
+    """The TOML of the raw + bronze pipeline (paths relative to the file); other benchmarks append stages.
+    ``bronze_trigger``: the bronze stage's trigger, when not ``trigger``."""
     raw = str(raw_table) if raw_table is not None else "tables/raw"
     return f'''name = "bench"
 
@@ -136,7 +154,7 @@ checkpoint = "checkpoints/bronze"
 quarantine = "tables/quarantine"
 schema = "device_id STRING, reading_time TIMESTAMP, value DOUBLE"
 required = ["device_id", "reading_time", "value"]
-trigger = {trigger}
+trigger = {bronze_trigger or trigger}
 '''
 
 
@@ -355,7 +373,12 @@ def one_round(
 ) -> list[Throughput]:
     """One of each measurement, on fresh tables and checkpoints."""
     e2e_config = pipeline_file(
-        work / "e2e", bootstrap, topic, batch=args.batch, trigger=f'{{ processingTime = "{args.trigger_interval}" }}'
+        work / "e2e",
+        bootstrap,
+        topic,
+        batch=args.batch,
+        trigger=f'{{ processingTime = "{args.trigger_interval}" }}',
+        bronze_trigger=f'{{ processingTime = "{args.bronze_trigger_interval or args.trigger_interval}" }}',
     )
     e2e = end_to_end(spark, e2e_config, args.records, deadline_s=args.timeout)
     source = source_alone(spark, e2e_config, work / "noop-checkpoint")
@@ -567,6 +590,12 @@ def parse_args() -> argparse.Namespace:
         "--trigger-interval",
         default="0 seconds",
         help='processingTime of the end-to-end run\'s stages ("0 seconds": each batch starts when the last ends)',
+    )
+    parser.add_argument(
+        "--bronze-trigger-interval",
+        default=None,
+        help="processingTime of the end-to-end run's bronze stage (default: --trigger-interval); a longer one makes "
+        "fewer, larger bronze batches while raw runs",
     )
     parser.add_argument("--part", choices=("all", "throughput", "gold"), default="all")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the end-to-end run may take")
