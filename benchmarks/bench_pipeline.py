@@ -59,6 +59,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkonce.checkpoint.reader import list_batch_files
+from sparkonce.delta.log.delta_log import commit_version_of
 from sparkonce.delta.txn.commit import table_exists
 from sparkonce.pipeline.loader import load_pipeline
 from sparkonce.pipeline.model import PipelineConfig
@@ -244,7 +245,7 @@ class CommittedRows:
             names = os.listdir(self.log)
         except FileNotFoundError:
             return 0
-        versions = sorted(int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+        versions = sorted(v for v in map(commit_version_of, names) if v is not None)
         for version in versions:
             if version < self.next_version:
                 continue

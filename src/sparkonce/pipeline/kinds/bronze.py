@@ -165,7 +165,7 @@ class RoutedColumns:
     """
 
     fields: tuple[StructField, ...]
-    layers: tuple[Mapping[str, Column], ...]
+    layers: tuple[dict[str, Column], ...]
     """Columns added to the raw rows, layer after layer (a layer's expressions read the layers before it)."""
     output: tuple[Column, ...]
 
@@ -187,7 +187,7 @@ class RoutedColumns:
         """The routed frame of ``raw`` (the raw table's rows)."""
         frame = raw
         for layer in self.layers:
-            frame = frame.withColumns(dict(layer))
+            frame = frame.withColumns(layer)
         return frame.select(*self.output)
 
 
@@ -402,14 +402,13 @@ class BronzeKind(Kind[BronzeStage]):
         if stage.max_files_per_trigger is not None:
             options["maxFilesPerTrigger"] = str(stage.max_files_per_trigger)
         source = spark.readStream.format("delta").options(**options).load(config.input_table(stage))
-        app_ids: list[str] = []
-        columns: list[RoutedColumns] = []  # the last batch's expressions, reused by the next
+        app_id: str | None = None
+        columns: RoutedColumns | None = None  # the last batch's expressions, reused by the next
 
         def process(batch: DataFrame, batch_id: int) -> None:
-            if not app_ids:  # the query id, read from the checkpoint once
-                app_ids.append(read_query_id(stage.checkpoint))
-            result = write_bronze_batch(batch, batch_id, stage, app_id=app_ids[0], columns=next(iter(columns), None))
-            columns[:] = [result.columns]
+            nonlocal app_id, columns
+            app_id = app_id or read_query_id(stage.checkpoint)  # the query id, read from the checkpoint once
+            columns = write_bronze_batch(batch, batch_id, stage, app_id=app_id, columns=columns).columns
 
         return start_foreach_batch(source, process, config, stage)
 
