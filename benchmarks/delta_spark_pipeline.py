@@ -32,6 +32,7 @@ writes run on its executors.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 RAW_DDL = (
@@ -41,6 +42,7 @@ RAW_DDL = (
 """The raw table's columns (sparkonce's ``sparkonce.pipeline.streams.RAW_DDL``)."""
 
 CORRUPT = "_corrupt_record"
+END = f"end-{secrets.token_hex(8)}"
 
 _running: dict[str, Any] = {}
 """The streaming queries of :func:`pipeline_start`, by stage name, until :func:`pipeline_stop`."""
@@ -122,10 +124,11 @@ def classify(raw: Any, schema: str, required: list[str]) -> Any:
     reason = (
         F.when(F.col("value").isNull(), F.lit("null value"))
         .when(keys.isNull(), F.lit("malformed JSON: not a JSON object"))
-        # from_json reads the first JSON value and ignores what follows: as the first element of an array closed
-        # by ",0]" the value must leave exactly two elements.
+        # from_json reads the first JSON value and ignores what follows: as the first element of an array the
+        # value must be followed by the array's own second element (a random text, as sparkonce's bronze stage).
         .when(
-            F.coalesce(F.json_array_length(F.concat(F.lit("["), F.col("value"), F.lit(",0]"))), F.lit(0)) != 2,
+            F.coalesce(F.get_json_object(F.concat(F.lit("["), F.col("value"), F.lit(f',"{END}"]')), "$[1]"), F.lit(""))
+            != END,
             F.lit("malformed JSON: text after the JSON object"),
         )
         .when(corrupt, F.concat(F.lit("wrong type: "), F.concat_ws("; ", *wrong)))

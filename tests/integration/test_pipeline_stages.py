@@ -54,6 +54,10 @@ def test_bronze_quarantines_every_failure_with_its_reason(spark, tmp_path: Path)
         GOOD + "," + GOOD,
         GOOD + "]",
         " " + GOOD + "\n",
+        # Texts that close an array around the value, as a check counting "[<value>,0]"'s elements was fooled by.
+        GOOD + ",0],[",
+        GOOD + "," + GOOD + "]",
+        GOOD + ',"sparkonce-end-0"],[',
     ]
     good, bad, added = parse_raw(_raw(spark, values), stage, batch_id=7)
     assert added == ()
@@ -69,6 +73,9 @@ def test_bronze_quarantines_every_failure_with_its_reason(spark, tmp_path: Path)
         7: "malformed JSON: text after the JSON object",
         8: "malformed JSON: text after the JSON object",
         9: "malformed JSON: text after the JSON object",
+        11: "malformed JSON: text after the JSON object",
+        12: "malformed JSON: text after the JSON object",
+        13: "malformed JSON: text after the JSON object",
     }
     row = bad.where("offset = 4").collect()[0]
     assert (row["topic"], row["partition"], row["batch_id"]) == ("t", 0, 7)

@@ -9,6 +9,7 @@ files' writes run on executors.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,6 +42,10 @@ QUARANTINE_DDL = (
 _CORRUPT = "_sparkonce_corrupt"
 _KEYS = "_sparkonce_keys"
 _EXTRA = "_sparkonce_extra"
+_END = f"sparkonce-end-{secrets.token_hex(8)}"
+"""The second element of ``[<value>,"<_END>"]``, the text-after-the-object check: it is that element only when the
+value is exactly one JSON value. Random per process, so a value cannot forge it (``{...},0],[`` makes a two-element
+array of ``[<value>,0]``, and ``{...},{...}]`` of ``[<value>,"x"]``), and the same for every batch (no new code)."""
 ROUTE_COLUMN = "_sparkonce_route"
 BRONZE = "bronze"
 """The bronze table's name in the bronze stage's fan-out (txn app id ``f"{query id}:bronze"``)."""
@@ -311,9 +316,10 @@ def _classify(stage: BronzeStage, fields: list[StructField]) -> tuple[dict[str, 
         F.when(F.col("value").isNull(), F.lit("null value"))
         .when(F.col(_KEYS).isNull(), F.lit("malformed JSON: not a JSON object"))
         # from_json and json_object_keys read the first JSON value and ignore what follows ('{...}}', '{...}x'):
-        # as the first element of an array closed by ",0]" it must leave exactly two elements.
+        # as the first element of an array the value must be followed by the array's own second element.
         .when(
-            F.coalesce(F.json_array_length(F.concat(F.lit("["), F.col("value"), F.lit(",0]"))), F.lit(0)) != 2,
+            F.coalesce(F.get_json_object(F.concat(F.lit("["), F.col("value"), F.lit(f',"{_END}"]')), "$[1]"), F.lit(""))
+            != _END,
             F.lit("malformed JSON: text after the JSON object"),
         )
         .when(corrupt, F.concat(F.lit("wrong type: "), F.concat_ws("; ", *wrong)))
