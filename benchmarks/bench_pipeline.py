@@ -379,7 +379,9 @@ def one_round(
         topic,
         batch=args.batch,
         trigger=f'{{ processingTime = "{args.trigger_interval}" }}',
-        bronze_trigger=f'{{ processingTime = "{args.bronze_trigger_interval or args.trigger_interval}" }}',
+        bronze_trigger=(
+            f'{{ processingTime = "{args.bronze_trigger_interval}" }}' if args.bronze_trigger_interval else None
+        ),
     )
     e2e = end_to_end(spark, e2e_config, args.records, deadline_s=args.timeout)
     source = source_alone(spark, e2e_config, work / "noop-checkpoint")

@@ -37,7 +37,10 @@ def test_a_local_sessions_stream_writes_its_checkpoint_through_the_file_system(
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()  # never left running in the shared session, even when it outlives the wait
     assert query.exception() is None
 
     # Spark's default (FileContext) leaves exactly these files too: a renamed file and its checksum per batch.
