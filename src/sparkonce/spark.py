@@ -45,6 +45,19 @@ to rename onto an existing file in both, a local disk checks and renames in both
 value of the key in ``extra_conf`` wins."""
 
 
+ARROW_MAX_BYTES_PER_BATCH = ("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")
+"""How :func:`local_session` sizes the Arrow batches Spark hands to Python workers (``mapInArrow``, Python data
+source writes: every sink and fan-out of sparkonce): by ``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000
+rows) alone, as Spark did before SPARK-51316.
+
+That change added a byte limit (64 MB by default in Spark 4.3) that Spark checks after every row by asking each
+Arrow vector of the batch for its size: O(columns) per row. In the bronze stage's batch (12 columns) that check
+took 17% of the tasks' CPU. At ``2147483647`` (its largest value) Spark skips it. A batch then holds at most
+10,000 rows whatever their size: with records of 1 MB (Kafka's default largest message) that is 10 GB on a Python
+worker, so for large rows set ``maxRecordsPerBatch`` lower or give this key another value in ``extra_conf`` (it
+wins)."""
+
+
 def jvm_mode(jvm: str | None = None) -> JvmMode:
     """The JVM mode ``jvm``, or the one in ``SPARKONCE_JVM`` when None (``default`` when unset).
 
@@ -90,7 +103,9 @@ def local_session(
     keys are Hadoop conf in ``extra_conf`` (``spark.hadoop.fs.s3a.*``; see :func:`s3a_conf`).
 
     Streams of the session write their checkpoint files through Hadoop's ``FileSystem``
-    (:data:`CHECKPOINT_FILE_MANAGER`): the same files, the same rename, without ``readlink`` processes.
+    (:data:`CHECKPOINT_FILE_MANAGER`): the same files, the same rename, without ``readlink`` processes. Arrow
+    batches to Python workers are cut by rows alone (:data:`ARROW_MAX_BYTES_PER_BATCH`), without a size check
+    after every row.
 
     Raises:
         JarsError: ``s3a=True`` and the S3A jars were not fetched.
@@ -119,6 +134,7 @@ def local_session(
         .config("spark.sql.streaming.stopTimeout", "60s")
         .config("spark.ui.showConsoleProgress", "false")
         .config(*CHECKPOINT_FILE_MANAGER)
+        .config(*ARROW_MAX_BYTES_PER_BATCH)
     )
     clustered = not master.startswith("local")
     conf = cluster_conf(master) if clustered else {}
@@ -275,6 +291,7 @@ def probe_executors(spark: SparkSession, *, timeout: float = 300.0) -> list[Exec
 
 
 __all__ = [
+    "ARROW_MAX_BYTES_PER_BATCH",
     "CHECKPOINT_FILE_MANAGER",
     "JVM_ENV",
     "QUICK_START_JAVA_OPTIONS",
