@@ -58,10 +58,16 @@ def test_bronze_quarantines_every_failure_with_its_reason(spark, tmp_path: Path)
         GOOD + ",0],[",
         GOOD + "," + GOOD + "]",
         GOOD + ',"sparkonce-end-0"],[',
+        # A value whose first '}' is its last byte ends there (checked without a parse); the others are parsed.
+        GOOD.replace("sensor-001", "sensor-}01"),
+        GOOD.replace("sensor-001", "sensor-\u00e901"),  # 'é': its first '}' is its last character, not byte
+        GOOD.replace("sensor-001", "sensor-\u00e901") + "x",
+        '{"value":21.5,"device_id":"sensor-001","reading_time":"2026-05-14T09:00:00.000Z"}',  # no key is new
+        GOOD.replace("sensor-001", "sensor-}01") + "}",
     ]
     good, bad, added = parse_raw(_raw(spark, values), stage, batch_id=7)
     assert added == ()
-    assert sorted(r["_offset"] for r in good.collect()) == [0, 10]
+    assert sorted(r["_offset"] for r in good.collect()) == [0, 10, 14, 15, 17]
     reasons = {r["offset"]: r["reason"] for r in bad.collect()}
     assert reasons == {
         1: "malformed JSON: not a JSON object",
@@ -76,7 +82,10 @@ def test_bronze_quarantines_every_failure_with_its_reason(spark, tmp_path: Path)
         11: "malformed JSON: text after the JSON object",
         12: "malformed JSON: text after the JSON object",
         13: "malformed JSON: text after the JSON object",
+        16: "malformed JSON: text after the JSON object",
+        18: "malformed JSON: text after the JSON object",
     }
+    assert {r["_offset"]: r["device_id"] for r in good.collect()}[15] == "sensor-\u00e901"
     row = bad.where("offset = 4").collect()[0]
     assert (row["topic"], row["partition"], row["batch_id"]) == ("t", 0, 7)
     assert row["value"] == values[4]  # the raw record, untouched

@@ -8,7 +8,9 @@ files' writes run on executors.
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -178,7 +180,9 @@ class RoutedColumns:
     def build(cls, stage: BronzeStage, fields: Sequence[StructField]) -> RoutedColumns:
         import pyspark.sql.functions as F
 
-        extra = F.array_except(F.col(_KEYS), F.array(*[F.lit(f.name) for f in fields]))
+        declared = F.array(*[F.lit(f.name) for f in fields])
+        # Null when the keys are exactly the declared fields in their order, as most records' are: no set per row.
+        extra = F.when(F.col(_KEYS) != declared, F.array_except(F.col(_KEYS), declared))
         output = (
             F.when(F.col("_reason").isNull(), F.lit(BRONZE)).otherwise(F.lit(QUARANTINE)).alias(ROUTE_COLUMN),
             *[F.col(f"_p.{f.name}").alias(f"_b_{f.name}") for f in fields],
@@ -315,18 +319,25 @@ def _classify(stage: BronzeStage, fields: list[StructField]) -> tuple[dict[str, 
     reason = (
         F.when(F.col("value").isNull(), F.lit("null value"))
         .when(F.col(_KEYS).isNull(), F.lit("malformed JSON: not a JSON object"))
-        # from_json and json_object_keys read the first JSON value and ignore what follows ('{...}}', '{...}x'):
-        # as the first element of an array the value must be followed by the array's own second element.
+        # from_json and json_object_keys read the first JSON value and ignore what follows ('{...}}', '{...}x').
+        # When the value's first '}' is its last byte, the object (which ends with a '}') ends there: nothing can
+        # follow it (a character position equals the byte length only when both point at the last byte). Else, as
+        # the first element of an array the value must be followed by the array's own second element.
         .when(
-            F.coalesce(F.get_json_object(F.concat(F.lit("["), F.col("value"), F.lit(f',"{_END}"]')), "$[1]"), F.lit(""))
-            != _END,
+            (F.instr(F.col("value"), "}") != F.octet_length(F.col("value")))
+            & (
+                F.coalesce(
+                    F.get_json_object(F.concat(F.lit("["), F.col("value"), F.lit(f',"{_END}"]')), "$[1]"), F.lit("")
+                )
+                != _END
+            ),
             F.lit("malformed JSON: text after the JSON object"),
         )
         .when(corrupt, F.concat(F.lit("wrong type: "), F.concat_ws("; ", *wrong)))
     )
     if missing:
         reason = reason.when(
-            F.concat_ws(", ", *missing) != "",
+            functools.reduce(operator.or_, [F.col(f"_p.{name}").isNull() for name in stage.required]),
             F.concat(F.lit("missing required field(s): "), F.concat_ws(", ", *missing)),
         )
     return parses, explained, {"_reason": reason}
