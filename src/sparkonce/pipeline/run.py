@@ -16,7 +16,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -277,6 +277,29 @@ def _stage_error(stage: str, text: str) -> SparkonceError:
     return SparkonceError(f"stage {stage} failed: {first.strip()[:500]}")
 
 
+def _progress_marker(data: Mapping[str, Any]) -> tuple[str, int]:
+    """Where a progress update stands in its query's run: ISO-8601 trigger start times sort as text, batch ids as
+    numbers (as text, batch 10 < batch 9)."""
+    return str(data.get("timestamp") or ""), int(data.get("batchId") or 0)
+
+
+def _new_progress(query: StreamingQuery, seen: tuple[str, int] | None) -> list[dict[str, Any]]:
+    """The query's progress updates after ``seen`` (a :func:`_progress_marker`), oldest first. Runs on the driver.
+
+    Spark keeps the last 100 updates of a query; PySpark's ``recentProgress`` converts each of them at each call.
+    This reads the newest ones back only to the first already seen (its time and batch id: two py4j calls) and
+    converts only the new ones: a poll with nothing new costs a few calls, not a hundred conversions.
+    """
+    updates = query._jsq.recentProgress()
+    new = []
+    for index in range(len(updates) - 1, -1, -1):
+        update = updates[index]
+        if seen is not None and (str(update.timestamp() or ""), int(update.batchId())) <= seen:
+            break
+        new.append(update)
+    return [json.loads(update.json()) for update in reversed(new)]
+
+
 class _Monitor:
     """Collects progress of the queries and the lag behind their inputs. Runs on the driver."""
 
@@ -296,12 +319,8 @@ class _Monitor:
     def update(self, queries: dict[str, StreamingQuery]) -> None:
         for name, query in queries.items():
             rows, batches, seen_run = self.totals.get(name, (0, 0, None))
-            for progress in query.recentProgress:
-                data = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
-                # ISO-8601 trigger start times sort as text; batch ids as numbers (as text, batch 10 < batch 9)
-                marker = (str(data.get("timestamp") or ""), int(data.get("batchId") or 0))
-                if seen_run is not None and marker <= seen_run:
-                    continue
+            for data in _new_progress(query, seen_run):
+                marker = _progress_marker(data)
                 if _batch_rows(data) or name not in self.last:
                     self.last[name] = data
                 if _batch_rows(data):
