@@ -186,7 +186,9 @@ class RoutedColumns:
         output = (
             F.when(F.col("_reason").isNull(), F.lit(BRONZE)).otherwise(F.lit(QUARANTINE)).alias(ROUTE_COLUMN),
             *[F.col(f"_p.{f.name}").alias(f"_b_{f.name}") for f in fields],
-            *[F.col(name) for name in ("key", "value", "topic", "partition", "offset", "kafka_timestamp")],
+            # The record's key and value go to quarantine only: null in bronze's rows, so they do not cross to Python.
+            *[F.when(F.col("_reason").isNotNull(), F.col(name)).alias(name) for name in ("key", "value")],
+            *[F.col(name) for name in ("topic", "partition", "offset", "kafka_timestamp")],
             F.col("_reason").alias("_q_reason"),
             extra.alias(_EXTRA),
         )
