@@ -174,6 +174,7 @@ def _run(
     poll_seconds: float,
     stop_timeout: float,
 ) -> RunResult:
+    from sparkonce.pipeline.catch_up import reporting
     from sparkonce.pipeline.compaction import ScheduledCompaction
     from sparkonce.pipeline.stages import start_stage, waiting_for
 
@@ -183,48 +184,49 @@ def _run(
     sequential = all(s.trigger.kind == "availableNow" for s in selected)
     groups: list[tuple[Stage, ...]] = [(s,) for s in selected] if sequential else [selected]
     queries: dict[str, StreamingQuery] = {}
-    try:
-        for group in groups:
-            if stop.is_set():
-                break
-            pending = list(group)
-            while not stop.is_set():
-                for stage in list(pending):
-                    needed = waiting_for(config, stage)
-                    if needed is None:
-                        queries[stage.name] = start_stage(spark, config, stage)
-                        log.info("started stage %s (query id %s)", stage.name, queries[stage.name].id)
-                        pending.remove(stage)
-                    elif sequential:
-                        log.info(
-                            "stage %s: nothing to replay on (waits for input table_version %s)", stage.name, needed
-                        )
-                        pending.remove(stage)
-                running = [queries[s.name] for s in group if s.name in queries]
-                if not pending and not any(q.isActive for q in running):
+    with reporting(spark, config, selected):
+        try:
+            for group in groups:
+                if stop.is_set():
                     break
+                pending = list(group)
+                while not stop.is_set():
+                    for stage in list(pending):
+                        needed = waiting_for(config, stage)
+                        if needed is None:
+                            queries[stage.name] = start_stage(spark, config, stage)
+                            log.info("started stage %s (query id %s)", stage.name, queries[stage.name].id)
+                            pending.remove(stage)
+                        elif sequential:
+                            log.info(
+                                "stage %s: nothing to replay on (waits for input table_version %s)", stage.name, needed
+                            )
+                            pending.remove(stage)
+                    running = [queries[s.name] for s in group if s.name in queries]
+                    if not pending and not any(q.isActive for q in running):
+                        break
+                    _check_failed(queries)
+                    compaction.poll(queries)
+                    monitor.update(queries)
+                    if on_progress is not None:
+                        on_progress(monitor.snapshot(queries))
+                    _wait(stop, [q for q in running if q.isActive] if sequential else [], poll_seconds)
                 _check_failed(queries)
-                compaction.poll(queries)
-                monitor.update(queries)
-                if on_progress is not None:
-                    on_progress(monitor.snapshot(queries))
-                _wait(stop, [q for q in running if q.isActive] if sequential else [], poll_seconds)
-            _check_failed(queries)
-            compaction.poll(queries)  # the batches since the last poll (an availableNow query that ended)
-        if stop.is_set():
-            _stop_between_batches(list(queries.values()), stop_timeout)
-            _check_failed(queries)
-        compaction.wait()
-    except BaseException:
-        for query in queries.values():
-            if query.isActive:
-                query.stop()
-        raise
-    monitor.update(queries)
-    snapshot = monitor.snapshot(queries)
-    if on_progress is not None:
-        on_progress(snapshot)
-    return RunResult(config.path, snapshot, stop.is_set(), time.monotonic() - started)
+                compaction.poll(queries)  # the batches since the last poll (an availableNow query that ended)
+            if stop.is_set():
+                _stop_between_batches(list(queries.values()), stop_timeout)
+                _check_failed(queries)
+            compaction.wait()
+        except BaseException:
+            for query in queries.values():
+                if query.isActive:
+                    query.stop()
+            raise
+        monitor.update(queries)
+        snapshot = monitor.snapshot(queries)
+        if on_progress is not None:
+            on_progress(snapshot)
+        return RunResult(config.path, snapshot, stop.is_set(), time.monotonic() - started)
 
 
 def _wait(stop: threading.Event, ending: list[StreamingQuery], seconds: float) -> None:

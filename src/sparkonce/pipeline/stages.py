@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sparkonce.delta.log.table_view import existing_table
+from sparkonce.delta.table.options import MAX_CATCH_UP_DELAY_OPTION
+from sparkonce.pipeline.catch_up import catch_up_delay
 from sparkonce.pipeline.kinds import kind_of
 from sparkonce.pipeline.model import SOURCE, PipelineConfig, Stage
 from sparkonce.pipeline.owner import claim_checkpoint
@@ -37,6 +39,8 @@ def start_stage(spark: SparkSession, config: PipelineConfig, stage: Stage) -> St
     options: dict[str, str] = {}
     if owner.starting_version is not None:
         options["startingVersion"] = str(owner.starting_version)
+    if config.input_table(stage) is not None:  # waits while its input's stage catches up (catch_up)
+        options[MAX_CATCH_UP_DELAY_OPTION] = catch_up_delay(spark)
     return kind_of(stage).start(spark, config, stage, options)
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Mapping
@@ -45,6 +46,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from sparkonce.delta.log.actions import Metadata, Protocol
 from sparkonce.delta.log.delta_log import Snapshot
 from sparkonce.delta.read.native import FileSetIndex, jvm_of, latest_snapshot, reads_natively
+from sparkonce.delta.read.pacing import writer_catching_up
 from sparkonce.delta.read.reader import check_protocol_readable
 from sparkonce.delta.read.stream import DeltaStreamReader, tracked_entry
 from sparkonce.delta.table.options import METADATA_COLUMN_OPTION, StreamReadOptions
@@ -60,6 +62,9 @@ log = logging.getLogger(__name__)
 _SOURCE = "org.apache.spark.sql.execution.streaming.Source"
 _ADMISSION_CONTROL = "org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl"
 _AVAILABLE_NOW = "org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow"
+
+HOLD_POLL_S = 0.1
+"""How long a held query's offset request sleeps before it says "no new data" (``maxCatchUpDelay``)."""
 
 
 def native_stream_frame(spark: SparkSession, options: Mapping[str, str], *, format_name: str) -> DataFrame | None:
@@ -170,6 +175,8 @@ class NativeDeltaSource:
         self._offset = self._j.jvm.org.apache.spark.sql.execution.streaming.runtime.SerializedOffset
         self._limits = self._j.jvm.org.apache.spark.sql.connector.read.streaming.ReadLimit
         self._readers: dict[str, DeltaStreamReader] = {}
+        self._admitted: dict[str, float] = {}
+        """Per query run: when its last batch was admitted (``time.monotonic()``), for ``maxCatchUpDelay``."""
         self._lock = threading.Lock()
         _SOURCES[self._token] = self
 
@@ -219,10 +226,31 @@ class NativeDeltaSource:
         reader = self._reader()
         first = start is None
         begin = reader.initialOffset() if first else json.loads(str(start.json()))
-        end = reader.latestOffset(begin, _python_limit(limit))
+        read_limit = _python_limit(limit)
+        end = reader.latestOffset(begin, read_limit)
         if first and end == begin:
             return None
+        if not first and end != begin and self._holds(reader, begin, end, read_limit):
+            return start  # no new data yet: Spark asks again at the next trigger
+        self._admitted[self._run()] = time.monotonic()
         return self._serialized(end)
+
+    def _holds(self, reader: DeltaStreamReader, begin: dict[str, Any], end: dict[str, Any], limit: ReadLimit) -> bool:
+        """Whether to hold the batch up to ``end`` back (``maxCatchUpDelay``, :mod:`sparkonce.delta.read.pacing`): the
+        table's writer in this process is catching up, the last batch is younger than the delay, the batch is not
+        full yet (its read limit would not take more) and the query is not an availableNow one. A hold sleeps up to
+        :data:`HOLD_POLL_S` first, so a held query asks a few times a second, not at every ``pollingDelay``."""
+        delay_s = self.options.max_catch_up_delay_ms / 1000.0
+        if delay_s <= 0 or reader.available_now or not writer_catching_up(self.options.location):
+            return False
+        now = time.monotonic()
+        admitted = self._admitted.setdefault(self._run(), now)
+        if now - admitted >= delay_s:
+            return False
+        if not isinstance(limit, ReadAllAvailable) and end != reader.latestOffset(begin, ReadAllAvailable()):
+            return False  # the read limit already fills this batch: waiting would not make it larger
+        time.sleep(min(HOLD_POLL_S, delay_s - (now - admitted)))
+        return True
 
     def reportLatestOffset(self) -> Any:  # driver (JVM callback), for the query's progress
         latest = self._reader().reportLatestOffset()
@@ -255,6 +283,7 @@ class NativeDeltaSource:
     def stop(self) -> None:  # driver (JVM callback), when the query stops
         with self._lock:
             reader = self._readers.pop(self._run(), None)
+            self._admitted.pop(self._run(), None)
         if reader is not None:
             reader.stop()
 

@@ -306,6 +306,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(self.options.max_bytes_per_trigger)
         return ReadMaxFiles(self.options.max_files_per_trigger or DEFAULT_MAX_FILES_PER_TRIGGER)
 
+    @property
+    def available_now(self) -> bool:
+        """Whether the query runs with the availableNow trigger (it stops at a table version fixed at its start)."""
+        return self._target_version is not None
+
     def prepareForTriggerAvailableNow(self) -> None:  # driver, once, before the first availableNow batch
         self._target_version = self._table().delta_log.latest_version()
         log.info(

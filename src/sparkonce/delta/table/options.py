@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from sparkonce.delta.log.interval import parse_interval_ms
 from sparkonce.delta.table.clustering import parse_option as parse_clustering
 from sparkonce.delta.table.properties import session_defaults, table_properties
 from sparkonce.delta.table.schema_log import SOURCE_TRACKING_ID_OPTION, tracking_root
-from sparkonce.errors import OptionError
+from sparkonce.errors import DeltaLogError, OptionError
 from sparkonce.options import get_bool, get_bytes, get_choice, get_int, get_json, get_str, lookup
 from sparkonce.storage import TableLocation, storage_options_from, table_location
 
@@ -64,6 +65,10 @@ def partition_columns(options: Mapping[str, str]) -> tuple[str, ...]:
             raise OptionError(name, raw, "must name at least one column")
         return columns
     return ()
+
+
+MAX_CATCH_UP_DELAY_OPTION = "maxCatchUpDelay"
+"""The Delta stream option :attr:`StreamReadOptions.max_catch_up_delay_ms` is read from."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +280,10 @@ class StreamReadOptions:
     (:mod:`sparkonce.delta.table.schema_log`); None: no schema tracking."""
     source_tracking_id: str | None = None
     """``streamingSourceTrackingId``: tells two sources of one table apart in one schema tracking location."""
+    max_catch_up_delay_ms: int = 0
+    """``maxCatchUpDelay`` (an interval, e.g. ``"10 seconds"``; sparkonce's, native path only): while a writer of the
+    table in this process is catching up on its own source (:mod:`sparkonce.delta.read.pacing`), hold new data back
+    for at most this long since the last batch, so one batch takes in several of its commits. 0: never hold."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamReadOptions:
@@ -301,12 +310,29 @@ class StreamReadOptions:
             ignore_deletes=get_bool(options, "ignoreDeletes", False),
             schema_tracking_location=tracking_root(options),
             source_tracking_id=get_str(options, SOURCE_TRACKING_ID_OPTION),
+            max_catch_up_delay_ms=_interval_ms(options, MAX_CATCH_UP_DELAY_OPTION),
         )
+
+
+def _interval_ms(options: Mapping[str, str], name: str) -> int:
+    """An interval option in milliseconds (0 when absent).
+
+    Raises:
+        OptionError: not an interval such as ``"10 seconds"``.
+    """
+    text = get_str(options, name)
+    if text is None:
+        return 0
+    try:
+        return parse_interval_ms(text, name=name)
+    except DeltaLogError as err:
+        raise OptionError(name, text, "is not an interval such as '10 seconds'") from err
 
 
 __all__ = [
     "CHECKPOINT_QUERY_ID_OPTION",
     "COMPAT_PARTITION_OPTION",
+    "MAX_CATCH_UP_DELAY_OPTION",
     "METADATA_COLUMN_OPTION",
     "PARTITION_BY_OPTION",
     "PARTITION_OVERWRITE_MODE_OPTION",
