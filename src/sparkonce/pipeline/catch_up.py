@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 
 CATCH_UP_DELAY_CONF = "spark.sparkonce.pipeline.catchUpDelay"
 """How long a Delta-fed stage may wait for more input while the stage writing it catches up (an interval, e.g.
-``"10 seconds"``; ``"0 seconds"``: never wait)."""
-DEFAULT_CATCH_UP_DELAY = "10 seconds"
+``"2 seconds"``; ``"0 seconds"``: never wait). Short, since what a stage held back when its input catches up runs
+after it: the wait bounds that tail too."""
+DEFAULT_CATCH_UP_DELAY = "2 seconds"
 
 
 def catch_up_delay(spark: SparkSession) -> str:
