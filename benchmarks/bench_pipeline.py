@@ -15,7 +15,9 @@ in this order, each on fresh tables and checkpoints; each line keeps its best ro
   (``processingTime = --trigger-interval``, ``max_offsets_per_trigger = --batch``), timed from the start until
   bronze + quarantine hold every record (the time of the commit that completes them, read from the commit file;
   the tables are watched by listing their logs and reading each commit once, which costs the run next to
-  nothing). The default interval is ``"0 seconds"`` (each batch starts when the last ends): with ``"1 second"``
+  nothing). Bronze waits for larger batches while raw is behind its source, as ``sparkonce run``'s stages do
+  (``spark.sparkonce.pipeline.catchUpDelay``, 2 seconds by default). The default interval is ``"0 seconds"`` (each
+  batch starts when the last ends): with ``"1 second"``
   the trigger admits at most ``--batch`` records a second, a cap, not a cost (800,000 records in batches of
   100,000 could not go faster than 8 s);
 * ``raw stage alone``: the raw stage (availableNow) into a fresh table, the default way (its tasks write the

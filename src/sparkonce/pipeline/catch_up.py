@@ -3,12 +3,13 @@
 A stage that reads another stage's table starts a batch as soon as that table has a new commit. While the upstream
 stage is behind its own source (its batches stop at ``max_offsets_per_trigger``, or at its ``maxFilesPerTrigger``,
 with more waiting), each of its commits would start a downstream batch of its own, and every batch pays a fixed cost
-besides its rows (planning, job, checkpoint and Delta commits: ~0.3-0.5 CPU-seconds for bronze on 2 cores). In a
-run of several stages, :func:`reporting` follows each stage's progress and tells the downstream readers
+besides its rows (planning, job, checkpoint and Delta commits: ~0.3-0.5 CPU-seconds for bronze on 2 cores). In a run
+of several stages, :func:`reporting` follows each stage's progress and tells the downstream readers
 (:mod:`sparkonce.delta.read.pacing`) whether it is catching up; each Delta-fed stage reads with ``maxCatchUpDelay``
-(:data:`CATCH_UP_DELAY_CONF`, default :data:`DEFAULT_CATCH_UP_DELAY`), so it waits for more of its input, at most
-that long since its last batch, while that lasts. Once the upstream stage has caught up (its last batch took all
-its source had), or stops, the downstream stage runs at once: only a backlog trades latency for throughput.
+(:data:`CATCH_UP_DELAY_CONF`, default :data:`DEFAULT_CATCH_UP_DELAY`), so it waits for more of its input while that
+lasts, at most that long since it last planned a batch or found nothing new. Once the upstream stage has caught up
+(its last batch took all its source had), or stops, the downstream stage runs at once: only a backlog trades latency
+for throughput.
 
 Batch boundaries are all it changes: offsets are planned and recorded as before, so exactly-once is untouched.
 """
@@ -20,6 +21,8 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+from py4j.protocol import Py4JError
 
 from sparkonce.delta.read.pacing import forget_writer, report_writer
 from sparkonce.pipeline.kinds import kind_of
@@ -59,7 +62,10 @@ def reporting(spark: SparkSession, config: PipelineConfig, stages: Sequence[Stag
     try:
         yield
     finally:
-        manager.removeListener(listener)
+        try:
+            manager.removeListener(listener)
+        except Py4JError as err:  # the session stopped: its listeners went with it
+            log.debug("catch-up listener not removed: %s", err)
         for written in tables.values():
             for table in written:
                 forget_writer(table)

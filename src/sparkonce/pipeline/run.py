@@ -290,9 +290,14 @@ def _new_progress(query: StreamingQuery, seen: tuple[str, int] | None) -> list[d
 
     Spark keeps the last 100 updates of a query; PySpark's ``recentProgress`` converts each of them at each call.
     This reads the newest ones back only to the first already seen (its time and batch id: two py4j calls) and
-    converts only the new ones: a poll with nothing new costs a few calls, not a hundred conversions.
+    converts only the new ones: a poll with nothing new costs a few calls, not a hundred conversions. A query
+    without py4j (Spark Connect) is read through ``recentProgress``.
     """
-    updates = query._jsq.recentProgress()
+    jquery = getattr(query, "_jsq", None)
+    if jquery is None:
+        found = [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in query.recentProgress]
+        return [data for data in found if seen is None or _progress_marker(data) > seen]
+    updates = jquery.recentProgress()
     new = []
     for index in range(len(updates) - 1, -1, -1):
         update = updates[index]

@@ -237,7 +237,8 @@ class NativeDeltaSource:
 
     def _holds(self, reader: DeltaStreamReader, begin: dict[str, Any], end: dict[str, Any], limit: ReadLimit) -> bool:
         """Whether to hold the batch up to ``end`` back (``maxCatchUpDelay``, :mod:`sparkonce.delta.read.pacing`): the
-        table's writer in this process is catching up, the last batch is younger than the delay, the batch is not
+        table's writer in this process is catching up, the stream planned a batch or found nothing new less than the
+        delay ago (so no row waits longer for it), the batch is not
         full yet (its read limit would not take more) and the query is not an availableNow one. A hold sleeps up to
         :data:`HOLD_POLL_S` first, so a held query asks a few times a second, not at every ``pollingDelay``."""
         delay_s = self.options.max_catch_up_delay_ms / 1000.0

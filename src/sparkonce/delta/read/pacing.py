@@ -2,10 +2,10 @@
 
 A streaming writer (a pipeline stage) reports after each of its batches whether that batch stopped short of what
 its source had (:func:`report_writer`: its read limit held the rest back). A native Delta stream reading such a
-table with ``maxCatchUpDelay`` holds its next batch back while that lasts, for at most the delay since its last
-batch (:class:`sparkonce.delta.read.native_stream.NativeDeltaSource`): one batch then takes in several of the
-writer's commits, and each batch's fixed cost (planning, job, checkpoint, commit) is paid less often while the
-pipeline catches up. A writer that has caught up, stopped or never reported holds nothing back.
+table with ``maxCatchUpDelay`` holds its next batch back while that lasts, for at most the delay since it last
+planned a batch or found nothing new (:class:`sparkonce.delta.read.native_stream.NativeDeltaSource`): one batch then
+takes in several of the writer's commits, and each batch's fixed cost (planning, job, checkpoint, commit) is paid
+less often while the pipeline catches up. A writer that has caught up, stopped or never reported holds nothing back.
 
 Process-local: a writer in another process is never seen (its readers never wait).
 """

@@ -283,7 +283,8 @@ class StreamReadOptions:
     max_catch_up_delay_ms: int = 0
     """``maxCatchUpDelay`` (an interval, e.g. ``"10 seconds"``; sparkonce's, native path only): while a writer of the
     table in this process is catching up on its own source (:mod:`sparkonce.delta.read.pacing`), hold new data back
-    for at most this long since the last batch, so one batch takes in several of its commits. 0: never hold."""
+    for at most this long since the stream last planned a batch or found nothing new, so one batch takes in several
+    of its commits. 0: never hold."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamReadOptions:
