@@ -112,6 +112,41 @@ def test_the_delay_bounds_a_hold_and_available_now_never_holds(spark: SparkSessi
         forget_writer(str(table))
 
 
+def test_a_batch_its_read_limit_fills_is_never_held(spark: SparkSession, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    spark.range(0, 2).coalesce(1).write.format("delta").save(str(table))
+    batches: list[list[int]] = []
+
+    def record(frame: DataFrame, batch_id: int) -> None:
+        batches.append(sorted(r["id"] for r in frame.collect()))
+
+    query = (
+        spark.readStream.format("delta")
+        .option("maxCatchUpDelay", "1 hour")
+        .option("maxFilesPerTrigger", 1)
+        .load(str(table))
+        .writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        _wait_for(lambda: len(batches) == 1, "the first batch")
+        report_writer(str(table), catching_up=True)
+        for start in (2, 4):  # two commits of one file each
+            spark.range(start, start + 2).coalesce(1).write.format("delta").mode("append").save(str(table))
+        _wait_for(lambda: len(batches) == 2, "the batch the read limit fills")  # one file, another one waiting
+        assert batches[1] == [2, 3]
+        time.sleep(1.5)  # the last file reaches the latest table version: that batch is held
+        assert len(batches) == 2
+        report_writer(str(table), catching_up=False)
+        _wait_for(lambda: len(batches) == 3, "the held batch")
+        assert batches[2] == [4, 5]
+    finally:
+        query.stop()
+        forget_writer(str(table))
+
+
 def test_a_stage_stopped_short_when_its_source_had_more(spark: SparkSession, tmp_path: Path) -> None:
     table = tmp_path / "t"
     for i in range(3):  # table versions 0, 1, 2: one file each

@@ -236,11 +236,14 @@ class NativeDeltaSource:
         return self._serialized(end)
 
     def _holds(self, reader: DeltaStreamReader, begin: dict[str, Any], end: dict[str, Any], limit: ReadLimit) -> bool:
-        """Whether to hold the batch up to ``end`` back (``maxCatchUpDelay``, :mod:`sparkonce.delta.read.pacing`): the
-        table's writer in this process is catching up, the stream planned a batch or found nothing new less than the
-        delay ago (so no row waits longer for it), the batch is not
-        full yet (its read limit would not take more) and the query is not an availableNow one. A hold sleeps up to
-        :data:`HOLD_POLL_S` first, so a held query asks a few times a second, not at every ``pollingDelay``."""
+        """Whether to hold the batch up to ``end`` back (``maxCatchUpDelay``, :mod:`sparkonce.delta.read.pacing`).
+
+        It holds when the table's writer in this process is catching up, the stream planned a batch or found nothing
+        new less than the delay ago (so no row waits longer for it), the batch does not stop short of the latest
+        table version (a batch its read limit cut would not grow by waiting) and the query is not an availableNow
+        one. A hold sleeps up to :data:`HOLD_POLL_S` first, so a held query asks a few times a second, not at every
+        ``pollingDelay``.
+        """
         delay_s = self.options.max_catch_up_delay_ms / 1000.0
         if delay_s <= 0 or reader.available_now or not writer_catching_up(self.options.location):
             return False
@@ -248,7 +251,8 @@ class NativeDeltaSource:
         admitted = self._admitted.setdefault(self._run(), now)
         if now - admitted >= delay_s:
             return False
-        if not isinstance(limit, ReadAllAvailable) and end != reader.latestOffset(begin, ReadAllAvailable()):
+        latest = reader.reportLatestOffset()
+        if not isinstance(limit, ReadAllAvailable) and latest is not None and _position(end) < _position(latest):
             return False  # the read limit already fills this batch: waiting would not make it larger
         time.sleep(min(HOLD_POLL_S, delay_s - (now - admitted)))
         return True
@@ -330,6 +334,11 @@ class NativeDeltaSource:
     def _serialized(self, offset: dict[str, Any]) -> Any:
         # json.dumps as the Python source's runner writes it: the checkpoint reads the same on both paths
         return self._offset(json.dumps(offset))
+
+
+def _position(offset: Mapping[str, Any]) -> tuple[int, int]:
+    """A Delta source offset's place in the stream: (table version, index in it)."""
+    return int(offset["reservoirVersion"]), int(offset.get("index", -1))
 
 
 def _python_limit(limit: Any) -> ReadLimit:
