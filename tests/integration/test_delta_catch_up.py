@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from sparkonce.delta.read.pacing import forget_writer, report_writer, writer_catching_up
 from sparkonce.pipeline.catch_up import stopped_short
@@ -31,9 +32,10 @@ def _append(spark: SparkSession, table: Path, start: int, end: int) -> None:
     spark.range(start, end).write.format("delta").mode("append").save(str(table))
 
 
-def test_a_stream_holds_its_batch_while_the_writer_catches_up(spark: SparkSession, tmp_path: Path) -> None:
-    table = tmp_path / "t"
-    _append(spark, table, 0, 10)
+def _collecting(
+    spark: SparkSession, table: Path, checkpoint: Path, **options: str
+) -> tuple[StreamingQuery, list[list[int]]]:
+    """A ``"0 seconds"`` Delta stream of ``table`` whose batches' ids are collected, sorted, one list a batch."""
     batches: list[list[int]] = []
 
     def record(frame: DataFrame, batch_id: int) -> None:
@@ -41,13 +43,20 @@ def test_a_stream_holds_its_batch_while_the_writer_catches_up(spark: SparkSessio
 
     query = (
         spark.readStream.format("delta")
-        .option("maxCatchUpDelay", "1 hour")
+        .options(**options)
         .load(str(table))
         .writeStream.foreachBatch(record)
-        .option("checkpointLocation", str(tmp_path / "ck"))
+        .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="0 seconds")
         .start()
     )
+    return query, batches
+
+
+def test_a_stream_holds_its_batch_while_the_writer_catches_up(spark: SparkSession, tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    _append(spark, table, 0, 10)
+    query, batches = _collecting(spark, table, tmp_path / "ck", maxCatchUpDelay="1 hour")
     try:
         _wait_for(lambda: len(batches) == 1, "the first batch")  # the first batch is never held
         assert batches == [list(range(10))]
@@ -71,22 +80,9 @@ def test_a_stream_holds_its_batch_while_the_writer_catches_up(spark: SparkSessio
 def test_the_delay_bounds_a_hold_and_available_now_never_holds(spark: SparkSession, tmp_path: Path) -> None:
     table = tmp_path / "t"
     _append(spark, table, 0, 3)
-    batches: list[list[int]] = []
-
-    def record(frame: DataFrame, batch_id: int) -> None:
-        batches.append(sorted(r["id"] for r in frame.collect()))
-
     report_writer(str(table), catching_up=True)
     try:
-        query = (
-            spark.readStream.format("delta")
-            .option("maxCatchUpDelay", "1 second")
-            .load(str(table))
-            .writeStream.foreachBatch(record)
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
+        query, batches = _collecting(spark, table, tmp_path / "ck", maxCatchUpDelay="1 second")
         try:
             _wait_for(lambda: len(batches) == 1, "the first batch")
             _append(spark, table, 3, 5)
@@ -115,21 +111,7 @@ def test_the_delay_bounds_a_hold_and_available_now_never_holds(spark: SparkSessi
 def test_a_batch_its_read_limit_fills_is_never_held(spark: SparkSession, tmp_path: Path) -> None:
     table = tmp_path / "t"
     spark.range(0, 2).coalesce(1).write.format("delta").save(str(table))
-    batches: list[list[int]] = []
-
-    def record(frame: DataFrame, batch_id: int) -> None:
-        batches.append(sorted(r["id"] for r in frame.collect()))
-
-    query = (
-        spark.readStream.format("delta")
-        .option("maxCatchUpDelay", "1 hour")
-        .option("maxFilesPerTrigger", 1)
-        .load(str(table))
-        .writeStream.foreachBatch(record)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
+    query, batches = _collecting(spark, table, tmp_path / "ck", maxCatchUpDelay="1 hour", maxFilesPerTrigger="1")
     try:
         _wait_for(lambda: len(batches) == 1, "the first batch")
         report_writer(str(table), catching_up=True)
