@@ -46,7 +46,15 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-__all__ = ["REFRESH_MS", "ReadTable", "Registration", "follow_query", "restart_offsets", "restart_version"]
+__all__ = [
+    "REFRESH_MS",
+    "ReadTable",
+    "Registration",
+    "add_query_listener",
+    "follow_query",
+    "restart_offsets",
+    "restart_version",
+]
 
 log = logging.getLogger(__name__)
 
@@ -165,17 +173,19 @@ def follow_query(spark: SparkSession, query: StreamingQuery, checkpoint_dir: str
         if key in _LISTENING:
             return
         _LISTENING.add(key)
-    _add_listener(spark)
+    add_query_listener(spark, _ReaderListener())
 
 
-def _add_listener(spark: SparkSession) -> None:
-    """Add :class:`_ReaderListener` to the session's streaming query manager, as PySpark's
-    ``spark.streams.addListener`` adds a listener (through Spark's Python listener wrapper)."""
+def add_query_listener(spark: SparkSession, listener: Any) -> Any:
+    """Add ``listener``, a py4j implementation of Spark's ``PythonStreamingQueryListener`` (Java events, read field by
+    field), to the session's streaming query manager, as PySpark's ``spark.streams.addListener`` adds a listener
+    (through Spark's Python listener wrapper). Returns the wrapper, to give to the manager's ``removeListener``."""
     from sparkonce.delta.read.native import jvm_of
 
     j = jvm_of(spark)  # the py4j callback server runs from here on
-    wrapper = j.jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(_ReaderListener())
+    wrapper = j.jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(listener)
     j.session.streams().addListener(wrapper)
+    return wrapper
 
 
 def _first_version(read: ReadTable, latest: int) -> int:

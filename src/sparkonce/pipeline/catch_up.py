@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 from py4j.protocol import Py4JError
 
 from sparkonce.delta.read.pacing import forget_writer, report_writer
+from sparkonce.delta.read.stream import DeltaSourceOffset
+from sparkonce.delta.reader_listener import add_query_listener
+from sparkonce.errors import SourceOffsetError
 from sparkonce.pipeline.kinds import kind_of
 from sparkonce.pipeline.model import PipelineConfig, Stage
 from sparkonce.pipeline.streams import query_name
@@ -52,18 +55,13 @@ def catch_up_delay(spark: SparkSession) -> str:
 def reporting(spark: SparkSession, config: PipelineConfig, stages: Sequence[Stage]) -> Iterator[None]:
     """While the block runs, report after each batch of ``stages`` whether the stage is catching up on its input
     (a streaming query listener of the session); on exit, remove the listener and report every stage caught up."""
-    from sparkonce.delta.read.native import jvm_of
-
     tables = {query_name(config, s): tuple(t for _, t in kind_of(s).places(s)) for s in stages}
-    j = jvm_of(spark)  # the py4j callback server runs from here on
-    listener = j.jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(_CatchUpListener(tables))
-    manager = j.session.streams()
-    manager.addListener(listener)
+    listener = add_query_listener(spark, _CatchUpListener(tables))
     try:
         yield
     finally:
         try:
-            manager.removeListener(listener)
+            spark._jsparkSession.streams().removeListener(listener)
         except Py4JError as err:  # the session stopped: its listeners went with it
             log.debug("catch-up listener not removed: %s", err)
         for written in tables.values():
@@ -88,14 +86,10 @@ def stopped_short(end: Any, latest: Any) -> bool:
         return False
     if isinstance(end_offset, dict) and "reservoirVersion" in end_offset:
         try:
-            return _position(end_offset) < _position(latest_offset)
-        except (KeyError, TypeError, ValueError):
+            return DeltaSourceOffset.from_json(end_offset).key < DeltaSourceOffset.from_json(latest_offset).key
+        except SourceOffsetError:
             return False
     return bool(end_offset != latest_offset)
-
-
-def _position(offset: Mapping[str, Any]) -> tuple[int, int]:
-    return int(offset["reservoirVersion"]), int(offset.get("index", -1))
 
 
 class _CatchUpListener:

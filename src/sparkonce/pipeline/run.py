@@ -301,7 +301,8 @@ def _new_progress(query: StreamingQuery, seen: tuple[str, int] | None) -> list[d
     new = []
     for index in range(len(updates) - 1, -1, -1):
         update = updates[index]
-        if seen is not None and (str(update.timestamp() or ""), int(update.batchId())) <= seen:
+        marker = _progress_marker({"timestamp": update.timestamp(), "batchId": update.batchId()})
+        if seen is not None and marker <= seen:
             break
         new.append(update)
     return [json.loads(update.json()) for update in reversed(new)]

@@ -48,7 +48,7 @@ from sparkonce.delta.log.delta_log import Snapshot
 from sparkonce.delta.read.native import FileSetIndex, jvm_of, latest_snapshot, reads_natively
 from sparkonce.delta.read.pacing import writer_catching_up
 from sparkonce.delta.read.reader import check_protocol_readable
-from sparkonce.delta.read.stream import DeltaStreamReader, tracked_entry
+from sparkonce.delta.read.stream import DeltaSourceOffset, DeltaStreamReader, tracked_entry
 from sparkonce.delta.table.options import METADATA_COLUMN_OPTION, StreamReadOptions
 from sparkonce.errors import OptionError
 from sparkonce.options import lookup
@@ -252,7 +252,11 @@ class NativeDeltaSource:
         if now - admitted >= delay_s:
             return False
         latest = reader.reportLatestOffset()
-        if not isinstance(limit, ReadAllAvailable) and latest is not None and _position(end) < _position(latest):
+        if (
+            not isinstance(limit, ReadAllAvailable)
+            and latest is not None
+            and DeltaSourceOffset.from_json(end).key < DeltaSourceOffset.from_json(latest).key
+        ):
             return False  # the read limit already fills this batch: waiting would not make it larger
         time.sleep(min(HOLD_POLL_S, delay_s - (now - admitted)))
         return True
@@ -334,11 +338,6 @@ class NativeDeltaSource:
     def _serialized(self, offset: dict[str, Any]) -> Any:
         # json.dumps as the Python source's runner writes it: the checkpoint reads the same on both paths
         return self._offset(json.dumps(offset))
-
-
-def _position(offset: Mapping[str, Any]) -> tuple[int, int]:
-    """A Delta source offset's place in the stream: (table version, index in it)."""
-    return int(offset["reservoirVersion"]), int(offset.get("index", -1))
 
 
 def _python_limit(limit: Any) -> ReadLimit:
