@@ -64,10 +64,11 @@ def test_bronze_quarantines_every_failure_with_its_reason(spark, tmp_path: Path)
         GOOD.replace("sensor-001", "sensor-\u00e901") + "x",
         '{"value":21.5,"device_id":"sensor-001","reading_time":"2026-05-14T09:00:00.000Z"}',  # no key is new
         GOOD.replace("sensor-001", "sensor-}01") + "}",
+        GOOD.replace("sensor-001", "sensor,0,0,1"),  # more commas than keys: the keys are read, none is new
     ]
     good, bad, added = parse_raw(_raw(spark, values), stage, batch_id=7)
     assert added == ()
-    assert sorted(r["_offset"] for r in good.collect()) == [0, 10, 14, 15, 17]
+    assert sorted(r["_offset"] for r in good.collect()) == [0, 10, 14, 15, 17, 19]
     reasons = {r["offset"]: r["reason"] for r in bad.collect()}
     assert reasons == {
         1: "malformed JSON: not a JSON object",
@@ -126,6 +127,25 @@ def test_drift_fail_stops_and_drift_add_adds_the_column(spark, tmp_path: Path) -
     assert added == ("humidity",)
     assert bad.count() == 0
     assert sorted((r["_offset"], r["humidity"]) for r in good.collect()) == [(0, None), (1, 40)]
+
+
+def test_drift_finds_every_undeclared_key_whatever_the_rest_of_the_record(spark, tmp_path: Path) -> None:
+    """Most records' keys are proven declared from the typed parse and a comma count, without reading them; every
+    record that carries an undeclared key must still be found: next to no, null, mistyped, misnamed or repeated
+    declared fields, with commas inside values, with a nested value."""
+    time = '"reading_time":"2026-05-14T09:00:00.000Z"'
+    drifted = [
+        '{"x1":1}',
+        GOOD[:-1] + ',"x2":null}',
+        '{"device_id":"a,b",' + time + ',"value":1.5,"x3":1}',
+        '{"device_id":"s",' + time + ',"value":"n/a","x4":1}',
+        '{"device_id":"s","device_id":"t","x5":1}',
+        '{"Device_id":"s",' + time + ',"value":1.5}',
+        '{"device_id":"s",' + time + ',"value":1.5,"x6":{"a":1,"b":2}}',
+        '{"x7":"a,b,c,d",' + time + "}",
+    ]
+    with pytest.raises(SchemaMismatchError, match=r"\['Device_id', 'x1', 'x2', 'x3', 'x4', 'x5', 'x6', 'x7'\]"):
+        parse_raw(_raw(spark, [GOOD, *drifted]), _config(tmp_path).bronze, batch_id=0)
 
 
 def _readings(spark, rows: list[tuple[str, int, float]]):  # type: ignore[no-untyped-def]

@@ -303,9 +303,9 @@ def _classify(stage: BronzeStage, fields: list[StructField]) -> tuple[dict[str, 
     typed = StructType([*fields, StructField(_CORRUPT, StringType())])
     text = StructType([*(StructField(f.name, StringType()) for f in fields), StructField(_CORRUPT, StringType())])
     corrupt = F.col(f"_p.{_CORRUPT}").isNotNull()
-    parses = {"_p": F.from_json("value", typed, options), _KEYS: F.json_object_keys("value")}
+    parses = {"_p": F.from_json("value", typed, options)}
     # The all-strings parse only explains a wrong type: evaluated for corrupt rows alone.
-    explained = {"_s": F.when(corrupt, F.from_json("value", text, options))}
+    explained = {"_s": F.when(corrupt, F.from_json("value", text, options)), _KEYS: _top_level_keys(fields)}
     wrong = [
         F.when(
             F.col(f"_s.{f.name}").isNotNull() & F.col(f"_p.{f.name}").isNull(),
@@ -321,20 +321,7 @@ def _classify(stage: BronzeStage, fields: list[StructField]) -> tuple[dict[str, 
     reason = (
         F.when(F.col("value").isNull(), F.lit("null value"))
         .when(F.col(_KEYS).isNull(), F.lit("malformed JSON: not a JSON object"))
-        # from_json and json_object_keys read the first JSON value and ignore what follows ('{...}}', '{...}x').
-        # When the value's first '}' is its last byte, the object (which ends with a '}') ends there: nothing can
-        # follow it (a character position equals the byte length only when both point at the last byte). Else, as
-        # the first element of an array the value must be followed by the array's own second element.
-        .when(
-            (F.instr(F.col("value"), "}") != F.octet_length(F.col("value")))
-            & (
-                F.coalesce(
-                    F.get_json_object(F.concat(F.lit("["), F.col("value"), F.lit(f',"{_END}"]')), "$[1]"), F.lit("")
-                )
-                != _END
-            ),
-            F.lit("malformed JSON: text after the JSON object"),
-        )
+        .when(_text_after_object(), F.lit("malformed JSON: text after the JSON object"))
         .when(corrupt, F.concat(F.lit("wrong type: "), F.concat_ws("; ", *wrong)))
     )
     if missing:
@@ -343,6 +330,48 @@ def _classify(stage: BronzeStage, fields: list[StructField]) -> tuple[dict[str, 
             F.concat(F.lit("missing required field(s): "), F.concat_ws(", ", *missing)),
         )
     return parses, explained, {"_reason": reason}
+
+
+def _text_after_object() -> Column:
+    """Whether text follows the JSON object the value starts with: ``from_json`` and ``json_object_keys`` read the
+    first JSON value and ignore what follows (``{...}}``, ``{...}x``).
+
+    When the value's first ``}`` is its last byte (the text before it is one byte shorter than the value), the
+    object, which ends with a ``}``, ends there and nothing can follow it. Else, as the first element of an array
+    the value must be followed by the array's own second element. (``substring_index`` finds the ``}`` by bytes;
+    ``instr`` counts characters on the way, about twice the cost, and every row pays it.)
+    """
+    import pyspark.sql.functions as F
+
+    value = F.col("value")
+    before_first = F.call_function("substring_index", value, F.lit("}"), F.lit(1))
+    wrapped = F.concat(F.lit("["), value, F.lit(f',"{_END}"]'))
+    return (F.octet_length(before_first) != F.octet_length(value) - 1) & (
+        F.coalesce(F.get_json_object(wrapped, "$[1]"), F.lit("")) != _END
+    )
+
+
+def _top_level_keys(fields: Sequence[StructField]) -> Column:
+    """The value's top-level JSON keys (null unless it is a JSON object), read from the typed parse ``_p`` where it
+    proves them, by ``json_object_keys`` elsewhere.
+
+    ``json_object_keys`` is a second parse of the value, with a JSON parser of its own per row (Spark's: an 8 KB
+    buffer and a UTF-8 reader each); most rows are spared it. A row whose typed parse is not corrupt and has
+    ``n > 0`` non-null fields is a JSON object with at least those ``n`` distinct declared keys at its top level
+    (``from_json`` matches names exactly and reads the top level only). An object's top-level keys, duplicates
+    counted, are at most one more than its commas (every comma of the text counts, in strings and nested values
+    too). So when the value has fewer than ``n`` commas (``substring_index`` up to the ``n``-th comma is the whole
+    value), its top-level keys are exactly declared ones: the row has no undeclared key, and its keys are given as
+    the declared names (the order is not kept; only the undeclared ones are read from it).
+    """
+    import pyspark.sql.functions as F
+
+    value = F.col("value")
+    found = functools.reduce(operator.add, [F.col(f"_p.{f.name}").isNotNull().cast("int") for f in fields])
+    before_nth_comma = F.call_function("substring_index", value, F.lit(","), found)
+    fewer_commas = F.octet_length(before_nth_comma) == F.octet_length(value)
+    proven = F.col(f"_p.{_CORRUPT}").isNull() & (found > 0) & fewer_commas
+    return F.when(proven, F.array(*[F.lit(f.name) for f in fields])).otherwise(F.json_object_keys(value))
 
 
 class BronzeKind(Kind[BronzeStage]):
