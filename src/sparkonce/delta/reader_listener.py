@@ -52,6 +52,7 @@ __all__ = [
     "Registration",
     "add_query_listener",
     "follow_query",
+    "remove_query_listener",
     "restart_offsets",
     "restart_version",
 ]
@@ -186,6 +187,17 @@ def add_query_listener(spark: SparkSession, listener: Any) -> Any:
     wrapper = j.jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(listener)
     j.session.streams().addListener(wrapper)
     return wrapper
+
+
+def remove_query_listener(spark: SparkSession, wrapper: Any) -> None:
+    """Remove a listener :func:`add_query_listener` added (``wrapper``: what it returned). A session that stopped
+    took its listeners with it: nothing to remove then."""
+    from py4j.protocol import Py4JError
+
+    try:
+        spark._jsparkSession.streams().removeListener(wrapper)
+    except Py4JError as err:
+        log.debug("streaming query listener not removed (the session stopped?): %s", err)
 
 
 def _first_version(read: ReadTable, latest: int) -> int:

@@ -22,11 +22,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from py4j.protocol import Py4JError
-
 from sparkonce.delta.read.pacing import forget_writer, report_writer
 from sparkonce.delta.read.stream import DeltaSourceOffset
-from sparkonce.delta.reader_listener import add_query_listener
+from sparkonce.delta.reader_listener import add_query_listener, remove_query_listener
 from sparkonce.errors import SourceOffsetError
 from sparkonce.pipeline.kinds import kind_of
 from sparkonce.pipeline.model import PipelineConfig, Stage
@@ -60,10 +58,7 @@ def reporting(spark: SparkSession, config: PipelineConfig, stages: Sequence[Stag
     try:
         yield
     finally:
-        try:
-            spark._jsparkSession.streams().removeListener(listener)
-        except Py4JError as err:  # the session stopped: its listeners went with it
-            log.debug("catch-up listener not removed: %s", err)
+        remove_query_listener(spark, listener)
         for written in tables.values():
             for table in written:
                 forget_writer(table)
