@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=()
-command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
+command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jdk-headless)
 compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null || packages+=(postgresql)
 command -v mvn >/dev/null 2>&1 || packages+=(maven)
 if ((${#packages[@]})); then
@@ -37,6 +37,9 @@ fi
 # The broker's and S3A's jars from Maven Central; a set already fetched is skipped (its directory is named after
 # its pom's digest, so a changed pom fetches anew).
 .venv/bin/sparkonce jars status >/dev/null 2>&1 || .venv/bin/sparkonce jars fetch
+# The class archive that quick-start drivers (the tests' and the quickstart's) map instead of loading Spark's
+# classes from its jars (~40 s, once per Java and classpath; skipped when built). Without it they start slower.
+.venv/bin/sparkonce jars archive >/dev/null || echo "setup: no class archive; quick-start drivers load their classes" >&2
 # Spark's Kafka connector for the Kafka oracle, resolved by Maven into the venv (never on sparkonce's sessions).
 bash scripts/oracle_jars.sh
 echo "setup: ready (.venv/bin/sparkonce, Java: $(java -version 2>&1 | head -1))"

@@ -7,6 +7,7 @@ import sys
 import threading
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import urlsplit
 
@@ -26,7 +27,11 @@ JVM_ENV = "SPARKONCE_JVM"
 QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """JVM options for short-lived drivers: C1 only (C2's compiler threads compete for the cores while Spark starts)
 and the serial collector (no parallel GC threads). A driver starts in about 55 % of the JVM CPU time (README);
-long runs lose some steady-state speed of JVM-side code, so this is not the default."""
+long runs lose some steady-state speed of JVM-side code, so this is not the default. A quick-start driver also maps
+its classes from the class archive when one was built for its Java and classpath (:func:`class_archive_file`)."""
+
+CLASS_ARCHIVES_ENV = "SPARKONCE_CLASS_ARCHIVES"
+"""The environment variable naming the directory of the quick-start class archives (:func:`class_archive_file`)."""
 
 CHECKPOINT_FILE_MANAGER = (
     "spark.sql.streaming.checkpointFileManagerClass",
@@ -72,6 +77,56 @@ def jvm_mode(jvm: str | None = None) -> JvmMode:
     return value  # type: ignore[return-value]
 
 
+def java_executable() -> str:
+    """The Java that Spark starts for a local driver: ``$JAVA_HOME/bin/java``, else ``java`` on the ``PATH`` (as
+    ``spark-class`` picks it)."""
+    import shutil
+
+    java_home = os.environ.get("JAVA_HOME")
+    return str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java") or "java"
+
+
+def quick_start_archive(*, s3a: bool | None = None, extra_class_path: str = "") -> Path:
+    """The class archive that ``local_session(jvm="quick-start", s3a=s3a)`` maps when its ``extra_conf`` has
+    ``spark.driver.extraClassPath = extra_class_path``, built or not (:func:`class_archive_file`)."""
+    s3a_class_path = os.pathsep.join(str(jar) for jar in _s3a_jars(s3a))
+    return class_archive_file(os.pathsep.join(c for c in (s3a_class_path, extra_class_path) if c))
+
+
+def _s3a_jars(s3a: bool | None) -> list[Path]:
+    """The S3A jars a driver's classpath gets (see :func:`local_session`'s ``s3a``)."""
+    return S3A.classpath() if s3a or (s3a is None and S3A.resolved() is not None) else []
+
+
+def class_archive_file(extra_class_path: str = "") -> Path:
+    """Where the quick-start class archive of a driver with this extra classpath lives, built or not. Runs on the
+    machine that starts the JVM.
+
+    The archive is HotSpot's dynamic class data sharing (CDS) archive of a warmed-up driver: the classes Spark loads
+    to start a session and run sparkonce's reads, writes, streams and SQL, parsed and verified once, mapped by
+    every later quick-start driver instead of loaded from the jars (:mod:`sparkonce.class_archive` builds it,
+    ``sparkonce jars archive``). Its name is a digest of PySpark's version and jars, the Java that Spark starts
+    (``$JAVA_HOME/bin/java``, else ``java`` on the ``PATH``, as ``spark-class`` picks it) and the extra classpath,
+    in ``$SPARKONCE_CLASS_ARCHIVES``, else ``$XDG_CACHE_HOME/sparkonce/class-archives``, else
+    ``~/.cache/sparkonce/class-archives``. The JVM checks the archive against its own build and classpath too, and
+    starts without it, silently, when they differ.
+    """
+    import hashlib
+
+    import pyspark
+
+    override = os.environ.get(CLASS_ARCHIVES_ENV)
+    if override:
+        home = Path(override).expanduser()
+    else:
+        home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparkonce" / "class-archives"
+    java_real = os.path.realpath(java_executable())
+    java_stamp = os.stat(java_real).st_mtime_ns if os.path.exists(java_real) else 0
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    key = "\0".join([pyspark.__version__, str(jars), java_real, str(java_stamp), extra_class_path])
+    return home / f"quick-start-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+
+
 def local_session(
     *,
     app_name: str = "sparkonce",
@@ -92,7 +147,8 @@ def local_session(
     any data moves, that they import sparkonce, deltalake and pyarrow.
 
     ``jvm`` (default: the ``SPARKONCE_JVM`` environment variable, else ``default``) set to ``quick-start`` starts
-    the driver JVM (and a cluster's executor JVMs) with :data:`QUICK_START_JAVA_OPTIONS`, for drivers that live
+    the driver JVM (and a cluster's executor JVMs) with :data:`QUICK_START_JAVA_OPTIONS` (and the driver with the class
+    archive built for its Java and classpath, when there is one: :func:`class_archive_file`), for drivers that live
     seconds to minutes (tests, crash-and-restart runs, the quickstart); it only applies when this call starts the
     JVM. Java options in ``extra_conf`` come after them.
 
@@ -138,16 +194,19 @@ def local_session(
     )
     clustered = not master.startswith("local")
     conf = cluster_conf(master) if clustered else {}
-    if jvm_mode(jvm) == "quick-start":
-        conf["spark.driver.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS
-        if clustered:
-            conf["spark.executor.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS
-    jars = S3A.classpath() if s3a or (s3a is None and S3A.resolved() is not None) else []
+    jars = _s3a_jars(s3a)
     if jars:
         classpath = os.pathsep.join(str(jar) for jar in jars)
         conf["spark.driver.extraClassPath"] = classpath
         if clustered:
             conf["spark.executor.extraClassPath"] = classpath
+    if jvm_mode(jvm) == "quick-start":
+        extra_class_path = (extra_conf or {}).get("spark.driver.extraClassPath", "")
+        archive = quick_start_archive(s3a=s3a, extra_class_path=extra_class_path)
+        archived = f" -XX:SharedArchiveFile={archive}" if archive.is_file() else ""
+        conf["spark.driver.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS + archived
+        if clustered:
+            conf["spark.executor.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS
     for key, value in (extra_conf or {}).items():
         if key.endswith(".extraClassPath") and key in conf:
             value = f"{conf[key]}{os.pathsep}{value}"

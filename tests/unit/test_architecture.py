@@ -59,7 +59,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
             }
         ),
     ),
-    ("runtime", frozenset({"sparkonce.spark", "sparkonce.checkpoint"})),
+    ("runtime", frozenset({"sparkonce.spark", "sparkonce.class_archive", "sparkonce.checkpoint"})),
     ("tables and sources", frozenset({"sparkonce.delta", "sparkonce.sql", "sparkonce.kafka"})),
     ("sinks", frozenset({"sparkonce.sinks"})),
     ("engine and operations", frozenset({"sparkonce.pipeline", "sparkonce.ops"})),

@@ -1,11 +1,14 @@
-"""The JVM mode of local sessions: chosen by argument or ``SPARKONCE_JVM``, bad values named."""
+"""The JVM mode of local sessions: chosen by argument or ``SPARKONCE_JVM``, bad values named; where the
+quick-start class archives are."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from sparkonce.errors import OptionError
-from sparkonce.spark import JVM_ENV, jvm_mode
+from sparkonce.spark import CLASS_ARCHIVES_ENV, JVM_ENV, class_archive_file, jvm_mode
 
 
 def test_argument_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -23,3 +26,18 @@ def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(JVM_ENV, "fast")
     with pytest.raises(OptionError, match=r"SPARKONCE_JVM.*'fast'.*quick-start"):
         jvm_mode()
+
+
+def test_class_archives_are_named_by_classpath_and_java_in_the_chosen_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(CLASS_ARCHIVES_ENV, str(tmp_path))
+    plain = class_archive_file("")
+    assert plain.parent == tmp_path and plain.name.startswith("quick-start-") and plain.suffix == ".jsa"
+    assert class_archive_file("") == plain
+    assert class_archive_file("/opt/extra.jar") not in (plain, class_archive_file("/opt/other.jar"))
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    assert class_archive_file("") != plain

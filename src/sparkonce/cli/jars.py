@@ -1,6 +1,8 @@
-"""``sparkonce jars fetch|status``: resolve the Maven jar sets (:mod:`sparkonce.jars`) and show where they are.
+"""``sparkonce jars fetch|status|archive``: resolve the Maven jar sets (:mod:`sparkonce.jars`) and show where they
+are; build the quick-start class archive (:mod:`sparkonce.class_archive`).
 
-Exit codes: 0 ok, 3 Maven missing or failed (``fetch``), a set not resolved (``status``).
+Exit codes: 0 ok, 3 Maven missing or failed (``fetch``), a set not resolved (``status``), the archive not built
+(``archive``).
 """
 
 from __future__ import annotations
@@ -58,3 +60,20 @@ def status(names: tuple[str, ...], as_json: bool) -> None:
             console.print(f"{jar_set.name}: {where}")
     if not all(found.values()):
         sys.exit(EXIT_UNREACHABLE)
+
+
+@jars.command("archive")
+@click.option("--force", is_flag=True, help="Build it again even when it exists.")
+@json_option()
+@handle_errors
+def archive(force: bool, as_json: bool) -> None:
+    """Build the class archive quick-start drivers map (SPARKONCE_JVM=quick-start: tests, crash-and-restart runs,
+    the quickstart) for this Java and classpath, unless it exists. Needs a JDK (jcmd), 17 or later; takes ~30 s."""
+    from sparkonce.class_archive import build_class_archive
+
+    built = build_class_archive(force=force)
+    if as_json:
+        print_json({"path": str(built.path), "size_bytes": built.size_bytes, "built": built.built})
+        return
+    state = "built" if built.built else "already built"
+    console.print(f"class archive: {built.path} ({built.size_bytes / 1e6:.0f} MB, {state})")
