@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkonce.errors import JarsError
-from sparkonce.spark import java_executable, local_session, quick_start_archive
+from sparkonce.spark import java_executable, local_session, quick_start_archive, splits_cleanly
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,15 +53,21 @@ def build_class_archive(*, force: bool = False, s3a: bool | None = None) -> Clas
     were fetched, and so in the archive).
 
     Raises:
-        JarsError: a Spark session already runs in this process (its JVM cannot record what it loaded), the Java
-            has no ``jcmd`` (a JRE, not a JDK), or the JVM did not write the archive (the message has ``jcmd``'s
-            words; a Java older than 17 cannot).
+        JarsError: the archive's path has whitespace, quotes or backslashes (Java options cannot name it), a Spark
+            session already runs in this process (its JVM cannot record what it loaded), the Java has no ``jcmd``
+            (a JRE, not a JDK), or the JVM did not write the archive (the message has ``jcmd``'s words; a Java older
+            than 17 cannot).
     """
     from pyspark import SparkContext
 
     target = quick_start_archive(s3a=s3a)
     if target.is_file() and not force:
         return ClassArchive(target, target.stat().st_size, built=False)
+    if not splits_cleanly(target):
+        raise JarsError(
+            f"class archive {target}: a driver's Java options cannot name a path with whitespace, quotes or "
+            "backslashes; set SPARKONCE_CLASS_ARCHIVES to a directory without them"
+        )
     if SparkContext._active_spark_context is not None:
         raise JarsError(
             f"class archive {target}: this process already runs a Spark driver, whose JVM did not record the classes "

@@ -98,6 +98,12 @@ def _s3a_jars(s3a: bool | None) -> list[Path]:
     return S3A.classpath() if s3a or (s3a is None and S3A.resolved() is not None) else []
 
 
+def splits_cleanly(path: Path) -> bool:
+    """Whether ``path`` goes into ``extraJavaOptions`` as is: Spark splits the options at whitespace and reads quotes
+    and backslashes; a class archive under such a path is not given to the JVM."""
+    return not any(c.isspace() or c in "'\"\\" for c in str(path))
+
+
 def class_archive_file(extra_class_path: str = "") -> Path:
     """Where the quick-start class archive of a driver with this extra classpath lives, built or not. Runs on the
     machine that starts the JVM.
@@ -108,8 +114,9 @@ def class_archive_file(extra_class_path: str = "") -> Path:
     ``sparkonce jars archive``). Its name is a digest of PySpark's version and jars, the Java that Spark starts
     (``$JAVA_HOME/bin/java``, else ``java`` on the ``PATH``, as ``spark-class`` picks it) and the extra classpath,
     in ``$SPARKONCE_CLASS_ARCHIVES``, else ``$XDG_CACHE_HOME/sparkonce/class-archives``, else
-    ``~/.cache/sparkonce/class-archives``. The JVM checks the archive against its own build and classpath too, and
-    starts without it, silently, when they differ.
+    ``~/.cache/sparkonce/class-archives`` (a path without whitespace, quotes or backslashes: :func:`splits_cleanly`).
+    The JVM checks the archive against its own build and classpath too, and starts without it, silently, when they
+    differ.
     """
     import hashlib
 
@@ -203,7 +210,7 @@ def local_session(
     if jvm_mode(jvm) == "quick-start":
         extra_class_path = (extra_conf or {}).get("spark.driver.extraClassPath", "")
         archive = quick_start_archive(s3a=s3a, extra_class_path=extra_class_path)
-        archived = f" -XX:SharedArchiveFile={archive}" if archive.is_file() else ""
+        archived = f" -XX:SharedArchiveFile={archive}" if archive.is_file() and splits_cleanly(archive) else ""
         conf["spark.driver.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS + archived
         if clustered:
             conf["spark.executor.extraJavaOptions"] = QUICK_START_JAVA_OPTIONS

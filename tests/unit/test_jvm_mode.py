@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkonce.errors import OptionError
-from sparkonce.spark import CLASS_ARCHIVES_ENV, JVM_ENV, class_archive_file, jvm_mode
+from sparkonce.class_archive import build_class_archive
+from sparkonce.errors import JarsError, OptionError
+from sparkonce.spark import CLASS_ARCHIVES_ENV, JVM_ENV, class_archive_file, jvm_mode, splits_cleanly
 
 
 def test_argument_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,3 +42,14 @@ def test_class_archives_are_named_by_classpath_and_java_in_the_chosen_directory(
     java.write_text("")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     assert class_archive_file("") != plain
+
+
+def test_an_archive_path_that_java_options_would_split_is_not_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert splits_cleanly(tmp_path / "archives" / "quick-start-0.jsa")
+    assert not splits_cleanly(Path("/home/a user/.cache/x.jsa")) and not splits_cleanly(Path("/tmp/it's/x.jsa"))
+    monkeypatch.setenv(CLASS_ARCHIVES_ENV, str(tmp_path / "my archives"))
+    with pytest.raises(JarsError, match=r"my archives.*whitespace, quotes or backslashes.*SPARKONCE_CLASS_ARCHIVES"):
+        build_class_archive()
+    assert list(tmp_path.iterdir()) == []
