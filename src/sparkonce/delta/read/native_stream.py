@@ -227,31 +227,38 @@ class NativeDeltaSource:
         first = start is None
         begin = reader.initialOffset() if first else json.loads(str(start.json()))
         read_limit = _python_limit(limit)
+        pacing = not first and self._may_hold(reader)
+        # The table's latest version before the batch's end: a commit landing between the two cannot pass for a
+        # batch the read limit cut (which would release the hold).
+        latest = reader.reportLatestOffset() if pacing else None
         end = reader.latestOffset(begin, read_limit)
         if first and end == begin:
             return None
-        if not first and end != begin and self._holds(reader, begin, end, read_limit):
+        if pacing and end != begin and self._holds(end, read_limit, latest):
             return start  # no new data yet: Spark asks again at the next trigger
         self._admitted[self._run()] = time.monotonic()
         return self._serialized(end)
 
-    def _holds(self, reader: DeltaStreamReader, begin: dict[str, Any], end: dict[str, Any], limit: ReadLimit) -> bool:
-        """Whether to hold the batch up to ``end`` back (``maxCatchUpDelay``, :mod:`sparkonce.delta.read.pacing`).
+    def _may_hold(self, reader: DeltaStreamReader) -> bool:
+        """Whether the next batch may be held back at all: a ``maxCatchUpDelay``, not an availableNow query, and the
+        table's writer in this process catching up (:mod:`sparkonce.delta.read.pacing`)."""
+        delay_s = self.options.max_catch_up_delay_ms / 1000.0
+        return delay_s > 0 and not reader.available_now and writer_catching_up(self.options.location)
 
-        It holds when the table's writer in this process is catching up, the stream planned a batch or found nothing
-        new less than the delay ago (so no row waits longer for it), the batch does not stop short of the latest
-        table version (a batch its read limit cut would not grow by waiting) and the query is not an availableNow
-        one. A hold sleeps up to :data:`HOLD_POLL_S` first, so a held query asks a few times a second, not at every
-        ``pollingDelay``.
+    def _holds(self, end: dict[str, Any], limit: ReadLimit, latest: dict[str, Any] | None) -> bool:
+        """Whether to hold the batch up to ``end`` back, when :meth:`_may_hold` (``latest``: the table's latest
+        offset, read before ``end`` was).
+
+        It holds when the stream planned a batch or found nothing new less than the delay ago (so no row waits longer
+        for it) and the batch does not stop short of ``latest`` (a batch its read limit cut would not grow by
+        waiting). A hold sleeps up to :data:`HOLD_POLL_S` first, so a held query asks a few times a second, not at
+        every ``pollingDelay``.
         """
         delay_s = self.options.max_catch_up_delay_ms / 1000.0
-        if delay_s <= 0 or reader.available_now or not writer_catching_up(self.options.location):
-            return False
         now = time.monotonic()
         admitted = self._admitted.setdefault(self._run(), now)
         if now - admitted >= delay_s:
             return False
-        latest = reader.reportLatestOffset()
         if (
             not isinstance(limit, ReadAllAvailable)
             and latest is not None
